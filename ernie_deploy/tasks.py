@@ -1,0 +1,72 @@
+"""Task specs: the small set of facts in which sequence classification and token classification differ.
+
+Every stage (fetch, export, convert, repository, serve, client, metrics) takes a TaskSpec; no stage
+has a copy per task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a Triton model, per request item (the batch dimension is implied)."""
+
+    name: str
+    data_type: str  # Triton's name without the TYPE_ prefix: "INT64", "FP32", "BYTES"
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str  # CLI name: "seq_cls"
+    dataset: str  # key in ernie_deploy.data.DATASETS
+    paddle_class: str  # paddlenlp.transformers class that carries the task head
+    ensemble: str  # Triton model name of the ensemble users call
+    metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
+    # What the postprocess step returns, and so what the ensemble returns.
+    outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    # Tokenizer outputs the postprocess needs besides the logits (e.g. character offsets).
+    postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    max_seq_len: int = 128
+
+    @property
+    def model_step(self) -> str:
+        return f"{self.ensemble}_model"
+
+    @property
+    def postprocess_step(self) -> str:
+        return f"{self.ensemble}_postprocess"
+
+
+# One tokenizer step serves every task that shares a vocabulary.
+TOKENIZER_STEP = "ernie_tokenizer"
+TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
+# Inputs of the exported ERNIE graph; paddlenlp derives the attention mask from pad ids.
+MODEL_INPUTS = ("input_ids", "token_type_ids")
+LOGITS = "logits"
+
+SEQ_CLS = TaskSpec(
+    name="seq_cls",
+    dataset="thucnews",
+    paddle_class="ErnieForSequenceClassification",
+    ensemble="ernie_seqcls",
+    metric="accuracy",
+    outputs=(
+        TensorSpec("label_id", "INT64", (1,)),
+        TensorSpec("label", "BYTES", (1,)),
+        TensorSpec("confidence", "FP32", (1,)),
+    ),
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS,)}
+
+
+def get_task(name: str) -> TaskSpec:
+    from .errors import ErnieDeployError
+
+    key = name.replace("-", "_")
+    if key not in TASKS:
+        raise ErnieDeployError(f"unknown task {name!r}", f"use one of: {', '.join(sorted(TASKS))}")
+    return TASKS[key]
