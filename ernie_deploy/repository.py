@@ -1,0 +1,218 @@
+"""Assemble a Triton model repository: configs generated from typed protobuf objects and the ONNX signature.
+
+Layout for a task (seq_cls shown):
+    ernie_tokenizer/            python backend: text -> input_ids, token_type_ids
+    ernie_seqcls_model/         the ONNX model: platform onnxruntime_onnx, or python backend running onnxruntime
+    ernie_seqcls_postprocess/   python backend: logits -> label_id, label, confidence
+    ernie_seqcls/               ensemble wiring the three
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .errors import ErnieDeployError
+from .paths import atomic_path
+from .tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_STEP, TaskSpec, TensorSpec
+
+RUNTIMES = ("onnxruntime", "python")
+DEFAULT_MAX_BATCH_SIZE = 64
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    runtime: str = "python"  # how the model step runs: "onnxruntime" (ORT backend) or "python"
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    instances: int = 1
+    max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
+
+
+# -- ONNX signature ---------------------------------------------------------------------------------
+
+_ONNX_TO_TRITON = {1: "FP32", 10: "FP16", 6: "INT32", 7: "INT64", 9: "BOOL", 16: "BF16"}
+
+
+def onnx_signature(path: str | Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Inputs and outputs of an ONNX file as TensorSpecs, the leading (batch) axis dropped, dynamic axes -1."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+
+    def spec(value) -> TensorSpec:
+        tensor = value.type.tensor_type
+        if tensor.elem_type not in _ONNX_TO_TRITON:
+            raise ErnieDeployError(f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}")
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+        if not dims or dims[0] not in (-1,):
+            raise ErnieDeployError(f"{path}: tensor {value.name!r} has no dynamic batch axis (dims {dims})",
+                                   "export with a dynamic batch dimension")
+        return TensorSpec(value.name, _ONNX_TO_TRITON[tensor.elem_type], tuple(dims[1:]))
+
+    inputs = [spec(v) for v in model.graph.input if v.name not in initializers]
+    return inputs, [spec(v) for v in model.graph.output]
+
+
+# -- config objects -------------------------------------------------------------------------------
+
+
+def _tensor(message, spec: TensorSpec):
+    message.name = spec.name
+    message.data_type = mc.DataType.Value("TYPE_STRING" if spec.data_type == "BYTES" else f"TYPE_{spec.data_type}")
+    message.dims.extend(spec.dims)
+    return message
+
+
+def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "", platform: str = "",
+          batching: bool = True, params: dict | None = None) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=name, backend=backend, platform=platform, max_batch_size=options.max_batch_size)
+    for spec in inputs:
+        _tensor(config.input.add(), spec)
+    for spec in outputs:
+        _tensor(config.output.add(), spec)
+    if batching:
+        config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
+    if platform != "ensemble":
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=options.instances)
+    for key, value in (params or {}).items():
+        config.parameters[key].string_value = str(value)
+    return config
+
+
+def tokenizer_config(task: TaskSpec, model_inputs: list[TensorSpec], options: BuildOptions) -> mc.ModelConfig:
+    outputs = [TensorSpec(s.name, s.data_type, s.dims) for s in model_inputs] + list(task.postprocess_extra_inputs)
+    return _base(TOKENIZER_STEP, [TEXT_INPUT], outputs, options, backend="python",
+                 params={"tokenizer_file": "tokenizer.json", "max_seq_len": task.max_seq_len})
+
+
+def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions) -> mc.ModelConfig:
+    if options.runtime == "onnxruntime":
+        config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx")
+        config.default_model_filename = "model.onnx"
+        return config
+    return _base(task.model_step, inputs, outputs, options, backend="python", params={"model_file": "model.onnx"})
+
+
+def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
+    inputs = [logits, *task.postprocess_extra_inputs]
+    return _base(task.postprocess_step, inputs, task.outputs, options, backend="python",
+                 params={"labels_file": "labels.json"})
+
+
+def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
+    """Wire the steps by tensor name: every step output feeds the later step inputs of the same name."""
+    last = steps[-1]
+    config = _base(task.ensemble, [TEXT_INPUT], [_spec_of(o) for o in last.output], options,
+                   platform="ensemble", batching=False)
+    for step in steps:
+        entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
+        for tensor in step.input:
+            entry.input_map[tensor.name] = tensor.name
+        for tensor in step.output:
+            entry.output_map[tensor.name] = tensor.name
+    return config
+
+
+def _spec_of(tensor) -> TensorSpec:
+    name = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+    return TensorSpec(tensor.name, "BYTES" if name == "STRING" else name, tuple(tensor.dims))
+
+
+def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions) -> list[mc.ModelConfig]:
+    """All four configs for a task, derived from the ONNX file; names and dims are checked, not assumed."""
+    if options.runtime not in RUNTIMES:
+        raise ErnieDeployError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+    inputs, outputs = onnx_signature(onnx_path)
+    names = sorted(s.name for s in inputs)
+    if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
+        raise ErnieDeployError(
+            f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
+            f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
+            "convert with `ernie-deploy convert`, which names the tensors")
+    by_name = {s.name: s for s in inputs}
+    ordered = [by_name[n] for n in MODEL_INPUTS]
+    steps = [tokenizer_config(task, ordered, options), model_config(task, ordered, outputs, options),
+             postprocess_config(task, outputs[0], options)]
+    return steps + [ensemble_config(task, steps, options)]
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def render(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+MODEL_PY = '''"""Triton python model `{name}`: the `{step}` step of ernie_deploy.steps (generated by `ernie-deploy build`)."""
+
+from ernie_deploy.triton_model import StepModel
+
+
+class TritonPythonModel(StepModel):
+    step = "{step}"
+'''
+
+
+def _python_step(config: mc.ModelConfig, task: TaskSpec) -> str | None:
+    if config.backend != "python":
+        return None
+    if config.name == TOKENIZER_STEP:
+        return "tokenizer"
+    if config.name == task.model_step:
+        return "onnx"
+    return f"{task.name}_postprocess"
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def build(task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], repository: str | Path,
+          options: BuildOptions = BuildOptions()) -> list[Path]:
+    """Write the task's four models into `repository`; returns the config paths written."""
+    from .tokenizer import save_tokenizer
+
+    repository = Path(repository)
+    configs = task_configs(task, onnx_path, options)
+    written = []
+    for config in configs:
+        model_dir = repository / config.name
+        version_dir = model_dir / VERSION
+        version_dir.mkdir(parents=True, exist_ok=True)
+        write_text(model_dir / "config.pbtxt", render(config))
+        written.append(model_dir / "config.pbtxt")
+        step = _python_step(config, task)
+        if step:
+            write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
+        elif (version_dir / "model.py").exists():
+            (version_dir / "model.py").unlink()  # ORT runtime: the backend loads model.onnx alone
+    save_tokenizer(vocab_file, repository / TOKENIZER_STEP / VERSION / "tokenizer.json")
+    with atomic_path(repository / task.model_step / VERSION / "model.onnx", suffix=".onnx") as tmp:
+        shutil.copyfile(onnx_path, tmp)
+    write_text(repository / task.postprocess_step / VERSION / "labels.json",
+               json.dumps(labels, ensure_ascii=False, indent=2) + "\n")
+    return written
+
+
+def pick_runtime(requested: str, tritonserver: str | None = None) -> str:
+    """`auto` picks the ORT backend when the target server has it, else the python-backend model."""
+    if requested != "auto":
+        return requested
+    from .serve import available_backends, find_tritonserver
+
+    try:
+        return "onnxruntime" if "onnxruntime" in available_backends(find_tritonserver(tritonserver)) else "python"
+    except ErnieDeployError:
+        return "python"

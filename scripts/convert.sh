@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Checkpoint -> static model -> ONNX (parity-checked) -> Triton model repository in models/.
+#
+#   scripts/convert.sh                                   # every task, offline bootstrap checkpoints
+#   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
+#   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
+#   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
+set -euo pipefail
+source "$(dirname "$0")/_env.sh"
+
+build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --task) tasks+=("$2"); shift 2 ;;
+    --source) source_arg="$2"; shift 2 ;;
+    --sha256) sha_arg=(--sha256 "$2"); shift 2 ;;
+    --runtime) runtime="$2"; shift 2 ;;
+    --repository) repository="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ ${#tasks[@]} -gt 0 ] || tasks=(seq_cls)
+if [ -n "$source_arg" ] && [ ${#tasks[@]} -ne 1 ]; then
+  echo "convert.sh: --source needs exactly one --task" >&2; exit 2
+fi
+
+ernie-deploy fetch-data
+for task in "${tasks[@]}"; do
+  if [ -n "$source_arg" ]; then
+    ernie-deploy fetch "$source_arg" "${sha_arg[@]}" --task "$task"
+  else
+    ernie-deploy fetch --bootstrap --task "$task"
+  fi
+  ernie-deploy export --task "$task"
+  ernie-deploy convert --task "$task"
+  build_tasks+=(--task "$task")
+done
+ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime"

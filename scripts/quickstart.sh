@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The main job end to end on a fresh machine: install, data, model, convert, serve, measure, stop.
+set -euo pipefail
+start_all=$SECONDS
+stage() { echo; echo "==> $1"; stage_start=$SECONDS; }
+timings=()
+done_stage() { timings+=("$(printf '%-34s %4ds' "$1" $((SECONDS - stage_start)))"); }
+
+stage "install (.venv, pip install -e .[dev])"
+source "$(dirname "$0")/_env.sh"
+done_stage "install"
+
+stage "convert: data, bootstrap model, export, ONNX, parity, repository"
+bash scripts/convert.sh "$@"
+done_stage "convert (scripts/convert.sh)"
+
+mkdir -p artifacts/reports
+stage "offline accuracy: Paddle and ONNX"
+ernie-deploy eval --task seq_cls --report artifacts/reports/seq_cls_offline.json
+done_stage "offline eval"
+
+stage "serve models/ (tritonserver on 127.0.0.1)"
+http_port=${HTTP_PORT:-8000} grpc_port=${GRPC_PORT:-8001} metrics_port=${METRICS_PORT:-8002}
+ernie-deploy serve models --http-port "$http_port" --grpc-port "$grpc_port" --metrics-port "$metrics_port" \
+  > artifacts/reports/server.log 2>&1 &
+server_pid=$!
+trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
+ready() { python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+  "http://127.0.0.1:$http_port/v2/health/ready" 2>/dev/null; }
+for _ in $(seq 1 120); do
+  if ready; then break; fi
+  if ! kill -0 $server_pid 2>/dev/null; then cat artifacts/reports/server.log; echo "server exited" >&2; exit 1; fi
+  sleep 1
+done
+ready || { tail -50 artifacts/reports/server.log; exit 1; }
+done_stage "server start"
+
+stage "served accuracy over gRPC (clients/seq_cls_grpc_client.py)"
+python clients/seq_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --report artifacts/reports/seq_cls_served.json
+done_stage "served eval (gRPC client)"
+
+stage "stop server"
+kill -TERM $server_pid; wait $server_pid 2>/dev/null || true; trap - EXIT
+done_stage "server stop"
+
+echo
+echo "==> stage timings"
+printf '%s\n' "${timings[@]}"
+printf '%-34s %4ds\n' "total" $((SECONDS - start_all))
+python - <<'PY'
+import json
+offline = json.load(open("artifacts/reports/seq_cls_offline.json"))
+served = json.load(open("artifacts/reports/seq_cls_served.json"))
+print(f"seq_cls accuracy  paddle {offline['paddle']['accuracy']:.4f}  onnx {offline['onnx']['accuracy']:.4f}"
+      f"  served {served['accuracy']:.4f}  (n={served['n']})")
+PY

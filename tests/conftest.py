@@ -1,0 +1,104 @@
+"""Shared fixtures: a tiny random ERNIE for fast tests, the real bootstrap pipeline and a real server for
+integration tests. Heavy results (archives, the trained bootstrap model) come from the content-keyed cache."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ernie_deploy.tasks import SEQ_CLS
+
+ROOT = Path(__file__).resolve().parents[1]
+THUCNEWS_LABELS = ["education", "entertainment", "finance", "game", "politics", "realty", "science", "society",
+                   "sports", "stocks"]
+
+
+@dataclass
+class Pipeline:
+    """What the stages produce for one task: checkpoint, static model, ONNX file, data splits."""
+
+    task: object
+    checkpoint: Path
+    static: object  # ernie_deploy.export.StaticModel
+    onnx: Path
+    data: Path | None
+
+
+def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0) -> Path:
+    """A random-init ERNIE classifier, small enough to export and convert in seconds."""
+    import paddle
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+
+    paddle.seed(seed)
+    chars = sorted(set("国足公布世预赛名单股市大涨新闻体育财经房产游戏教育科技社会娱乐时政中国美元亿"))
+    latin = list("abcdefghijklmnopqrstuvwxyz0123456789")
+    vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *chars, *latin, *(f"##{c}" for c in latin)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = ErnieConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=512, type_vocab_size=4,
+                         num_labels=len(labels), id2label=dict(enumerate(labels)),
+                         label2id={label: i for i, label in enumerate(labels)})
+    ErnieForSequenceClassification(config).save_pretrained(str(out))
+    return out
+
+
+def run_stages(task, checkpoint_dir: Path, work: Path, data: Path | None = None) -> Pipeline:
+    from ernie_deploy.convert import convert
+    from ernie_deploy.export import export
+    from ernie_deploy.fetch import inspect_checkpoint
+
+    static = export(inspect_checkpoint(checkpoint_dir), task, work / "static")
+    onnx_path = convert(static, work / "onnx" / "model.onnx")
+    return Pipeline(task, checkpoint_dir, static, onnx_path, data)
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory) -> Pipeline:
+    work = tmp_path_factory.mktemp("tiny")
+    return run_stages(SEQ_CLS, make_tiny_checkpoint(work / "checkpoint"), work)
+
+
+@pytest.fixture(scope="session")
+def thucnews() -> Path:
+    from ernie_deploy.data import prepare
+
+    return prepare("thucnews")
+
+
+@pytest.fixture(scope="session")
+def seq_cls_pipeline(tmp_path_factory, thucnews) -> Pipeline:
+    """The real path: the bootstrap classifier (trained once, then cached) exported and converted."""
+    from ernie_deploy.bootstrap import train
+
+    work = tmp_path_factory.mktemp("seq_cls")
+    return run_stages(SEQ_CLS, train(SEQ_CLS, thucnews, progress=False), work, thucnews)
+
+
+@pytest.fixture(scope="session")
+def seq_cls_repository(tmp_path_factory, seq_cls_pipeline) -> Path:
+    from ernie_deploy.repository import BuildOptions, build
+
+    repo = tmp_path_factory.mktemp("models")
+    p = seq_cls_pipeline
+    build(p.task, p.onnx, p.static.vocab_file, p.static.labels, repo, BuildOptions(runtime="python"))
+    return repo
+
+
+@pytest.fixture(scope="session")
+def seq_cls_server(seq_cls_repository, tmp_path_factory):
+    """A real tritonserver on 127.0.0.1 (free ports) serving the seq_cls repository."""
+    from ernie_deploy.serve import TritonServer
+
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    server = TritonServer(seq_cls_repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log)
+    server.start(timeout=180)
+    yield server
+    server.stop()
+
+
+def load_baseline(task: str) -> dict:
+    return json.loads((ROOT / "tests" / "baselines" / f"{task}.json").read_text())

@@ -1,0 +1,61 @@
+"""Export + paddle2onnx conversion + the Paddle-vs-ONNX parity gate."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from ernie_deploy.convert import check_parity, require_parity
+from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.tasks import LOGITS, MODEL_INPUTS
+
+TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80]
+
+
+def test_export_writes_a_pir_static_model(tiny_pipeline):
+    static = tiny_pipeline.static
+    assert static.model_file.name == "inference.json" and static.params_file.exists()
+    assert static.vocab_file.exists() and len(static.labels) == 10
+
+
+def test_onnx_has_pipeline_names_and_dynamic_axes(tiny_pipeline):
+    model = onnx.load(str(tiny_pipeline.onnx))
+    assert [i.name for i in model.graph.input] == list(MODEL_INPUTS)
+    assert [o.name for o in model.graph.output] == [LOGITS]
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        assert len(dims) == 2 and not dims[0].HasField("dim_value") and not dims[1].HasField("dim_value")
+    assert model.opset_import[0].version >= 13
+
+
+def test_parity_holds_for_the_converted_model(tiny_pipeline):
+    report = check_parity(tiny_pipeline.static, tiny_pipeline.onnx, TEXTS, max_seq_len=128)
+    assert report.ok, report
+    assert report.max_abs_diff < 1e-4 and report.n == len(TEXTS)
+
+
+def test_parity_gate_catches_a_tampered_model(tiny_pipeline, tmp_path):
+    model = onnx.load(str(tiny_pipeline.onnx))
+    # Perturb the largest float initializer (the embeddings): the logits must move.
+    init = max((i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT),
+               key=lambda i: np.prod(i.dims))
+    array = numpy_helper.to_array(init).copy()
+    array += np.random.default_rng(0).normal(0, 0.5, array.shape).astype(array.dtype)
+    init.CopyFrom(numpy_helper.from_array(array, init.name))
+    bad = tmp_path / "model.onnx"
+    onnx.save(model, str(bad))
+    report = check_parity(tiny_pipeline.static, bad, TEXTS, max_seq_len=128)
+    assert not report.ok
+    with pytest.raises(ErnieDeployError, match="max abs logit diff"):
+        require_parity(report, bad)
+
+
+@pytest.mark.integration
+def test_bootstrap_model_parity_on_the_test_split(seq_cls_pipeline):
+    from ernie_deploy.data import read_tsv
+
+    texts, _ = read_tsv(seq_cls_pipeline.data / "test.tsv")
+    report = check_parity(seq_cls_pipeline.static, seq_cls_pipeline.onnx, texts[:256], max_seq_len=128)
+    assert report.ok and report.max_abs_diff < 1e-4, report

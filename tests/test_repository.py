@@ -1,0 +1,89 @@
+"""Generated Triton configs: typed, round-trippable, derived from the ONNX signature, and what is checked in."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.repository import BuildOptions, build, onnx_signature, parse, render, task_configs
+from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKENIZER_STEP
+
+from .conftest import ROOT
+
+
+def test_configs_round_trip_through_the_protobuf_parser(tiny_pipeline):
+    for runtime in ("python", "onnxruntime"):
+        for config in task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime=runtime)):
+            assert parse(render(config)) == config
+
+
+def test_model_config_matches_the_onnx_signature(tiny_pipeline):
+    inputs, outputs = onnx_signature(tiny_pipeline.onnx)
+    assert [s.name for s in inputs] == list(MODEL_INPUTS)
+    assert outputs[0].name == LOGITS and outputs[0].dims == (10,)
+    for runtime in ("python", "onnxruntime"):
+        tokenizer, model, post, ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime=runtime))
+        got = {(t.name, t.data_type, tuple(t.dims)) for t in model.input}
+        want = {(s.name, mc.DataType.Value(f"TYPE_{s.data_type}"), s.dims) for s in inputs}
+        assert got == want
+        assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (10,))]
+        # What the tokenizer produces is exactly what the model consumes.
+        assert {(t.name, tuple(t.dims)) for t in tokenizer.output} >= {(t.name, tuple(t.dims)) for t in model.input}
+        assert model.max_batch_size > 0 and model.HasField("dynamic_batching")
+        assert all(g.kind == g.KIND_CPU for c in (tokenizer, model, post) for g in c.instance_group)
+
+
+def test_both_runtimes_share_tensor_names(tiny_pipeline):
+    python = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="python"))[1]
+    ort = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
+    assert python.backend == "python" and ort.platform == "onnxruntime_onnx"
+    assert list(python.input) == list(ort.input) and list(python.output) == list(ort.output)
+
+
+def test_ensemble_wires_every_step_input(tiny_pipeline):
+    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())
+    ensemble = configs[-1]
+    assert ensemble.platform == "ensemble"
+    produced = {"text"}
+    for step in ensemble.ensemble_scheduling.step:
+        assert set(step.input_map.values()) <= produced, f"{step.model_name} reads a tensor nobody wrote"
+        produced |= set(step.output_map.values())
+    assert {o.name for o in ensemble.output} <= produced
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
+        TOKENIZER_STEP, SEQ_CLS.model_step, SEQ_CLS.postprocess_step]
+
+
+def test_onnx_whose_names_disagree_is_rejected(tiny_pipeline, tmp_path):
+    model = onnx.load(str(tiny_pipeline.onnx))
+    old = model.graph.output[0].name
+    for node in model.graph.node:
+        node.output[:] = ["scores" if n == old else n for n in node.output]
+    model.graph.output[0].name = "scores"
+    bad = tmp_path / "model.onnx"
+    onnx.save(model, str(bad))
+    with pytest.raises(ErnieDeployError, match="'logits'"):
+        task_configs(SEQ_CLS, bad, BuildOptions())
+
+
+def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
+    p = tiny_pipeline
+    build(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, tmp_path, BuildOptions(runtime="onnxruntime"))
+    assert (tmp_path / SEQ_CLS.model_step / "1" / "model.onnx").exists()
+    assert not (tmp_path / SEQ_CLS.model_step / "1" / "model.py").exists()
+    assert (tmp_path / TOKENIZER_STEP / "1" / "tokenizer.json").exists()
+    assert (tmp_path / SEQ_CLS.postprocess_step / "1" / "labels.json").exists()
+    assert not list(tmp_path.rglob("*.tmp")), "temporary files left behind"
+
+
+@pytest.mark.integration
+def test_checked_in_repository_is_what_build_generates(seq_cls_repository):
+    """models/ in git must be exactly what `ernie-deploy build --runtime python` writes for the real model."""
+    checked_in = sorted(p.relative_to(ROOT / "models") for p in (ROOT / "models").rglob("*")
+                        if p.name in ("config.pbtxt", "model.py"))
+    generated = sorted(p.relative_to(seq_cls_repository) for p in seq_cls_repository.rglob("*")
+                       if p.name in ("config.pbtxt", "model.py"))
+    assert checked_in == generated
+    for rel in generated:
+        assert (ROOT / "models" / rel).read_text() == (seq_cls_repository / rel).read_text(), rel
