@@ -59,3 +59,40 @@ def test_bootstrap_model_parity_on_the_test_split(seq_cls_pipeline):
     texts, _ = read_tsv(seq_cls_pipeline.data / "test.tsv")
     report = check_parity(seq_cls_pipeline.static, seq_cls_pipeline.onnx, texts[:256], max_seq_len=128)
     assert report.ok and report.max_abs_diff < 1e-4, report
+
+
+def _legacy_static_model(root):
+    """A legacy-IR `.pdmodel` (the format published PaddleNLP inference models use) with ERNIE's I/O names."""
+    import paddle
+
+    paddle.enable_static()
+    try:
+        with paddle.pir_utils.OldIrGuard():
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                ids = paddle.static.data("input_ids", [None, None], "int64")
+                types = paddle.static.data("token_type_ids", [None, None], "int64")
+                hidden = paddle.static.nn.embedding(ids, size=[64, 16]) + paddle.static.nn.embedding(types, size=[4, 16])
+                logits = paddle.static.nn.fc(paddle.mean(hidden, axis=1), 10)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            paddle.static.save_inference_model(str(root / "inference"), [ids, types], [logits], exe, program=main)
+    finally:
+        paddle.disable_static()
+    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *"国足公布世预赛名单"]) + "\n")
+    return root
+
+
+def test_legacy_pdmodel_is_accepted_and_converted(tmp_path):
+    from ernie_deploy.convert import convert
+    from ernie_deploy.export import export
+    from ernie_deploy.fetch import inspect_checkpoint
+    from ernie_deploy.tasks import SEQ_CLS
+
+    checkpoint = inspect_checkpoint(_legacy_static_model(tmp_path / "legacy"))
+    assert checkpoint.kind == "static" and checkpoint.model_file.suffix == ".pdmodel"
+    static = export(checkpoint, SEQ_CLS, tmp_path / "static", labels=[f"c{i}" for i in range(10)])
+    assert static.model_file.name == "inference.pdmodel"
+    onnx_path = convert(static, tmp_path / "onnx" / "model.onnx")
+    report = check_parity(static, onnx_path, ["国足公布世预赛名单", "足球"], max_seq_len=16)
+    assert report.ok, report
