@@ -103,9 +103,9 @@ def cmd_build(args) -> None:
 def cmd_serve(args) -> None:
     from .serve import serve_forever
 
+    shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
     serve_forever(args.repository, tritonserver=args.tritonserver, host=args.host, http_port=args.http_port,
-                  grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-                  shm_default_byte_size=args.shm_default_byte_size)
+                  grpc_port=args.grpc_port, metrics_port=args.metrics_port, **shm)
 
 
 def cmd_eval(args) -> None:
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--shm-default-byte-size", type=int, default=None,
-                   help="python backend shared-memory region per model instance")
+                   help="python backend shared-memory region per model instance (default 4 MiB)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
