@@ -1,0 +1,269 @@
+"""Unit tests of the offline bootstrap: vocabulary, cache key, cache behaviour, a tiny real training run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ernie_deploy import bootstrap
+from ernie_deploy.data import write_tsv
+from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.tasks import SEQ_CLS
+
+TINY = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "epochs": 10,
+    "batch_size": 16,
+    "learning_rate": 3e-3,
+    "eval_batch_size": 64,
+    "token_dropout": 0.1,
+}
+
+# Synthetic 3-class titles: a class keyword among filler characters, with some Latin and digits.
+KEYWORDS = {"sports": ["球赛", "冠军", "nba"], "finance": ["股市", "基金", "gdp"], "game": ["网游", "玩家", "ps3"]}
+FILLER = list("的一是在了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理府研质")
+
+
+def _rows(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = sorted(KEYWORDS)[i % len(KEYWORDS)]
+        parts = [rng.choice(FILLER) for _ in range(rng.randint(4, 10))]
+        parts.insert(rng.randint(0, len(parts)), rng.choice(KEYWORDS[label]))
+        rows.append((label, "".join(parts) + rng.choice(["", " 2010", " iPhone", "：2011年"])))
+    return rows
+
+
+def _write_data(root: Path, n_train: int = 200) -> Path:
+    write_tsv(root / "train.tsv", _rows(n_train, 1))
+    write_tsv(root / "dev.tsv", _rows(60, 2))
+    write_tsv(root / "test.tsv", _rows(60, 3))
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny real training run, shared by the tests that inspect its output."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
+        data_dir = _write_data(tmp_path_factory.mktemp("data"))
+        t0 = time.time()
+        ckpt = bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=TINY)
+        first_s = time.time() - t0
+        yield {"ckpt": ckpt, "data_dir": data_dir, "first_s": first_s, "cache": Path(os.environ["ERNIE_DEPLOY_CACHE"])}
+
+
+# ---------------------------------------------------------------------------------------------------
+# vocabulary
+
+
+def _tokenizer(vocab, tmp_path):
+    from paddlenlp.transformers import ErnieTokenizer
+
+    bootstrap.write_vocab(vocab, tmp_path / "vocab.txt")
+    return ErnieTokenizer(str(tmp_path / "vocab.txt"))
+
+
+def test_vocab_specials_first_and_unique():
+    vocab = bootstrap.build_vocab(["iPhone 4S发布会", "GDP增长10%"])
+    assert vocab[:5] == ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    assert len(vocab) == len(set(vocab))
+
+
+def test_vocab_covers_seen_chars_in_new_combinations(tmp_path):
+    train = ["iPhone 4S发布会", "2010年GDP增长10%", "QQ与MSN合作", "Café开业"]
+    vocab = bootstrap.build_vocab(train, min_word_freq=2)
+    tok = _tokenizer(vocab, tmp_path)
+    # Only characters seen in training, but words never seen: needs `c` and `##c` for Latin and digits.
+    for text in ["phone 2014 gdp", "msnqq 4s 01", "发布GDP增长", "Cafe QQ发布"]:
+        pieces = tok.tokenize(text)
+        assert "[UNK]" not in pieces, (text, pieces)
+    assert bootstrap.unk_rate(tok, ["phone 2014 gdp"])["token_rate"] == 0.0
+    # An unseen character is [UNK] (so the check above can fail) and is counted.
+    assert tok.tokenize("火") == ["[UNK]"]
+    rate = bootstrap.unk_rate(tok, ["火发布", "发布"])
+    assert rate["token_rate"] == pytest.approx(1 / 5) and rate["texts_with_unk"] == 0.5
+
+
+def test_vocab_keeps_frequent_words_whole(tmp_path):
+    vocab = bootstrap.build_vocab(["2010年", "2010年", "iphone上市", "iphone发布", "nokia"], min_word_freq=2)
+    assert "2010" in vocab and "iphone" in vocab and "nokia" not in vocab
+    tok = _tokenizer(vocab, tmp_path)
+    assert tok.tokenize("iPhone 2010") == ["iphone", "2010"]
+    assert tok.tokenize("nokia") == ["n", "##o", "##k", "##i", "##a"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# cache key and recipe
+
+
+def test_cache_key_changes_with_data_and_recipe(tmp_path):
+    data_dir = _write_data(tmp_path)
+    recipe = bootstrap.recipe_for(SEQ_CLS, TINY)
+    key = bootstrap.cache_key(data_dir, recipe)
+    assert key == bootstrap.cache_key(data_dir, dict(recipe)) and len(key) == 64
+    assert key != bootstrap.cache_key(data_dir, {**recipe, "hidden_size": 64})
+    assert key != bootstrap.cache_key(data_dir, {**recipe, "seed": 7})
+    for split in ("train", "dev"):
+        path = data_dir / f"{split}.tsv"
+        original = path.read_bytes()
+        path.write_bytes(original.replace("冠军".encode(), "冠君".encode(), 1))
+        assert bootstrap.cache_key(data_dir, recipe) != key, split
+        path.write_bytes(original)
+    assert bootstrap.cache_key(data_dir, recipe) == key
+
+
+def test_cache_key_changes_with_recipe_version(tmp_path, monkeypatch):
+    data_dir = _write_data(tmp_path)
+    recipe = bootstrap.recipe_for(SEQ_CLS, TINY)
+    key = bootstrap.cache_key(data_dir, recipe)
+    monkeypatch.setattr(bootstrap, "RECIPE_VERSION", bootstrap.RECIPE_VERSION + 1)
+    assert bootstrap.cache_key(data_dir, recipe) != key
+
+
+def test_recipe_rejects_unknown_keys_and_tasks():
+    with pytest.raises(ErnieDeployError, match="hidden_sise"):
+        bootstrap.recipe_for(SEQ_CLS, {"hidden_sise": 8})
+    from dataclasses import replace
+
+    with pytest.raises(ErnieDeployError, match="no bootstrap recipe"):
+        bootstrap.recipe_for(replace(SEQ_CLS, name="nope"))
+    recipe = bootstrap.recipe_for(SEQ_CLS, {"epochs": 1})
+    assert recipe["epochs"] == 1 and recipe["max_seq_len"] == SEQ_CLS.max_seq_len
+    assert recipe["paddle_class"] == SEQ_CLS.paddle_class
+
+
+def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ErnieDeployError, match="no such data file"):
+        bootstrap.train(SEQ_CLS, tmp_path / "nothing", progress=False, recipe=TINY)
+
+
+def test_import_stays_paddle_free():
+    code = "import sys, ernie_deploy.bootstrap; sys.exit(1 if 'paddle' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# a tiny real training run
+
+
+def test_train_writes_paddlenlp_layout(trained):
+    ckpt = trained["ckpt"]
+    assert ckpt.parent == trained["cache"] / "bootstrap"
+    for name in ("config.json", "model_state.pdparams", "vocab.txt", "tokenizer_config.json", "bootstrap.json"):
+        assert (ckpt / name).is_file(), name
+    config = json.loads((ckpt / "config.json").read_text())
+    assert config["id2label"] == {"0": "finance", "1": "game", "2": "sports"}
+    assert config["label2id"] == {"finance": 0, "game": 1, "sports": 2}
+    assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1
+    assert config["vocab_size"] == len((ckpt / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert config["architectures"] == ["ErnieForSequenceClassification"]
+    # no half-written temp dirs left next to it
+    assert [p.name for p in ckpt.parent.iterdir()] == [ckpt.name]
+
+
+def test_train_records_meta(trained):
+    meta = bootstrap.load_meta(trained["ckpt"])
+    assert meta["recipe"]["hidden_size"] == 32 and meta["seed"] == 42
+    assert meta["rows"] == {"train": 200, "dev": 60, "test": 60}
+    assert len(meta["history"]) == TINY["epochs"] == len(meta["timings_s"]["per_epoch"])
+    assert 1 <= meta["best_epoch"] <= TINY["epochs"]
+    assert meta["dev"] == max(h["dev"] for h in meta["history"])
+    assert 0.0 <= meta["unk_rate_test"]["token_rate"] < 0.05
+    # Keywords decide the class: even the tiny model must beat chance (1/3) clearly.
+    assert meta["dev"] > 0.6 and meta["test"] > 0.6, meta["history"]
+
+
+def test_checkpoint_reloads_with_same_logits(trained):
+    import numpy as np
+    import paddle
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification, ErnieTokenizer
+
+    from ernie_deploy.data import read_tsv
+
+    ckpt = trained["ckpt"]
+    tok = ErnieTokenizer.from_pretrained(str(ckpt))
+    assert tok.pad_token_id == 0 and tok.vocab_size == bootstrap.load_meta(ckpt)["vocab_size"]
+    model = ErnieForSequenceClassification.from_pretrained(str(ckpt))
+    model.eval()
+    # The file holds every parameter of the model (from_pretrained would silently random-init missing ones).
+    state = paddle.load(str(ckpt / "model_state.pdparams"))
+    assert set(state) == set(model.state_dict())
+
+    # A model built by hand from the same config and state gives the same logits.
+    manual = ErnieForSequenceClassification(ErnieConfig.from_pretrained(str(ckpt)))
+    manual.set_state_dict(state)
+    manual.eval()
+    texts, labels = read_tsv(trained["data_dir"] / "dev.tsv")
+    enc = tok(texts, padding=True, return_attention_mask=False)
+    ids = paddle.to_tensor(np.asarray(enc["input_ids"], dtype="int64"))
+    types = paddle.to_tensor(np.asarray(enc["token_type_ids"], dtype="int64"))
+    with paddle.no_grad():
+        a = model(ids, token_type_ids=types).numpy()
+        b = manual(ids, token_type_ids=types).numpy()
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+    # And it is the model whose dev accuracy bootstrap.json reports (the best epoch's weights).
+    id2label = model.config.id2label
+    acc = float(np.mean([id2label[int(p)] == y for p, y in zip(a.argmax(-1), labels)]))
+    assert acc == pytest.approx(bootstrap.load_meta(ckpt)["dev"], abs=1e-9)
+
+
+def test_second_call_is_a_cache_hit(trained, monkeypatch):
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(trained["cache"]))
+    meta_file = trained["ckpt"] / "bootstrap.json"
+    before = meta_file.stat().st_mtime_ns
+
+    def boom(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(bootstrap, "_train_into", boom)
+    t0 = time.time()
+    assert bootstrap.train(SEQ_CLS, trained["data_dir"], progress=False, recipe=TINY) == trained["ckpt"]
+    assert time.time() - t0 < 1.0
+    assert meta_file.stat().st_mtime_ns == before
+    with pytest.raises(AssertionError, match="trained again"):
+        bootstrap.train(SEQ_CLS, trained["data_dir"], progress=False, recipe=TINY, force=True)
+
+
+def test_failed_run_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data_dir = _write_data(tmp_path / "data")
+
+    def half_then_crash(out, *args):
+        (out / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bootstrap, "_train_into", half_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=TINY)
+    assert list((tmp_path / "cache" / "bootstrap").iterdir()) == []
+
+
+def test_training_is_deterministic(trained, tmp_path, monkeypatch):
+    import numpy as np
+    import paddle
+
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    again = bootstrap.train(SEQ_CLS, trained["data_dir"], progress=False, recipe=TINY)
+    assert again.name == trained["ckpt"].name and again != trained["ckpt"]
+    assert (again / "vocab.txt").read_bytes() == (trained["ckpt"] / "vocab.txt").read_bytes()
+    a = paddle.load(str(trained["ckpt"] / "model_state.pdparams"))
+    b = paddle.load(str(again / "model_state.pdparams"))
+    for key in a:
+        np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+    assert bootstrap.load_meta(again)["history"] == [
+        {**h, "seconds": g["seconds"]} for h, g in zip(bootstrap.load_meta(trained["ckpt"])["history"], bootstrap.load_meta(again)["history"])
+    ]
