@@ -61,7 +61,7 @@ def cmd_export(args) -> None:
 
 def cmd_convert(args) -> None:
     from .convert import check_parity, convert, require_parity, write_report
-    from .data import data_dir, read_tsv
+    from .data import data_dir, read_split, read_split_file
     from .export import StaticModel
 
     task = get_task(args.task)
@@ -72,8 +72,11 @@ def cmd_convert(args) -> None:
     print(f"{task.name}: ONNX model {out} ({time.perf_counter() - started:.1f} s)")
     if args.skip_parity:
         return
-    split = Path(args.parity_data or data_dir(task.dataset) / "test.tsv")
-    texts = read_tsv(split)[0][: args.parity_n]
+    if args.parity_data:
+        texts = read_split_file(args.parity_data)[0]
+    else:
+        texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
+    texts = texts[: args.parity_n]
     report = check_parity(static, out, texts, max_seq_len=task.max_seq_len, tolerance=args.tolerance)
     write_report(report, out.parent / "parity.json")
     print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
@@ -87,16 +90,21 @@ def cmd_convert(args) -> None:
 
 def cmd_build(args) -> None:
     from .export import StaticModel
-    from .repository import BuildOptions, build, pick_runtime
+    from .repository import BuildOptions, TaskArtifacts, build, pick_runtime
 
+    tasks = args.task or sorted(TASKS)
+    if (args.static or args.onnx) and len(tasks) != 1:
+        raise ErnieDeployError("--static and --onnx name one task's files", "pass exactly one --task with them")
     runtime = pick_runtime(args.runtime, args.tritonserver)
-    for name in args.task or sorted(TASKS):
+    entries = []
+    for name in tasks:
         task = get_task(name)
         static = StaticModel.load(args.static or _default("static", task.name))
         onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
-        options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances)
-        for path in build(task, onnx_path, static.vocab_file, static.labels, args.repository, options):
-            print(f"{task.name}: wrote {path}")
+        entries.append(TaskArtifacts(task, onnx_path, static.vocab_file, static.labels))
+    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances)
+    for path in build(entries, args.repository, options):
+        print(f"wrote {path}")
     print(f"model step runtime: {runtime}")
 
 
@@ -109,7 +117,7 @@ def cmd_serve(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from .data import data_dir
+    from .data import data_dir, split_file
     from .evaluate import evaluate
     from .export import StaticModel
     from .metrics import write_json
@@ -117,7 +125,7 @@ def cmd_eval(args) -> None:
     task = get_task(args.task)
     static = StaticModel.load(args.static or _default("static", task.name))
     onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
-    split = Path(args.data or data_dir(task.dataset) / f"{args.split}.tsv")
+    split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
     results = evaluate(task, static, onnx_path, split)
     if args.report:
         write_json(results, args.report)
@@ -156,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="default: artifacts/onnx/<task>/model.onnx")
     p.add_argument("--opset", type=int, default=14)
     p.add_argument("--tolerance", type=float, default=1e-4, help="max abs logit difference allowed")
-    p.add_argument("--parity-data", help="TSV of texts for the parity check (default: the task's test split)")
+    p.add_argument("--parity-data", help="a split file (.tsv or .jsonl) of texts for the parity check "
+                                            "(default: the task's test split)")
     p.add_argument("--parity-n", type=int, default=256, help="texts used for the parity check")
     p.add_argument("--skip-parity", action="store_true")
     p.set_defaults(func=cmd_convert)
@@ -187,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
     p.add_argument("--task", default="seq_cls", choices=task_choices)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    p.add_argument("--data", help="a TSV file instead of a split")
+    p.add_argument("--data", help="a split file (.tsv for seq_cls, .jsonl for token_cls) instead of --split")
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
     p.add_argument("--report", help="write the scores as JSON here")

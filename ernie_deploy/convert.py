@@ -90,7 +90,10 @@ def check_parity(static: StaticModel, onnx_path: str | Path, texts: list[str], *
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)
         worst = max(worst, float(np.max(np.abs(a - b))))
-        agree += int(np.sum(a.argmax(-1) == b.argmax(-1)) if a.ndim == 2 else np.all(a.argmax(-1) == b.argmax(-1), axis=-1).sum())
+        same = a.argmax(-1) == b.argmax(-1)
+        if same.ndim == 2:  # per-token labels: a text agrees when every real token does (padding is ignored)
+            same = (same | ~enc.attention_mask.astype(bool)).all(axis=-1)
+        agree += int(same.sum())
     return ParityReport(len(texts), worst, agree / len(texts), tolerance)
 
 

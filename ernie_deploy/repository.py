@@ -1,14 +1,18 @@
 """Assemble a Triton model repository: configs generated from typed protobuf objects and the ONNX signature.
 
-Layout for a task (seq_cls shown):
-    ernie_tokenizer/            python backend: text -> input_ids, token_type_ids
-    ernie_seqcls_model/         the ONNX model: platform onnxruntime_onnx, or python backend running onnxruntime
-    ernie_seqcls_postprocess/   python backend: logits -> label_id, label, confidence
-    ernie_seqcls/               ensemble wiring the three
+Layout (both tasks, one shared vocabulary):
+    ernie_tokenizer/              python backend: text -> input_ids, token_type_ids, offsets, lengths, truncated
+    ernie_seqcls_model/           the ONNX model: platform onnxruntime_onnx, or python backend running onnxruntime
+    ernie_seqcls_postprocess/     python backend: logits -> label_id, label, confidence
+    ernie_seqcls/                 ensemble: tokenizer -> model -> postprocess
+    ernie_tokencls_model/         the ONNX model, [batch, tokens, labels] logits
+    ernie_tokencls_postprocess/   python backend: logits, text, offsets, lengths -> entities (JSON)
+    ernie_tokencls/               ensemble: tokenizer -> model -> postprocess; entities and truncated
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from .errors import ErnieDeployError
 from .paths import atomic_path
-from .tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_STEP, TaskSpec, TensorSpec
+from .tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, TOKENIZER_STEP, TaskSpec, TensorSpec
 
 RUNTIMES = ("onnxruntime", "python")
 DEFAULT_MAX_BATCH_SIZE = 64
@@ -86,10 +90,9 @@ def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "
     return config
 
 
-def tokenizer_config(task: TaskSpec, model_inputs: list[TensorSpec], options: BuildOptions) -> mc.ModelConfig:
-    outputs = [TensorSpec(s.name, s.data_type, s.dims) for s in model_inputs] + list(task.postprocess_extra_inputs)
-    return _base(TOKENIZER_STEP, [TEXT_INPUT], outputs, options, backend="python",
-                 params={"tokenizer_file": "tokenizer.json", "max_seq_len": task.max_seq_len})
+def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
+    return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python",
+                 params={"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len})
 
 
 def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions) -> mc.ModelConfig:
@@ -102,21 +105,35 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions) -> mc.M
 
 def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
     inputs = [logits, *task.postprocess_extra_inputs]
-    return _base(task.postprocess_step, inputs, task.outputs, options, backend="python",
+    outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
+    return _base(task.postprocess_step, inputs, outputs, options, backend="python",
                  params={"labels_file": "labels.json"})
 
 
 def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
-    """Wire the steps by tensor name: every step output feeds the later step inputs of the same name."""
-    last = steps[-1]
-    config = _base(task.ensemble, [TEXT_INPUT], [_spec_of(o) for o in last.output], options,
+    """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
+    output of that name. A step output is mapped only where a later step or the caller reads it: Triton
+    rejects ensemble tensors that lead nowhere."""
+    produced: dict[str, TensorSpec] = {TEXT_INPUT.name: TEXT_INPUT}
+    for step in steps:
+        for tensor in step.input:
+            if tensor.name not in produced:
+                raise ErnieDeployError(f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, "
+                                       "which no earlier step produces")
+        produced.update({o.name: _spec_of(o) for o in step.output})
+    missing = [o.name for o in task.outputs if o.name not in produced]
+    if missing:
+        raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
+    read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
+    config = _base(task.ensemble, [TEXT_INPUT], [produced[o.name] for o in task.outputs], options,
                    platform="ensemble", batching=False)
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
         for tensor in step.input:
             entry.input_map[tensor.name] = tensor.name
         for tensor in step.output:
-            entry.output_map[tensor.name] = tensor.name
+            if tensor.name in read:
+                entry.output_map[tensor.name] = tensor.name
     return config
 
 
@@ -125,8 +142,10 @@ def _spec_of(tensor) -> TensorSpec:
     return TensorSpec(tensor.name, "BYTES" if name == "STRING" else name, tuple(tensor.dims))
 
 
-def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions) -> list[mc.ModelConfig]:
-    """All four configs for a task, derived from the ONNX file; names and dims are checked, not assumed."""
+def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
+                 tokenizer_step: str = TOKENIZER_STEP) -> list[mc.ModelConfig]:
+    """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
+    dims are checked, not assumed."""
     if options.runtime not in RUNTIMES:
         raise ErnieDeployError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
     inputs, outputs = onnx_signature(onnx_path)
@@ -137,10 +156,46 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions) -
             f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
             "convert with `ernie-deploy convert`, which names the tensors")
     by_name = {s.name: s for s in inputs}
+    tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
+    for name in MODEL_INPUTS:
+        if by_name[name].data_type != tokenized[name].data_type or len(by_name[name].dims) != 1:
+            raise ErnieDeployError(
+                f"{onnx_path}: input {name!r} is {by_name[name].data_type} with dims {list(by_name[name].dims)} "
+                f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
+                "export with int64 [batch, sequence] inputs (`ernie-deploy export`)")
+    expected_rank = {"seq_cls": 1, "token_cls": 2}.get(task.name)
+    if expected_rank and len(outputs[0].dims) != expected_rank:
+        raise ErnieDeployError(
+            f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
+            f"{task.name} ({'[classes]' if expected_rank == 1 else '[tokens, classes]'})",
+            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for")
     ordered = [by_name[n] for n in MODEL_INPUTS]
-    steps = [tokenizer_config(task, ordered, options), model_config(task, ordered, outputs, options),
-             postprocess_config(task, outputs[0], options)]
+    steps = [tokenizer_config(tokenizer_step, task.max_seq_len, options),
+             model_config(task, ordered, outputs, options), postprocess_config(task, outputs[0], options)]
     return steps + [ensemble_config(task, steps, options)]
+
+
+@dataclass(frozen=True)
+class TaskArtifacts:
+    """What `build` needs of one task: its spec, the converted model, the vocabulary and the label names."""
+
+    task: TaskSpec
+    onnx: Path
+    vocab_file: Path
+    labels: list[str]
+
+
+def tokenizer_steps(entries: list[TaskArtifacts]) -> dict[str, str]:
+    """task name -> tokenizer step name. Tasks with the same vocab.txt and max_seq_len share one tokenizer
+    model (real ERNIE 3.0 checkpoints of one size share a vocabulary); it is `ernie_tokenizer` when the
+    repository needs only one, else `<ensemble>_tokenizer` after the first task of each group."""
+    groups: dict[tuple[str, int], list[TaskSpec]] = {}
+    for entry in sorted(entries, key=lambda e: e.task.name):
+        key = (hashlib.sha256(Path(entry.vocab_file).read_bytes()).hexdigest(), entry.task.max_seq_len)
+        groups.setdefault(key, []).append(entry.task)
+    if len(groups) == 1:
+        return {e.task.name: TOKENIZER_STEP for e in entries}
+    return {task.name: f"{tasks[0].ensemble}_tokenizer" for tasks in groups.values() for task in tasks}
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -167,11 +222,11 @@ class TritonPythonModel(StepModel):
 def _python_step(config: mc.ModelConfig, task: TaskSpec) -> str | None:
     if config.backend != "python":
         return None
-    if config.name == TOKENIZER_STEP:
-        return "tokenizer"
     if config.name == task.model_step:
         return "onnx"
-    return f"{task.name}_postprocess"
+    if config.name == task.postprocess_step:
+        return f"{task.name}_postprocess"
+    return "tokenizer"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -179,30 +234,36 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def build(task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], repository: str | Path,
+def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
           options: BuildOptions = BuildOptions()) -> list[Path]:
-    """Write the task's four models into `repository`; returns the config paths written."""
+    """Write each task's models into `repository` (one tokenizer per vocabulary); returns the configs written."""
     from .tokenizer import save_tokenizer
 
+    entries = [entries] if isinstance(entries, TaskArtifacts) else list(entries)
+    if len({e.task.name for e in entries}) != len(entries):
+        raise ErnieDeployError("a task is listed twice", "build each task once")
     repository = Path(repository)
-    configs = task_configs(task, onnx_path, options)
+    tokenizers = tokenizer_steps(entries)
+    plans = [(e, task_configs(e.task, e.onnx, options, tokenizers[e.task.name])) for e in entries]
     written = []
-    for config in configs:
-        model_dir = repository / config.name
-        version_dir = model_dir / VERSION
-        version_dir.mkdir(parents=True, exist_ok=True)
-        write_text(model_dir / "config.pbtxt", render(config))
-        written.append(model_dir / "config.pbtxt")
-        step = _python_step(config, task)
-        if step:
-            write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
-        elif (version_dir / "model.py").exists():
-            (version_dir / "model.py").unlink()  # ORT runtime: the backend loads model.onnx alone
-    save_tokenizer(vocab_file, repository / TOKENIZER_STEP / VERSION / "tokenizer.json")
-    with atomic_path(repository / task.model_step / VERSION / "model.onnx", suffix=".onnx") as tmp:
-        shutil.copyfile(onnx_path, tmp)
-    write_text(repository / task.postprocess_step / VERSION / "labels.json",
-               json.dumps(labels, ensure_ascii=False, indent=2) + "\n")
+    for entry, configs in plans:
+        for config in configs:
+            model_dir = repository / config.name
+            version_dir = model_dir / VERSION
+            version_dir.mkdir(parents=True, exist_ok=True)
+            write_text(model_dir / "config.pbtxt", render(config))
+            if model_dir / "config.pbtxt" not in written:
+                written.append(model_dir / "config.pbtxt")
+            step = _python_step(config, entry.task)
+            if step:
+                write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
+            elif (version_dir / "model.py").exists():
+                (version_dir / "model.py").unlink()  # ORT runtime: the backend loads model.onnx alone
+        save_tokenizer(entry.vocab_file, repository / tokenizers[entry.task.name] / VERSION / "tokenizer.json")
+        with atomic_path(repository / entry.task.model_step / VERSION / "model.onnx", suffix=".onnx") as tmp:
+            shutil.copyfile(entry.onnx, tmp)
+        write_text(repository / entry.task.postprocess_step / VERSION / "labels.json",
+                   json.dumps(entry.labels, ensure_ascii=False, indent=2) + "\n")
     return written
 
 

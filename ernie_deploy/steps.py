@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ErnieDeployError
-from .tasks import LOGITS, MODEL_INPUTS
+from .tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
@@ -43,20 +43,30 @@ def decode_texts(array: np.ndarray) -> list[str]:
 
 
 class TokenizerStep:
-    """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64, padded to the longest text of the request."""
+    """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
+    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL (see tasks.TOKENIZER_OUTPUTS)."""
 
     def __init__(self, config: dict, version_dir: Path):
         from .tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
         self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
-        self.outputs = [o["name"] for o in config.get("output", [])] or list(MODEL_INPUTS)
+        self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
+        unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
+        if unknown:
+            raise ErnieDeployError(f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer "
+                                   "cannot produce", "rebuild the repository with `ernie-deploy build`")
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
         from .tokenizer import encode_batch
 
         encoded = encode_batch(self.tokenizer, decode_texts(inputs["text"]), self.max_seq_len)
-        return {name: getattr(encoded, name) for name in self.outputs}
+        out = {}
+        for name in self.outputs:
+            if requested is None or name in requested:
+                value = getattr(encoded, name)
+                out[name] = value.reshape(-1, 1) if value.ndim == 1 else value  # per-text scalars: [B, 1]
+        return out
 
 
 class OnnxStep:
@@ -84,10 +94,7 @@ class SeqClsPostprocess:
     """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
 
     def __init__(self, config: dict, version_dir: Path):
-        labels_file = Path(version_dir) / parameter(config, "labels_file", "labels.json")
-        if not labels_file.exists():
-            raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
-        self.labels = json.loads(labels_file.read_text(encoding="utf-8"))
+        self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         logits = inputs[LOGITS]
@@ -103,4 +110,36 @@ class SeqClsPostprocess:
         }
 
 
-STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess}
+class TokenClsPostprocess:
+    """logits [B, L, C], text [B, 1], offsets [B, L, 2], lengths [B, 1] -> entities [B, 1] BYTES: a JSON list of
+    {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from .entities import decode_entities, entities_to_json
+
+        logits, offsets = inputs[LOGITS], inputs["offsets"]
+        lengths = inputs["lengths"].reshape(-1)
+        if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
+            raise ErnieDeployError(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
+                                   f"{len(self.labels)}] for the labels in labels.json",
+                                   "rebuild the repository so labels.json comes from the same model")
+        if offsets.shape[:2] != logits.shape[:2]:
+            raise ErnieDeployError(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
+        texts = decode_texts(inputs["text"])
+        predicted = logits.argmax(axis=-1)  # one vectorised argmax for the batch; decoding is per text
+        entities = [entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
+                    for i, text in enumerate(texts)]
+        return {"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)}
+
+
+def _read_labels(labels_file: Path) -> list[str]:
+    if not labels_file.exists():
+        raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
+    return json.loads(labels_file.read_text(encoding="utf-8"))
+
+
+STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess,
+         "token_cls_postprocess": TokenClsPostprocess}

@@ -25,11 +25,13 @@ class TaskSpec:
     paddle_class: str  # paddlenlp.transformers class that carries the task head
     ensemble: str  # Triton model name of the ensemble users call
     metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
-    # What the postprocess step returns, and so what the ensemble returns.
+    # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
-    # Tokenizer outputs the postprocess needs besides the logits (e.g. character offsets).
+    # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
     postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     max_seq_len: int = 128
+    # The data split format: "tsv" (label<TAB>text) or "jsonl" ({"text", "labels"} per character).
+    split_format: str = "tsv"
 
     @property
     def model_step(self) -> str:
@@ -46,6 +48,16 @@ TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 # Inputs of the exported ERNIE graph; paddlenlp derives the attention mask from pad ids.
 MODEL_INPUTS = ("input_ids", "token_type_ids")
 LOGITS = "logits"
+# Everything the tokenizer step can return, per text. Fixed whatever tasks share the tokenizer, so that
+# rebuilding one task never takes away what another task's ensemble reads; each ensemble maps only the
+# tensors it uses, and the step computes only the outputs a request asks for.
+TOKENIZER_OUTPUTS = (
+    TensorSpec("input_ids", "INT64", (-1,)),
+    TensorSpec("token_type_ids", "INT64", (-1,)),
+    TensorSpec("offsets", "INT64", (-1, 2)),  # [start, end) of each token in the text, in characters
+    TensorSpec("lengths", "INT64", (1,)),  # real tokens, [CLS] and [SEP] included
+    TensorSpec("truncated", "BOOL", (1,)),  # the text had more tokens than max_seq_len
+)
 
 SEQ_CLS = TaskSpec(
     name="seq_cls",
@@ -60,7 +72,21 @@ SEQ_CLS = TaskSpec(
     ),
 )
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS,)}
+TOKEN_CLS = TaskSpec(
+    name="token_cls",
+    dataset="msra_ner",
+    paddle_class="ErnieForTokenClassification",
+    ensemble="ernie_tokencls",
+    metric="f1",
+    outputs=(
+        TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
+        TensorSpec("truncated", "BOOL", (1,)),  # entities past the truncation point are not found
+    ),
+    postprocess_extra_inputs=(TEXT_INPUT, TOKENIZER_OUTPUTS[2], TOKENIZER_OUTPUTS[3]),
+    split_format="jsonl",
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS)}
 
 
 def get_task(name: str) -> TaskSpec:

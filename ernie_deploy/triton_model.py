@@ -37,8 +37,13 @@ class StepModel:
         for request in requests:
             try:
                 inputs = {name: pb.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
-                outputs = self.impl(inputs)
-                tensors = [pb.Tensor(name, outputs[name]) for name in self.outputs]
+                # Compute and send only what the ensemble reads from this step (e.g. no offsets for seq_cls).
+                requested = set(request.requested_output_names()) or set(self.outputs)
+                if self.step == "tokenizer":
+                    outputs = self.impl(inputs, requested)
+                else:
+                    outputs = self.impl(inputs)
+                tensors = [pb.Tensor(name, outputs[name]) for name in self.outputs if name in requested]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except ErnieDeployError as exc:
                 # A bad request fails alone, with a message; the model and the server stay up.

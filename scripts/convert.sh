@@ -2,6 +2,7 @@
 # Checkpoint -> static model -> ONNX (parity-checked) -> Triton model repository in models/.
 #
 #   scripts/convert.sh                                   # every task, offline bootstrap checkpoints
+#   scripts/convert.sh --task token_cls                  # one task (repeatable)
 #   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
 #   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
@@ -16,11 +17,11 @@ while [ $# -gt 0 ]; do
     --sha256) sha_arg=(--sha256 "$2"); shift 2 ;;
     --runtime) runtime="$2"; shift 2 ;;
     --repository) repository="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#tasks[@]} -gt 0 ] || tasks=(seq_cls)
+[ ${#tasks[@]} -gt 0 ] || tasks=(seq_cls token_cls)
 if [ -n "$source_arg" ] && [ ${#tasks[@]} -ne 1 ]; then
   echo "convert.sh: --source needs exactly one --task" >&2; exit 2
 fi

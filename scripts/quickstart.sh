@@ -15,9 +15,11 @@ bash scripts/convert.sh "$@"
 done_stage "convert (scripts/convert.sh)"
 
 mkdir -p artifacts/reports
-stage "offline accuracy: Paddle and ONNX"
-ernie-deploy eval --task seq_cls --report artifacts/reports/seq_cls_offline.json
-done_stage "offline eval"
+for task in seq_cls token_cls; do
+  stage "offline $task score: Paddle and ONNX"
+  ernie-deploy eval --task "$task" --report "artifacts/reports/${task}_offline.json"
+  done_stage "offline eval $task"
+done
 
 stage "serve models/ (tritonserver on 127.0.0.1)"
 http_port=${HTTP_PORT:-8000} grpc_port=${GRPC_PORT:-8001} metrics_port=${METRICS_PORT:-8002}
@@ -37,7 +39,12 @@ done_stage "server start"
 
 stage "served accuracy over gRPC (clients/seq_cls_grpc_client.py)"
 python clients/seq_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --report artifacts/reports/seq_cls_served.json
-done_stage "served eval (gRPC client)"
+done_stage "served eval seq_cls (gRPC client)"
+
+stage "served entity F1 over gRPC (clients/token_cls_grpc_client.py)"
+python clients/token_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --report artifacts/reports/token_cls_served.json
+python clients/token_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --text "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
+done_stage "served eval token_cls (gRPC client)"
 
 stage "stop server"
 kill -TERM $server_pid; wait $server_pid 2>/dev/null || true; trap - EXIT
@@ -49,8 +56,10 @@ printf '%s\n' "${timings[@]}"
 printf '%-34s %4ds\n' "total" $((SECONDS - start_all))
 python - <<'PY'
 import json
-offline = json.load(open("artifacts/reports/seq_cls_offline.json"))
-served = json.load(open("artifacts/reports/seq_cls_served.json"))
-print(f"seq_cls accuracy  paddle {offline['paddle']['accuracy']:.4f}  onnx {offline['onnx']['accuracy']:.4f}"
-      f"  served {served['accuracy']:.4f}  (n={served['n']})")
+for task in ("seq_cls", "token_cls"):
+    offline = json.load(open(f"artifacts/reports/{task}_offline.json"))
+    served = json.load(open(f"artifacts/reports/{task}_served.json"))
+    metric = served["metric"]
+    print(f"{task:<9} {metric:<8} paddle {offline['paddle'][metric]:.4f}  onnx {offline['onnx'][metric]:.4f}"
+          f"  served {served[metric]:.4f}  (n={served['n']})")
 PY

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.tasks import SEQ_CLS
+from ernie_deploy.tasks import SEQ_CLS, TOKEN_CLS
 
 ROOT = Path(__file__).resolve().parents[1]
 THUCNEWS_LABELS = ["education", "entertainment", "finance", "game", "politics", "realty", "science", "society",
                    "sports", "stocks"]
+MSRA_LABELS = ["O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"]
 
 
 @dataclass
@@ -27,10 +28,11 @@ class Pipeline:
     data: Path | None
 
 
-def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0) -> Path:
-    """A random-init ERNIE classifier, small enough to export and convert in seconds."""
+def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0, task=SEQ_CLS) -> Path:
+    """A random-init ERNIE for the task, small enough to export and convert in seconds."""
     import paddle
-    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+    import paddlenlp.transformers as ppt
+    from paddlenlp.transformers import ErnieConfig
 
     paddle.seed(seed)
     chars = sorted(set("国足公布世预赛名单股市大涨新闻体育财经房产游戏教育科技社会娱乐时政中国美元亿"))
@@ -42,7 +44,7 @@ def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0) -> Pa
                          intermediate_size=64, max_position_embeddings=512, type_vocab_size=4,
                          num_labels=len(labels), id2label=dict(enumerate(labels)),
                          label2id={label: i for i, label in enumerate(labels)})
-    ErnieForSequenceClassification(config).save_pretrained(str(out))
+    getattr(ppt, task.paddle_class)(config).save_pretrained(str(out))
     return out
 
 
@@ -63,6 +65,12 @@ def tiny_pipeline(tmp_path_factory) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def tiny_token_pipeline(tmp_path_factory) -> Pipeline:
+    work = tmp_path_factory.mktemp("tiny_token")
+    return run_stages(TOKEN_CLS, make_tiny_checkpoint(work / "checkpoint", MSRA_LABELS, task=TOKEN_CLS), work)
+
+
+@pytest.fixture(scope="session")
 def thucnews() -> Path:
     from ernie_deploy.data import prepare
 
@@ -79,22 +87,40 @@ def seq_cls_pipeline(tmp_path_factory, thucnews) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
-def seq_cls_repository(tmp_path_factory, seq_cls_pipeline) -> Path:
-    from ernie_deploy.repository import BuildOptions, build
+def msra_ner() -> Path:
+    from ernie_deploy.data import prepare
+
+    return prepare("msra_ner")
+
+
+@pytest.fixture(scope="session")
+def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
+    """The bootstrap NER model (trained once, then cached) exported and converted."""
+    from ernie_deploy.bootstrap import train
+
+    work = tmp_path_factory.mktemp("token_cls")
+    return run_stages(TOKEN_CLS, train(TOKEN_CLS, msra_ner, progress=False), work, msra_ner)
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
+    """Both tasks built the way `scripts/convert.sh` builds models/ on a pip-only machine."""
+    from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
 
     repo = tmp_path_factory.mktemp("models")
-    p = seq_cls_pipeline
-    build(p.task, p.onnx, p.static.vocab_file, p.static.labels, repo, BuildOptions(runtime="python"))
+    entries = [TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
+               for p in (seq_cls_pipeline, token_cls_pipeline)]
+    build(entries, repo, BuildOptions(runtime="python"))
     return repo
 
 
 @pytest.fixture(scope="session")
-def seq_cls_server(seq_cls_repository, tmp_path_factory):
-    """A real tritonserver on 127.0.0.1 (free ports) serving the seq_cls repository."""
+def server(repository, tmp_path_factory):
+    """A real tritonserver on 127.0.0.1 (free ports) serving both tasks."""
     from ernie_deploy.serve import TritonServer
 
     log = tmp_path_factory.mktemp("server") / "server.log"
-    server = TritonServer(seq_cls_repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log)
+    server = TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log)
     server.start(timeout=180)
     yield server
     server.stop()

@@ -27,6 +27,7 @@ TINY = {
     "learning_rate": 3e-3,
     "eval_batch_size": 64,
     "token_dropout": 0.1,
+    "vocab_datasets": [],  # the synthetic train split alone
 }
 
 # Synthetic 3-class titles: a class keyword among filler characters, with some Latin and digits.

@@ -1,55 +1,86 @@
-"""End to end on a real tritonserver over real gRPC: the served accuracy equals Paddle-native accuracy."""
+"""End to end on a real tritonserver over real gRPC: the served score equals the Paddle-native score, per task."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from ernie_deploy.client import Client
+from ernie_deploy.data import split_file
 from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.tasks import SEQ_CLS
+from ernie_deploy.tasks import SEQ_CLS, TOKEN_CLS
 
 from .conftest import ROOT, load_baseline
 
 pytestmark = pytest.mark.integration
 
+CLIENTS = {"seq_cls": "seq_cls_grpc_client.py", "token_cls": "token_cls_grpc_client.py"}
+TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000}
 
-@pytest.fixture(scope="module")
-def offline_scores(seq_cls_pipeline):
+
+@pytest.fixture(scope="module", params=["seq_cls", "token_cls"])
+def task_run(request):
+    """(pipeline, offline scores) of one task; the pipeline fixture trains or loads the cached bootstrap."""
     from ernie_deploy.evaluate import evaluate
 
-    p = seq_cls_pipeline
-    return evaluate(SEQ_CLS, p.static, p.onnx, p.data / "test.tsv")
+    pipeline = request.getfixturevalue(f"{request.param}_pipeline")
+    test = split_file(pipeline.data, "test", pipeline.task.split_format)
+    return pipeline, test, evaluate(pipeline.task, pipeline.static, pipeline.onnx, test)
 
 
-def test_offline_onnx_accuracy_equals_paddle(offline_scores):
-    assert abs(offline_scores["onnx"]["accuracy"] - offline_scores["paddle"]["accuracy"]) <= 0.001
+def test_offline_onnx_score_equals_paddle(task_run):
+    pipeline, _, scores = task_run
+    metric = pipeline.task.metric
+    assert abs(scores["onnx"][metric] - scores["paddle"][metric]) <= 0.001, scores
 
 
-def test_served_accuracy_equals_paddle_and_beats_baseline(seq_cls_server, seq_cls_pipeline, offline_scores, tmp_path):
+def test_served_score_equals_paddle_and_beats_baseline(task_run, server, tmp_path):
+    pipeline, test, scores = task_run
+    task = pipeline.task
     report = tmp_path / "served.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "clients" / "seq_cls_grpc_client.py"), "--url", seq_cls_server.grpc_url,
-         "--data", str(seq_cls_pipeline.data / "test.tsv"), "--report", str(report)],
-        capture_output=True, text=True, timeout=600)
+        [sys.executable, str(ROOT / "clients" / CLIENTS[task.name]), "--url", server.grpc_url,
+         "--data", str(test), "--report", str(report)],
+        capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("accuracy: ") and last.endswith("(n=1000)"), last
+    assert last.startswith(f"{task.metric}: ") and last.endswith(f"(n={TEST_SIZE[task.name]})"), last
     served = float(last.split()[1])
-    paddle = offline_scores["paddle"]["accuracy"]
+    assert served == pytest.approx(json.loads(report.read_text())[task.metric], abs=1e-4)
+    paddle = scores["paddle"][task.metric]
     assert abs(served - paddle) <= 0.001, f"served {served} vs paddle {paddle}"
-    baseline = load_baseline("seq_cls")
-    assert served >= baseline["min_accuracy"], f"served {served} fell below the baseline {baseline['min_accuracy']}"
+    baseline = load_baseline(task.name)
+    assert served >= baseline[f"min_{task.metric}"], f"served {served} fell below the baseline {baseline}"
 
 
-def test_server_answers_bad_input_with_an_error_and_stays_up(seq_cls_server):
-    with Client(SEQ_CLS, seq_cls_server.grpc_url) as client:
-        with pytest.raises(ErnieDeployError, match="text 1 is empty"):
-            client.infer(["国足公布世预赛名单", ""])
-        out = client.infer(["国足公布世预赛名单"])
-        assert out["label"].shape == (1, 1)
+def test_served_entities_point_into_the_text(server, token_cls_pipeline):
+    from ernie_deploy.evaluate import onnx_predictions
+
+    texts = ["新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。", "张三2008年在上海 iPhone 店工作",
+             "王" * 400]  # the last one is cut by max_seq_len: no entity may run past what was seen
+    with Client(TOKEN_CLS, server.grpc_url) as client:
+        out = client.infer(texts)
+        entities = client.predict(texts, progress=False)
+    assert out["truncated"][:, 0].tolist() == [False, False, True]
+    p = token_cls_pipeline
+    assert entities == onnx_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts)
+    assert entities[0], "the bootstrap model finds entities in a plain news sentence"
+    for text, found in zip(texts, entities):
+        for e in found:
+            assert 0 <= e["start"] < e["end"] <= len(text) and text[e["start"]:e["end"]] == e["text"], e
+    assert all(e["end"] <= TOKEN_CLS.max_seq_len - 2 for e in entities[2])
+
+
+def test_server_answers_bad_input_with_an_error_and_stays_up(server):
+    for task in (SEQ_CLS, TOKEN_CLS):
+        with Client(task, server.grpc_url) as client:
+            with pytest.raises(ErnieDeployError, match="text 1 is empty"):
+                client.infer(["国足公布世预赛名单", ""])
+            out = client.infer(["国足公布世预赛名单"])
+            assert all(out[o.name].shape == (1, 1) for o in task.outputs)
 
 
 def test_client_names_a_missing_server():

@@ -7,8 +7,9 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.repository import BuildOptions, build, onnx_signature, parse, render, task_configs
-from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKENIZER_STEP
+from ernie_deploy.repository import (BuildOptions, TaskArtifacts, build, onnx_signature, parse, render,
+                                     task_configs)
+from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 from .conftest import ROOT
 
@@ -67,9 +68,12 @@ def test_onnx_whose_names_disagree_is_rejected(tiny_pipeline, tmp_path):
         task_configs(SEQ_CLS, bad, BuildOptions())
 
 
+def _artifacts(p, vocab_file=None) -> TaskArtifacts:
+    return TaskArtifacts(p.task, p.onnx, vocab_file or p.static.vocab_file, p.static.labels)
+
+
 def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
-    p = tiny_pipeline
-    build(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, tmp_path, BuildOptions(runtime="onnxruntime"))
+    build(_artifacts(tiny_pipeline), tmp_path, BuildOptions(runtime="onnxruntime"))
     assert (tmp_path / SEQ_CLS.model_step / "1" / "model.onnx").exists()
     assert not (tmp_path / SEQ_CLS.model_step / "1" / "model.py").exists()
     assert (tmp_path / TOKENIZER_STEP / "1" / "tokenizer.json").exists()
@@ -77,13 +81,60 @@ def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
     assert not list(tmp_path.rglob("*.tmp")), "temporary files left behind"
 
 
+def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline):
+    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())
+    assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
+    assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths"}
+    assert [o.name for o in post.output] == ["entities"]
+    assert [(o.name, o.data_type) for o in ensemble.output] == [("entities", mc.TYPE_STRING), ("truncated", mc.TYPE_BOOL)]
+    tokenizer_step = ensemble.ensemble_scheduling.step[0]
+    assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "offsets", "lengths", "truncated"}
+    assert parse(render(tokenizer)) == tokenizer
+
+
+def test_logits_rank_must_fit_the_task(tiny_pipeline, tiny_token_pipeline):
+    with pytest.raises(ErnieDeployError, match="does not fit task token_cls"):
+        task_configs(TOKEN_CLS, tiny_pipeline.onnx, BuildOptions())
+    with pytest.raises(ErnieDeployError, match="does not fit task seq_cls"):
+        task_configs(SEQ_CLS, tiny_token_pipeline.onnx, BuildOptions())
+
+
+def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
+    ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())[-1]
+    tokenizer_step = ensemble.ensemble_scheduling.step[0]
+    assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids"}
+
+
+def test_tasks_with_one_vocabulary_share_one_tokenizer(tiny_pipeline, tiny_token_pipeline, tmp_path):
+    build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)], tmp_path)
+    models = sorted(p.name for p in tmp_path.iterdir())
+    assert models == sorted([TOKENIZER_STEP, SEQ_CLS.ensemble, SEQ_CLS.model_step, SEQ_CLS.postprocess_step,
+                             TOKEN_CLS.ensemble, TOKEN_CLS.model_step, TOKEN_CLS.postprocess_step])
+    for task in (SEQ_CLS, TOKEN_CLS):
+        ensemble = parse((tmp_path / task.ensemble / "config.pbtxt").read_text())
+        assert ensemble.ensemble_scheduling.step[0].model_name == TOKENIZER_STEP
+
+
+def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, tiny_token_pipeline, tmp_path):
+    other_vocab = tmp_path / "vocab.txt"
+    other_vocab.write_text(tiny_token_pipeline.static.vocab_file.read_text() + "新词\n", encoding="utf-8")
+    repo = tmp_path / "models"
+    build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline, other_vocab)], repo)
+    steps = {task.name: parse((repo / task.ensemble / "config.pbtxt").read_text()).ensemble_scheduling.step[0]
+             for task in (SEQ_CLS, TOKEN_CLS)}
+    assert steps["seq_cls"].model_name != steps["token_cls"].model_name
+    for step in steps.values():
+        assert (repo / step.model_name / "1" / "tokenizer.json").exists()
+    assert not (repo / TOKENIZER_STEP).exists()
+
+
 @pytest.mark.integration
-def test_checked_in_repository_is_what_build_generates(seq_cls_repository):
+def test_checked_in_repository_is_what_build_generates(repository):
     """models/ in git must be exactly what `ernie-deploy build --runtime python` writes for the real model."""
     checked_in = sorted(p.relative_to(ROOT / "models") for p in (ROOT / "models").rglob("*")
                         if p.name in ("config.pbtxt", "model.py"))
-    generated = sorted(p.relative_to(seq_cls_repository) for p in seq_cls_repository.rglob("*")
+    generated = sorted(p.relative_to(repository) for p in repository.rglob("*")
                        if p.name in ("config.pbtxt", "model.py"))
     assert checked_in == generated
     for rel in generated:
-        assert (ROOT / "models" / rel).read_text() == (seq_cls_repository / rel).read_text(), rel
+        assert (ROOT / "models" / rel).read_text() == (repository / rel).read_text(), rel

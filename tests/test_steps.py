@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.steps import OnnxStep, SeqClsPostprocess, TokenizerStep, decode_texts
+from ernie_deploy.steps import OnnxStep, SeqClsPostprocess, TokenClsPostprocess, TokenizerStep, decode_texts
 
 
 def _texts(*items):
@@ -73,3 +73,43 @@ def test_onnx_step_rejects_wrong_dtype(step_dirs):
     model = OnnxStep({}, step_dirs)
     with pytest.raises(ErnieDeployError, match="expected int64"):
         model({"input_ids": np.ones((1, 4), np.int32), "token_type_ids": np.zeros((1, 4), np.int64)})
+
+
+@pytest.fixture
+def token_step_dirs(tiny_token_pipeline, tmp_path):
+    from ernie_deploy.tokenizer import save_tokenizer
+
+    save_tokenizer(tiny_token_pipeline.static.vocab_file, tmp_path / "tokenizer.json")
+    (tmp_path / "labels.json").write_text(json.dumps(tiny_token_pipeline.static.labels))
+    (tmp_path / "model.onnx").write_bytes(tiny_token_pipeline.onnx.read_bytes())
+    return tmp_path
+
+
+def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
+    from ernie_deploy.entities import entities_from_json
+
+    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, token_step_dirs)
+    model, post = OnnxStep({}, token_step_dirs), TokenClsPostprocess({}, token_step_dirs)
+    texts = _texts("国足公布世预赛名单", "中国 abc123 股市大涨" * 5)
+    tokens = tokenizer({"text": texts})
+    assert tokens["offsets"].shape == (*tokens["input_ids"].shape, 2) and tokens["truncated"][:, 0].tolist() == [False, True]
+    logits = model(tokens)["logits"]
+    assert logits.shape == (*tokens["input_ids"].shape, 7)
+    # A random model labels most tokens; force an entity through every real token to test the boundaries.
+    forced = np.zeros_like(logits)
+    forced[..., 3] = 1.0  # B-PER everywhere: one single-token entity per real token
+    out = post({"logits": forced, "text": texts, "offsets": tokens["offsets"], "lengths": tokens["lengths"]})
+    assert out["entities"].shape == (2, 1)
+    for row, raw in enumerate(out["entities"][:, 0]):
+        text = texts[row, 0].decode()
+        found = entities_from_json(raw)
+        assert len(found) == int(tokens["lengths"][row, 0]) - 2  # [CLS]/[SEP]/padding never become entities
+        assert all(text[e["start"]:e["end"]] == e["text"] and e["type"] == "PER" for e in found)
+        assert max(e["end"] for e in found) <= len(text)
+
+
+def test_token_postprocess_rejects_logits_that_do_not_fit(token_step_dirs):
+    post = TokenClsPostprocess({}, token_step_dirs)
+    with pytest.raises(ErnieDeployError, match="expected \\[batch, tokens, 7\\]"):
+        post({"logits": np.zeros((1, 3), np.float32), "text": _texts("中国"), "offsets": np.zeros((1, 3, 2), np.int64),
+              "lengths": np.array([[3]], np.int64)})
