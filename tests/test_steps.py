@@ -15,14 +15,19 @@ def _texts(*items):
     return np.array([t if isinstance(t, bytes) else t.encode("utf-8") for t in items], dtype=np.object_).reshape(-1, 1)
 
 
-@pytest.fixture
-def step_dirs(tiny_pipeline, tmp_path):
+def _step_files(pipeline, folder):
+    """What `build` puts in the version folders of a pipeline's python models, all in one folder."""
     from ernie_deploy.tokenizer import save_tokenizer
 
-    save_tokenizer(tiny_pipeline.static.vocab_file, tmp_path / "tokenizer.json")
-    (tmp_path / "labels.json").write_text(json.dumps(tiny_pipeline.static.labels))
-    (tmp_path / "model.onnx").write_bytes(tiny_pipeline.onnx.read_bytes())
-    return tmp_path
+    save_tokenizer(pipeline.static.vocab_file, folder / "tokenizer.json")
+    (folder / "labels.json").write_text(json.dumps(pipeline.static.labels))
+    (folder / "model.onnx").write_bytes(pipeline.onnx.read_bytes())
+    return folder
+
+
+@pytest.fixture
+def step_dirs(tiny_pipeline, tmp_path):
+    return _step_files(tiny_pipeline, tmp_path)
 
 
 def test_tokenizer_onnx_postprocess_chain(step_dirs, tiny_pipeline):
@@ -77,12 +82,7 @@ def test_onnx_step_rejects_wrong_dtype(step_dirs):
 
 @pytest.fixture
 def token_step_dirs(tiny_token_pipeline, tmp_path):
-    from ernie_deploy.tokenizer import save_tokenizer
-
-    save_tokenizer(tiny_token_pipeline.static.vocab_file, tmp_path / "tokenizer.json")
-    (tmp_path / "labels.json").write_text(json.dumps(tiny_token_pipeline.static.labels))
-    (tmp_path / "model.onnx").write_bytes(tiny_token_pipeline.onnx.read_bytes())
-    return tmp_path
+    return _step_files(tiny_token_pipeline, tmp_path)
 
 
 def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
