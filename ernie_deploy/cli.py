@@ -102,7 +102,9 @@ def cmd_build(args) -> None:
         static = StaticModel.load(args.static or _default("static", task.name))
         onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
         entries.append(TaskArtifacts(task, onnx_path, static.vocab_file, static.labels))
-    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances)
+    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances,
+                           max_queue_delay_us=args.max_queue_delay_us, ort_threads=args.ort_threads,
+                           classic=args.classic)
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")
@@ -180,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tritonserver", help="the server binary `auto` inspects")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instances", type=int, default=1, help="instances per step (KIND_CPU)")
+    p.add_argument("--max-queue-delay-us", type=int, default=0,
+                   help="dynamic batcher queue delay; 0 adds no latency to a lone request")
+    p.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: all cores)")
+    p.add_argument("--classic", action="store_true",
+                   help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
+                        "no dynamic batching, one instance")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("serve", help="run tritonserver on a model repository (127.0.0.1 by default)")

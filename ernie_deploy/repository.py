@@ -36,6 +36,14 @@ class BuildOptions:
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     instances: int = 1
     max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
+    ort_threads: int = 0  # onnxruntime intra-op threads of the model step; 0: onnxruntime's default (all cores)
+    # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
+    # every text padded to max_seq_len, no dynamic batching, one instance per step.
+    classic: bool = False
+
+    @property
+    def batching(self) -> bool:
+        return not self.classic
 
 
 # -- ONNX signature ---------------------------------------------------------------------------------
@@ -77,30 +85,42 @@ def _tensor(message, spec: TensorSpec):
 def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "", platform: str = "",
           batching: bool = True, params: dict | None = None) -> mc.ModelConfig:
     config = mc.ModelConfig(name=name, backend=backend, platform=platform, max_batch_size=options.max_batch_size)
+    batching = batching and options.batching
     for spec in inputs:
-        _tensor(config.input.add(), spec)
+        tensor = _tensor(config.input.add(), spec)
+        # Triton's batcher merges only requests whose shapes match, so texts of different lengths would
+        # never share a batch. A python step reads each request on its own (and pads them together in
+        # ernie_deploy.steps), so it can take them ragged.
+        tensor.allow_ragged_batch = batching and backend == "python" and -1 in spec.dims
     for spec in outputs:
         _tensor(config.output.add(), spec)
     if batching:
         config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
     if platform != "ensemble":
-        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=options.instances)
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1 if options.classic else options.instances)
     for key, value in (params or {}).items():
         config.parameters[key].string_value = str(value)
     return config
 
 
 def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
-    return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python",
-                 params={"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len})
+    params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
+    if options.classic:
+        params["padding"] = "max_length"
+    return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
 
 
-def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions) -> mc.ModelConfig:
+def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
     if options.runtime == "onnxruntime":
-        config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx")
+        # The ORT backend's own parameter names; 0 leaves onnxruntime's default.
+        params = {"intra_op_thread_count": options.ort_threads} if options.ort_threads else None
+        config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
         config.default_model_filename = "model.onnx"
         return config
-    return _base(task.model_step, inputs, outputs, options, backend="python", params={"model_file": "model.onnx"})
+    params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
+    if options.ort_threads:
+        params["intra_op_threads"] = options.ort_threads
+    return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
 
 
 def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
@@ -143,7 +163,7 @@ def _spec_of(tensor) -> TensorSpec:
 
 
 def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
-                 tokenizer_step: str = TOKENIZER_STEP) -> list[mc.ModelConfig]:
+                 tokenizer_step: str = TOKENIZER_STEP, pad_token_id: int = 0) -> list[mc.ModelConfig]:
     """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
     dims are checked, not assumed."""
     if options.runtime not in RUNTIMES:
@@ -171,7 +191,7 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
             f"export the checkpoint with --task {task.name}, or pick the task the model was trained for")
     ordered = [by_name[n] for n in MODEL_INPUTS]
     steps = [tokenizer_config(tokenizer_step, task.max_seq_len, options),
-             model_config(task, ordered, outputs, options), postprocess_config(task, outputs[0], options)]
+             model_config(task, ordered, outputs, options, pad_token_id), postprocess_config(task, outputs[0], options)]
     return steps + [ensemble_config(task, steps, options)]
 
 
@@ -196,6 +216,13 @@ def tokenizer_steps(entries: list[TaskArtifacts]) -> dict[str, str]:
     if len(groups) == 1:
         return {e.task.name: TOKENIZER_STEP for e in entries}
     return {task.name: f"{tasks[0].ensemble}_tokenizer" for tasks in groups.values() for task in tasks}
+
+
+def pad_token_id(vocab_file: str | Path) -> int:
+    """The id the tokenizer pads with, which the python model step must pad with too."""
+    from .tokenizer import PAD, read_vocab
+
+    return read_vocab(vocab_file)[PAD]
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -244,7 +271,8 @@ def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
         raise ErnieDeployError("a task is listed twice", "build each task once")
     repository = Path(repository)
     tokenizers = tokenizer_steps(entries)
-    plans = [(e, task_configs(e.task, e.onnx, options, tokenizers[e.task.name])) for e in entries]
+    plans = [(e, task_configs(e.task, e.onnx, options, tokenizers[e.task.name], pad_token_id(e.vocab_file)))
+             for e in entries]
     written = []
     for entry, configs in plans:
         for config in configs:

@@ -42,7 +42,53 @@ def decode_texts(array: np.ndarray) -> list[str]:
     return texts
 
 
-class TokenizerStep:
+class Step:
+    """A serving step. Triton hands a python model every request its dynamic batcher merged into one
+    `execute`; a step checks each request alone (a bad one fails with its own message, the rest go on)
+    and then runs all the good ones as ONE batch: one tokenizer call, one onnxruntime run. That merged
+    run, not a loop per request, is what makes dynamic batching pay off in a python backend."""
+
+    def check(self, inputs: dict[str, np.ndarray]):
+        """Validate and unpack one request; raise ErnieDeployError naming what is wrong with it."""
+        return inputs
+
+    def run(self, items: list, requested: set[str] | None) -> list[dict[str, np.ndarray]]:
+        """The checked requests -> their outputs, in order; `requested`: the outputs anyone reads (None: all)."""
+        raise NotImplementedError
+
+    def run_requests(self, requests: list[dict[str, np.ndarray]],
+                     requested: set[str] | None = None) -> list[dict[str, np.ndarray] | ErnieDeployError]:
+        results: list = [None] * len(requests)
+        good, items = [], []
+        for i, inputs in enumerate(requests):
+            try:
+                items.append(self.check(inputs))
+                good.append(i)
+            except ErnieDeployError as exc:
+                results[i] = exc
+        if items:
+            try:
+                outputs = self.run(items, requested)
+            except ErnieDeployError as exc:  # a fault of the model, not of one request: every request hears it
+                outputs = [exc] * len(items)
+            for i, out in zip(good, outputs):
+                results[i] = out
+        return results
+
+    def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
+        """One request, as a plain function (tests, offline use)."""
+        result = self.run_requests([inputs], requested)[0]
+        if isinstance(result, ErnieDeployError):
+            raise result
+        return result
+
+
+def _split_rows(counts: list[int]) -> list[slice]:
+    bounds = np.cumsum([0, *counts])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class TokenizerStep(Step):
     """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
     offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL (see tasks.TOKENIZER_OUTPUTS)."""
 
@@ -51,37 +97,83 @@ class TokenizerStep:
 
         self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
         self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
+        self.pad_to_max = parameter(config, "padding", "longest") == "max_length"
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
         unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
         if unknown:
             raise ErnieDeployError(f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer "
                                    "cannot produce", "rebuild the repository with `ernie-deploy build`")
 
-    def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
+    def check(self, inputs):
+        return decode_texts(inputs["text"])
+
+    def run(self, items: list[list[str]], requested=None) -> list[dict[str, np.ndarray]]:
         from .tokenizer import encode_batch
 
-        encoded = encode_batch(self.tokenizer, decode_texts(inputs["text"]), self.max_seq_len)
-        out = {}
-        for name in self.outputs:
-            if requested is None or name in requested:
-                value = getattr(encoded, name)
+        enc = encode_batch(self.tokenizer, [t for texts in items for t in texts], self.max_seq_len,
+                           pad_to_max=self.pad_to_max)
+        names = [n for n in self.outputs if requested is None or n in requested]
+        results = []
+        for rows in _split_rows([len(texts) for texts in items]):
+            # Each request gets its own width (its longest text), whatever it was tokenized with: a response
+            # never depends on which other requests shared the batch.
+            width = enc.input_ids.shape[1] if self.pad_to_max else int(enc.lengths[rows].max())
+            out = {}
+            for name in names:
+                value = getattr(enc, name)[rows]
+                if name in ("input_ids", "token_type_ids", "offsets"):
+                    value = np.ascontiguousarray(value[:, :width])
                 out[name] = value.reshape(-1, 1) if value.ndim == 1 else value  # per-text scalars: [B, 1]
-        return out
+            results.append(out)
+        return results
 
 
-class OnnxStep:
-    """input_ids, token_type_ids -> logits with onnxruntime: the model step on servers without the ORT backend."""
+class OnnxStep(Step):
+    """input_ids, token_type_ids -> logits with onnxruntime: the model step on servers without the ORT backend.
+
+    Requests of different lengths are padded to the longest of the merged batch (with the vocabulary's pad
+    id, which the exported model masks out) and run at once; per-token logits are cut back to each
+    request's own length."""
 
     def __init__(self, config: dict, version_dir: Path):
         from .runtime import OnnxModel
 
-        self.model = OnnxModel(Path(version_dir) / parameter(config, "model_file", "model.onnx"))
+        threads = int(parameter(config, "intra_op_threads", "0"))
+        self.model = OnnxModel(Path(version_dir) / parameter(config, "model_file", "model.onnx"),
+                               intra_op_threads=threads or None)
+        self.pad_id = int(parameter(config, "pad_token_id", "0"))
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def check(self, inputs):
         for name in MODEL_INPUTS:
             if inputs[name].dtype != np.int64:
-                raise ErnieDeployError(f"input {name!r} has dtype {inputs[name].dtype}; expected int64")
-        return {LOGITS: self.model(inputs["input_ids"], inputs["token_type_ids"])}
+                raise ErnieDeployError(f"input {name!r} has dtype {inputs[name].dtype}; expected int64",
+                                       "send token ids as INT64")
+        ids, types = inputs["input_ids"], inputs["token_type_ids"]
+        if ids.ndim != 2 or ids.shape != types.shape:
+            raise ErnieDeployError(f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
+                                   "the same [batch, tokens] shape")
+        return ids, types
+
+    def run(self, items, requested=None):
+        if len(items) == 1:
+            return [{LOGITS: self.model(*items[0])}]
+        width = max(ids.shape[1] for ids, _ in items)
+        ids = np.concatenate([_pad(ids, width, self.pad_id) for ids, _ in items])
+        types = np.concatenate([_pad(types, width, 0) for _, types in items])
+        logits = self.model(ids, types)
+        results = []
+        for rows, (own, _) in zip(_split_rows([len(i) for i, _ in items]), items):
+            part = logits[rows]
+            if part.ndim == 3:  # per-token logits: back to this request's length
+                part = part[:, :own.shape[1]]
+            results.append({LOGITS: np.ascontiguousarray(part)})
+        return results
+
+
+def _pad(array: np.ndarray, width: int, value: int) -> np.ndarray:
+    if array.shape[1] == width:
+        return array
+    return np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=value)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -90,49 +182,56 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=-1, keepdims=True)
 
 
-class SeqClsPostprocess:
+class SeqClsPostprocess(Step):
     """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        self._names = np.array([label.encode("utf-8") for label in self.labels], dtype=np.object_)
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def check(self, inputs):
         logits = inputs[LOGITS]
-        if logits.shape[-1] != len(self.labels):
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
             raise ErnieDeployError(f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
                                    "rebuild the repository so labels.json comes from the same model")
-        probs = softmax(logits.astype(np.float32))
+        return logits
+
+    def run(self, items, requested=None):
+        probs = softmax(np.concatenate(items).astype(np.float32))
         ids = probs.argmax(axis=-1)
-        return {
-            "label_id": ids.astype(np.int64).reshape(-1, 1),
-            "label": np.array([self.labels[i].encode("utf-8") for i in ids], dtype=np.object_).reshape(-1, 1),
-            "confidence": probs.max(axis=-1).astype(np.float32).reshape(-1, 1),
-        }
+        label_id = ids.astype(np.int64).reshape(-1, 1)
+        label = self._names[ids].reshape(-1, 1)
+        confidence = probs.max(axis=-1).astype(np.float32).reshape(-1, 1)
+        return [{"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
+                for rows in _split_rows([len(i) for i in items])]
 
 
-class TokenClsPostprocess:
+class TokenClsPostprocess(Step):
     """logits [B, L, C], text [B, 1], offsets [B, L, 2], lengths [B, 1] -> entities [B, 1] BYTES: a JSON list of
     {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from .entities import decode_entities, entities_to_json
-
+    def check(self, inputs):
         logits, offsets = inputs[LOGITS], inputs["offsets"]
-        lengths = inputs["lengths"].reshape(-1)
         if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
             raise ErnieDeployError(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
                                    f"{len(self.labels)}] for the labels in labels.json",
                                    "rebuild the repository so labels.json comes from the same model")
         if offsets.shape[:2] != logits.shape[:2]:
             raise ErnieDeployError(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
-        texts = decode_texts(inputs["text"])
-        predicted = logits.argmax(axis=-1)  # one vectorised argmax for the batch; decoding is per text
-        entities = [entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
-                    for i, text in enumerate(texts)]
-        return {"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)}
+        return decode_texts(inputs["text"]), logits.argmax(axis=-1), offsets, inputs["lengths"].reshape(-1)
+
+    def run(self, items, requested=None):
+        from .entities import decode_entities, entities_to_json
+
+        results = []
+        for texts, predicted, offsets, lengths in items:  # decoding walks each text's spans
+            entities = [entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
+                        for i, text in enumerate(texts)]
+            results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
+        return results
 
 
 def _read_labels(labels_file: Path) -> list[str]:

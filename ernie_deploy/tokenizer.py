@@ -277,8 +277,11 @@ def _configure(tokenizer: Tokenizer, max_seq_len: int) -> None:
         tokenizer.no_padding()
 
 
-def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int) -> Encoded:
-    """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`."""
+def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *, pad_to_max: bool = False) -> Encoded:
+    """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`.
+
+    pad_to_max: pad every row to max_seq_len instead of to the longest text (the fixed-shape layout of
+    pipelines without dynamic batching; kept for comparison, it costs compute on short texts)."""
     if max_seq_len < 2:
         raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
     texts = list(texts)
@@ -299,6 +302,8 @@ def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int) -
     ids = [e.ids for e in encodings]
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=batch)
     width, total = (int(lengths.max()), int(lengths.sum())) if batch else (0, 0)
+    if pad_to_max:
+        width = max_seq_len
     real = np.arange(width) < lengths[:, None]
     pad_id = tokenizer.token_to_id(PAD)
     input_ids = np.full((batch, width), pad_id if pad_id is not None else 0, dtype=np.int64)

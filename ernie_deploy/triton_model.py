@@ -33,19 +33,19 @@ class StepModel:
 
     def execute(self, requests):
         pb = self.pb
-        responses = []
+        inputs, wanted = [], []
         for request in requests:
-            try:
-                inputs = {name: pb.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
-                # Compute and send only what the ensemble reads from this step (e.g. no offsets for seq_cls).
-                requested = set(request.requested_output_names()) or set(self.outputs)
-                if self.step == "tokenizer":
-                    outputs = self.impl(inputs, requested)
-                else:
-                    outputs = self.impl(inputs)
-                tensors = [pb.Tensor(name, outputs[name]) for name in self.outputs if name in requested]
+            inputs.append({name: pb.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs})
+            # Compute and send only what the ensemble reads from this step (e.g. no offsets for seq_cls).
+            wanted.append(set(request.requested_output_names()) or set(self.outputs))
+        # All requests of this execute run as one batch; a bad request fails alone, with its message,
+        # and the model and the server stay up.
+        results = self.impl.run_requests(inputs, set().union(*wanted))
+        responses = []
+        for result, names in zip(results, wanted):
+            if isinstance(result, ErnieDeployError):
+                responses.append(pb.InferenceResponse(error=pb.TritonError(str(result))))
+            else:
+                tensors = [pb.Tensor(name, result[name]) for name in self.outputs if name in names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
-            except ErnieDeployError as exc:
-                # A bad request fails alone, with a message; the model and the server stay up.
-                responses.append(pb.InferenceResponse(error=pb.TritonError(str(exc))))
         return responses

@@ -40,7 +40,9 @@ def test_both_runtimes_share_tensor_names(tiny_pipeline):
     python = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="python"))[1]
     ort = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
     assert python.backend == "python" and ort.platform == "onnxruntime_onnx"
-    assert list(python.input) == list(ort.input) and list(python.output) == list(ort.output)
+    same = [(t.name, t.data_type, list(t.dims)) for t in python.input]
+    assert same == [(t.name, t.data_type, list(t.dims)) for t in ort.input]
+    assert list(python.output) == list(ort.output)
 
 
 def test_ensemble_wires_every_step_input(tiny_pipeline):
@@ -138,3 +140,28 @@ def test_checked_in_repository_is_what_build_generates(repository):
     assert checked_in == generated
     for rel in generated:
         assert (ROOT / "models" / rel).read_text() == (repository / rel).read_text(), rel
+
+
+def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_token_pipeline):
+    tokenizer, model, post, _ = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(), pad_token_id=3)
+    assert [i.allow_ragged_batch for i in model.input] == [True, True]
+    assert {i.name: i.allow_ragged_batch for i in post.input} == {LOGITS: True, "text": False, "offsets": True,
+                                                                   "lengths": False}
+    assert model.parameters["pad_token_id"].string_value == "3"
+    ort_model = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
+    assert not any(i.allow_ragged_batch for i in ort_model.input), "the ORT backend cannot take ragged inputs"
+
+
+def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeline):
+    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(classic=True, instances=4))
+    assert configs[0].parameters["padding"].string_value == "max_length"
+    assert not any(c.HasField("dynamic_batching") for c in configs)
+    assert all(g.count == 1 for c in configs for g in c.instance_group)
+    assert not any(i.allow_ragged_batch for c in configs for i in c.input)
+
+
+def test_ort_threads_reach_the_model_step(tiny_pipeline):
+    python_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_threads=1))[1]
+    assert python_step.parameters["intra_op_threads"].string_value == "1"
+    ort_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", ort_threads=2))[1]
+    assert ort_step.parameters["intra_op_thread_count"].string_value == "2"

@@ -113,3 +113,55 @@ def test_token_postprocess_rejects_logits_that_do_not_fit(token_step_dirs):
     with pytest.raises(ErnieDeployError, match="expected \\[batch, tokens, 7\\]"):
         post({"logits": np.zeros((1, 3), np.float32), "text": _texts("中国"), "offsets": np.zeros((1, 3, 2), np.int64),
               "lengths": np.array([[3]], np.int64)})
+
+
+def _one_by_one_and_merged(step, requests):
+    alone = [step.run_requests([r])[0] for r in requests]
+    return alone, step.run_requests(requests)
+
+
+def test_requests_of_different_lengths_run_as_one_batch_with_the_same_answers(step_dirs):
+    config = {"parameters": {"max_seq_len": {"string_value": "16"}}}
+    tokenizer, model, post = TokenizerStep(config, step_dirs), OnnxStep({}, step_dirs), SeqClsPostprocess({}, step_dirs)
+    requests = [{"text": _texts("国足")}, {"text": _texts("股市大涨 abc123 新闻", "中国")}, {"text": _texts("美元" * 20)}]
+    alone, merged = _one_by_one_and_merged(tokenizer, requests)
+    for a, m in zip(alone, merged):  # each request keeps its own width, whatever it was batched with
+        assert a.keys() == m.keys() and all(np.array_equal(a[k], m[k]) for k in a)
+    assert [m["input_ids"].shape[1] for m in merged] == [4, 14, 16]
+    calls = []
+    run = model.model.session.run
+    model.model.session.run = lambda *a, **k: calls.append(a[1]["input_ids"].shape) or run(*a, **k)
+    logits = model.run_requests(merged)
+    assert calls == [(4, 16)], "the merged requests must reach onnxruntime as one padded batch"
+    for m, out in zip(merged, logits):
+        np.testing.assert_allclose(out["logits"], model(m)["logits"], atol=1e-5)
+    labels = post.run_requests(logits)
+    assert [len(o["label"]) for o in labels] == [1, 2, 1]
+    assert [o["label_id"][:, 0].tolist() for o in labels] == [post(o)["label_id"][:, 0].tolist() for o in logits]
+
+
+def test_a_bad_request_fails_alone_and_keeps_its_place(step_dirs):
+    tokenizer = TokenizerStep({}, step_dirs)
+    results = tokenizer.run_requests([{"text": _texts("国足")}, {"text": _texts("ok", " ")}, {"text": _texts("中国")}])
+    assert isinstance(results[1], ErnieDeployError) and "text 1 is empty" in str(results[1])
+    assert results[0]["input_ids"].shape == (1, 4) and results[2]["input_ids"].shape == (1, 4)
+    model = OnnxStep({}, step_dirs)
+    bad = {"input_ids": np.ones((1, 4), np.int32), "token_type_ids": np.zeros((1, 4), np.int32)}
+    out = model.run_requests([results[0], bad, results[2]])
+    assert isinstance(out[1], ErnieDeployError) and out[0]["logits"].shape == out[2]["logits"].shape == (1, 10)
+
+
+def test_tokenizer_pads_to_max_seq_len_when_configured(step_dirs):
+    config = {"parameters": {"max_seq_len": {"string_value": "16"}, "padding": {"string_value": "max_length"}}}
+    out = TokenizerStep(config, step_dirs)({"text": _texts("国足", "股市")})
+    assert out["input_ids"].shape == (2, 16) and out["lengths"][:, 0].tolist() == [4, 4]
+
+
+def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
+    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "32"}}}, token_step_dirs)
+    model = OnnxStep({}, token_step_dirs)
+    tokens = tokenizer.run_requests([{"text": _texts("国足")}, {"text": _texts("中国 abc123 股市大涨" * 2)}])
+    logits = model.run_requests(tokens)
+    for t, out in zip(tokens, logits):
+        assert out["logits"].shape == (*t["input_ids"].shape, 7)
+        np.testing.assert_allclose(out["logits"], model(t)["logits"], atol=1e-5)
