@@ -98,9 +98,38 @@ def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "
         config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
     if platform != "ensemble":
         config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1 if options.classic else options.instances)
+        _add_warmup(config)
     for key, value in (params or {}).items():
         config.parameters[key].string_value = str(value)
     return config
+
+
+WARMUP_TEXT = "ERNIE 预热：新华社北京电。"
+WARMUP_TOKENS = 16  # the length given to token-level warmup tensors (dims of -1)
+
+
+def _add_warmup(config: mc.ModelConfig) -> None:
+    """One warmup request per instance, run by Triton before the model is ready: a python step's first
+    execute was measured at 70-85 ms (the stub's first round trip), the later ones at well under 1 ms."""
+    warmup = config.model_warmup.add(name="warmup", batch_size=1)
+    for tensor in config.input:
+        item = warmup.inputs[tensor.name]
+        item.data_type = tensor.data_type
+        item.dims.extend(WARMUP_TOKENS if d == -1 else d for d in tensor.dims)
+        if tensor.data_type == mc.TYPE_STRING:
+            item.input_data_file = tensor.name  # read from <model>/warmup/<name>, written by `build`
+        else:
+            item.zero_data = True
+
+
+def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
+    """<model>/warmup/ file name -> contents: BYTES elements as Triton reads them (4-byte little-endian
+    length, then the bytes)."""
+    import struct
+
+    text = WARMUP_TEXT.encode("utf-8")
+    return {item.input_data_file: struct.pack("<I", len(text)) + text
+            for w in config.model_warmup for item in w.inputs.values() if item.input_data_file}
 
 
 def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
@@ -280,6 +309,9 @@ def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
             version_dir = model_dir / VERSION
             version_dir.mkdir(parents=True, exist_ok=True)
             write_text(model_dir / "config.pbtxt", render(config))
+            for name, data in warmup_files(config).items():
+                with atomic_path(model_dir / "warmup" / name) as tmp:
+                    tmp.write_bytes(data)
             if model_dir / "config.pbtxt" not in written:
                 written.append(model_dir / "config.pbtxt")
             step = _python_step(config, entry.task)

@@ -14,7 +14,10 @@ from .tasks import LOGITS, MODEL_INPUTS
 class OnnxModel:
     """An onnxruntime session over `model.onnx` whose signature is checked against what the pipeline feeds."""
 
-    def __init__(self, path: str | Path, *, intra_op_threads: int | None = None):
+    def __init__(self, path: str | Path, *, intra_op_threads: int | None = None, spinning: bool = True):
+        """spinning: onnxruntime's worker threads busy-wait between runs (its default). Best alone in a
+        process that owns the cores; inside a server, where the tokenizer and postprocess processes need
+        the same cores, turning it off was measured to raise throughput (docs/BENCHMARKS.md)."""
         import onnxruntime as ort
 
         path = Path(path)
@@ -25,6 +28,8 @@ class OnnxModel:
         threads = intra_op_threads or int(os.environ.get("ERNIE_DEPLOY_ORT_THREADS", "0"))
         if threads:
             options.intra_op_num_threads = threads
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]

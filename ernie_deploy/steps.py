@@ -140,7 +140,8 @@ class OnnxStep(Step):
 
         threads = int(parameter(config, "intra_op_threads", "0"))
         self.model = OnnxModel(Path(version_dir) / parameter(config, "model_file", "model.onnx"),
-                               intra_op_threads=threads or None)
+                               intra_op_threads=threads or None,
+                               spinning=parameter(config, "ort_spinning", "false") == "true")
         self.pad_id = int(parameter(config, "pad_token_id", "0"))
 
     def check(self, inputs):

@@ -165,3 +165,25 @@ def test_ort_threads_reach_the_model_step(tiny_pipeline):
     assert python_step.parameters["intra_op_threads"].string_value == "1"
     ort_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", ort_threads=2))[1]
     assert ort_step.parameters["intra_op_thread_count"].string_value == "2"
+
+
+def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeline, tmp_path):
+    import struct
+
+    from ernie_deploy.repository import WARMUP_TEXT
+
+    build(_artifacts(tiny_token_pipeline), tmp_path)
+    for config in task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions()):
+        if config.platform == "ensemble":
+            assert not config.model_warmup
+            continue
+        (warmup,) = config.model_warmup
+        assert set(warmup.inputs) == {i.name for i in config.input}
+        for tensor in config.input:
+            item = warmup.inputs[tensor.name]
+            assert item.data_type == tensor.data_type and -1 not in item.dims
+            if tensor.data_type == mc.TYPE_STRING:
+                data = (tmp_path / config.name / "warmup" / item.input_data_file).read_bytes()
+                assert data[4:].decode("utf-8") == WARMUP_TEXT and struct.unpack("<I", data[:4])[0] == len(data) - 4
+            else:
+                assert item.zero_data
