@@ -37,6 +37,9 @@ class BuildOptions:
     instances: int = 1
     max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
     ort_threads: int = 0  # onnxruntime intra-op threads of the model step; 0: onnxruntime's default (all cores)
+    # Let python steps take requests of different lengths in one batch (they pad them together).
+    ragged: bool = True
+    pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.
     classic: bool = False
@@ -91,7 +94,7 @@ def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "
         # Triton's batcher merges only requests whose shapes match, so texts of different lengths would
         # never share a batch. A python step reads each request on its own (and pads them together in
         # ernie_deploy.steps), so it can take them ragged.
-        tensor.allow_ragged_batch = batching and backend == "python" and -1 in spec.dims
+        tensor.allow_ragged_batch = batching and options.ragged and backend == "python" and -1 in spec.dims
     for spec in outputs:
         _tensor(config.output.add(), spec)
     if batching:
@@ -133,9 +136,10 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
 
 
 def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
+    multiple = max_seq_len if options.classic else options.pad_to_multiple_of
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
-    if options.classic:
-        params["padding"] = "max_length"
+    if multiple > 1:
+        params["pad_to_multiple_of"] = multiple
     return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
 
 

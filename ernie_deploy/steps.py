@@ -97,7 +97,7 @@ class TokenizerStep(Step):
 
         self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
         self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
-        self.pad_to_max = parameter(config, "padding", "longest") == "max_length"
+        self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
         unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
         if unknown:
@@ -108,16 +108,16 @@ class TokenizerStep(Step):
         return decode_texts(inputs["text"])
 
     def run(self, items: list[list[str]], requested=None) -> list[dict[str, np.ndarray]]:
-        from .tokenizer import encode_batch
+        from .tokenizer import encode_batch, padded_width
 
         enc = encode_batch(self.tokenizer, [t for texts in items for t in texts], self.max_seq_len,
-                           pad_to_max=self.pad_to_max)
+                           pad_to_multiple_of=self.pad_to_multiple_of)
         names = [n for n in self.outputs if requested is None or n in requested]
         results = []
         for rows in _split_rows([len(texts) for texts in items]):
             # Each request gets its own width (its longest text), whatever it was tokenized with: a response
             # never depends on which other requests shared the batch.
-            width = enc.input_ids.shape[1] if self.pad_to_max else int(enc.lengths[rows].max())
+            width = padded_width(int(enc.lengths[rows].max()), self.max_seq_len, self.pad_to_multiple_of)
             out = {}
             for name in names:
                 value = getattr(enc, name)[rows]

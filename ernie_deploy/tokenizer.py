@@ -277,11 +277,21 @@ def _configure(tokenizer: Tokenizer, max_seq_len: int) -> None:
         tokenizer.no_padding()
 
 
-def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *, pad_to_max: bool = False) -> Encoded:
+def padded_width(longest: int, max_seq_len: int, pad_to_multiple_of: int = 1) -> int:
+    """The width a batch whose longest row has `longest` tokens is padded to: the next multiple of
+    pad_to_multiple_of, at most max_seq_len (a multiple of max_seq_len or more: always max_seq_len)."""
+    if pad_to_multiple_of <= 1 or longest == 0:
+        return longest
+    return min(-(-longest // pad_to_multiple_of) * pad_to_multiple_of, max_seq_len)
+
+
+def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *,
+                 pad_to_multiple_of: int = 1) -> Encoded:
     """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`.
 
-    pad_to_max: pad every row to max_seq_len instead of to the longest text (the fixed-shape layout of
-    pipelines without dynamic batching; kept for comparison, it costs compute on short texts)."""
+    pad_to_multiple_of: pad to a length bucket instead of the longest text (see `padded_width`), so that
+    batches of different texts get the same shape: Triton's dynamic batcher merges only requests whose
+    shapes match, unless the model takes ragged inputs."""
     if max_seq_len < 2:
         raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
     texts = list(texts)
@@ -302,8 +312,7 @@ def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *
     ids = [e.ids for e in encodings]
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=batch)
     width, total = (int(lengths.max()), int(lengths.sum())) if batch else (0, 0)
-    if pad_to_max:
-        width = max_seq_len
+    width = padded_width(width, max_seq_len, pad_to_multiple_of)
     real = np.arange(width) < lengths[:, None]
     pad_id = tokenizer.token_to_id(PAD)
     input_ids = np.full((batch, width), pad_id if pad_id is not None else 0, dtype=np.int64)

@@ -154,7 +154,7 @@ def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_tok
 
 def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeline):
     configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(classic=True, instances=4))
-    assert configs[0].parameters["padding"].string_value == "max_length"
+    assert configs[0].parameters["pad_to_multiple_of"].string_value == "128"
     assert not any(c.HasField("dynamic_batching") for c in configs)
     assert all(g.count == 1 for c in configs for g in c.instance_group)
     assert not any(i.allow_ragged_batch for c in configs for i in c.input)

@@ -151,10 +151,17 @@ def test_a_bad_request_fails_alone_and_keeps_its_place(step_dirs):
     assert isinstance(out[1], ErnieDeployError) and out[0]["logits"].shape == out[2]["logits"].shape == (1, 10)
 
 
-def test_tokenizer_pads_to_max_seq_len_when_configured(step_dirs):
-    config = {"parameters": {"max_seq_len": {"string_value": "16"}, "padding": {"string_value": "max_length"}}}
+def test_tokenizer_pads_to_max_seq_len_when_asked(step_dirs):
+    config = {"parameters": {"max_seq_len": {"string_value": "16"}, "pad_to_multiple_of": {"string_value": "16"}}}
     out = TokenizerStep(config, step_dirs)({"text": _texts("国足", "股市")})
     assert out["input_ids"].shape == (2, 16) and out["lengths"][:, 0].tolist() == [4, 4]
+
+
+def test_tokenizer_pads_each_request_to_its_length_bucket(step_dirs):
+    config = {"parameters": {"max_seq_len": {"string_value": "20"}, "pad_to_multiple_of": {"string_value": "8"}}}
+    out = TokenizerStep(config, step_dirs).run_requests([{"text": _texts("国足")}, {"text": _texts("国" * 7)},
+                                                         {"text": _texts("国" * 30)}])
+    assert [o["input_ids"].shape[1] for o in out] == [8, 16, 20]  # 4 -> 8, 9 -> 16, cut at 20 -> 20
 
 
 def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
