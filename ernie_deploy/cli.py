@@ -135,6 +135,12 @@ def cmd_eval(args) -> None:
         print(f"{name}: {task.metric}: {report[task.metric]:.4f} (n={report['n']})")
 
 
+def cmd_bench(args) -> None:
+    from .bench import run_from_args
+
+    run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ernie-deploy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
     p.add_argument("--report", help="write the scores as JSON here")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("bench", help="throughput and latency: served pipeline vs in-process onnxruntime, Paddle "
+                                     "and the classic layout; writes BENCHMARKS.md, bench.json, bench.png")
+    from .bench import add_arguments
+
+    add_arguments(p, task_choices)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
