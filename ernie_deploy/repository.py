@@ -40,6 +40,9 @@ class BuildOptions:
     # Let python steps take requests of different lengths in one batch (they pad them together).
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
+    # One python model per task under the ensemble's name (tokenizer, onnxruntime and postprocess in one
+    # process) instead of the four-model ensemble: same tensors for clients, fewer hops; python runtime only.
+    fused: bool = False
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.
     classic: bool = False
@@ -225,7 +228,22 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
     ordered = [by_name[n] for n in MODEL_INPUTS]
     steps = [tokenizer_config(tokenizer_step, task.max_seq_len, options),
              model_config(task, ordered, outputs, options, pad_token_id), postprocess_config(task, outputs[0], options)]
-    return steps + [ensemble_config(task, steps, options)]
+    ensemble = ensemble_config(task, steps, options)
+    if options.fused:
+        return [fused_config(task, steps, ensemble, options)]
+    return steps + [ensemble]
+
+
+def fused_config(task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig,
+                 options: BuildOptions) -> mc.ModelConfig:
+    """The ensemble's interface as one python model whose parameters are its steps' parameters."""
+    if options.runtime != "python":
+        raise ErnieDeployError("a fused model runs onnxruntime inside the python backend",
+                               "build it with --runtime python, or drop --fused to use the ORT backend")
+    params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
+    params["postprocess"] = f"{task.name}_postprocess"
+    return _base(task.ensemble, [TEXT_INPUT], [_spec_of(o) for o in ensemble.output], options, backend="python",
+                 params=params)
 
 
 @dataclass(frozen=True)
@@ -282,6 +300,8 @@ class TritonPythonModel(StepModel):
 def _python_step(config: mc.ModelConfig, task: TaskSpec) -> str | None:
     if config.backend != "python":
         return None
+    if config.name == task.ensemble:
+        return "pipeline"
     if config.name == task.model_step:
         return "onnx"
     if config.name == task.postprocess_step:
@@ -323,10 +343,13 @@ def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
                 write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
             elif (version_dir / "model.py").exists():
                 (version_dir / "model.py").unlink()  # ORT runtime: the backend loads model.onnx alone
-        save_tokenizer(entry.vocab_file, repository / tokenizers[entry.task.name] / VERSION / "tokenizer.json")
-        with atomic_path(repository / entry.task.model_step / VERSION / "model.onnx", suffix=".onnx") as tmp:
+        task = entry.task
+        homes = ({name: task.ensemble for name in ("tokenizer", "model", "labels")} if options.fused else
+                 {"tokenizer": tokenizers[task.name], "model": task.model_step, "labels": task.postprocess_step})
+        save_tokenizer(entry.vocab_file, repository / homes["tokenizer"] / VERSION / "tokenizer.json")
+        with atomic_path(repository / homes["model"] / VERSION / "model.onnx", suffix=".onnx") as tmp:
             shutil.copyfile(entry.onnx, tmp)
-        write_text(repository / entry.task.postprocess_step / VERSION / "labels.json",
+        write_text(repository / homes["labels"] / VERSION / "labels.json",
                    json.dumps(entry.labels, ensure_ascii=False, indent=2) + "\n")
     return written
 

@@ -235,6 +235,29 @@ class TokenClsPostprocess(Step):
         return results
 
 
+class PipelineStep(Step):
+    """Tokenizer, model and postprocess in one python model: text -> the task's outputs, the same tensors
+    as the ensemble. It saves the ensemble's two hops between processes per request (measured in
+    docs/BENCHMARKS.md); it needs onnxruntime inside the python backend, so it is a pip-only layout."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)
+        self.model = OnnxStep(config, version_dir)
+        self.post = STEPS[parameter(config, "postprocess")](config, version_dir)
+        self.outputs = [o["name"] for o in config.get("output", [])]
+
+    def check(self, inputs):
+        return self.tokenizer.check(inputs), inputs["text"]
+
+    def run(self, items, requested=None):
+        tokens = self.tokenizer.run([texts for texts, _ in items])
+        logits = self.model.run([(t["input_ids"], t["token_type_ids"]) for t in tokens])
+        post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
+        # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
+        return [{name: {**t, **out}[name] for name in self.outputs}
+                for t, out in zip(tokens, self.post.run(post_items))]
+
+
 def _read_labels(labels_file: Path) -> list[str]:
     if not labels_file.exists():
         raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
@@ -242,4 +265,4 @@ def _read_labels(labels_file: Path) -> list[str]:
 
 
 STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess,
-         "token_cls_postprocess": TokenClsPostprocess}
+         "token_cls_postprocess": TokenClsPostprocess, "pipeline": PipelineStep}

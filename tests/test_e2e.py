@@ -87,3 +87,40 @@ def test_client_names_a_missing_server():
     with Client(SEQ_CLS, "127.0.0.1:9") as client:
         with pytest.raises(ErnieDeployError, match="no Triton server answers"):
             client.check_ready()
+
+
+@pytest.fixture(scope="module")
+def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
+    """Both tasks built with `build --fused` (one python model per task) on a real tritonserver."""
+    from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("fused_models")
+    build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
+           for p in (seq_cls_pipeline, token_cls_pipeline)], repo, BuildOptions(runtime="python", fused=True))
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "fused.log") as fused:
+        yield fused
+
+
+@pytest.mark.parametrize("task", [SEQ_CLS, TOKEN_CLS], ids=lambda t: t.name)
+def test_fused_layout_serves_what_the_ensemble_serves(task, server, fused_server, request):
+    """Same texts, both layouts, under concurrent load (so requests of different lengths share batches):
+    identical predictions."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ernie_deploy.data import read_split
+
+    pipeline = request.getfixturevalue(f"{task.name}_pipeline")
+    texts = read_split(pipeline.data, "test", task.split_format)[0][:400]
+
+    def served(url):
+        def one(chunk):
+            with Client(task, url) as client:
+                return client.predict(chunk, batch_size=1, progress=False)
+        with ThreadPoolExecutor(8) as pool:
+            return [p for part in pool.map(one, [texts[i::8] for i in range(8)]) for p in part]
+
+    assert served(fused_server.grpc_url) == served(server.grpc_url)
+    with Client(task, fused_server.grpc_url) as client:
+        with pytest.raises(ErnieDeployError, match="text 0 is empty"):
+            client.infer([" "])

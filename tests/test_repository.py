@@ -187,3 +187,18 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
                 assert data[4:].decode("utf-8") == WARMUP_TEXT and struct.unpack("<I", data[:4])[0] == len(data) - 4
             else:
                 assert item.zero_data
+
+
+def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_token_pipeline, tmp_path):
+    ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())[-1]
+    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(fused=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN_CLS.ensemble]
+    fused = parse((tmp_path / TOKEN_CLS.ensemble / "config.pbtxt").read_text())
+    assert fused.backend == "python" and not fused.HasField("ensemble_scheduling")
+    assert list(fused.input) == list(ensemble.input) and list(fused.output) == list(ensemble.output)
+    assert {"tokenizer_file", "model_file", "labels_file", "pad_token_id"} <= set(fused.parameters)
+    version = tmp_path / TOKEN_CLS.ensemble / "1"
+    assert sorted(p.name for p in version.iterdir()) == ["labels.json", "model.onnx", "model.py", "tokenizer.json"]
+    assert 'step = "pipeline"' in (version / "model.py").read_text()
+    with pytest.raises(ErnieDeployError, match="--runtime python"):
+        task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(fused=True, runtime="onnxruntime"))

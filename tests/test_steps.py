@@ -172,3 +172,38 @@ def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
     for t, out in zip(tokens, logits):
         assert out["logits"].shape == (*t["input_ids"].shape, 7)
         np.testing.assert_allclose(out["logits"], model(t)["logits"], atol=1e-5)
+
+
+def _fused_config(pipeline, task):
+    from google.protobuf.json_format import MessageToDict
+
+    from ernie_deploy.repository import BuildOptions, task_configs
+
+    (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True))
+    return MessageToDict(config, preserving_proto_field_name=True)
+
+
+@pytest.mark.parametrize("which", ["seq_cls", "token_cls"])
+def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
+    from ernie_deploy.steps import PipelineStep
+    from ernie_deploy.tasks import TASKS
+
+    task = TASKS[which]
+    pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
+    folder = request.getfixturevalue("step_dirs" if which == "seq_cls" else "token_step_dirs")
+    fused = PipelineStep(_fused_config(pipeline, task), folder)
+    config = {"parameters": {"max_seq_len": {"string_value": "128"}}}
+    tokenizer, model = TokenizerStep(config, folder), OnnxStep({}, folder)
+    post = (SeqClsPostprocess if which == "seq_cls" else TokenClsPostprocess)({}, folder)
+    requests = [{"text": _texts("国足公布世预赛名单")}, {"text": _texts("")}, {"text": _texts("股市大涨 abc", "中国" * 80)}]
+    results = fused.run_requests(requests)
+    assert isinstance(results[1], ErnieDeployError)
+    for request, got in zip(requests[::2], results[::2]):
+        tokens = tokenizer(request)
+        want = post({**tokens, **model(tokens), "text": request["text"]})
+        want.update({o.name: tokens[o.name] for o in task.outputs if o.name in tokens})  # passed through
+        assert sorted(got) == sorted(o.name for o in task.outputs)
+        for name in want:
+            assert np.array_equal(got[name], want[name]), name
+    if which == "token_cls":
+        assert results[2]["truncated"][:, 0].tolist() == [False, True]
