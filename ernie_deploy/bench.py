@@ -221,7 +221,15 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory,
-            "platform": platform.platform(), "python": platform.python_version()}
+            "platform": platform.platform(), "python": platform.python_version(), "loadavg_start": _loadavg()}
+
+
+def _loadavg() -> list[float] | None:
+    """1, 5 and 15 minute load averages: other work on the machine shows here, and skews every row."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def package_versions() -> dict:
@@ -731,6 +739,7 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
         if own_workdir is not None:
             own_workdir.cleanup()
     results["seconds"] = round(time.time() - started, 1)
+    results["machine"]["loadavg_end"] = _loadavg()
     results["ratios"] = compute_ratios(results)
     results["errors"] = total_errors(results)
     return results
@@ -747,6 +756,23 @@ def rows_of(results: dict, task: str | None = None, kind: str | None = None) -> 
 
 def total_errors(results: dict) -> int:
     return sum(r.errors for r in rows_of(results))
+
+
+def sanity_notes(results: dict) -> list[str]:
+    """Signs that the machine was not quiet: numbers from such a run are not comparable."""
+    notes = []
+    machine = results.get("machine", {})
+    cores = machine.get("usable_cores") or machine.get("cores") or 1
+    for when in ("start", "end"):
+        load = machine.get(f"loadavg_{when}")
+        if load and load[0] > 0.5 * cores:
+            notes.append(f"the machine was busy at the {when} of the run (1-minute load average {load[0]:.1f} on "
+                         f"{cores} cores); other work shares the cores, so rerun on a quiet machine")
+    for ratio in results.get("ratios", []):
+        if ratio["key"] == "served_vs_limit" and ratio["value"] and ratio["value"] > 1.05:
+            notes.append(f"{ratio['task']}: served throughput is above the in-process limit ({ratio['value']:.2f}x), "
+                         "so the in-process rows were slowed by something else on the machine")
+    return notes
 
 
 def mismatches(results: dict) -> list[str]:
@@ -899,6 +925,10 @@ def _num(value, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _load_text(load) -> str:
+    return " / ".join(f"{v:.2f}" for v in load) if load else "n/a"
+
+
 def _row_name(row: Row, results: dict) -> str:
     max_len = results.get("tasks", {}).get(row.task, {}).get("max_seq_len", 128)
     return KIND_LABELS.get(row.kind, row.kind).format(batch=row.batch, max_seq_len=max_len)
@@ -934,13 +964,16 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         lines += [f"> **WARNING: {errors} requests failed in this run; its numbers are not valid.**", ""]
     for problem in mismatches(results):
         lines += [f"> **Check:** {problem}.", ""]
+    for note in sanity_notes(results):
+        lines += [f"> **Note:** {note}.", ""]
     lines += [
         "## Run",
         "",
         f"- date: {results.get('date')} (took {results.get('seconds', 0):.0f} s)",
         f"- command: `{results.get('command')}`",
         f"- machine: {machine.get('cpu')}, {machine.get('cores')} cores ({machine.get('usable_cores')} usable), "
-        f"{machine.get('memory_gib')} GiB, {machine.get('platform')}, Python {machine.get('python')}",
+        f"{machine.get('memory_gib')} GiB, {machine.get('platform')}, Python {machine.get('python')}; "
+        f"load average at start {_load_text(machine.get('loadavg_start'))}, at end {_load_text(machine.get('loadavg_end'))}",
         f"- versions: onnxruntime {versions.get('onnxruntime')}, tritonserver {tritonserver}, "
         f"tritonclient {versions.get('tritonclient')}, nvidia-pytriton {versions.get('nvidia-pytriton')}, "
         f"paddlepaddle {versions.get('paddlepaddle')}",
@@ -1176,6 +1209,8 @@ def report(results: dict) -> str:
                 parts.append(f"{top.label} {top.throughput:.0f} seq/s (c{top.concurrency}, p99 {top.p99_ms:.1f} ms)")
         lines.append(f"{task}: " + "; ".join(parts))
     lines += ["", ratio_table(results)]
+    for note in sanity_notes(results):
+        lines.append(f"note: {note}")
     errors = results.get("errors", total_errors(results))
     problems = mismatches(results)
     if errors or problems:

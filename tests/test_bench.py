@@ -211,6 +211,20 @@ def test_errors_are_loud_in_markdown_and_report():
     assert "FAILED" not in clean and "≥ 3x" in clean
 
 
+def test_busy_machine_and_served_above_the_limit_are_noted():
+    quiet = make_results()
+    quiet["machine"]["loadavg_start"] = [0.2, 0.3, 0.3]
+    assert bench.sanity_notes(quiet) == []
+    busy = make_results()
+    busy["machine"]["loadavg_start"] = [3.5, 2.0, 1.0]
+    next(r for r in busy["rows"] if r["kind"] == SERVED and r["concurrency"] == 8)["throughput"] = 2000.0
+    busy["ratios"] = bench.compute_ratios(busy)
+    notes = bench.sanity_notes(busy)
+    assert len(notes) == 2 and "load average 3.5" in notes[0] and "above the in-process limit" in notes[1]
+    assert "**Note:** the machine was busy" in bench.render_generated(busy)
+    assert "note: seq_cls: served throughput is above" in bench.report(busy)
+
+
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = bench.plot(make_results(), tmp_path / "bench.png")
