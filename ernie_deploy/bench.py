@@ -41,15 +41,16 @@ REFERENCE_CONCURRENCY = 8  # the ratios compare served and classic at this concu
 MIN_CALLS = 3  # an in-process cell runs at least this many calls, however short its duration
 
 # Row kinds, in the order the tables show them.
-LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, CLASSIC = "limit", "limit_tok", "paddle", "served", "served_batch", \
-    "classic"
-KINDS = (LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, CLASSIC)
+LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = "limit", "limit_tok", "paddle", "served", \
+    "served_batch", "fused", "classic"
+KINDS = (LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC)
 KIND_LABELS = {
     LIMIT: "limit: onnxruntime in-process, tokenization excluded",
     LIMIT_TOK: "limit: onnxruntime in-process, tokenization included",
     PADDLE: "paddle: Paddle Inference in-process, tokenization excluded",
     SERVED: "served: ensemble over gRPC, 1 text per request",
     SERVED_BATCH: "served: ensemble over gRPC, {batch} texts per request",
+    FUSED: "served, fused (`build --fused`: one python model per task) over gRPC, 1 text per request",
     CLASSIC: "classic: padded to {max_seq_len}, no dynamic batching, 1 instance; 1 text per request",
 }
 
@@ -118,7 +119,7 @@ class Row:
     @property
     def label(self) -> str:
         text = {LIMIT: "limit", LIMIT_TOK: "limit+tok", PADDLE: "paddle", SERVED: "served",
-                SERVED_BATCH: f"served b{self.batch}", CLASSIC: "classic"}.get(self.kind, self.kind)
+                SERVED_BATCH: f"served b{self.batch}", FUSED: "fused", CLASSIC: "classic"}.get(self.kind, self.kind)
         return text
 
 
@@ -170,6 +171,7 @@ class BenchConfig:
     client_batch: int = CLIENT_BATCH  # texts per request of the batched served variant
     max_texts: int | None = None  # use only the first N test texts
     paddle: bool = True
+    fused: bool = True
     classic: bool = True
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
     perf_analyzer: str | None = None  # path to perf_analyzer: it drives the served rows instead
@@ -639,11 +641,10 @@ def bench_server(repository: Path, name: str, inputs: list[TaskInputs], config: 
                 facts["checked"] = len(check)
                 facts["agree"] = agree
             info["tasks"][task.name] = facts
-            variants = [(SERVED, 1)]
+            variants = [({"classic": CLASSIC, "fused": FUSED}.get(name, SERVED), 1)]
             if name == "served" and config.client_batch > 1:
                 variants.append((SERVED_BATCH, config.client_batch))
             for kind, batch in variants:
-                kind = CLASSIC if name == "classic" else kind
                 requests = None if config.perf_analyzer else prepare_requests(item.texts, batch)
                 for concurrency in config.concurrency:
                     if config.perf_analyzer:
@@ -666,14 +667,12 @@ def bench_server(repository: Path, name: str, inputs: list[TaskInputs], config: 
 # -- the whole run ---------------------------------------------------------------------------------
 
 
-def build_repository(inputs: list[TaskInputs], out: Path, classic: bool) -> Path:
-    """The project's own `build`, runtime "python" (what a pip-only machine serves), into `out`."""
+def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served") -> Path:
+    """The project's own `build`, runtime "python" (what a pip-only machine serves), into `out`; layout
+    "served" (the ensemble, defaults), "fused" or "classic"."""
     from .repository import BuildOptions, TaskArtifacts, build
 
-    if classic and "classic" not in {f.name for f in dataclasses.fields(BuildOptions)}:
-        raise ErnieDeployError("ernie_deploy.repository.BuildOptions has no `classic` option",
-                               "update ernie-deploy, or run with --no-classic")
-    options = BuildOptions(runtime="python", classic=True) if classic else BuildOptions(runtime="python")
+    options = BuildOptions(runtime="python", fused=layout == "fused", classic=layout == "classic")
     entries = [TaskArtifacts(i.task, Path(i.onnx), i.static.vocab_file, i.static.labels) for i in inputs]
     build(entries, out, options)
     return out
@@ -682,8 +681,8 @@ def build_repository(inputs: list[TaskInputs], out: Path, classic: bool) -> Path
 def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle else 0
     served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
-    classic = len(config.concurrency) if config.classic else 0
-    return len(inputs) * (2 * len(config.batch_sizes) + paddle + served + classic)
+    others = len(config.concurrency) * (int(config.classic) + int(config.fused))
+    return len(inputs) * (2 * len(config.batch_sizes) + paddle + served + others)
 
 
 def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(), *,
@@ -726,10 +725,12 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
             references[item.task.name] = reference_predictions(item, tokenizer, item.texts[:config.check_texts])
             results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress)))
         plans = [("served", repository)]
+        if config.fused:
+            plans.append(("fused", None))
         if config.classic:
             plans.append(("classic", classic_repository))
         for name, given in plans:
-            repo = Path(given) if given else build_repository(inputs, workdir / f"{name}_models", name == "classic")
+            repo = Path(given) if given else build_repository(inputs, workdir / f"{name}_models", name)
             info, rows = bench_server(repo, name, inputs, config, references, workdir, progress)
             info["built"] = not given
             results["servers"][name] = info
@@ -802,6 +803,7 @@ class Target:
 
 TARGETS = (
     Target("served_vs_limit", "served c{c} / limit+tok (best batch), throughput", ">=", 0.8),
+    Target("fused_vs_limit", "fused c{c} / limit+tok (best batch), throughput", ">=", 0.8),
     Target("served_vs_classic", "served c{c} / classic c{c}, throughput", ">=", 3.0),
     Target("tokenize_share", "tokenization share of limit+tok (best batch)", "<=", 0.10, "%"),
     Target("p50_c1_ms", "batch-1 p50 latency at concurrency 1", "<=", 5.0, "ms", ("seq_cls",)),
@@ -830,6 +832,7 @@ def compute_ratios(results: dict) -> list[dict]:
     ratios = []
     for task in results.get("tasks", {}):
         served = _at_concurrency(rows_of(results, task, SERVED), REFERENCE_CONCURRENCY)
+        fused = _at_concurrency(rows_of(results, task, FUSED), REFERENCE_CONCURRENCY)
         classic = _at_concurrency(rows_of(results, task, CLASSIC), served.concurrency if served else
                                   REFERENCE_CONCURRENCY)
         best_tok = next((r for r in rows_of(results, task, LIMIT_TOK) if r.best), None)
@@ -841,6 +844,9 @@ def compute_ratios(results: dict) -> list[dict]:
             if target.key == "served_vs_limit" and served and best_tok:
                 value = served.throughput / best_tok.throughput
                 detail = f"{served.throughput:.1f} / {best_tok.throughput:.1f} seq/s (limit+tok at b{best_tok.batch})"
+            elif target.key == "fused_vs_limit" and fused and best_tok:
+                value = fused.throughput / best_tok.throughput
+                detail = f"{fused.throughput:.1f} / {best_tok.throughput:.1f} seq/s (limit+tok at b{best_tok.batch})"
             elif target.key == "served_vs_classic" and served and classic:
                 value = served.throughput / classic.throughput
                 detail = f"{served.throughput:.1f} / {classic.throughput:.1f} seq/s"
@@ -1047,6 +1053,7 @@ def plot(results: dict, path: str | Path) -> Path:
     for (ax_tp, ax_lat), task in zip(axes, tasks):
         series = [(SERVED, "served, 1 text/request", "C0", "o-"), (SERVED_BATCH, "served, {b} texts/request", "C2",
                                                                        "s-"),
+                  (FUSED, "fused, 1 text/request", "C1", "d-"),
                   (CLASSIC, "classic (padded, no batching)", "C3", "^-")]
         for kind, label, color, style in series:
             rows = sorted((r for r in rows_of(results, task, kind) if r.throughput), key=lambda r: r.concurrency)
@@ -1124,6 +1131,7 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--data", help="a split file of texts (default: the task's test split; one --task)")
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
+    p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
     p.add_argument("--perf-analyzer", action="store_true",
                    help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator")
     p.add_argument("--out", help="folder for bench.json, BENCHMARKS.md and bench.png "
@@ -1147,6 +1155,8 @@ def config_from_args(args) -> BenchConfig:
         changes["paddle"] = False
     if args.no_classic:
         changes["classic"] = False
+    if args.no_fused:
+        changes["fused"] = False
     if args.perf_analyzer:
         import shutil
 
@@ -1203,7 +1213,7 @@ def report(results: dict) -> str:
             best = next((r for r in rows_of(results, task, kind) if r.best), None)
             if best:
                 parts.append(f"{best.label} {best.throughput:.0f} seq/s (b{best.batch})")
-        for kind in (SERVED, SERVED_BATCH, CLASSIC):
+        for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC):
             top = _at_concurrency(rows_of(results, task, kind), REFERENCE_CONCURRENCY)
             if top:
                 parts.append(f"{top.label} {top.throughput:.0f} seq/s (c{top.concurrency}, p99 {top.p99_ms:.1f} ms)")
