@@ -37,6 +37,7 @@ class BuildOptions:
     instances: int = 1
     max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
     ort_threads: int = 0  # onnxruntime intra-op threads of the model step; 0: onnxruntime's default (all cores)
+    ort_spinning: bool = False  # python model step: let onnxruntime's idle threads busy-wait (measured slower)
     # Let python steps take requests of different lengths in one batch (they pad them together).
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
@@ -156,6 +157,8 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
     params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
     if options.ort_threads:
         params["intra_op_threads"] = options.ort_threads
+    if options.ort_spinning:
+        params["ort_spinning"] = "true"
     return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
 
 

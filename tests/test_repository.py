@@ -163,6 +163,9 @@ def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeli
 def test_ort_threads_reach_the_model_step(tiny_pipeline):
     python_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_threads=1))[1]
     assert python_step.parameters["intra_op_threads"].string_value == "1"
+    assert "ort_spinning" not in python_step.parameters
+    spinning = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_spinning=True))[1]
+    assert spinning.parameters["ort_spinning"].string_value == "true"
     ort_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", ort_threads=2))[1]
     assert ort_step.parameters["intra_op_thread_count"].string_value == "2"
 
