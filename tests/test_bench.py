@@ -358,3 +358,19 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     bench.save_json(results, out / "bench.json")
     bench.write_outputs(bench.load_json(out / "bench.json"), out, plot_png=False)
     assert "## seq_cls" in (out / "BENCHMARKS.md").read_text()
+
+
+@pytest.mark.integration
+def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipeline, tmp_path):
+    from ernie_deploy.tasks import SEQ_CLS
+
+    inputs = [bench.TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
+    config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
+    levers = {"default": {}, "fused": {"fused": True}}
+    rows = bench.measure_levers(inputs, config, tmp_path, levers)
+    assert [(r["lever"], r["concurrency"]) for r in rows] == [("default", 2), ("fused", 2)]
+    assert all(r["errors"] == 0 and r["throughput"] > 0 and r["ready_s"] > 0 for r in rows)
+    table = bench.render_levers(rows).splitlines()
+    assert len(table) == 4 and table[2].startswith("| default |") and "(1.00×)" in table[2]
+    ratio = rows[1]["throughput"] / rows[0]["throughput"]
+    assert f"({ratio:.2f}×)" in table[3]
