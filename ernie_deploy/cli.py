@@ -60,31 +60,54 @@ def cmd_export(args) -> None:
 
 
 def cmd_convert(args) -> None:
-    from .convert import check_parity, convert, require_parity, write_report
+    from .convert import check_int8, check_parity, convert, quantize_int8, require_int8, require_parity, write_json
     from .data import data_dir, read_split, read_split_file
     from .export import StaticModel
 
     task = get_task(args.task)
     static = StaticModel.load(args.static or _default("static", task.name))
     out = Path(args.out or _default("onnx", task.name) / "model.onnx")
+    int8 = args.quantize == "int8"
+    # With --quantize int8, out is the INT8 model (what `build` serves) and the FP32 one sits beside it.
+    fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
+    if not int8 and fp32.exists():
+        fp32.unlink()  # left by an earlier INT8 conversion; it would no longer describe out
     started = time.perf_counter()
-    convert(static, out, opset=args.opset)
-    print(f"{task.name}: ONNX model {out} ({time.perf_counter() - started:.1f} s)")
-    if args.skip_parity:
-        return
-    if args.parity_data:
-        texts = read_split_file(args.parity_data)[0]
-    else:
-        texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
-    texts = texts[: args.parity_n]
-    report = check_parity(static, out, texts, max_seq_len=task.max_seq_len, tolerance=args.tolerance)
-    write_report(report, out.parent / "parity.json")
-    print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
-          f"labels agree {report.labels_agree:.2%}")
+    convert(static, fp32 if int8 else out, opset=args.opset)
+    print(f"{task.name}: ONNX model {fp32 if int8 else out} ({time.perf_counter() - started:.1f} s)")
+    fp32_checked = args.skip_parity
     try:
-        require_parity(report, out)
-    except ErnieDeployError:
-        out.unlink()  # never leave a model that failed parity where `build` would pick it up
+        if not args.skip_parity:
+            if args.parity_data:
+                texts = read_split_file(args.parity_data)[0]
+            else:
+                texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
+            texts = texts[: args.parity_n]
+            report = check_parity(static, fp32 if int8 else out, texts, max_seq_len=task.max_seq_len,
+                                  tolerance=args.tolerance)
+            write_json(report.to_dict(), out.parent / "parity.json")
+            print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
+                  f"labels agree {report.labels_agree:.2%}")
+            require_parity(report, fp32 if int8 else out)
+            fp32_checked = True
+        if int8:
+            started = time.perf_counter()
+            info = quantize_int8(fp32, out)
+            print(f"{task.name}: INT8 model {out} ({time.perf_counter() - started:.1f} s; "
+                  f"quantized {info['quantized']})")
+            if not args.skip_parity:
+                drift = check_int8(static.vocab_file, fp32, out, texts, max_seq_len=task.max_seq_len,
+                                   min_labels_agree=args.int8_min_agree)
+                write_json({**report.to_dict(), "int8": {**drift.to_dict(), **info}}, out.parent / "parity.json")
+                tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
+                print(f"{task.name}: INT8 vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
+                      f"max abs logit diff {drift.max_abs_diff:.3f}")
+                require_int8(drift, out)
+    except BaseException:
+        # never leave a model that failed (or did not finish) its checks where `build` would pick it up
+        out.unlink(missing_ok=True)
+        if not fp32_checked:
+            fp32.unlink(missing_ok=True)
         raise
 
 
@@ -104,7 +127,9 @@ def cmd_build(args) -> None:
         entries.append(TaskArtifacts(task, onnx_path, static.vocab_file, static.labels))
     options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances,
                            max_queue_delay_us=args.max_queue_delay_us, ort_threads=args.ort_threads,
-                           classic=args.classic)
+                           classic=args.classic, ragged=not args.no_ragged,
+                           pad_to_multiple_of=args.pad_to_multiple_of, fused=args.fused,
+                           ort_spinning=args.ort_spinning)
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")
@@ -176,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
                                             "(default: the task's test split)")
     p.add_argument("--parity-n", type=int, default=256, help="texts used for the parity check")
     p.add_argument("--skip-parity", action="store_true")
+    p.add_argument("--quantize", default="none", choices=["none", "int8"],
+                   help="int8: after the FP32 model passes parity, write a dynamically quantized model (INT8 "
+                        "MatMul weights) to --out, the model `build` serves, and keep the FP32 one beside it as "
+                        "model.fp32.onnx; INT8-vs-FP32 label agreement and logit drift go to parity.json under "
+                        "\"int8\"")
+    p.add_argument("--int8-min-agree", type=float, default=0.97,
+                   help="with --quantize int8: least fraction of parity texts (token tasks: of tokens) on which "
+                        "INT8 and FP32 labels must agree")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
@@ -191,6 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue-delay-us", type=int, default=0,
                    help="dynamic batcher queue delay; 0 adds no latency to a lone request")
     p.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: all cores)")
+    p.add_argument("--ort-spinning", action="store_true",
+                   help="python model step: onnxruntime threads busy-wait between runs (off by default: they "
+                        "take the cores the other steps need)")
+    p.add_argument("--no-ragged", action="store_true",
+                   help="batch only same-length requests in python steps (Triton's default; for comparison)")
+    p.add_argument("--pad-to-multiple-of", type=int, default=1,
+                   help="pad token tensors to length buckets of this size (helps batching where ragged can't be used)")
+    p.add_argument("--fused", action="store_true",
+                   help="one python model per task (tokenizer + onnxruntime + postprocess) under the ensemble's "
+                        "name: the same tensors, fewer hops; python runtime only")
     p.add_argument("--classic", action="store_true",
                    help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
                         "no dynamic batching, one instance")

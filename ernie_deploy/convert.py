@@ -109,3 +109,154 @@ def require_parity(report: ParityReport, onnx_path: Path) -> None:
 def write_report(report: ParityReport, path: Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+# --- INT8 -------------------------------------------------------------------------------------------------
+
+# What won on the bootstrap models (2 CPU cores, AVX2 without VNNI): INT8 weights for the MatMuls of the plain
+# paddle2onnx graph. Quantizing the embedding Gather too, per-channel or 7-bit (reduce_range) weights, QUInt8
+# weights, and fusing the graph first (onnxruntime's transformer fusions plus Attention, quantized to QAttention)
+# were as fast or slower, and no more accurate.
+INT8_OP_TYPES = ("MatMul",)
+_QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QGemm", "ConvInteger")
+
+
+def quantize_int8(fp32_onnx: str | Path, out_path: str | Path, *, op_types: tuple[str, ...] = INT8_OP_TYPES,
+                  per_channel: bool = False, reduce_range: bool = False, weight_type: str = "qint8") -> dict:
+    """Dynamic INT8 quantization with onnxruntime (INT8 weights; activations quantized per batch at run time)
+    of an FP32 model into out_path. The graph keeps the FP32 model's inputs and output exactly.
+
+    onnxruntime writes a shape-inferred copy next to its input, so it works on a copy in a private temporary
+    folder; out_path appears only complete, after a test run. Returns counts of the quantized ops.
+    """
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32_onnx, out_path = Path(fp32_onnx), Path(out_path)
+    types = {"qint8": QuantType.QInt8, "quint8": QuantType.QUInt8}
+    if weight_type not in types:
+        raise ErnieDeployError(f"unknown weight type {weight_type!r}", f"use one of {sorted(types)}")
+    reference = onnx.load(str(fp32_onnx))
+    with tempfile.TemporaryDirectory(prefix="ernie-deploy-int8.") as work:
+        src, dst = Path(work) / "fp32.onnx", Path(work) / "int8.onnx"
+        onnx.save(reference, str(src))
+        with _quiet_onnxruntime_tools():
+            quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
+                             reduce_range=reduce_range, weight_type=types[weight_type])
+        model = onnx.load(str(dst))
+    _require_same_signature(reference, model, out_path)
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in _QUANTIZED_OPS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    if not counts:
+        raise ErnieDeployError(f"onnxruntime quantized nothing in {fp32_onnx} (op types {list(op_types)})",
+                               "convert without --quantize")
+    with atomic_path(out_path, suffix=".onnx") as tmp:
+        onnx.save(model, str(tmp))
+        _smoke_run(tmp)
+    return {"quantized": counts}
+
+
+@contextlib.contextmanager
+def _quiet_onnxruntime_tools():
+    """Hide the quantizer's warnings below ERROR, chiefly its advice to run its pre-processing first (measured:
+    no speed or accuracy gain here, and its symbolic shape inference fails on paddle2onnx graphs). It logs
+    through the root logger, which other libraries configure, hence the global switch."""
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+def _signature(model) -> list[tuple]:
+    def dims(value):
+        return tuple(d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim)
+
+    return [(kind, v.name, v.type.tensor_type.elem_type, dims(v))
+            for kind, values in (("input", model.graph.input), ("output", model.graph.output)) for v in values]
+
+
+def _require_same_signature(reference, candidate, path: Path) -> None:
+    """Triton's config and every client read names, types and dims from the file: they must not move."""
+    if _signature(reference) != _signature(candidate):
+        raise ErnieDeployError(f"the INT8 model for {path} changed the graph's inputs/outputs: "
+                               f"{_signature(reference)} -> {_signature(candidate)}",
+                               "convert without --quantize and report this model")
+
+
+def _smoke_run(path: Path) -> None:
+    """Load and run the model once with the CPU provider, the way the model step will."""
+    from .runtime import OnnxModel
+
+    ids = np.array([[1, 5, 6, 2, 0]], np.int64)
+    OnnxModel(path)(ids, np.zeros_like(ids))
+
+
+@dataclass
+class Int8Report:
+    """INT8 vs its FP32 source on the parity texts: a drift measure, not an equality check."""
+
+    n: int
+    labels_agree: float  # fraction of texts whose argmax (every real token's, for token tasks) matches
+    max_abs_diff: float
+    min_labels_agree: float  # the gate, on texts (classification) or on tokens (token tasks)
+    token_labels_agree: float | None = None  # token tasks: fraction of real tokens whose label matches
+
+    @property
+    def agreement(self) -> float:
+        # One flipped token fails a whole sentence, so long texts would fail a per-text gate on noise.
+        return self.labels_agree if self.token_labels_agree is None else self.token_labels_agree
+
+    @property
+    def ok(self) -> bool:
+        return self.agreement >= self.min_labels_agree
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def check_int8(vocab_file: str | Path, fp32_onnx: str | Path, int8_onnx: str | Path, texts: list[str], *,
+               max_seq_len: int = 128, batch_size: int = 32, min_labels_agree: float = 0.97) -> Int8Report:
+    """Run the same batches through the FP32 and the INT8 model; compare labels and logits."""
+    from .runtime import OnnxModel
+    from .tokenizer import build_tokenizer, encode_batch
+
+    if not texts:
+        raise ErnieDeployError("parity check needs at least one text")
+    tokenizer = build_tokenizer(vocab_file)
+    fp32, int8 = OnnxModel(fp32_onnx), OnnxModel(int8_onnx)
+    worst, agree, tokens_same, tokens = 0.0, 0, 0, 0
+    for start in range(0, len(texts), batch_size):
+        enc = encode_batch(tokenizer, texts[start:start + batch_size], max_seq_len)
+        a, b = fp32(enc.input_ids, enc.token_type_ids), int8(enc.input_ids, enc.token_type_ids)
+        real = enc.attention_mask.astype(bool)
+        worst = max(worst, float(np.max(np.abs(a - b)[real] if a.ndim == 3 else np.abs(a - b))))
+        same = a.argmax(-1) == b.argmax(-1)
+        if same.ndim == 2:
+            tokens_same += int((same & real).sum())
+            tokens += int(real.sum())
+            same = (same | ~real).all(axis=-1)
+        agree += int(same.sum())
+    return Int8Report(len(texts), agree / len(texts), worst, min_labels_agree, tokens_same / tokens if tokens else None)
+
+
+def require_int8(report: Int8Report, int8_onnx: Path) -> None:
+    if not report.ok:
+        raise ErnieDeployError(
+            f"the INT8 model {int8_onnx} agrees with FP32 on {report.agreement:.2%} of the "
+            f"{'tokens' if report.token_labels_agree is not None else 'texts'} of {report.n} texts "
+            f"(at least {report.min_labels_agree:.0%} required; max abs logit diff {report.max_abs_diff:.3g})",
+            "serve the FP32 model (convert without --quantize)",
+        )
+
+
+def write_json(data: dict, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -6,10 +6,11 @@
 #   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
 #   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
+#   scripts/convert.sh --quantize int8                   # serve INT8 models (FP32 kept as model.fp32.onnx)
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 
-build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models"
+build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none"
 while [ $# -gt 0 ]; do
   case "$1" in
     --task) tasks+=("$2"); shift 2 ;;
@@ -17,7 +18,8 @@ while [ $# -gt 0 ]; do
     --sha256) sha_arg=(--sha256 "$2"); shift 2 ;;
     --runtime) runtime="$2"; shift 2 ;;
     --repository) repository="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --quantize) quantize="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +36,7 @@ for task in "${tasks[@]}"; do
     ernie-deploy fetch --bootstrap --task "$task"
   fi
   ernie-deploy export --task "$task"
-  ernie-deploy convert --task "$task"
+  ernie-deploy convert --task "$task" --quantize "$quantize"
   build_tasks+=(--task "$task")
 done
 ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime"
