@@ -41,12 +41,13 @@ REFERENCE_CONCURRENCY = 8  # the ratios compare served and classic at this concu
 MIN_CALLS = 3  # an in-process cell runs at least this many calls, however short its duration
 
 # Row kinds, in the order the tables show them.
-LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = "limit", "limit_tok", "paddle", "served", \
-    "served_batch", "fused", "classic"
-KINDS = (LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC)
+LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = "limit", "limit_tok", "limit_int8", \
+    "paddle", "served", "served_batch", "fused", "classic"
+KINDS = (LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC)
 KIND_LABELS = {
     LIMIT: "limit: onnxruntime in-process, tokenization excluded",
     LIMIT_TOK: "limit: onnxruntime in-process, tokenization included",
+    LIMIT_INT8: "limit, INT8 (`convert --quantize int8`): onnxruntime in-process, tokenization excluded",
     PADDLE: "paddle: Paddle Inference in-process, tokenization excluded",
     SERVED: "served: ensemble over gRPC, 1 text per request",
     SERVED_BATCH: "served: ensemble over gRPC, {batch} texts per request",
@@ -118,7 +119,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        text = {LIMIT: "limit", LIMIT_TOK: "limit+tok", PADDLE: "paddle", SERVED: "served",
+        text = {LIMIT: "limit", LIMIT_TOK: "limit+tok", LIMIT_INT8: "limit int8", PADDLE: "paddle", SERVED: "served",
                 SERVED_BATCH: f"served b{self.batch}", FUSED: "fused", CLASSIC: "classic"}.get(self.kind, self.kind)
         return text
 
@@ -171,6 +172,7 @@ class BenchConfig:
     client_batch: int = CLIENT_BATCH  # texts per request of the batched served variant
     max_texts: int | None = None  # use only the first N test texts
     paddle: bool = True
+    int8: bool = True  # quantize the model (as `convert --quantize int8` does) and add its in-process rows
     fused: bool = True
     classic: bool = True
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
@@ -315,7 +317,8 @@ def _run_cell(step: Callable[[object], float], items: Sequence, sizes: Sequence[
             return latencies, sequences, t1 - start, tokenize
 
 
-def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
+def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None,
+                    int8_onnx: Path | None = None) -> list[Row]:
     """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
     row shown), each model freed before the next so that no idle thread pool competes with the servers."""
     from .runtime import OnnxModel
@@ -325,6 +328,7 @@ def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress
     max_len = task.max_seq_len
     rows: list[Row] = []
     model = OnnxModel(inputs.onnx)
+    int8 = OnnxModel(int8_onnx) if int8_onnx else None
     for batch in config.batch_sizes:
         batches = chunks(inputs.texts, batch)
         sizes = [len(b) for b in batches]
@@ -337,6 +341,14 @@ def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress
         lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
         rows.append(summarize(Row(task.name, LIMIT, batch), lat, seqs, wall))
         _tick(progress, rows[-1])
+        if int8 is not None:  # right after its FP32 cell, on the same batches, so the two see the same machine
+            def run_int8(enc) -> float:
+                int8(enc.input_ids, enc.token_type_ids)
+                return 0.0
+
+            lat, seqs, wall, _ = _run_cell(run_int8, encoded, sizes, config.inproc_duration_s, config.warmup_s)
+            rows.append(summarize(Row(task.name, LIMIT_INT8, batch), lat, seqs, wall))
+            _tick(progress, rows[-1])
 
         def run_texts(texts) -> float:
             t0 = time.perf_counter()
@@ -350,8 +362,9 @@ def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress
         row.tokenize_share = tok / sum(lat) if lat else None
         rows.append(row)
         _tick(progress, row)
-    model = None  # free the session (and its thread pool) before the servers run
+    model = int8 = None  # free the sessions (and their thread pools) before the servers run
     mark_best([r for r in rows if r.kind == LIMIT])
+    mark_best([r for r in rows if r.kind == LIMIT_INT8])
     mark_best([r for r in rows if r.kind == LIMIT_TOK])
     if config.paddle:
         rows.extend(bench_paddle(inputs, config, tokenizer, progress))
@@ -682,7 +695,7 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle else 0
     served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
     others = len(config.concurrency) * (int(config.classic) + int(config.fused))
-    return len(inputs) * (2 * len(config.batch_sizes) + paddle + served + others)
+    return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others)
 
 
 def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(), *,
@@ -723,7 +736,12 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
         for item in inputs:
             tokenizer = tokenizers[item.task.name]
             references[item.task.name] = reference_predictions(item, tokenizer, item.texts[:config.check_texts])
-            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress)))
+            int8_onnx = workdir / f"{item.task.name}_int8.onnx" if config.int8 else None
+            if int8_onnx:
+                from .convert import quantize_int8
+
+                quantize_int8(item.onnx, int8_onnx)
+            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, int8_onnx)))
         plans = [("served", repository)]
         if config.fused:
             plans.append(("fused", None))
@@ -806,6 +824,7 @@ TARGETS = (
     Target("fused_vs_limit", "fused c{c} / limit+tok (best batch), throughput", ">=", 0.8),
     Target("served_vs_classic", "served c{c} / classic c{c}, throughput", ">=", 3.0),
     Target("tokenize_share", "tokenization share of limit+tok (best batch)", "<=", 0.10, "%"),
+    Target("int8_vs_fp32", "INT8 / FP32 in-process (best batch each), throughput", ">=", 1.5),
     Target("p50_c1_ms", "batch-1 p50 latency at concurrency 1", "<=", 5.0, "ms", ("seq_cls",)),
 )
 READY_TARGET = Target("ready_s", "server ready", "<=", 10.0, "s")
@@ -836,6 +855,8 @@ def compute_ratios(results: dict) -> list[dict]:
         classic = _at_concurrency(rows_of(results, task, CLASSIC), served.concurrency if served else
                                   REFERENCE_CONCURRENCY)
         best_tok = next((r for r in rows_of(results, task, LIMIT_TOK) if r.best), None)
+        best = next((r for r in rows_of(results, task, LIMIT) if r.best), None)
+        best_int8 = next((r for r in rows_of(results, task, LIMIT_INT8) if r.best), None)
         c = served.concurrency if served else REFERENCE_CONCURRENCY
         for target in TARGETS:
             if target.tasks and task not in target.tasks:
@@ -852,6 +873,10 @@ def compute_ratios(results: dict) -> list[dict]:
                 detail = f"{served.throughput:.1f} / {classic.throughput:.1f} seq/s"
                 if classic.concurrency != served.concurrency:
                     detail += f" (classic at c{classic.concurrency})"
+            elif target.key == "int8_vs_fp32" and best_int8 and best:
+                value = best_int8.throughput / best.throughput
+                detail = (f"{best_int8.throughput:.1f} (b{best_int8.batch}) / {best.throughput:.1f} (b{best.batch}) "
+                          "seq/s; accuracy is gated by tests/test_quantize.py")
             elif target.key == "tokenize_share" and best_tok and best_tok.tokenize_share is not None:
                 value = best_tok.tokenize_share
                 detail = f"at batch {best_tok.batch}"
@@ -946,7 +971,7 @@ def render_task_table(results: dict, task: str) -> list[str]:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for kind in KINDS:
         for row in rows_of(results, task, kind):
-            best = " **best**" if row.best and kind in (LIMIT, LIMIT_TOK, PADDLE) else ""
+            best = " **best**" if row.best and kind in (LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE) else ""
             note = row.note
             if row.tokenize_share is not None:
                 note = (note + "; " if note else "") + f"tokenization {100 * row.tokenize_share:.1f}%"
@@ -1132,6 +1157,7 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
+    p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
     p.add_argument("--perf-analyzer", action="store_true",
                    help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator")
     p.add_argument("--out", help="folder for bench.json, BENCHMARKS.md and bench.png "
@@ -1160,6 +1186,8 @@ def config_from_args(args) -> BenchConfig:
         changes["classic"] = False
     if args.no_fused:
         changes["fused"] = False
+    if args.no_int8:
+        changes["int8"] = False
     if args.perf_analyzer:
         import shutil
 
@@ -1212,7 +1240,7 @@ def report(results: dict) -> str:
     lines = []
     for task in results.get("tasks", {}):
         parts = []
-        for kind in (LIMIT, LIMIT_TOK, PADDLE):
+        for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE):
             best = next((r for r in rows_of(results, task, kind) if r.best), None)
             if best:
                 parts.append(f"{best.label} {best.throughput:.0f} seq/s (b{best.batch})")

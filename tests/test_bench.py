@@ -324,10 +324,10 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 
     assert results["errors"] == 0, bench.report(results)
     kinds = {r["kind"] for r in results["rows"]}
-    expected = {LIMIT, LIMIT_TOK, SERVED, SERVED_BATCH, bench.FUSED, CLASSIC} | (
+    expected = {LIMIT, LIMIT_TOK, bench.LIMIT_INT8, SERVED, SERVED_BATCH, bench.FUSED, CLASSIC} | (
         {PADDLE} if bench.paddle_available() else set())
     assert kinds == expected
-    for kind in (LIMIT, LIMIT_TOK):
+    for kind in (LIMIT, LIMIT_TOK, bench.LIMIT_INT8):
         assert sorted(r.batch for r in bench.rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
         assert sum(r.best for r in bench.rows_of(results, "seq_cls", kind)) == 1
     for kind in (SERVED, SERVED_BATCH, bench.FUSED, CLASSIC):
@@ -349,8 +349,8 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     # Padding to 128 moves logits by float noise only; a tiny random model's near-ties may flip, so count only.
     assert results["servers"]["classic"]["tasks"]["seq_cls"]["checked"] > 0
     keys = {r["key"] for r in results["ratios"]}
-    assert keys == {"served_vs_limit", "fused_vs_limit", "served_vs_classic", "tokenize_share", "p50_c1_ms",
-                    "ready_s"}
+    assert keys == {"served_vs_limit", "fused_vs_limit", "served_vs_classic", "tokenize_share", "int8_vs_fp32",
+                    "p50_c1_ms", "ready_s"}
     assert all(r["value"] is not None for r in results["ratios"])
 
     # The outputs a run writes, from this run.
