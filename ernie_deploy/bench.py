@@ -334,20 +334,17 @@ def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress
         sizes = [len(b) for b in batches]
         encoded = [encode_batch(tokenizer, b, max_len) for b in batches]  # once: tokenization excluded
 
-        def run_encoded(enc) -> float:
-            model(enc.input_ids, enc.token_type_ids)
-            return 0.0
+        # The INT8 cell right after its FP32 cell, on the same batches, so that the two see the same machine.
+        for kind, session in ((LIMIT, model), (LIMIT_INT8, int8)):
+            if session is None:
+                continue
 
-        lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
-        rows.append(summarize(Row(task.name, LIMIT, batch), lat, seqs, wall))
-        _tick(progress, rows[-1])
-        if int8 is not None:  # right after its FP32 cell, on the same batches, so the two see the same machine
-            def run_int8(enc) -> float:
-                int8(enc.input_ids, enc.token_type_ids)
+            def run_encoded(enc, session=session) -> float:
+                session(enc.input_ids, enc.token_type_ids)
                 return 0.0
 
-            lat, seqs, wall, _ = _run_cell(run_int8, encoded, sizes, config.inproc_duration_s, config.warmup_s)
-            rows.append(summarize(Row(task.name, LIMIT_INT8, batch), lat, seqs, wall))
+            lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
+            rows.append(summarize(Row(task.name, kind, batch), lat, seqs, wall))
             _tick(progress, rows[-1])
 
         def run_texts(texts) -> float:
