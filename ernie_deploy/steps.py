@@ -71,9 +71,22 @@ class Step:
                 outputs = self.run(items, requested)
             except ErnieDeployError as exc:  # a fault of the model, not of one request: every request hears it
                 outputs = [exc] * len(items)
+            except Exception:
+                # Something in one request broke the merged run (say, a token id past the vocabulary sent
+                # straight to the model step): run them one by one so only the culprit fails.
+                outputs = [self._run_alone(item, requested) for item in items]
             for i, out in zip(good, outputs):
                 results[i] = out
         return results
+
+    def _run_alone(self, item, requested):
+        try:
+            return self.run([item], requested)[0]
+        except ErnieDeployError as exc:
+            return exc
+        except Exception as exc:
+            return ErnieDeployError(f"{type(self).__name__} failed on this request: {exc}",
+                                    "check the request's tensors against the model's config")
 
     def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
         """One request, as a plain function (tests, offline use)."""

@@ -207,3 +207,13 @@ def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
             assert np.array_equal(got[name], want[name]), name
     if which == "token_cls":
         assert results[2]["truncated"][:, 0].tolist() == [False, True]
+
+
+def test_a_request_that_breaks_the_merged_run_fails_alone(step_dirs):
+    model = OnnxStep({}, step_dirs)
+    good = {"input_ids": np.array([[1, 5, 6, 2]], np.int64), "token_type_ids": np.zeros((1, 4), np.int64)}
+    past_vocab = {"input_ids": np.array([[1, 10**6, 2]], np.int64), "token_type_ids": np.zeros((1, 3), np.int64)}
+    out = model.run_requests([good, past_vocab, good])
+    assert isinstance(out[1], ErnieDeployError) and "OnnxStep failed on this request" in str(out[1])
+    np.testing.assert_allclose(out[0]["logits"], model(good)["logits"], atol=1e-6)
+    np.testing.assert_allclose(out[2]["logits"], model(good)["logits"], atol=1e-6)
