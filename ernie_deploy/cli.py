@@ -143,6 +143,18 @@ def cmd_serve(args) -> None:
                   grpc_port=args.grpc_port, metrics_port=args.metrics_port, **shm)
 
 
+def cmd_check(args) -> None:
+    from .check import check_repository, model_dirs
+
+    problems = check_repository(args.repository)
+    for problem in problems:
+        print(problem)
+    if problems:
+        # main() turns this into exit status 2
+        raise ErnieDeployError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")
+    print(f"ok: {len(model_dirs(args.repository))} models checked")
+
+
 def cmd_eval(args) -> None:
     from .data import data_dir, split_file
     from .evaluate import evaluate
@@ -249,6 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shm-default-byte-size", type=int, default=None,
                    help="python backend shared-memory region per model instance (default 4 MiB)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("check", help="lint a model repository before serving: configs, versions, ONNX "
+                                     "signatures, ensemble wiring, python models, warmup files")
+    p.add_argument("repository", nargs="?", default="models")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
     p.add_argument("--task", default="seq_cls", choices=task_choices)
