@@ -10,6 +10,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .errors import ErnieDeployError
+from .repository import parse, spec_of
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,10 @@ def _load(model_dir: Path) -> tuple[mc.ModelConfig | None, Problem | None]:
     if not path.is_file():
         return None, Problem(name, "no config.pbtxt", "regenerate the repository with `ernie-deploy build`")
     try:
-        config = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+        config = parse(path.read_text(encoding="utf-8"))
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         return None, Problem(name, f"config.pbtxt does not parse: {exc}", "fix the syntax or rebuild the repository")
     return config, None
-
-
-def _tensor_type(tensor) -> str:
-    # the names onnx_signature uses (BYTES for strings)
-    name = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-    return "BYTES" if name == "STRING" else name
 
 
 def _dims_fit(config_dims: tuple, onnx_dims: tuple) -> bool:
@@ -84,8 +79,8 @@ def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Proble
                 problems.append(Problem(name, f"{kind} {tensor.name!r} is not in {file_name} (it has "
                                               f"{sorted(by_name)})", f"use the ONNX {kind} names in config.pbtxt"))
                 continue
-            if _tensor_type(tensor) != spec.data_type:
-                problems.append(Problem(name, f"{kind} {tensor.name!r} is {_tensor_type(tensor)} in config.pbtxt "
+            if spec_of(tensor).data_type != spec.data_type:
+                problems.append(Problem(name, f"{kind} {tensor.name!r} is {spec_of(tensor).data_type} in config.pbtxt "
                                               f"but {spec.data_type} in {file_name}",
                                         f"set data_type: TYPE_{spec.data_type}"))
             dims = tuple(tensor.dims)

@@ -179,7 +179,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
             if tensor.name not in produced:
                 raise ErnieDeployError(f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, "
                                        "which no earlier step produces")
-        produced.update({o.name: _spec_of(o) for o in step.output})
+        produced.update({o.name: spec_of(o) for o in step.output})
     missing = [o.name for o in task.outputs if o.name not in produced]
     if missing:
         raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
@@ -196,7 +196,8 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     return config
 
 
-def _spec_of(tensor) -> TensorSpec:
+def spec_of(tensor) -> TensorSpec:
+    """A config tensor as a TensorSpec (Triton's TYPE_STRING is BYTES, as in ONNX signatures)."""
     name = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
     return TensorSpec(tensor.name, "BYTES" if name == "STRING" else name, tuple(tensor.dims))
 
@@ -245,7 +246,7 @@ def fused_config(task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.Model
                                "build it with --runtime python, or drop --fused to use the ORT backend")
     params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
     params["postprocess"] = f"{task.name}_postprocess"
-    return _base(task.ensemble, [TEXT_INPUT], [_spec_of(o) for o in ensemble.output], options, backend="python",
+    return _base(task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python",
                  params=params)
 
 
