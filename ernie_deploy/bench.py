@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
+
 from .errors import ErnieDeployError
 from .paths import atomic_path
 from .tasks import TEXT_INPUT, TaskSpec
@@ -76,16 +78,10 @@ _Hand-written, kept by the generator: what moves these numbers, and by how much.
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), interpolating linearly between the closest ranks (numpy's default)."""
-    if not values:
-        return math.nan
+    """The q-th percentile (0..100), numpy's linear interpolation; NaN for no values."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile {q} is outside 0..100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return float(np.percentile(values, q)) if len(values) else math.nan
 
 
 @dataclass
@@ -406,21 +402,12 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
     return rows
 
 
-def reference_predictions(inputs: TaskInputs, tokenizer, texts: list[str]) -> list:
+def reference_predictions(inputs: TaskInputs, texts: list[str]) -> list:
     """What the ensemble must answer for `texts`: in-process ONNX with the serving tokenizer and the
     postprocess logic."""
-    from .evaluate import predictions
-    from .runtime import OnnxModel
-    from .tokenizer import encode_batch
+    from .evaluate import onnx_predictions
 
-    model = OnnxModel(inputs.onnx)
-    out = []
-    for start in range(0, len(texts), 16):
-        batch = texts[start:start + 16]
-        enc = encode_batch(tokenizer, batch, inputs.task.max_seq_len)
-        out.extend(predictions(inputs.task, inputs.static.labels, model(enc.input_ids, enc.token_type_ids), enc,
-                               batch))
-    return out
+    return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, inputs.static.labels, texts)
 
 
 # -- served rows: the asyncio load generator --------------------------------------------------------
@@ -435,7 +422,6 @@ class PreparedRequest:
 def prepare_requests(texts: Sequence[str], batch: int) -> list[PreparedRequest]:
     """Every request serialized once, up front, so that the load generator (which shares the cores with the
     server) spends its time sending, not encoding."""
-    import numpy as np
     from tritonclient.grpc import InferInput
 
     requests = []
@@ -732,7 +718,7 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
         references = {}
         for item in inputs:
             tokenizer = tokenizers[item.task.name]
-            references[item.task.name] = reference_predictions(item, tokenizer, item.texts[:config.check_texts])
+            references[item.task.name] = reference_predictions(item, item.texts[:config.check_texts])
             int8_onnx = workdir / f"{item.task.name}_int8.onnx" if config.int8 else None
             if int8_onnx:
                 from .convert import quantize_int8
@@ -926,10 +912,10 @@ def ratio_table(results: dict) -> str:
 
 
 def save_json(results: dict, path: str | Path) -> Path:
-    path = Path(path)
-    with atomic_path(path, suffix=".json") as tmp:
-        tmp.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return path
+    from .metrics import write_json
+
+    write_json(results, path)
+    return Path(path)
 
 
 def load_json(path: str | Path) -> dict:

@@ -60,7 +60,8 @@ def cmd_export(args) -> None:
 
 
 def cmd_convert(args) -> None:
-    from .convert import check_int8, check_parity, convert, quantize_int8, require_int8, require_parity, write_json
+    from .convert import check_int8, check_parity, convert, quantize_int8, require_int8, require_parity
+    from .metrics import write_json
     from .data import data_dir, read_split, read_split_file
     from .export import StaticModel
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,11 +103,6 @@ def require_parity(report: ParityReport, onnx_path: Path) -> None:
             f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts",
             "try another --opset, or convert without optimization; do not serve this model",
         )
-
-
-def write_report(report: ParityReport, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
 
 
 # --- INT8 -------------------------------------------------------------------------------------------------
@@ -255,8 +249,3 @@ def require_int8(report: Int8Report, int8_onnx: Path) -> None:
             f"(at least {report.min_labels_agree:.0%} required; max abs logit diff {report.max_abs_diff:.3g})",
             "serve the FP32 model (convert without --quantize)",
         )
-
-
-def write_json(data: dict, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
