@@ -258,9 +258,13 @@ def _gpu_count() -> int:
         return 0
 
 
-def python_instance_count(model_repository: str | os.PathLike) -> int:
-    """How many Python-backend model instances the server will start for this repository."""
-    gpus = _gpu_count()
+def python_instance_count(model_repository: str | os.PathLike, gpus: int | None = None) -> int:
+    """How many Python-backend model instances the server will start for this repository.
+
+    `gpus`: the GPUs the server will see (default: this machine's); it matters only for models
+    without a KIND_CPU instance group.
+    """
+    gpus = _gpu_count() if gpus is None else gpus
     total = 0
     for config in sorted(Path(model_repository).glob("*/config.pbtxt")):
         text = config.read_text(errors="replace")
@@ -292,6 +296,23 @@ def _instances_in(text: str, gpus: int) -> int:
     return count
 
 
+def shm_needed(
+    model_repository: str | os.PathLike,
+    shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
+    shm_growth_byte_size: int | None = None,
+    gpus: int | None = None,
+) -> int:
+    """Bytes of /dev/shm the repository's Python-backend instances need: one region each, plus one growth step."""
+    growth = shm_growth_byte_size or PYTHON_BACKEND_GROWTH_BYTE_SIZE
+    return python_instance_count(model_repository, gpus) * (shm_default_byte_size + growth)
+
+
+def shm_size_for(need: int) -> int:
+    """The /dev/shm size to give a container that needs `need` bytes: twice the need (regions grow
+    under load beyond the one step counted), rounded up to 64 MiB, and never under 256 MiB."""
+    return max(256 * MiB, -(-2 * need // (64 * MiB)) * 64 * MiB)
+
+
 def check_shm(
     model_repository: str | os.PathLike,
     shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
@@ -314,7 +335,7 @@ def check_shm(
     free = st.f_bavail * st.f_frsize
     if free >= need:
         return need
-    suggest = max(256, -(-2 * need // (64 * MiB)) * 64)  # MiB, twice the need rounded up to 64
+    suggest = shm_size_for(need) // MiB
     suggest_s = f"{suggest}m" if suggest < 1024 or suggest % 1024 else f"{suggest // 1024}g"
     raise ErnieDeployError(
         f"{shm_path} has {_human(free)} free, but the {instances} Python-backend model instance(s) in "
@@ -432,6 +453,33 @@ def _likely_fix(text: str, log_path: Path, timed_out: bool = False) -> str:
 
 # --------------------------------------------------------------------------------------------
 # The server
+
+
+def server_args(
+    model_repository: str | os.PathLike,
+    *,
+    shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
+    shm_growth_byte_size: int = PYTHON_BACKEND_GROWTH_BYTE_SIZE,
+) -> list[str]:
+    """The tritonserver arguments every deployment of a repository shares (no binary, ports or addresses).
+
+    The one source for them: TritonServer.command() starts with these, the image's CMD
+    (docker/Dockerfile) and the Kubernetes Deployment (`ernie-deploy manifests`) are these for
+    /models, and tests/test_deploy.py checks that they stay equal.
+    """
+    return [
+        f"--model-repository={model_repository}",
+        # A model that fails to load makes the server exit (a launcher reports why, a container
+        # restarts) instead of serving the rest; strict readiness keeps /v2/health/ready false
+        # until every model is loaded.
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        # The generated config.pbtxt files are complete and checked; the server must not amend them.
+        "--disable-auto-complete-config",
+        # Python-backend shared memory: a region per instance, grown in steps (see DEFAULT_SHM_BYTE_SIZE).
+        f"--backend-config=python,shm-default-byte-size={shm_default_byte_size}",
+        f"--backend-config=python,shm-growth-byte-size={shm_growth_byte_size}",
+    ]
 
 
 _LIVE: set["TritonServer"] = set()
@@ -567,9 +615,13 @@ class TritonServer:
     def command(self) -> list[str]:
         """The argv that start() runs (after binary and ports are resolved)."""
         assert self.binary is not None
+        growth = self.shm_growth_byte_size or PYTHON_BACKEND_GROWTH_BYTE_SIZE
         args = [
             str(self.binary.path),
-            f"--model-repository={self.model_repository}",
+            *server_args(self.model_repository, shm_default_byte_size=self.shm_default_byte_size,
+                         shm_growth_byte_size=growth),
+            # What only this launcher needs: the wheel's prepared backends, loopback addresses and
+            # chosen ports, a region prefix of its own (so stop() can sweep what a killed server leaks).
             f"--backend-directory={prepared_backend_dir(self.binary)}",
             f"--http-address={self.host}",
             f"--http-port={self.ports['http']}",
@@ -578,17 +630,9 @@ class TritonServer:
             f"--metrics-address={self.host}",
             f"--metrics-port={self.ports['metrics']}",
             "--allow-gpu-metrics=false",
-            # A model that fails to load makes the server exit (and start() report why) instead of
-            # serving the rest; strict readiness keeps /v2/health/ready false until all are loaded.
-            "--exit-on-error=true",
-            "--strict-readiness=true",
-            "--disable-auto-complete-config",
-            f"--backend-config=python,shm-default-byte-size={self.shm_default_byte_size}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--log-verbose={self.log_verbose}",
         ]
-        if self.shm_growth_byte_size:
-            args.append(f"--backend-config=python,shm-growth-byte-size={self.shm_growth_byte_size}")
         return args + list(self.extra_args)
 
     def preflight(self) -> None:
