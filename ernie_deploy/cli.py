@@ -156,6 +156,13 @@ def cmd_check(args) -> None:
     print(f"ok: {len(model_dirs(args.repository))} models checked")
 
 
+def cmd_manifests(args) -> None:
+    from .manifests import options_from_args, write
+
+    for path in write(args.repository, args.out, options_from_args(args)):
+        print(f"wrote {path}")
+
+
 def cmd_eval(args) -> None:
     from .data import data_dir, split_file
     from .evaluate import evaluate
@@ -267,6 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      "signatures, ensemble wiring, python models, warmup files")
     p.add_argument("repository", nargs="?", default="models")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("manifests", help="Kubernetes manifests (Deployment, Service, autoscaler) for serving a "
+                                         "repository from the image, /dev/shm sized from the repository")
+    from .manifests import add_arguments as add_manifest_arguments
+
+    add_manifest_arguments(p)
+    p.set_defaults(func=cmd_manifests)
 
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
     p.add_argument("--task", default="seq_cls", choices=task_choices)

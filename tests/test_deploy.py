@@ -1,0 +1,280 @@
+"""The container and Kubernetes files, checked without Docker or a cluster.
+
+- docker/Dockerfile is parsed with dockerfile-parse: pinned NGC base image, exec-form CMD equal to
+  serve.server_args("/models"), the arguments the pip launcher runs with (and a real pip server
+  runs with exactly them below).
+- docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, client after a healthy server.
+- deploy/k8s/ is what `ernie-deploy manifests models` writes, validated against the Kubernetes
+  JSON schemas shipped inside kubernetes-validate (offline), strict mode (unknown fields fail).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from dockerfile_parse import DockerfileParser
+
+from ernie_deploy import manifests, serve
+from ernie_deploy.cli import main
+from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.manifests import ManifestOptions, memory_bytes
+from ernie_deploy.serve import MiB, TritonBinary, TritonServer
+
+from .test_serve import ADD_ONE, write_python_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+COMPOSE = ROOT / "docker" / "compose.yaml"
+K8S = ROOT / "deploy" / "k8s"
+MODELS = ROOT / "models"
+# The oldest and the newest schema sets kubernetes-validate ships: autoscaling/v2 and every field
+# used here exist in both.
+K8S_VERSIONS = ("1.25", "1.37")
+
+
+def container_command() -> list[str]:
+    return ["tritonserver", *serve.server_args("/models")]
+
+
+def models_need() -> int:
+    return serve.shm_needed(MODELS, gpus=0)
+
+
+def load_k8s(name: str) -> dict:
+    return yaml.safe_load((K8S / name).read_text())
+
+
+# -- Dockerfile -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> DockerfileParser:
+    return DockerfileParser(path=str(DOCKERFILE))
+
+
+def test_dockerfile_base_image_is_an_ngc_tritonserver_with_a_pinned_tag(dockerfile):
+    assert len(dockerfile.parent_images) == 1, "one stage: the image that serves"
+    image = dockerfile.baseimage  # the FROM line with the ARG default substituted
+    repo, _, tag = image.rpartition(":")
+    assert repo == "nvcr.io/nvidia/tritonserver", image
+    assert re.fullmatch(r"\d\d\.\d\d-py3", tag), f"pin a release tag like 24.12-py3, not {tag!r}"
+    assert "latest" not in image
+    # The comment beside it states the driver that release needs.
+    assert re.search(r"driver release \d{3} or later", DOCKERFILE.read_text())
+
+
+def test_dockerfile_cmd_is_exec_form_and_equals_server_args(dockerfile):
+    cmd = [i for i in dockerfile.structure if i["instruction"] == "CMD"]
+    assert len(cmd) == 1
+    value = cmd[0]["value"].strip()
+    assert value.startswith("["), "CMD must be exec form (JSON), so SIGTERM reaches tritonserver, not a shell"
+    argv = json.loads(value)
+    expected = container_command()
+    assert argv == expected, "docker/Dockerfile's CMD should be:\nCMD " + json.dumps(expected)
+    entrypoint = [i for i in dockerfile.structure if i["instruction"] == "ENTRYPOINT"]
+    assert entrypoint == [], "keep the NGC image's entrypoint; CMD carries the server's arguments"
+
+
+def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile):
+    runs = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "RUN")
+    assert "pip install" in runs and "import ernie_deploy.steps" in runs
+    assert "ernie-deploy build --repository /models" in runs
+    exposed = {i["value"] for i in dockerfile.structure if i["instruction"] == "EXPOSE"}
+    assert exposed == {"8000 8001 8002"}
+    copied = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "COPY")
+    for path in ("setup.cfg", "pyproject.toml", "ernie_deploy", "clients"):
+        assert path in copied and (ROOT / path).exists()
+
+
+# -- one command line for the launcher, the image and Kubernetes ----------------------------------
+
+
+def test_launcher_command_starts_with_server_args(tmp_path):
+    binary = TritonBinary(tmp_path / "bin" / "tritonserver", tmp_path / "backends", serve.SYSTEM)
+    server = TritonServer(tmp_path / "repo", http_port=1, grpc_port=2, metrics_port=3)
+    server.binary = binary
+    argv = server.command()
+    shared = serve.server_args(server.model_repository)
+    assert argv[0] == str(binary.path)
+    assert argv[1 : 1 + len(shared)] == shared
+    # What the launcher adds on top: its backends, loopback addresses and ports, its region prefix.
+    rest = argv[1 + len(shared) :]
+    assert f"--backend-directory={binary.backend_dir}" in rest
+    assert {"--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"} <= set(rest)
+    assert "--http-port=1" in rest and "--grpc-port=2" in rest and "--metrics-port=3" in rest
+    assert any(a.startswith("--backend-config=python,shm-region-prefix-name=ernie_deploy_") for a in rest)
+    # Options reach the shared part, not a second copy of an argument.
+    server = TritonServer(tmp_path / "repo", shm_default_byte_size=8 * MiB, shm_growth_byte_size=2 * MiB)
+    server.binary = binary
+    argv = server.command()
+    assert argv[1:7] == serve.server_args(server.model_repository, shm_default_byte_size=8 * MiB,
+                                          shm_growth_byte_size=2 * MiB)
+    assert len([a for a in argv if "shm-default-byte-size" in a]) == 1
+
+
+@pytest.mark.integration
+def test_the_containers_command_line_serves_on_the_pip_server(tmp_path, dockerfile):
+    """The image's CMD, with only the repository path swapped, is what a real pip server starts with."""
+    import tritonclient.grpc as grpcclient
+
+    repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
+    cmd = json.loads(dockerfile.cmd)
+    wanted = [f"--model-repository={repo}" if a == "--model-repository=/models" else a for a in cmd[1:]]
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "triton.log") as server:
+        assert server.command()[1 : 1 + len(wanted)] == wanted
+        client = grpcclient.InferenceServerClient(url=server.grpc_url)
+        try:
+            assert client.is_server_ready() and client.is_model_ready("add_one")
+        finally:
+            client.close()
+    log = (tmp_path / "triton.log").read_text()
+    assert all(arg in log.splitlines()[0] for arg in wanted)  # the launcher logs the argv it ran
+
+
+# -- compose ----------------------------------------------------------------------------------------
+
+
+def compose_bytes(size) -> int:
+    """Docker compose's byte values: a number, or a number with b, k, m, g (optionally followed by b)."""
+    if isinstance(size, int):
+        return size
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", str(size).strip().lower())
+    assert match, f"not a compose size: {size!r}"
+    return int(float(match.group(1)) * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2)])
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_triton_service(compose):
+    triton = compose["services"]["triton"]
+    assert (COMPOSE.parent / triton["build"]["context"] / triton["build"]["dockerfile"]).resolve() == DOCKERFILE
+    assert compose_bytes(triton["shm_size"]) >= models_need()
+    assert compose_bytes(triton["shm_size"]) > 64 * 10**6, "more than Docker's default /dev/shm"
+    ports = triton["ports"]
+    assert sorted(p.rsplit(":", 1)[1] for p in ports) == ["8000", "8001", "8002"]
+    assert all(p.startswith("127.0.0.1:") for p in ports), "publish on the host's loopback only"
+    assert "command" not in triton, "the image's CMD (server_args) is the command"
+    check = " ".join(triton["healthcheck"]["test"])
+    assert "/v2/health/ready" in check and ":8000" in check
+
+
+def test_compose_client_runs_after_triton_is_healthy(compose):
+    client = compose["services"]["client"]
+    assert client["depends_on"]["triton"]["condition"] == "service_healthy"
+    assert client["image"] == compose["services"]["triton"]["image"]
+    command = client["command"]
+    assert command[:2] == ["python3", "clients/seq_cls_grpc_client.py"]
+    assert command[command.index("--url") + 1] == "triton:8001"
+    assert "ports" not in client
+
+
+def test_compose_size_parser():
+    assert compose_bytes("1gb") == 1 << 30 and compose_bytes("256m") == 256 << 20 and compose_bytes(1024) == 1024
+
+
+# -- Kubernetes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("name", manifests.FILES)
+def test_committed_manifests_pass_the_kubernetes_schemas(name, version):
+    assert kubernetes_validate.validate(load_k8s(name), version, strict=True) == version
+
+
+def test_the_validator_rejects_a_wrong_manifest():
+    """The schema check has teeth: a misspelt field and a wrong type both fail."""
+    bad = load_k8s("deployment.yaml")
+    bad["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimt"] = "1Gi"
+    with pytest.raises(kubernetes_validate.ValidationError, match="sizeLimt"):
+        kubernetes_validate.validate(bad, K8S_VERSIONS[-1], strict=True)
+    bad = load_k8s("hpa.yaml")
+    bad["spec"]["maxReplicas"] = "four"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSIONS[-1], strict=True)
+
+
+def test_committed_manifests_are_what_the_generator_writes_for_models(tmp_path):
+    written = manifests.write(MODELS, tmp_path)
+    assert sorted(p.name for p in written) == sorted(manifests.FILES)
+    assert sorted(p.name for p in K8S.iterdir()) == sorted(manifests.FILES)
+    for path in written:
+        assert (K8S / path.name).read_text() == path.read_text(), (
+            f"deploy/k8s/{path.name} is stale: run `ernie-deploy manifests models --out deploy/k8s`")
+
+
+def test_deployment_shm_probes_resources_and_command():
+    deployment = load_k8s("deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == container_command()
+    (mount,) = container["volumeMounts"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
+    size = memory_bytes(volume["emptyDir"]["sizeLimit"])
+    assert size >= models_need() > 0
+    assert size == serve.shm_size_for(models_need())
+    # tmpfs pages count against the container's memory: the limit holds a full /dev/shm and more.
+    assert memory_bytes(container["resources"]["limits"]["memory"]) > size + memory_bytes(
+        container["resources"]["requests"]["memory"]) // 2
+    assert container["resources"]["requests"]["cpu"]  # the HPA's utilization is relative to it
+    probes = {k: container[k]["httpGet"]["path"] for k in ("startupProbe", "readinessProbe", "livenessProbe")}
+    assert probes == {"startupProbe": "/v2/health/ready", "readinessProbe": "/v2/health/ready",
+                      "livenessProbe": "/v2/health/live"}
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 120
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
+
+
+def test_service_and_autoscaler_point_at_the_deployment():
+    deployment, service, hpa = (load_k8s(n) for n in ("deployment.yaml", "service.yaml", "hpa.yaml"))
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"] == labels == service["spec"]["selector"]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "http": (8000, "http"), "grpc": (8001, "grpc"), "metrics": (8002, "metrics")}
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu" and metric["resource"]["target"]["type"] == "Utilization"
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_shm_limit_follows_the_repository_and_options(tmp_path):
+    repo = write_python_model(tmp_path / "repo", "busy", ADD_ONE, count=80)
+    need = serve.shm_needed(repo, gpus=0)
+    assert need == 80 * 5 * MiB
+    objects = manifests.manifests(repo, ManifestOptions(memory_limit="8Gi", gpus=1, image="registry.example/e:1"))
+    pod = objects["deployment.yaml"]["spec"]["template"]["spec"]
+    assert memory_bytes(pod["volumes"][0]["emptyDir"]["sizeLimit"]) == 832 * MiB  # 2 x 400 MiB in 64 MiB steps
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["containers"][0]["image"] == "registry.example/e:1"
+    for obj in objects.values():
+        kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+    # A bigger region per instance raises both the server's argument and the volume.
+    objects = manifests.manifests(repo, ManifestOptions(memory_limit="8Gi", shm_default_byte_size=8 * MiB))
+    container = objects["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]
+    assert "--backend-config=python,shm-default-byte-size=8388608" in container["args"]
+    # A limit that cannot hold /dev/shm is refused with the fix.
+    with pytest.raises(ErnieDeployError, match="--memory-limit 1Gi leaves too little room") as err:
+        manifests.manifests(repo, ManifestOptions(memory="512Mi", memory_limit="1Gi"))
+    assert "raise --memory-limit" in str(err.value)
+
+
+def test_cli_writes_the_manifests_and_reports_bad_input(tmp_path, capsys):
+    out = tmp_path / "k8s"
+    assert main(["manifests", str(MODELS), "--out", str(out), "--image", "r.example/ernie:2"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(manifests.FILES)  # no temporary files left
+    assert "image: r.example/ernie:2" in (out / "deployment.yaml").read_text()
+    assert main(["manifests", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert "is not a model repository" in capsys.readouterr().err
+    assert main(["manifests", str(MODELS), "--out", str(out), "--memory-limit", "lots"]) == 2
+    assert "not a Kubernetes memory quantity" in capsys.readouterr().err
+    assert main(["manifests", str(MODELS), "--out", str(out), "--min-replicas", "5", "--max-replicas", "2"]) == 2
