@@ -1,22 +1,67 @@
-"""gRPC client for the served ensembles (tritonclient), with readiness checks and batching."""
+"""gRPC client for the served ensembles (tritonclient): readiness checks, batching, retries with backoff for
+transient failures, and per-text errors for batches that mix good and bad texts."""
 
 from __future__ import annotations
 
+import random
+import time
+from dataclasses import dataclass
+
 import numpy as np
 
-from .errors import ErnieDeployError
+from .errors import BadRequest, ErnieDeployError
+from .steps import text_problem
 from .tasks import TEXT_INPUT, TaskSpec
 
 DEFAULT_URL = "127.0.0.1:8001"
 
+# gRPC status codes worth another try: the server is (re)starting or unreachable, or a model instance
+# failed (e.g. a python-backend stub died and `ernie-deploy serve` is reloading it). Inference here has no
+# side effects, so resending the same request is always safe. INVALID_ARGUMENT (the request's fault) and
+# NOT_FOUND on a ready server (no such model) are final.
+TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.INTERNAL", "StatusCode.UNKNOWN", "StatusCode.DEADLINE_EXCEEDED",
+             "StatusCode.RESOURCE_EXHAUSTED", "StatusCode.CANCELLED"}
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Exponential backoff with full jitter (so many clients do not retry in step), bounded by attempts and
+    by a total time budget."""
+
+    attempts: int = 8  # with these delays: about 5 s of retrying on average, 12 s at most
+    base_s: float = 0.1
+    max_s: float = 4.0
+    budget_s: float = 60.0
+
+    def delays(self):
+        for n in range(self.attempts - 1):
+            yield random.uniform(0, min(self.max_s, self.base_s * 2 ** n))
+
+
+NO_RETRY = Retry(attempts=1)
+
+
+@dataclass(frozen=True)
+class TextError:
+    """Stands in the results for a text the server cannot take; the other texts keep their places."""
+
+    index: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"text {self.index} {self.problem}"
+
 
 class Client:
-    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0):
+    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0,
+                 retry: Retry = Retry()):
         import tritonclient.grpc as grpcclient
 
         self.task = task
         self.url = url
         self.timeout_s = timeout_s
+        self.retry = retry
+        self.retries = 0  # how many resends this client has made (reported by the soak test)
         self._grpc = grpcclient
         self.client = grpcclient.InferenceServerClient(url=url)
 
@@ -37,18 +82,47 @@ class Client:
                                    "check the server log; build it with `scripts/convert.sh`")
 
     def infer(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """One request holding `texts`; returns every output of the ensemble, first axis = texts."""
+        """One request holding `texts`; returns every output of the ensemble, first axis = texts.
+
+        Transient failures are retried with backoff (see `Retry`); a bad request raises `BadRequest` at once."""
         from tritonclient.utils import InferenceServerException
 
-        data = np.array([t.encode("utf-8") for t in texts], dtype=np.object_).reshape(-1, 1)
+        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts],
+                        dtype=np.object_).reshape(-1, 1)
         tensor = self._grpc.InferInput(TEXT_INPUT.name, list(data.shape), "BYTES")
         tensor.set_data_from_numpy(data)
         outputs = [self._grpc.InferRequestedOutput(o.name) for o in self.task.outputs]
-        try:
-            result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs, client_timeout=self.timeout_s)
-        except InferenceServerException as exc:
-            raise ErnieDeployError(f"inference on {self.task.ensemble!r} failed: {exc.message()}") from None
-        return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
+        t0, tries, delays = time.monotonic(), 0, self.retry.delays()
+        while True:
+            tries += 1
+            try:
+                result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs,
+                                           client_timeout=self.timeout_s)
+                return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
+            except InferenceServerException as exc:
+                status, message = str(exc.status()), exc.message() or str(exc)
+                if status == "StatusCode.INVALID_ARGUMENT":
+                    raise BadRequest(f"{self.task.ensemble!r} refused the request: {message}") from None
+                delay = next(delays, None) if self._transient(status) else None
+                spent = time.monotonic() - t0
+                if delay is None or spent + delay > self.retry.budget_s:
+                    tried = f" after {tries} attempts over {spent:.1f} s" if tries > 1 else ""
+                    raise ErnieDeployError(f"inference on {self.task.ensemble!r} at {self.url} failed{tried}: "
+                                           f"{message} ({status.split('.')[-1]})",
+                                           "check that the server is running and ready (ernie-deploy serve "
+                                           "prints its log path)") from None
+                self.retries += 1
+                time.sleep(delay)
+
+    def _transient(self, status: str) -> bool:
+        if status in TRANSIENT:
+            return True
+        if status == "StatusCode.NOT_FOUND":  # models are not known yet while a restarted server loads them
+            try:
+                return not self.client.is_server_ready()
+            except Exception:
+                return True
+        return False
 
     def infer_all(self, texts: list[str], batch_size: int = 32, progress: bool = True) -> dict[str, np.ndarray]:
         from tqdm import tqdm
@@ -60,9 +134,27 @@ class Client:
                 parts[name].append(value)
         return {name: np.concatenate(values) for name, values in parts.items()}
 
-    def predict(self, texts: list[str], batch_size: int = 32, progress: bool = True) -> list:
-        """Per-text predictions as `evaluate` makes them offline: label names (seq_cls) or entity lists."""
-        return decode_outputs(self.task, self.infer_all(texts, batch_size, progress))
+    def predict(self, texts: list[str], batch_size: int = 32, progress: bool = True, *,
+                keep_going: bool = False) -> list:
+        """Per-text predictions as `evaluate` makes them offline: label names (seq_cls) or entity lists.
+
+        A bad text fails its whole request on the server (Triton answers per request). With keep_going,
+        texts the server would refuse are found here first, with the server's own rules, and come back as
+        `TextError`s in their places; the good ones are sent, answered and returned in order."""
+        if not keep_going:
+            return decode_outputs(self.task, self.infer_all(texts, batch_size, progress))
+        results: list = [None] * len(texts)
+        good = []
+        for i, text in enumerate(texts):
+            problem = text_problem(text.encode("utf-8") if isinstance(text, str) else text)
+            if problem:
+                results[i] = TextError(i, problem)
+            else:
+                good.append(i)
+        if good:
+            for i, pred in zip(good, self.predict([texts[i] for i in good], batch_size, progress)):
+                results[i] = pred
+        return results
 
     def close(self) -> None:
         self.client.close()

@@ -8,3 +8,8 @@ class ErnieDeployError(Exception):
         self.problem = problem
         self.fix = fix
         super().__init__(problem if not fix else f"{problem}\n  fix: {fix}")
+
+
+class BadRequest(ErnieDeployError):
+    """A fault of one request (its texts or tensors), not of the model or the server: served as
+    INVALID_ARG, never worth retrying unchanged."""

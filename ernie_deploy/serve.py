@@ -546,6 +546,8 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         shm_preflight: bool = True,
         die_with_parent: bool = True,
+        restart_stubs: bool = True,
+        on_stub_restart=None,
     ):
         if shm_default_byte_size <= 0:
             raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
@@ -561,6 +563,10 @@ class TritonServer:
         self.extra_args = tuple(extra_args)
         self.shm_preflight = shm_preflight
         self.die_with_parent = die_with_parent
+        # The watchdog needs explicit model control; a caller choosing its own mode keeps Triton's behaviour.
+        self.restart_stubs = restart_stubs and not any(a.startswith("--model-control-mode") for a in extra_args)
+        self.on_stub_restart = on_stub_restart
+        self.watchdog = None
         self.binary: TritonBinary | None = None
         self._proc: subprocess.Popen | None = None
         self._log_path: Path | None = None
@@ -633,6 +639,10 @@ class TritonServer:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--log-verbose={self.log_verbose}",
         ]
+        if self.restart_stubs:
+            # Explicit model control, every model loaded at start (as by default), so the stub watchdog
+            # can reload a model whose python stub died (see ernie_deploy.watchdog).
+            args += ["--model-control-mode=explicit", "--load-model=*"]
         return args + list(self.extra_args)
 
     def preflight(self) -> None:
@@ -692,6 +702,11 @@ class TritonServer:
             self.stop(timeout=10)
             raise
         self.start_seconds = time.monotonic() - t0
+        if self.restart_stubs:
+            from .watchdog import StubWatchdog
+
+            self.watchdog = StubWatchdog(self._proc.pid, self.grpc_url, on_restart=self.on_stub_restart)
+            self.watchdog.start()
         return self
 
     def _wait_ready(self, timeout: float) -> None:
@@ -738,6 +753,8 @@ class TritonServer:
             return None
         if self._stopped:
             return proc.returncode
+        if self.watchdog is not None:  # stubs exit during shutdown: that is no death to repair
+            self.watchdog.stop()
         t0 = time.monotonic()
         if proc.poll() is None:
             try:
@@ -793,12 +810,18 @@ class TritonServer:
 # Blocking entry point for the CLI
 
 
+def _report_stub_restart(event) -> None:
+    how = f"reloaded in {event.seconds:.1f} s" if event.ok else f"could not be reloaded: {event.message}"
+    print(f"the python stub of model {event.model!r} died; {how}", file=sys.stderr, flush=True)
+
+
 def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float = 120, **kw) -> int:
     """Start the server, print where it listens, and block until SIGINT/SIGTERM; then stop cleanly.
 
     Keyword arguments go to TritonServer. Returns 0 after a requested stop; raises ErnieDeployError
     if the server fails to start or dies on its own.
     """
+    kw.setdefault("on_stub_restart", _report_stub_restart)
     server = TritonServer(model_repository, **kw)
     stop_requested = threading.Event()
     previous: dict[int, object] = {}

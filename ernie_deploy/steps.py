@@ -8,11 +8,12 @@ Only numpy, tokenizers and onnxruntime are imported here: paddle is for export, 
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ErnieDeployError
+from .errors import BadRequest, ErnieDeployError
 from .tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS
 
 
@@ -24,22 +25,40 @@ def parameter(config: dict, key: str, default: str | None = None) -> str:
     return value
 
 
+def text_problem(item) -> str | None:
+    """Why one element of a BYTES text tensor cannot be served, or None when it can."""
+    try:
+        text = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+    except UnicodeDecodeError as exc:
+        return f"is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    if not text.strip():
+        return "is empty"
+    if not any(_kept(ch) for ch in text):
+        # The tokenizer drops control and format characters (NUL included): nothing would be left to classify.
+        return "has only control or format characters, which the tokenizer drops"
+    return None
+
+
+def _kept(ch: str) -> bool:
+    return not (ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") or ch == "\ufffd")
+
+
+_FIXES = {"is not": "encode texts as UTF-8", "is empty": "send at least one visible character per text",
+          "has only": "send at least one visible character per text"}
+
+
 def decode_texts(array: np.ndarray) -> list[str]:
-    """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that says why."""
+    """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that names
+    every bad text of the request by its index (so a caller can resend the good ones)."""
     if array.dtype != np.object_:
-        raise ErnieDeployError(f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
-                               "send UTF-8 strings as a BYTES tensor of shape [batch, 1]")
-    texts = []
-    for i, item in enumerate(array.reshape(-1)):
-        try:
-            text = item.decode("utf-8") if isinstance(item, bytes) else str(item)
-        except UnicodeDecodeError as exc:
-            raise ErnieDeployError(f"text {i} is not valid UTF-8 ({exc.reason} at byte {exc.start})",
-                                   "encode texts as UTF-8") from None
-        if not text.strip():
-            raise ErnieDeployError(f"text {i} is empty", "send at least one non-space character per text")
-        texts.append(text)
-    return texts
+        raise BadRequest(f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
+                         "send UTF-8 strings as a BYTES tensor of shape [batch, 1]")
+    items = array.reshape(-1)
+    problems = [(i, p) for i, p in enumerate(map(text_problem, items)) if p]
+    if problems:
+        fixes = dict.fromkeys(fix for key, fix in _FIXES.items() for _, p in problems if p.startswith(key))
+        raise BadRequest("; ".join(f"text {i} {p}" for i, p in problems), "; ".join(fixes))
+    return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in items]
 
 
 class Step:
@@ -49,7 +68,7 @@ class Step:
     run, not a loop per request, is what makes dynamic batching pay off in a python backend."""
 
     def check(self, inputs: dict[str, np.ndarray]):
-        """Validate and unpack one request; raise ErnieDeployError naming what is wrong with it."""
+        """Validate and unpack one request; raise BadRequest naming what is wrong with it."""
         return inputs
 
     def run(self, items: list, requested: set[str] | None) -> list[dict[str, np.ndarray]]:
@@ -160,12 +179,12 @@ class OnnxStep(Step):
     def check(self, inputs):
         for name in MODEL_INPUTS:
             if inputs[name].dtype != np.int64:
-                raise ErnieDeployError(f"input {name!r} has dtype {inputs[name].dtype}; expected int64",
-                                       "send token ids as INT64")
+                raise BadRequest(f"input {name!r} has dtype {inputs[name].dtype}; expected int64",
+                                 "send token ids as INT64")
         ids, types = inputs["input_ids"], inputs["token_type_ids"]
         if ids.ndim != 2 or ids.shape != types.shape:
-            raise ErnieDeployError(f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
-                                   "the same [batch, tokens] shape")
+            raise BadRequest(f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
+                             "the same [batch, tokens] shape")
         return ids, types
 
     def run(self, items, requested=None):
@@ -206,8 +225,8 @@ class SeqClsPostprocess(Step):
     def check(self, inputs):
         logits = inputs[LOGITS]
         if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
-            raise ErnieDeployError(f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
-                                   "rebuild the repository so labels.json comes from the same model")
+            raise BadRequest(f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
+                             "rebuild the repository so labels.json comes from the same model")
         return logits
 
     def run(self, items, requested=None):
@@ -230,11 +249,11 @@ class TokenClsPostprocess(Step):
     def check(self, inputs):
         logits, offsets = inputs[LOGITS], inputs["offsets"]
         if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
-            raise ErnieDeployError(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
-                                   f"{len(self.labels)}] for the labels in labels.json",
-                                   "rebuild the repository so labels.json comes from the same model")
+            raise BadRequest(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
+                             f"{len(self.labels)}] for the labels in labels.json",
+                             "rebuild the repository so labels.json comes from the same model")
         if offsets.shape[:2] != logits.shape[:2]:
-            raise ErnieDeployError(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
+            raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
         return decode_texts(inputs["text"]), logits.argmax(axis=-1), offsets, inputs["lengths"].reshape(-1)
 
     def run(self, items, requested=None):

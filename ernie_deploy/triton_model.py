@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import ErnieDeployError
+from .errors import BadRequest, ErnieDeployError
 
 
 class StepModel:
@@ -44,7 +44,9 @@ class StepModel:
         responses = []
         for result, names in zip(results, wanted):
             if isinstance(result, ErnieDeployError):
-                responses.append(pb.InferenceResponse(error=pb.TritonError(str(result))))
+                # INVALID_ARG for a fault of the request (clients must not retry it), INTERNAL otherwise.
+                code = pb.TritonError.INVALID_ARG if isinstance(result, BadRequest) else pb.TritonError.INTERNAL
+                responses.append(pb.InferenceResponse(error=pb.TritonError(str(result), code)))
             else:
                 tensors = [pb.Tensor(name, result[name]) for name in self.outputs if name in names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
