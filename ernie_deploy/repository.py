@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -320,16 +322,36 @@ def write_text(path: Path, text: str) -> None:
 
 def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
           options: BuildOptions = BuildOptions()) -> list[Path]:
-    """Write each task's models into `repository` (one tokenizer per vocabulary); returns the configs written."""
-    from .tokenizer import save_tokenizer
+    """Write each task's models into `repository` (one tokenizer per vocabulary); returns the configs written.
 
+    Every model is generated whole in a staging folder next to the repository and only then moved in, one
+    folder rename per model: an interrupted or failed build leaves the previous models as they were, and
+    no model folder ever mixes files of two builds. Other models in the repository are left alone."""
     entries = [entries] if isinstance(entries, TaskArtifacts) else list(entries)
     if len({e.task.name for e in entries}) != len(entries):
         raise ErnieDeployError("a task is listed twice", "build each task once")
-    repository = Path(repository)
+    repository = Path(repository).absolute()
+    repository.mkdir(parents=True, exist_ok=True)
     tokenizers = tokenizer_steps(entries)
     plans = [(e, task_configs(e.task, e.onnx, options, tokenizers[e.task.name], pad_token_id(e.vocab_file)))
              for e in entries]
+    staging = Path(tempfile.mkdtemp(prefix=f".{repository.name}.staging-", dir=repository.parent))
+    try:
+        written = _write_models(plans, staging / "new", options, tokenizers)
+        (staging / "old").mkdir()
+        for model_dir in sorted((staging / "new").iterdir()):
+            final = repository / model_dir.name
+            if final.exists():
+                os.replace(final, staging / "old" / model_dir.name)
+            os.replace(model_dir, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [repository / path.relative_to(staging / "new") for path in written]
+
+
+def _write_models(plans, repository: Path, options: BuildOptions, tokenizers: dict[str, str]) -> list[Path]:
+    from .tokenizer import save_tokenizer
+
     written = []
     for entry, configs in plans:
         for config in configs:
@@ -345,8 +367,6 @@ def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
             step = _python_step(config, entry.task)
             if step:
                 write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
-            elif (version_dir / "model.py").exists():
-                (version_dir / "model.py").unlink()  # ORT runtime: the backend loads model.onnx alone
         task = entry.task
         homes = ({name: task.ensemble for name in ("tokenizer", "model", "labels")} if options.fused else
                  {"tokenizer": tokenizers[task.name], "model": task.model_step, "labels": task.postprocess_step})
@@ -355,6 +375,9 @@ def build(entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path,
             shutil.copyfile(entry.onnx, tmp)
         write_text(repository / homes["labels"] / VERSION / "labels.json",
                    json.dumps(entry.labels, ensure_ascii=False, indent=2) + "\n")
+    for version_dir in repository.glob(f"*/{VERSION}"):
+        if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
+            (version_dir / ".gitkeep").touch()
     return written
 
 

@@ -188,3 +188,45 @@ def soak(url: str, cases: list[SoakCase], *, requests: int = 2000, concurrency: 
         if server.watchdog:
             report.stub_restarts = len(server.watchdog.restarts) - restarts0
     return report
+
+
+def run_from_args(args) -> int:
+    """`ernie-deploy soak`: serve a repository on free loopback ports, soak it, print and write the report."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from .data import data_dir, read_split_file, split_file
+    from .errors import ErnieDeployError
+    from .evaluate import onnx_predictions
+    from .export import StaticModel
+    from .metrics import write_json
+    from .paths import artifacts_dir
+    from .serve import TritonServer
+    from .tasks import TASKS
+
+    repository = Path(args.repository)
+    tasks = [t for t in TASKS.values() if (repository / t.ensemble / "config.pbtxt").exists()]
+    if not tasks:
+        raise ErnieDeployError(f"no task ensembles in {repository}", "build it with `scripts/convert.sh`")
+    cases = []
+    for task in tasks:
+        static = StaticModel.load(artifacts_dir() / "static" / task.name)
+        onnx_path = artifacts_dir() / "onnx" / task.name / "model.onnx"
+        texts = [t for t in read_split_file(split_file(data_dir(task.dataset), "test", task.split_format))[0]
+                 if t.strip()][:args.texts]
+        cases.append(SoakCase(task, texts, onnx_predictions(task, onnx_path, static.vocab_file, static.labels,
+                                                            texts)))
+    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
+        report = soak(server.grpc_url, cases, requests=args.requests, concurrency=args.concurrency,
+                      bad_fraction=args.bad_fraction, seed=args.seed, server=server, chaos_s=args.chaos,
+                      chaos_kills=args.chaos_kills)
+    result = {**report.to_dict(), "tasks": [t.name for t in tasks], "texts_per_task": args.texts,
+              "bad_fraction": args.bad_fraction, "chaos_s": args.chaos, "seed": args.seed}
+    if args.report:
+        write_json(result, args.report)
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    if not report.clean or report.answered != report.good_requests or report.refused != report.bad_requests:
+        print("soak FAILED: see the counts and examples above", file=sys.stderr)
+        return 2
+    return 0

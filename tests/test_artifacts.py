@@ -1,0 +1,95 @@
+"""Artifacts are written whole or not at all, and nothing the server sends back is ever evaluated."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _entry(pipeline) -> TaskArtifacts:
+    return TaskArtifacts(pipeline.task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
+
+
+@pytest.mark.parametrize("where", ["save_tokenizer", "copyfile"])
+def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, tmp_path, monkeypatch, where):
+    import ernie_deploy.repository as repository
+    import ernie_deploy.tokenizer as tokenizer
+
+    repo = tmp_path / "models"
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
+    (repo / "someone_elses_model").mkdir()
+    before = _snapshot(repo)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Ctrl-C halfway through writing the new models
+
+    if where == "save_tokenizer":
+        monkeypatch.setattr(tokenizer, "save_tokenizer", interrupted)
+    else:
+        monkeypatch.setattr(repository.shutil, "copyfile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime", max_batch_size=8))
+    assert _snapshot(repo) == before
+    assert (repo / "someone_elses_model").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # no staging folder left behind
+
+
+def test_rebuild_replaces_whole_model_folders(tiny_pipeline, tmp_path):
+    """A model folder never mixes two builds: switching the model step to the ORT backend drops the python
+    step's model.py instead of leaving it beside the new config."""
+    repo = tmp_path / "models"
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
+    (repo / "ernie_seqcls_model" / "1" / "stale.txt").write_text("from an older build")
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime"))
+    files = sorted(p.name for p in (repo / "ernie_seqcls_model" / "1").iterdir())
+    assert files == ["model.onnx"]
+    assert 'platform: "onnxruntime_onnx"' in (repo / "ernie_seqcls_model" / "config.pbtxt").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+
+
+# Calls that would run or unpickle what a server or a file sends: none of them anywhere in the package,
+# the clients or the generated model.py files.
+FORBIDDEN = {"eval", "exec", "literal_eval"}
+FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "joblib"}
+
+
+def _python_files():
+    yield from (ROOT / "ernie_deploy").rglob("*.py")
+    yield from (ROOT / "clients").glob("*.py")
+
+
+@pytest.mark.parametrize("path", sorted(_python_files()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_eval_or_pickle_of_anything_received(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+            assert not {n.split(".")[0] for n in names if n} & FORBIDDEN_MODULES, f"{path}:{node.lineno}"
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name):
+                name = node.func.id
+            else:  # a method named eval (paddle's model.eval() switches off dropout) is no evaluator
+                name = getattr(node.func, "attr", "")
+                name = name if name not in ("eval", "exec") else ""
+            assert name not in FORBIDDEN, f"{path}:{node.lineno} calls {name}"
+            for kw in node.keywords:  # numpy's np.load(..., allow_pickle=True)
+                assert not (kw.arg == "allow_pickle" and getattr(kw.value, "value", False)), f"{path}:{node.lineno}"
+
+
+def test_the_scan_would_catch_an_eval(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\nvalue = eval(response.as_numpy('label')[0])\n")
+    with pytest.raises(AssertionError, match="calls eval"):
+        test_no_eval_or_pickle_of_anything_received(bad)
