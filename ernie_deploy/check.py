@@ -149,6 +149,26 @@ def _check_python(name: str, config: mc.ModelConfig, versions: list[Path]) -> li
     return problems
 
 
+def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:
+    """ORT backend settings that the backend ignores without a word."""
+    from .repository import ORT_GRAPH_LEVELS
+
+    problems = []
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    groups = config.instance_group
+    if accelerators and groups and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in groups):
+        # the backend reads GPU accelerators only for GPU (or AUTO) instances
+        problems.append(Problem(name, f"gpu_execution_accelerator {[a.name for a in accelerators]} is ignored: "
+                                      "every instance group is KIND_CPU",
+                                "build with --device gpu, or drop --trt-fp16"))
+    level = config.optimization.graph.level
+    if config.platform == "onnxruntime_onnx" and level not in ORT_GRAPH_LEVELS.values():
+        problems.append(Problem(name, f"optimization graph level {level} is not one the ORT backend knows (it runs "
+                                      "all optimizations instead)",
+                                "use -1 (basic), 1 (extended) or 2 (disabled), or `build --ort-graph-level`"))
+    return problems
+
+
 def _check_model(model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig],
                  gpus: int) -> list[Problem]:
     name = model_dir.name
@@ -170,7 +190,9 @@ def _check_model(model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.
         problems.extend(_check_python(name, config, versions))
     if gpus == 0 and any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in config.instance_group):
         problems.append(Problem(name, "KIND_GPU instance group on a machine with no GPU",
-                                "use KIND_CPU or run on a GPU machine"))
+                                "rebuild with `ernie-deploy build --device cpu` (KIND_CPU), or check and serve "
+                                "this repository on a GPU machine"))
+    problems.extend(_check_ort_options(name, config))
     for warmup in config.model_warmup:
         for input_name, item in warmup.inputs.items():
             if item.input_data_file and not (model_dir / "warmup" / item.input_data_file).is_file():

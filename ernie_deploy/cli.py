@@ -60,22 +60,28 @@ def cmd_export(args) -> None:
 
 
 def cmd_convert(args) -> None:
-    from .convert import check_int8, check_parity, convert, quantize_int8, require_int8, require_parity
+    from .convert import (check_fp16, check_int8, check_parity, convert, convert_fp16, quantize_int8, require_fp16,
+                          require_int8, require_parity)
     from .metrics import write_json
     from .data import data_dir, read_split, read_split_file
     from .export import StaticModel
 
+    int8 = args.quantize == "int8"
+    if int8 and args.fp16:
+        raise ErnieDeployError("--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
+                               "the FP32 model; they do not combine",
+                               "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving")
     task = get_task(args.task)
     static = StaticModel.load(args.static or _default("static", task.name))
     out = Path(args.out or _default("onnx", task.name) / "model.onnx")
-    int8 = args.quantize == "int8"
-    # With --quantize int8, out is the INT8 model (what `build` serves) and the FP32 one sits beside it.
+    reduced = int8 or args.fp16
+    # With --quantize int8 or --fp16, out is the reduced model (what `build` serves) and the FP32 one sits beside it.
     fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
-    if not int8 and fp32.exists():
-        fp32.unlink()  # left by an earlier INT8 conversion; it would no longer describe out
+    if not reduced and fp32.exists():
+        fp32.unlink()  # left by an earlier INT8/FP16 conversion; it would no longer describe out
     started = time.perf_counter()
-    convert(static, fp32 if int8 else out, opset=args.opset)
-    print(f"{task.name}: ONNX model {fp32 if int8 else out} ({time.perf_counter() - started:.1f} s)")
+    convert(static, fp32 if reduced else out, opset=args.opset)
+    print(f"{task.name}: ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
     fp32_checked = args.skip_parity
     try:
         if not args.skip_parity:
@@ -84,12 +90,12 @@ def cmd_convert(args) -> None:
             else:
                 texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
             texts = texts[: args.parity_n]
-            report = check_parity(static, fp32 if int8 else out, texts, max_seq_len=task.max_seq_len,
+            report = check_parity(static, fp32 if reduced else out, texts, max_seq_len=task.max_seq_len,
                                   tolerance=args.tolerance)
             write_json(report.to_dict(), out.parent / "parity.json")
             print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
                   f"labels agree {report.labels_agree:.2%}")
-            require_parity(report, fp32 if int8 else out)
+            require_parity(report, fp32 if reduced else out)
             fp32_checked = True
         if int8:
             started = time.perf_counter()
@@ -104,6 +110,19 @@ def cmd_convert(args) -> None:
                 print(f"{task.name}: INT8 vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
                       f"max abs logit diff {drift.max_abs_diff:.3f}")
                 require_int8(drift, out)
+        if args.fp16:
+            started = time.perf_counter()
+            info = convert_fp16(fp32, out)
+            print(f"{task.name}: FP16 model {out} ({time.perf_counter() - started:.1f} s; "
+                  f"{info['fp16_initializers']} FP16 weights, {info['fp32_initializers']} FP32)")
+            if not args.skip_parity:
+                drift = check_fp16(static.vocab_file, fp32, out, texts, max_seq_len=task.max_seq_len,
+                                   tolerance=args.fp16_tolerance, min_labels_agree=args.fp16_min_agree)
+                write_json({**report.to_dict(), "fp16": {**drift.to_dict(), **info}}, out.parent / "parity.json")
+                tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
+                print(f"{task.name}: FP16 vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
+                      f"max abs logit diff {drift.max_abs_diff:.3g} (tolerance {drift.tolerance:g})")
+                require_fp16(drift, out)
     except BaseException:
         # never leave a model that failed (or did not finish) its checks where `build` would pick it up
         out.unlink(missing_ok=True)
@@ -114,23 +133,26 @@ def cmd_convert(args) -> None:
 
 def cmd_build(args) -> None:
     from .export import StaticModel
-    from .repository import BuildOptions, TaskArtifacts, build, pick_runtime
+    from .repository import BuildOptions, TaskArtifacts, build, check_options, pick_runtime
 
     tasks = args.task or sorted(TASKS)
     if (args.static or args.onnx) and len(tasks) != 1:
         raise ErnieDeployError("--static and --onnx name one task's files", "pass exactly one --task with them")
     runtime = pick_runtime(args.runtime, args.tritonserver)
+    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances,
+                           max_queue_delay_us=args.max_queue_delay_us, ort_threads=args.ort_threads,
+                           classic=args.classic, ragged=not args.no_ragged,
+                           pad_to_multiple_of=args.pad_to_multiple_of, fused=args.fused,
+                           ort_spinning=args.ort_spinning, ort_graph_level=args.ort_graph_level,
+                           ort_inter_op_threads=args.ort_inter_op_threads, device=args.device,
+                           trt_fp16=args.trt_fp16)
+    check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
     for name in tasks:
         task = get_task(name)
         static = StaticModel.load(args.static or _default("static", task.name))
         onnx_path = Path(args.onnx or _default("onnx", task.name) / "model.onnx")
         entries.append(TaskArtifacts(task, onnx_path, static.vocab_file, static.labels))
-    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances,
-                           max_queue_delay_us=args.max_queue_delay_us, ort_threads=args.ort_threads,
-                           classic=args.classic, ragged=not args.no_ragged,
-                           pad_to_multiple_of=args.pad_to_multiple_of, fused=args.fused,
-                           ort_spinning=args.ort_spinning)
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")
@@ -219,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="default: artifacts/static/<task>")
     p.set_defaults(func=cmd_export)
 
+    from .convert import DEFAULT_FP16_MIN_AGREE, DEFAULT_FP16_TOLERANCE
+
     p = sub.add_parser("convert", help="static model -> ONNX (paddle2onnx), then a Paddle-vs-ONNX parity check")
     p.add_argument("--task", default="seq_cls", choices=task_choices)
     p.add_argument("--static", help="default: artifacts/static/<task>")
@@ -237,6 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--int8-min-agree", type=float, default=0.97,
                    help="with --quantize int8: least fraction of parity texts (token tasks: of tokens) on which "
                         "INT8 and FP32 labels must agree")
+    p.add_argument("--fp16", action="store_true",
+                   help="a GPU option: after the FP32 model passes parity, write an FP16 model (FP32 inputs and "
+                        "outputs, so configs and clients are unchanged) to --out and keep the FP32 one beside it as "
+                        "model.fp32.onnx; FP16-vs-FP32 drift goes to parity.json under \"fp16\". On CPU it runs "
+                        "slower than FP32; serve it with `build --runtime onnxruntime --device gpu`")
+    p.add_argument("--fp16-tolerance", type=float, default=DEFAULT_FP16_TOLERANCE,
+                   help="with --fp16: max abs logit difference allowed against the FP32 model")
+    p.add_argument("--fp16-min-agree", type=float, default=DEFAULT_FP16_MIN_AGREE,
+                   help="with --fp16: least fraction of parity texts (token tasks: of tokens) on which FP16 and "
+                        "FP32 labels must agree")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
@@ -248,10 +282,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)")
     p.add_argument("--tritonserver", help="the server binary `auto` inspects")
     p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--instances", type=int, default=1, help="instances per step (KIND_CPU)")
+    p.add_argument("--instances", type=int, default=1,
+                   help="instances per step (with --device gpu: model step instances per GPU)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                   help="where the model step runs: KIND_CPU or KIND_GPU instances (gpu needs --runtime "
+                        "onnxruntime); tokenizer and postprocess stay on the CPU")
     p.add_argument("--max-queue-delay-us", type=int, default=0,
                    help="dynamic batcher queue delay; 0 adds no latency to a lone request")
-    p.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: all cores)")
+    p.add_argument("--ort-threads", type=int, default=0,
+                   help="onnxruntime intra-op threads of the model step (0: all cores); the ORT backend's "
+                        "intra_op_thread_count with --runtime onnxruntime")
+    p.add_argument("--ort-inter-op-threads", type=int, default=0,
+                   help="ORT backend: threads running independent graph nodes at once (inter_op_thread_count, "
+                        "with the parallel execution_mode it needs; 0: sequential, onnxruntime's default)")
+    p.add_argument("--ort-graph-level", default="all", choices=["all", "extended", "basic", "disabled"],
+                   help="ORT backend: onnxruntime graph optimizations (optimization.graph.level: extended 1, "
+                        "basic -1, disabled 2; all, the default, writes no level)")
+    p.add_argument("--trt-fp16", action="store_true",
+                   help="ORT backend on GPU: run the model through the TensorRT execution accelerator in FP16 "
+                        "(needs --runtime onnxruntime --device gpu; TensorRT builds its engines as new input "
+                        "shapes arrive)")
     p.add_argument("--ort-spinning", action="store_true",
                    help="python model step: onnxruntime threads busy-wait between runs (off by default: they "
                         "take the cores the other steps need)")

@@ -28,6 +28,11 @@ from .paths import atomic_path
 from .tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, TOKENIZER_STEP, TaskSpec, TensorSpec
 
 RUNTIMES = ("onnxruntime", "python")
+DEVICES = ("cpu", "gpu")
+# --ort-graph-level name -> the ORT backend's `optimization { graph { level } }` value. The backend maps -1 to
+# ORT_ENABLE_BASIC, 1 to ORT_ENABLE_EXTENDED, 2 to ORT_DISABLE_ALL and anything else (0, or no block) to
+# ORT_ENABLE_ALL, so "all" writes no block at all.
+ORT_GRAPH_LEVELS = {"all": 0, "extended": 1, "basic": -1, "disabled": 2}
 DEFAULT_MAX_BATCH_SIZE = 64
 VERSION = "1"
 
@@ -49,6 +54,18 @@ class BuildOptions:
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.
     classic: bool = False
+    # ORT backend only: onnxruntime's graph optimization level (a key of ORT_GRAPH_LEVELS). "all" is the
+    # backend's default; lower levels load faster and help when a fusion misbehaves.
+    ort_graph_level: str = "all"
+    # ORT backend only: threads that run independent graph nodes at once. onnxruntime ignores the count in its
+    # default sequential mode, so a count > 0 also selects the parallel execution mode.
+    ort_inter_op_threads: int = 0
+    # Where the model step's instances run: "cpu" (KIND_CPU) or "gpu" (KIND_GPU, ORT backend only: the python
+    # model step runs the CPU onnxruntime wheel). Tokenizer and postprocess steps stay on the CPU either way.
+    device: str = "cpu"
+    # ORT backend on a GPU: hand the graph to TensorRT in FP16 (the backend's TensorRT execution accelerator,
+    # CUDA for what TensorRT cannot run). Independent of `convert --fp16`, which changes the ONNX weights.
+    trt_fp16: bool = False
 
     @property
     def batching(self) -> bool:
@@ -152,9 +169,22 @@ def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.M
 def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
     if options.runtime == "onnxruntime":
         # The ORT backend's own parameter names; 0 leaves onnxruntime's default.
-        params = {"intra_op_thread_count": options.ort_threads} if options.ort_threads else None
+        params = {}
+        if options.ort_threads:
+            params["intra_op_thread_count"] = options.ort_threads
+        if options.ort_inter_op_threads:
+            params["inter_op_thread_count"] = options.ort_inter_op_threads
+            params["execution_mode"] = 1  # parallel; the sequential default ignores inter_op_thread_count
         config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
         config.default_model_filename = "model.onnx"
+        if ORT_GRAPH_LEVELS[options.ort_graph_level]:
+            config.optimization.graph.level = ORT_GRAPH_LEVELS[options.ort_graph_level]
+        if options.device == "gpu":
+            # one group of `instances` per visible GPU
+            config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+        if options.trt_fp16:
+            accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+            accelerator.parameters["precision_mode"] = "FP16"
         return config
     params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
     if options.ort_threads:
@@ -208,8 +238,7 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
                  tokenizer_step: str = TOKENIZER_STEP, pad_token_id: int = 0) -> list[mc.ModelConfig]:
     """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
     dims are checked, not assumed."""
-    if options.runtime not in RUNTIMES:
-        raise ErnieDeployError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+    check_options(options)
     inputs, outputs = onnx_signature(onnx_path)
     names = sorted(s.name for s in inputs)
     if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
@@ -238,6 +267,36 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
     if options.fused:
         return [fused_config(task, steps, ensemble, options)]
     return steps + [ensemble]
+
+
+def check_options(options: BuildOptions) -> None:
+    """Refuse option combinations that Triton would reject at load time, or silently ignore."""
+    if options.runtime not in RUNTIMES:
+        raise ErnieDeployError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+    if options.device not in DEVICES:
+        raise ErnieDeployError(f"unknown device {options.device!r}", f"use one of {', '.join(DEVICES)}")
+    if options.ort_graph_level not in ORT_GRAPH_LEVELS:
+        raise ErnieDeployError(f"unknown ORT graph optimization level {options.ort_graph_level!r}",
+                               f"use one of {', '.join(ORT_GRAPH_LEVELS)}")
+    if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
+        raise ErnieDeployError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
+    ort_backend = options.runtime == "onnxruntime"
+    backend_only = [flag for flag, used in (("--ort-graph-level", options.ort_graph_level != "all"),
+                                            ("--ort-inter-op-threads", options.ort_inter_op_threads > 0)) if used]
+    if backend_only and not ort_backend:
+        raise ErnieDeployError(f"{' and '.join(backend_only)} configure Triton's ONNX Runtime backend, but the model "
+                               f"step runs on the {options.runtime} backend",
+                               "build with --runtime onnxruntime, or drop the option")
+    if options.device == "gpu" and not ort_backend:
+        # The python model step runs the CPU onnxruntime wheel (setup.cfg); a KIND_GPU python instance would
+        # only reserve a GPU it never uses.
+        raise ErnieDeployError(f"--device gpu needs the ONNX Runtime backend; the {options.runtime} model step "
+                               "runs onnxruntime on the CPU",
+                               "build with --runtime onnxruntime --device gpu (the NGC tritonserver container has "
+                               "the backend), or with --device cpu")
+    if options.trt_fp16 and not (ort_backend and options.device == "gpu"):
+        raise ErnieDeployError("--trt-fp16 is a GPU execution accelerator of the ONNX Runtime backend",
+                               "build with --runtime onnxruntime --device gpu --trt-fp16, or drop --trt-fp16")
 
 
 def fused_config(task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig,
