@@ -7,10 +7,12 @@
 #   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
 #   scripts/convert.sh --quantize int8                   # serve INT8 models (FP32 kept as model.fp32.onnx)
+#   scripts/convert.sh --fp16                            # FP16 models for GPUs (FP32 kept; slower on CPU); then
+#                                                        #   ernie-deploy build --runtime onnxruntime --device gpu
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 
-build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none"
+build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --task) tasks+=("$2"); shift 2 ;;
@@ -19,7 +21,8 @@ while [ $# -gt 0 ]; do
     --runtime) runtime="$2"; shift 2 ;;
     --repository) repository="$2"; shift 2 ;;
     --quantize) quantize="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --fp16) fp16_arg=(--fp16); shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -36,7 +39,7 @@ for task in "${tasks[@]}"; do
     ernie-deploy fetch --bootstrap --task "$task"
   fi
   ernie-deploy export --task "$task"
-  ernie-deploy convert --task "$task" --quantize "$quantize"
+  ernie-deploy convert --task "$task" --quantize "$quantize" "${fp16_arg[@]}"
   build_tasks+=(--task "$task")
 done
 ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime"
