@@ -59,6 +59,16 @@ def cmd_export(args) -> None:
     print(f"{task.name}: static model {static.model_file}")
 
 
+def _report_drift(task, kind: str, drift, info: dict, report, out: Path, diff: str) -> None:
+    """Record a reduced-precision model's drift from the FP32 one in parity.json, and print it."""
+    from .metrics import write_json
+
+    write_json({**report.to_dict(), kind: {**drift.to_dict(), **info}}, out.parent / "parity.json")
+    tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
+    print(f"{task.name}: {kind.upper()} vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
+          f"{diff}")
+
+
 def cmd_convert(args) -> None:
     from .convert import (check_fp16, check_int8, check_parity, convert, convert_fp16, quantize_int8, require_fp16,
                           require_int8, require_parity)
@@ -105,10 +115,7 @@ def cmd_convert(args) -> None:
             if not args.skip_parity:
                 drift = check_int8(static.vocab_file, fp32, out, texts, max_seq_len=task.max_seq_len,
                                    min_labels_agree=args.int8_min_agree)
-                write_json({**report.to_dict(), "int8": {**drift.to_dict(), **info}}, out.parent / "parity.json")
-                tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
-                print(f"{task.name}: INT8 vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
-                      f"max abs logit diff {drift.max_abs_diff:.3f}")
+                _report_drift(task, "int8", drift, info, report, out, f"max abs logit diff {drift.max_abs_diff:.3f}")
                 require_int8(drift, out)
         if args.fp16:
             started = time.perf_counter()
@@ -118,10 +125,8 @@ def cmd_convert(args) -> None:
             if not args.skip_parity:
                 drift = check_fp16(static.vocab_file, fp32, out, texts, max_seq_len=task.max_seq_len,
                                    tolerance=args.fp16_tolerance, min_labels_agree=args.fp16_min_agree)
-                write_json({**report.to_dict(), "fp16": {**drift.to_dict(), **info}}, out.parent / "parity.json")
-                tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
-                print(f"{task.name}: FP16 vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
-                      f"max abs logit diff {drift.max_abs_diff:.3g} (tolerance {drift.tolerance:g})")
+                _report_drift(task, "fp16", drift, info, report, out,
+                              f"max abs logit diff {drift.max_abs_diff:.3g} (tolerance {drift.tolerance:g})")
                 require_fp16(drift, out)
     except BaseException:
         # never leave a model that failed (or did not finish) its checks where `build` would pick it up
