@@ -126,5 +126,16 @@ def server(repository, tmp_path_factory):
     server.stop()
 
 
+def io_signature(path) -> tuple[list, list]:
+    """An ONNX file's inputs and outputs as (name, element type, dims) for comparing two models."""
+    import onnx
+
+    model = onnx.load(str(path))
+
+    def describe(v):
+        return v.name, v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+    return [describe(v) for v in model.graph.input], [describe(v) for v in model.graph.output]
+
+
 def load_baseline(task: str) -> dict:
     return json.loads((ROOT / "tests" / "baselines" / f"{task}.json").read_text())

@@ -22,6 +22,8 @@ from ernie_deploy.repository import (BuildOptions, TaskArtifacts, build, onnx_si
                                      task_configs)
 from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
+from .conftest import io_signature
+
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80, "中国", "新闻 财经 房产",
          "游戏 教育 科技 社会", "娱乐时政", "国足 1 : 0 美元"]
 KIND_CPU, KIND_GPU = mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_GPU
@@ -152,14 +154,6 @@ def test_cli_build_refuses_before_writing(tiny_pipeline, tmp_path, capsys, extra
 # -- convert --fp16 ---------------------------------------------------------------------------------------------
 
 
-def _signature(path):
-    model = onnx.load(str(path))
-
-    def describe(v):
-        return v.name, v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-    return [describe(v) for v in model.graph.input], [describe(v) for v in model.graph.output]
-
-
 @pytest.fixture(scope="module", params=["tiny_pipeline", "tiny_token_pipeline"])
 def fp16(request, tmp_path_factory):
     """(pipeline, FP16 path, convert_fp16's summary) for both tiny models."""
@@ -170,8 +164,8 @@ def fp16(request, tmp_path_factory):
 
 def test_fp16_keeps_names_dtypes_and_dims(fp16):
     pipeline, out, _ = fp16
-    inputs, outputs = _signature(out)
-    assert (inputs, outputs) == _signature(pipeline.onnx)
+    inputs, outputs = io_signature(out)
+    assert (inputs, outputs) == io_signature(pipeline.onnx)
     assert [(name, dtype) for name, dtype, _ in inputs] == [(n, onnx.TensorProto.INT64) for n in MODEL_INPUTS]
     assert [(name, dtype) for name, dtype, _ in outputs] == [(LOGITS, onnx.TensorProto.FLOAT)]
     # so the generated Triton configs are the FP32 model's, byte for byte

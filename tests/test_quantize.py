@@ -15,17 +15,10 @@ from ernie_deploy.errors import ErnieDeployError
 from ernie_deploy.runtime import OnnxModel
 from ernie_deploy.tasks import LOGITS, MODEL_INPUTS
 
+from .conftest import io_signature
+
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80, "中国", "新闻 财经 房产",
          "游戏 教育 科技 社会", "娱乐时政", "国足 1 : 0 美元"]
-
-
-def _signature(path):
-    model = onnx.load(str(path))
-
-    def describe(v):
-        dims = [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-        return v.name, v.type.tensor_type.elem_type, dims
-    return [describe(v) for v in model.graph.input], [describe(v) for v in model.graph.output]
 
 
 @pytest.fixture(scope="module", params=["tiny_pipeline", "tiny_token_pipeline"])
@@ -44,8 +37,8 @@ def _encode(pipeline, texts):
 
 def test_int8_keeps_names_dtypes_and_dims(quantized):
     pipeline, out, _ = quantized
-    inputs, outputs = _signature(out)
-    assert (inputs, outputs) == _signature(pipeline.onnx)
+    inputs, outputs = io_signature(out)
+    assert (inputs, outputs) == io_signature(pipeline.onnx)
     assert [name for name, _, _ in inputs] == list(MODEL_INPUTS)
     assert all(dtype == onnx.TensorProto.INT64 and len(dims) == 2 and all(isinstance(d, str) for d in dims)
                for _, dtype, dims in inputs)
