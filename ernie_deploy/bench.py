@@ -33,6 +33,7 @@ import numpy as np
 
 from .errors import ErnieDeployError
 from .paths import atomic_path
+from .procs import group_cpu_seconds
 from .tasks import TEXT_INPUT, TaskSpec
 
 SCHEMA = 1
@@ -256,26 +257,6 @@ def server_version(http_url: str) -> str | None:
         return None
 
 
-def _group_cpu_seconds(pgid: int | None) -> float | None:
-    """CPU seconds of every process in a process group: tritonserver and its python-backend stubs (the server
-    runs in its own session, so its pid is the group id). Read from /proc; None where that is not possible."""
-    if not pgid or not os.path.isdir("/proc"):
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
-
-
 def _self_cpu_seconds() -> float:
     import resource
 
@@ -491,13 +472,13 @@ async def _drive(url: str, task: TaskSpec, requests: list[PreparedRequest], conc
         if warmup_s > 0:
             until = time.perf_counter() + warmup_s
             await asyncio.gather(*(worker(client, until, None, False) for _ in range(concurrency)))
-        cpu0, server0 = _self_cpu_seconds(), _group_cpu_seconds(server_pgid)
+        cpu0, server0 = _self_cpu_seconds(), group_cpu_seconds(server_pgid)
         start = time.perf_counter()
         budget = [count] if count else None
         await asyncio.gather(*(worker(client, start + duration_s, budget, True) for _ in range(concurrency)))
         result.seconds = time.perf_counter() - start
         result.client_cpu_s = _self_cpu_seconds() - cpu0
-        server1 = _group_cpu_seconds(server_pgid)
+        server1 = group_cpu_seconds(server_pgid)
         result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
     return result
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import ErnieDeployError
+from .procs import wait_group_gone
 
 MiB = 1 << 20
 
@@ -767,7 +768,9 @@ class TritonServer:
                 self._killpg(signal.SIGKILL)
                 proc.wait(timeout=10)
         # Model stubs left behind by a crash or a kill: the group outlives its leader only through them.
+        # Wait until they are really gone, so a caller that restarts at once finds the ports and shm free.
         self._killpg(signal.SIGKILL)
+        wait_group_gone(proc.pid, timeout=10)
         self._sweep_shm()
         self._stopped = True
         self.stop_seconds = time.monotonic() - t0

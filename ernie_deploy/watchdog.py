@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .procs import processes
+
 STUB_COMM = "triton_python_"  # /proc/<pid>/comm is cut at 15 characters
 RESTART_PARAMETER = "ernie_deploy_restart"
 
@@ -35,23 +37,16 @@ class StubRestart:
 def stub_processes(server_pid: int, proc: str = "/proc") -> dict[int, str]:
     """Live python-backend stubs started by `server_pid`: pid -> model name (from the model.py path)."""
     stubs = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
+    for p in processes(proc):
+        if p.ppid != server_pid or not p.comm.startswith(STUB_COMM) or not p.alive:
             continue
         try:
-            with open(f"{proc}/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            # "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
-            if int(ppid) != server_pid or not comm.startswith(STUB_COMM) or state in ("Z", "X"):
-                continue
-            with open(f"{proc}/{entry}/cmdline", "rb") as f:
+            with open(f"{proc}/{p.pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue  # gone meanwhile, or not ours to read
         if len(argv) > 1:
-            stubs[int(entry)] = Path(argv[1].decode(errors="replace")).parent.parent.name
+            stubs[p.pid] = Path(argv[1].decode(errors="replace")).parent.parent.name
     return stubs
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from ernie_deploy import serve
 from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.procs import group_members
 from ernie_deploy.serve import MiB, TritonServer
 
 ADD_ONE = textwrap.dedent(
@@ -90,22 +91,6 @@ def listening(pid: int) -> set[tuple[str, int]]:
                     host, port = local.split(":")
                     found.add((_addr(host), int(port, 16)))
     return found
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state ppid pgrp ...
-            members.append(int(entry))
-    return members
 
 
 def port_is_free(port: int) -> bool:

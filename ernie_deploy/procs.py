@@ -1,0 +1,71 @@
+"""Read the process table from /proc: the server's process group, its stubs, their CPU time.
+
+The launcher runs tritonserver in its own session, so the server's pid is the group id of the server and
+every python-backend stub it starts. Linux only; elsewhere the scans find nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str  # cut at 15 characters by the kernel
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    ppid: int
+    pgrp: int
+    cpu_ticks: int  # utime + stime
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def processes(proc: str = "/proc") -> Iterator[ProcStat]:
+    """Every process readable now; one that exits during the scan is skipped."""
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces and ')', so split after the last ')'.
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            yield ProcStat(int(entry), comm, fields[0], int(fields[1]), int(fields[2]),
+                           int(fields[11]) + int(fields[12]))
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def group_members(pgid: int, proc: str = "/proc") -> list[int]:
+    """Pids of the live (not zombie) processes in process group `pgid`."""
+    return [p.pid for p in processes(proc) if p.pgrp == pgid and p.alive]
+
+
+def wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until nothing of group `pgid` is alive. A SIGKILLed process lingers for a moment while the
+    kernel tears it down, so "signal sent" is not yet "gone"."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def group_cpu_seconds(pgid: int | None) -> float | None:
+    """CPU seconds of every process in group `pgid` (zombies included: their time was spent); None where
+    /proc cannot tell."""
+    if not pgid or not os.path.isdir("/proc"):
+        return None
+    return sum(p.cpu_ticks for p in processes() if p.pgrp == pgid) / os.sysconf("SC_CLK_TCK")
