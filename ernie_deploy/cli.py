@@ -183,6 +183,22 @@ def cmd_check(args) -> None:
     print(f"ok: {len(model_dirs(args.repository))} models checked")
 
 
+def cmd_probe(args) -> None:
+    from .probe import ProbeFailed, probe
+
+    try:
+        results = probe(args.url, args.model, args.text, args.timeout)
+    except ProbeFailed as exc:
+        raise ErnieDeployError(f"cannot probe {args.url}: {exc}",
+                               "check that the server is up and the URL points at its HTTP port") from None
+    for r in results:
+        print(f"{'ok' if r.ok else 'FAIL'} {r.model} ({r.seconds * 1000:.0f} ms){': ' + r.message if r.message else ''}")
+    failed = [r.model for r in results if not r.ok]
+    if failed:
+        raise ErnieDeployError(f"{', '.join(failed)} did not answer a text",
+                               "restart the server (a liveness probe does this for you); its log says which step died")
+
+
 def cmd_manifests(args) -> None:
     from .manifests import options_from_args, write
 
@@ -351,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
     p.set_defaults(func=cmd_soak)
+
+    p = sub.add_parser("probe", help="send one text through every ready ensemble of a running server; non-zero "
+                                     "exit if any fails (a liveness check that sees dead python-backend stubs)")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server's HTTP endpoint (default %(default)s)")
+    p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
+    p.add_argument("--text", default="ok", help="the text sent (default %(default)r)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("manifests", help="Kubernetes manifests (Deployment, Service, autoscaler) for serving a "
                                          "repository from the image, /dev/shm sized from the repository")

@@ -31,6 +31,8 @@ CONTAINER_REPOSITORY = "/models"
 DEFAULT_IMAGE = "ernie-deploy:0.1.0"
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
+# Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
+LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", "http://127.0.0.1:8000", "--timeout", "5"]
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
@@ -124,8 +126,12 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
         # Out of the Service while any model is unloaded or the server is draining.
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "timeoutSeconds": 2,
-                          "periodSeconds": 10, "failureThreshold": 3},
+        # /v2/health/live stays 200 when a python-backend stub has died and its model fails every request
+        # (Triton does not restart stubs), so liveness sends a real text through every ensemble instead.
+        # Generous timings: a pod that is merely busy queues the probe behind real requests, and must not be
+        # restarted for it; a dead stub fails at once, and the pod restarts within a minute.
+        "livenessProbe": {"exec": {"command": LIVENESS_COMMAND}, "timeoutSeconds": 30, "periodSeconds": 20,
+                          "failureThreshold": 3},
     }
     deployment = {
         "apiVersion": "apps/v1",

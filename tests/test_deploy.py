@@ -20,9 +20,9 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from ernie_deploy import manifests, serve
-from ernie_deploy.cli import main
+from ernie_deploy.cli import build_parser, main
 from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.manifests import ManifestOptions, memory_bytes
+from ernie_deploy.manifests import PORTS, ManifestOptions, memory_bytes
 from ernie_deploy.serve import MiB, TritonBinary, TritonServer
 
 from .test_serve import ADD_ONE, write_python_model
@@ -84,6 +84,7 @@ def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile)
     runs = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "RUN")
     assert "pip install" in runs and "import ernie_deploy.steps" in runs
     assert "ernie-deploy build --repository /models" in runs
+    assert " ".join(manifests.LIVENESS_COMMAND[:2]) in runs  # the liveness command runs in the image
     exposed = {i["value"] for i in dockerfile.structure if i["instruction"] == "EXPOSE"}
     assert exposed == {"8000 8001 8002"}
     copied = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "COPY")
@@ -225,9 +226,14 @@ def test_deployment_shm_probes_resources_and_command():
     assert memory_bytes(container["resources"]["limits"]["memory"]) > size + memory_bytes(
         container["resources"]["requests"]["memory"]) // 2
     assert container["resources"]["requests"]["cpu"]  # the HPA's utilization is relative to it
-    probes = {k: container[k]["httpGet"]["path"] for k in ("startupProbe", "readinessProbe", "livenessProbe")}
-    assert probes == {"startupProbe": "/v2/health/ready", "readinessProbe": "/v2/health/ready",
-                      "livenessProbe": "/v2/health/live"}
+    probes = {k: container[k]["httpGet"]["path"] for k in ("startupProbe", "readinessProbe")}
+    assert probes == {"startupProbe": "/v2/health/ready", "readinessProbe": "/v2/health/ready"}
+    # Liveness runs the real-request probe (it sees dead python stubs); its command parses as the CLI's.
+    liveness = container["livenessProbe"]["exec"]["command"]
+    assert liveness[:2] == ["ernie-deploy", "probe"]
+    args = build_parser().parse_args(liveness[1:])
+    assert args.url == f"http://127.0.0.1:{dict(PORTS)['http']}"
+    assert args.timeout < container["livenessProbe"]["timeoutSeconds"]  # a stuck call fails the probe itself
     assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 120
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
     assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -29,6 +31,12 @@ TASKS = [SEQ_CLS, TOKEN_CLS]
 
 def _bytes(*texts) -> np.ndarray:
     return np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=np.object_).reshape(-1, 1)
+
+
+def probe_cli(*args: str) -> subprocess.CompletedProcess:
+    """`ernie-deploy probe`, run the way a container's liveness check runs it: a process of its own."""
+    return subprocess.run([sys.executable, "-m", "ernie_deploy.cli", "probe", *args], capture_output=True,
+                          text=True, timeout=60)
 
 
 def _raw(url: str, model: str, array: np.ndarray, dtype: str = "BYTES", name: str = "text", version: str = ""):
@@ -269,11 +277,13 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
     """What Triton does on its own (2.51): the model fails every request, health still says ready."""
     import urllib.request
 
+    from ernie_deploy.probe import probe
     from ernie_deploy.serve import TritonServer
     from ernie_deploy.watchdog import stub_processes
 
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False,
                       log_file=tmp_path / "server.log") as srv:
+        assert all(r.ok for r in probe(srv.http_url))
         tokenizer = [pid for pid, model in stub_processes(srv.pid).items() if model == "ernie_tokenizer"]
         os.kill(tokenizer[0], signal.SIGKILL)
         time.sleep(0.5)
@@ -283,6 +293,16 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
                 client.infer([GOOD])
         with urllib.request.urlopen(f"{srv.http_url}/v2/health/ready") as response:
             assert response.status == 200
+        # What health cannot see, the probe does: both ensembles share the dead tokenizer, and the CLI
+        # (a container's liveness command) exits non-zero naming them.
+        results = probe(srv.http_url)
+        assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"]
+        assert not any(r.ok for r in results)
+        assert all("ernie_tokenizer_0_0' is not healthy" in r.message for r in results), results
+        cli = probe_cli("--url", srv.http_url)
+        assert cli.returncode != 0
+        assert "FAIL ernie_seqcls" in cli.stdout and "FAIL ernie_tokencls" in cli.stdout
+        assert "did not answer a text" in cli.stderr and "Traceback" not in cli.stderr
 
 
 def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fault_server, tmp_path):
@@ -316,6 +336,23 @@ def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fa
         thread.join(timeout=120)
         assert not errors, errors
         assert got[0] == before and got[1] > 0
+
+
+def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
+    from ernie_deploy.probe import probe
+    from ernie_deploy.serve import free_ports
+
+    results = probe(server.http_url)
+    assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
+    cli = probe_cli("--url", server.http_url, "--model", "ernie_seqcls")
+    assert cli.returncode == 0 and cli.stdout.startswith("ok ernie_seqcls"), cli.stdout + cli.stderr
+    # A model the probe cannot feed one text to is a failure that says why, not a crash.
+    (step,) = probe(server.http_url, models=["ernie_seqcls_model"])
+    assert not step.ok and "not the one text input a probe can send" in step.message
+    url = f"http://127.0.0.1:{free_ports(1)[0]}"
+    cli = probe_cli("--url", url, "--timeout", "2")
+    assert cli.returncode != 0 and f"cannot probe {url}: no answer" in cli.stderr
+    assert "Traceback" not in cli.stderr
 
 
 def test_client_gives_up_on_a_dead_server_with_a_clear_error():

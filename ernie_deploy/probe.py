@@ -1,0 +1,98 @@
+"""Ask a running server for a real answer: a liveness check that sees what /v2/health cannot.
+
+Triton's health endpoints report the server, not its python-backend stubs. A stub that dies (killed, out
+of memory, a native crash) is never restarted by Triton 2.51, every request to its model fails, and
+/v2/health/live and /v2/health/ready keep answering 200 (see watchdog.py). The pip launcher repairs that
+itself; where tritonserver runs on its own (the NGC container), `ernie-deploy probe` is the container's
+liveness check: it sends one short text through every loaded ensemble, and exits non-zero if any fails,
+so the orchestrator restarts the container.
+
+Standard library only, over HTTP: it runs every few seconds as its own process, so it must start fast
+and import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+PROBE_TEXT = "ok"
+# The server is local to the probe: an HTTP(S)_PROXY in the environment must not route it elsewhere.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str
+    ok: bool
+    seconds: float
+    message: str = ""
+
+
+class ProbeFailed(Exception):
+    """The server cannot be probed at all (down, or nothing to send a text to)."""
+
+
+def _request(url: str, timeout: float, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            payload = resp.read()
+    except urllib.error.HTTPError as e:  # Triton puts its reason in {"error": "..."}
+        try:
+            reason = json.loads(e.read() or b"{}").get("error") or e.reason
+        except ValueError:
+            reason = e.reason
+        raise ProbeFailed(f"HTTP {e.code}: {reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ProbeFailed(f"no answer from {url}: {getattr(e, 'reason', e)}") from None
+    return json.loads(payload) if payload else {}
+
+
+def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0) -> list[str]:
+    """Names of the ready ensembles: each covers every step it wires, so probing them covers the server."""
+    index = _request(f"{url}/v2/repository/index", timeout, {"ready": True})
+    names = sorted({entry["name"] for entry in index if entry.get("state", "READY") == "READY"})
+    return [name for name in names
+            if _request(f"{url}/v2/models/{name}/config", timeout).get("platform") == "ensemble"]
+
+
+def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0) -> ProbeResult:
+    """One inference of `text` through model `name`, its text input found from the model's metadata."""
+    t0 = time.monotonic()
+    try:
+        meta = _request(f"{url}/v2/models/{name}", timeout)
+        inputs = [i for i in meta.get("inputs", []) if i.get("datatype") == "BYTES"]
+        if len(inputs) != 1 or len(meta["inputs"]) != 1:
+            raise ProbeFailed(f"expects inputs {[i['name'] for i in meta.get('inputs', [])]}, "
+                              "not the one text input a probe can send")
+        shape = [1 if d < 0 else d for d in inputs[0]["shape"]]
+        count = 1
+        for d in shape:
+            count *= d
+        body = {"inputs": [{"name": inputs[0]["name"], "datatype": "BYTES", "shape": shape,
+                            "data": [text] * count}]}
+        answer = _request(f"{url}/v2/models/{name}/infer", timeout, body)
+        if not answer.get("outputs"):
+            raise ProbeFailed("answered with no outputs")
+    except ProbeFailed as e:
+        return ProbeResult(name, False, time.monotonic() - t0, str(e))
+    return ProbeResult(name, True, time.monotonic() - t0)
+
+
+def probe(url: str = DEFAULT_URL, models: list[str] | None = None, text: str = PROBE_TEXT,
+          timeout: float = 5.0) -> list[ProbeResult]:
+    """Probe `models` (default: every ready ensemble). Raises ProbeFailed when there is nothing to probe."""
+    url = url.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    _request(f"{url}/v2/health/live", timeout)
+    names = models or ensembles(url, timeout)
+    if not names:
+        raise ProbeFailed(f"{url} has no ready ensemble to send a text to")
+    return [probe_model(name, url, text, timeout) for name in names]
