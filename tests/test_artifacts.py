@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,54 @@ def test_rebuild_replaces_whole_model_folders(tiny_pipeline, tmp_path):
     assert files == ["model.onnx"]
     assert 'platform: "onnxruntime_onnx"' in (repo / "ernie_seqcls_model" / "config.pbtxt").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+
+
+TEXTS = ["新华社北京电国足公布世预赛名单", "股市大涨", "北京欢迎你"]
+
+
+@pytest.fixture
+def converted(tiny_pipeline, tmp_path):
+    """A passing FP32 conversion in onnx/, and the CLI arguments that made it."""
+    from ernie_deploy.cli import main
+
+    parity = tmp_path / "parity.tsv"
+    parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in TEXTS), encoding="utf-8")
+    out = tmp_path / "onnx" / "model.onnx"
+    args = ["convert", "--task", "seq_cls", "--static", str(tiny_pipeline.static.root), "--out", str(out),
+            "--parity-data", str(parity)]
+    assert main(args) == 0
+    return out, args
+
+
+@pytest.mark.parametrize("where", ["paddle2onnx", "parity"])
+def test_interrupted_convert_leaves_the_previous_model_intact(converted, monkeypatch, where):
+    import ernie_deploy.convert as convert
+    from ernie_deploy.cli import main
+
+    out, args = converted
+    before = _snapshot(out.parent)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert, "convert" if where == "paddle2onnx" else "check_parity", interrupted)
+    assert main([*args, "--quantize", "int8"]) == 130  # the CLI's exit status for Ctrl-C
+    assert _snapshot(out.parent) == before  # no staging folder left either
+
+
+def test_convert_failing_parity_keeps_the_previous_model_and_the_rejected_report(converted, capsys):
+    from ernie_deploy.cli import main
+
+    out, args = converted
+    before = _snapshot(out.parent)
+    assert main([*args, "--tolerance", "-1"]) == 2  # no model can pass: the gate refuses
+    captured = capsys.readouterr()
+    assert "Paddle and ONNX disagree" in captured.err and "kept the previous model" in captured.out
+    rejected = out.parent / "parity.rejected.json"
+    assert json.loads(rejected.read_text())["ok"] is False
+    assert {k: v for k, v in _snapshot(out.parent).items() if k != rejected.name} == before
+    assert main(args) == 0  # the next good run clears the rejected report
+    assert not rejected.exists()
 
 
 # Calls that would run or unpickle what a server or a file sends: none of them anywhere in the package,

@@ -271,11 +271,13 @@ def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipelin
     assert drift["fp16_initializers"] > 0
     assert "FP16 vs FP32" in capsys.readouterr().out
 
-    # An FP16 model past its tolerance is not left where `build` looks; the checked FP32 one stays.
+    # An FP16 model that fails its gate changes nothing: the previous (passing) files stay byte for byte,
+    # and the failed run's report is beside them as parity.rejected.json.
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
     assert main([*common, "--fp16", "--fp16-tolerance", "0"]) == 2
     assert "serve the FP32 model" in capsys.readouterr().err
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "parity.json"]
-    assert json.loads((out.parent / "parity.json").read_text())["fp16"]["ok"] is False
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir() if p.name != "parity.rejected.json"} == before
+    assert json.loads((out.parent / "parity.rejected.json").read_text())["fp16"]["ok"] is False
 
     # Back to FP32: the FP16 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0

@@ -134,11 +134,13 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
     assert 0 < report["int8"]["max_abs_diff"] < 0.5 and report["int8"]["quantized"]["MatMulInteger"] >= 6
     assert "INT8 vs FP32" in capsys.readouterr().out
 
-    # An INT8 model below the agreement gate is not left where `build` looks; the checked FP32 one stays.
+    # An INT8 model that fails its gate changes nothing: the previous (passing) files stay byte for byte,
+    # and the failed run's report is beside them as parity.rejected.json.
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
     assert main([*common, "--quantize", "int8", "--int8-min-agree", "1.01"]) == 2
     assert "serve the FP32 model" in capsys.readouterr().err
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "parity.json"]
-    assert json.loads((out.parent / "parity.json").read_text())["int8"]["ok"] is False
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir() if p.name != "parity.rejected.json"} == before
+    assert json.loads((out.parent / "parity.rejected.json").read_text())["int8"]["ok"] is False
 
     # Back to FP32: the INT8 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0
