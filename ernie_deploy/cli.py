@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -60,99 +59,31 @@ def cmd_export(args) -> None:
     print(f"{task.name}: static model {static.model_file}")
 
 
-def _report_drift(task, kind: str, drift, info: dict, report, parity_json: Path, diff: str) -> None:
-    """Record a reduced-precision model's drift from the FP32 one in parity.json, and print it."""
-    from .metrics import write_json
-
-    write_json({**report.to_dict(), kind: {**drift.to_dict(), **info}}, parity_json)
-    tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
-    print(f"{task.name}: {kind.upper()} vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}{tokens}, "
-          f"{diff}")
-
-
 def cmd_convert(args) -> None:
-    """Everything is made in a staging folder beside the output and moved into place only after every gate
-    passed: a failed or interrupted conversion leaves the previous model, its FP32 twin and parity.json as
-    they were (the failed run's report is kept as parity.rejected.json)."""
-    import tempfile
-
-    from .convert import (check_fp16, check_int8, check_parity, convert, convert_fp16, quantize_int8, require_fp16,
-                          require_int8, require_parity)
-    from .metrics import write_json
+    from .convert import Gates, convert_checked
     from .data import data_dir, read_split, read_split_file
     from .export import StaticModel
 
-    int8 = args.quantize == "int8"
-    if int8 and args.fp16:
+    if args.quantize == "int8" and args.fp16:
         raise ErnieDeployError("--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
                                "the FP32 model; they do not combine",
                                "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving")
     task = get_task(args.task)
     static = StaticModel.load(args.static or _default("static", task.name))
-    out = Path(args.out or _default("onnx", task.name) / "model.onnx")
-    reduced = int8 or args.fp16
-    # With --quantize int8 or --fp16, out is the reduced model (what `build` serves) and the FP32 one sits beside it.
-    fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.stem}.", suffix=".convert.tmp", dir=out.parent))
-    s_out, s_fp32, s_parity = staging / out.name, staging / fp32.name, staging / "parity.json"
-    try:
-        started = time.perf_counter()
-        convert(static, s_fp32 if reduced else s_out, opset=args.opset)
-        print(f"{task.name}: ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
-        if not args.skip_parity:
-            if args.parity_data:
-                texts = read_split_file(args.parity_data)[0]
-            else:
-                texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
-            texts = texts[: args.parity_n]
-            report = check_parity(static, s_fp32 if reduced else s_out, texts, max_seq_len=task.max_seq_len,
-                                  tolerance=args.tolerance)
-            write_json(report.to_dict(), s_parity)
-            print(f"{task.name}: parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
-                  f"labels agree {report.labels_agree:.2%}")
-            require_parity(report, fp32 if reduced else out)
-        if int8:
-            started = time.perf_counter()
-            info = quantize_int8(s_fp32, s_out)
-            print(f"{task.name}: INT8 model {out} ({time.perf_counter() - started:.1f} s; "
-                  f"quantized {info['quantized']})")
-            if not args.skip_parity:
-                drift = check_int8(static.vocab_file, s_fp32, s_out, texts, max_seq_len=task.max_seq_len,
-                                   min_labels_agree=args.int8_min_agree)
-                _report_drift(task, "int8", drift, info, report, s_parity,
-                              f"max abs logit diff {drift.max_abs_diff:.3f}")
-                require_int8(drift, out)
-        if args.fp16:
-            started = time.perf_counter()
-            info = convert_fp16(s_fp32, s_out)
-            print(f"{task.name}: FP16 model {out} ({time.perf_counter() - started:.1f} s; "
-                  f"{info['fp16_initializers']} FP16 weights, {info['fp32_initializers']} FP32)")
-            if not args.skip_parity:
-                drift = check_fp16(static.vocab_file, s_fp32, s_out, texts, max_seq_len=task.max_seq_len,
-                                   tolerance=args.fp16_tolerance, min_labels_agree=args.fp16_min_agree)
-                _report_drift(task, "fp16", drift, info, report, s_parity,
-                              f"max abs logit diff {drift.max_abs_diff:.3g} (tolerance {drift.tolerance:g})")
-                require_fp16(drift, out)
-    except ErnieDeployError:
-        if s_parity.exists():  # why it was refused, for the user to read; never read by `build`
-            os.replace(s_parity, out.parent / "parity.rejected.json")
-            print(f"{task.name}: kept the previous model; this run's report is {out.parent / 'parity.rejected.json'}")
-        raise
-    else:
-        # model.onnx, the file `build` serves, moves last; stale files of another precision go.
-        for name in (fp32.name if reduced else None, "parity.json", out.name):
-            if name is None:
-                continue
-            if (staging / name).exists():
-                os.replace(staging / name, out.parent / name)
-            else:
-                (out.parent / name).unlink(missing_ok=True)  # e.g. parity.json of a checked model, now unchecked
-        if not reduced:
-            fp32.unlink(missing_ok=True)
-        (out.parent / "parity.rejected.json").unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    texts: list[str] = []
+    if not args.skip_parity:
+        if args.parity_data:
+            texts = read_split_file(args.parity_data)[0]
+        else:
+            texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
+        if not texts or args.parity_n < 1:
+            raise ErnieDeployError("the parity check has no texts to run",
+                                   "give --parity-data a split with texts and --parity-n >= 1, or --skip-parity")
+    gates = Gates(tuple(texts[: args.parity_n]), args.tolerance, args.int8_min_agree, args.fp16_tolerance,
+                  args.fp16_min_agree)
+    convert_checked(static, args.out or _default("onnx", task.name) / "model.onnx", max_seq_len=task.max_seq_len,
+                    precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32", gates=gates,
+                    opset=args.opset, log=lambda line: print(f"{task.name}: {line}"))
 
 
 def cmd_build(args) -> None:

@@ -352,3 +352,99 @@ def require_fp16(report: Fp16Report, fp16_onnx: Path) -> None:
             "serve the FP32 model (convert without --fp16), or raise --fp16-tolerance / lower --fp16-min-agree "
             "if this drift is acceptable",
         )
+
+
+# --- the whole step: convert, gate, publish -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gates:
+    """What a converted model must pass before it replaces the previous one."""
+
+    texts: tuple[str, ...] = ()  # empty: no checks at all (--skip-parity)
+    tolerance: float = 1e-4  # Paddle vs ONNX FP32, max abs logit diff
+    int8_min_agree: float = 0.97
+    fp16_tolerance: float = DEFAULT_FP16_TOLERANCE
+    fp16_min_agree: float = DEFAULT_FP16_MIN_AGREE
+
+
+PRECISIONS = ("fp32", "int8", "fp16")
+REJECTED_REPORT = "parity.rejected.json"
+
+
+def convert_checked(static: StaticModel, out: str | Path, *, max_seq_len: int, precision: str = "fp32",
+                    gates: Gates = Gates(), opset: int = DEFAULT_OPSET, log=print) -> Path:
+    """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
+
+    With precision int8 or fp16, `out` is the reduced model and the FP32 model it came from stays beside it as
+    model.fp32.onnx. Everything is made in a staging folder next to `out` and moved in only after every gate
+    passed, `out` last: a failed or interrupted run leaves the previous files as they were, and a refused run's
+    report is kept as parity.rejected.json (never read by `build`).
+    """
+    import os
+    import shutil
+    import tempfile
+    import time
+
+    from .metrics import write_json
+
+    if precision not in PRECISIONS:
+        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    out = Path(out)
+    reduced = precision != "fp32"
+    fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.stem}.", suffix=".convert.tmp", dir=out.parent))
+    s_out, s_fp32, s_parity = staging / out.name, staging / fp32.name, staging / "parity.json"
+    texts = list(gates.texts)
+    try:
+        started = time.perf_counter()
+        convert(static, s_fp32 if reduced else s_out, opset=opset)
+        log(f"ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
+        if texts:
+            report = check_parity(static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len,
+                                  tolerance=gates.tolerance)
+            write_json(report.to_dict(), s_parity)
+            log(f"parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
+                f"labels agree {report.labels_agree:.2%}")
+            require_parity(report, fp32 if reduced else out)
+        if reduced:
+            started = time.perf_counter()
+            if precision == "int8":
+                info = quantize_int8(s_fp32, s_out)
+                made = f"quantized {info['quantized']}"
+            else:
+                info = convert_fp16(s_fp32, s_out)
+                made = f"{info['fp16_initializers']} FP16 weights, {info['fp32_initializers']} FP32"
+            log(f"{precision.upper()} model {out} ({time.perf_counter() - started:.1f} s; {made})")
+            if texts:
+                if precision == "int8":
+                    drift = check_int8(static.vocab_file, s_fp32, s_out, texts, max_seq_len=max_seq_len,
+                                       min_labels_agree=gates.int8_min_agree)
+                    diff = f"max abs logit diff {drift.max_abs_diff:.3f}"
+                else:
+                    drift = check_fp16(static.vocab_file, s_fp32, s_out, texts, max_seq_len=max_seq_len,
+                                       tolerance=gates.fp16_tolerance, min_labels_agree=gates.fp16_min_agree)
+                    diff = f"max abs logit diff {drift.max_abs_diff:.3g} (tolerance {drift.tolerance:g})"
+                write_json({**report.to_dict(), precision: {**drift.to_dict(), **info}}, s_parity)
+                tokens = "" if drift.token_labels_agree is None else f", tokens {drift.token_labels_agree:.2%}"
+                log(f"{precision.upper()} vs FP32 on {drift.n} texts: labels agree {drift.labels_agree:.2%}"
+                    f"{tokens}, {diff}")
+                (require_int8 if precision == "int8" else require_fp16)(drift, out)
+    except ErnieDeployError:
+        if s_parity.exists():
+            os.replace(s_parity, out.parent / REJECTED_REPORT)
+            log(f"kept the previous model; this run's report is {out.parent / REJECTED_REPORT}")
+        raise
+    else:
+        # A file this run did not make (the FP32 twin of a now-FP32 model, the report of an unchecked one) no
+        # longer describes `out`, so it goes rather than stays.
+        names = (fp32.name, "parity.json", out.name)
+        made = [name for name in names if (staging / name).exists()]
+        for name in made:  # `out` last: `build` never sees a model whose report is not beside it yet
+            os.replace(staging / name, out.parent / name)
+        for name in (*names, REJECTED_REPORT):
+            if name not in made:
+                (out.parent / name).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out

@@ -108,6 +108,16 @@ def test_convert_failing_parity_keeps_the_previous_model_and_the_rejected_report
     assert not rejected.exists()
 
 
+def test_convert_refuses_a_parity_check_without_texts(converted, capsys):
+    from ernie_deploy.cli import main
+
+    out, args = converted
+    before = _snapshot(out.parent)
+    assert main([*args, "--parity-n", "0"]) == 2
+    assert "the parity check has no texts to run" in capsys.readouterr().err
+    assert _snapshot(out.parent) == before
+
+
 # Calls that would run or unpickle what a server or a file sends: none of them anywhere in the package,
 # the clients or the generated model.py files.
 FORBIDDEN = {"eval", "exec", "literal_eval"}
