@@ -6,7 +6,6 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from .errors import ErnieDeployError

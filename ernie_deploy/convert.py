@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import shutil
+import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -123,7 +127,6 @@ def quantize_int8(fp32_onnx: str | Path, out_path: str | Path, *, op_types: tupl
     onnxruntime writes a shape-inferred copy next to its input, so it works on a copy in a private temporary
     folder; out_path appears only complete, after a test run. Returns counts of the quantized ops.
     """
-    import tempfile
 
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -380,11 +383,6 @@ def convert_checked(static: StaticModel, out: str | Path, *, max_seq_len: int, p
     passed, `out` last: a failed or interrupted run leaves the previous files as they were, and a refused run's
     report is kept as parity.rejected.json (never read by `build`).
     """
-    import os
-    import shutil
-    import tempfile
-    import time
-
     from .metrics import write_json
 
     if precision not in PRECISIONS:

@@ -8,7 +8,6 @@ tar/zip, and a deterministic split is written as TSV (text classification: `labe
 from __future__ import annotations
 
 import csv
-import io
 import json
 import random
 import re

@@ -14,6 +14,7 @@ and import nothing heavy.
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -67,16 +68,13 @@ def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeo
     t0 = time.monotonic()
     try:
         meta = _request(f"{url}/v2/models/{name}", timeout)
-        inputs = [i for i in meta.get("inputs", []) if i.get("datatype") == "BYTES"]
-        if len(inputs) != 1 or len(meta["inputs"]) != 1:
-            raise ProbeFailed(f"expects inputs {[i['name'] for i in meta.get('inputs', [])]}, "
+        inputs = meta.get("inputs", [])
+        if len(inputs) != 1 or inputs[0].get("datatype") != "BYTES":
+            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, "
                               "not the one text input a probe can send")
-        shape = [1 if d < 0 else d for d in inputs[0]["shape"]]
-        count = 1
-        for d in shape:
-            count *= d
+        shape = [1 if d < 0 else d for d in inputs[0]["shape"]]  # -1: the batch (or a variable) dim
         body = {"inputs": [{"name": inputs[0]["name"], "datatype": "BYTES", "shape": shape,
-                            "data": [text] * count}]}
+                            "data": [text] * math.prod(shape)}]}
         answer = _request(f"{url}/v2/models/{name}/infer", timeout, body)
         if not answer.get("outputs"):
             raise ProbeFailed("answered with no outputs")

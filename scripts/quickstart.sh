@@ -35,6 +35,8 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 ready || { tail -50 artifacts/reports/server.log; exit 1; }
+# One text through each ensemble: the check a container's liveness probe runs (deploy/k8s).
+ernie-deploy probe --url "http://127.0.0.1:$http_port"
 done_stage "server start"
 
 stage "served accuracy over gRPC (clients/seq_cls_grpc_client.py)"
