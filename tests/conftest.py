@@ -137,5 +137,17 @@ def io_signature(path) -> tuple[list, list]:
     return [describe(v) for v in model.graph.input], [describe(v) for v in model.graph.output]
 
 
+def assert_refused_convert_changes_nothing(argv: list[str], out, kind: str, capsys) -> None:
+    """`ernie-deploy convert argv` fails a gate: exit 2 with the FP32 fix, every file beside `out` stays byte for
+    byte, and the refused run's report (its `kind` section failing) is kept as parity.rejected.json."""
+    from ernie_deploy.cli import main
+
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
+    assert main(argv) == 2
+    assert "serve the FP32 model" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir() if p.name != "parity.rejected.json"} == before
+    assert json.loads((out.parent / "parity.rejected.json").read_text())[kind]["ok"] is False
+
+
 def load_baseline(task: str) -> dict:
     return json.loads((ROOT / "tests" / "baselines" / f"{task}.json").read_text())

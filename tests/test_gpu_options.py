@@ -22,7 +22,7 @@ from ernie_deploy.repository import (BuildOptions, TaskArtifacts, build, onnx_si
                                      task_configs)
 from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
-from .conftest import io_signature
+from .conftest import assert_refused_convert_changes_nothing, io_signature
 
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80, "中国", "新闻 财经 房产",
          "游戏 教育 科技 社会", "娱乐时政", "国足 1 : 0 美元"]
@@ -271,13 +271,8 @@ def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipelin
     assert drift["fp16_initializers"] > 0
     assert "FP16 vs FP32" in capsys.readouterr().out
 
-    # An FP16 model that fails its gate changes nothing: the previous (passing) files stay byte for byte,
-    # and the failed run's report is beside them as parity.rejected.json.
-    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
-    assert main([*common, "--fp16", "--fp16-tolerance", "0"]) == 2
-    assert "serve the FP32 model" in capsys.readouterr().err
-    assert {p.name: p.read_bytes() for p in out.parent.iterdir() if p.name != "parity.rejected.json"} == before
-    assert json.loads((out.parent / "parity.rejected.json").read_text())["fp16"]["ok"] is False
+    # An FP16 model that fails its gate changes nothing; the refused run's report is kept aside.
+    assert_refused_convert_changes_nothing([*common, "--fp16", "--fp16-tolerance", "0"], out, "fp16", capsys)
 
     # Back to FP32: the FP16 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0
