@@ -317,11 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
     p.set_defaults(func=cmd_soak)
 
+    from .probe import DEFAULT_URL, PROBE_TEXT  # standard library only: cheap to import here
+
     p = sub.add_parser("probe", help="send one text through every ready ensemble of a running server; non-zero "
                                      "exit if any fails (a liveness check that sees dead python-backend stubs)")
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server's HTTP endpoint (default %(default)s)")
+    p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
     p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
-    p.add_argument("--text", default="ok", help="the text sent (default %(default)r)")
+    p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
     p.set_defaults(func=cmd_probe)
 

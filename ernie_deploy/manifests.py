@@ -32,7 +32,7 @@ DEFAULT_IMAGE = "ernie-deploy:0.1.0"
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
 # Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
-LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", "http://127.0.0.1:8000", "--timeout", "5"]
+LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
