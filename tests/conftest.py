@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 
 ROOT = Path(__file__).resolve().parents[1]
 THUCNEWS_LABELS = ["education", "entertainment", "finance", "game", "politics", "realty", "science", "society",
@@ -23,7 +23,7 @@ class Pipeline:
 
     task: object
     checkpoint: Path
-    static: object  # ernie_deploy.export.StaticModel
+    static: object  # ernie_deploy.export.static.StaticModel
     onnx: Path
     data: Path | None
 
@@ -49,9 +49,9 @@ def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0, task=
 
 
 def run_stages(task, checkpoint_dir: Path, work: Path, data: Path | None = None) -> Pipeline:
-    from ernie_deploy.convert import convert
-    from ernie_deploy.export import export
-    from ernie_deploy.fetch import inspect_checkpoint
+    from ernie_deploy.export.onnx import convert
+    from ernie_deploy.export.static import export
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
 
     static = export(inspect_checkpoint(checkpoint_dir), task, work / "static")
     onnx_path = convert(static, work / "onnx" / "model.onnx")
@@ -72,7 +72,7 @@ def tiny_token_pipeline(tmp_path_factory) -> Pipeline:
 
 @pytest.fixture(scope="session")
 def thucnews() -> Path:
-    from ernie_deploy.data import prepare
+    from ernie_deploy.fetch.data import prepare
 
     return prepare("thucnews")
 
@@ -80,7 +80,7 @@ def thucnews() -> Path:
 @pytest.fixture(scope="session")
 def seq_cls_pipeline(tmp_path_factory, thucnews) -> Pipeline:
     """The real path: the bootstrap classifier (trained once, then cached) exported and converted."""
-    from ernie_deploy.bootstrap import train
+    from ernie_deploy.fetch.bootstrap import train
 
     work = tmp_path_factory.mktemp("seq_cls")
     return run_stages(SEQ_CLS, train(SEQ_CLS, thucnews, progress=False), work, thucnews)
@@ -88,7 +88,7 @@ def seq_cls_pipeline(tmp_path_factory, thucnews) -> Pipeline:
 
 @pytest.fixture(scope="session")
 def msra_ner() -> Path:
-    from ernie_deploy.data import prepare
+    from ernie_deploy.fetch.data import prepare
 
     return prepare("msra_ner")
 
@@ -96,7 +96,7 @@ def msra_ner() -> Path:
 @pytest.fixture(scope="session")
 def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
     """The bootstrap NER model (trained once, then cached) exported and converted."""
-    from ernie_deploy.bootstrap import train
+    from ernie_deploy.fetch.bootstrap import train
 
     work = tmp_path_factory.mktemp("token_cls")
     return run_stages(TOKEN_CLS, train(TOKEN_CLS, msra_ner, progress=False), work, msra_ner)
@@ -105,7 +105,7 @@ def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     """Both tasks built the way `scripts/convert.sh` builds models/ on a pip-only machine."""
-    from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 
     repo = tmp_path_factory.mktemp("models")
     entries = [TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
@@ -117,7 +117,7 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 @pytest.fixture(scope="session")
 def server(repository, tmp_path_factory):
     """A real tritonserver on 127.0.0.1 (free ports) serving both tasks."""
-    from ernie_deploy.serve import TritonServer
+    from ernie_deploy.server.serve import TritonServer
 
     log = tmp_path_factory.mktemp("server") / "server.log"
     server = TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,8 +25,8 @@ def _entry(pipeline) -> TaskArtifacts:
 
 @pytest.mark.parametrize("where", ["save_tokenizer", "copyfile"])
 def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, tmp_path, monkeypatch, where):
-    import ernie_deploy.repository as repository
-    import ernie_deploy.tokenizer as tokenizer
+    import ernie_deploy.repository.build as repository
+    import ernie_deploy.serving.tokenizer as tokenizer
 
     repo = tmp_path / "models"
     build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
@@ -79,7 +79,7 @@ def converted(tiny_pipeline, tmp_path):
 
 @pytest.mark.parametrize("where", ["paddle2onnx", "parity"])
 def test_interrupted_convert_leaves_the_previous_model_intact(converted, monkeypatch, where):
-    import ernie_deploy.convert as convert
+    import ernie_deploy.export.onnx as convert
     from ernie_deploy.cli import main
 
     out, args = converted

@@ -10,10 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from ernie_deploy import bench
-from ernie_deploy.bench import (BEGIN_MARK, CLASSIC, END_MARK, LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH,
-                                BenchConfig, Row)
-from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.bench import run as bench
+from ernie_deploy.bench.run import BEGIN_MARK, CLASSIC, END_MARK, LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, BenchConfig, Row
+from ernie_deploy.core.errors import ErnieDeployError
 
 
 # -- statistics -------------------------------------------------------------------------------------
@@ -316,7 +315,7 @@ TINY_TEXTS = ["国足公布世预赛名单", "股市大涨", "房产新闻", "�
 @pytest.mark.integration
 def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     """Every row, zero errors, sane numbers, and served answers equal to in-process ONNX (no timing threshold)."""
-    from ernie_deploy.tasks import SEQ_CLS
+    from ernie_deploy.core.tasks import SEQ_CLS
 
     inputs = [bench.TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(duration_s=0.5, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
@@ -362,7 +361,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 
 @pytest.mark.integration
 def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipeline, tmp_path):
-    from ernie_deploy.tasks import SEQ_CLS
+    from ernie_deploy.core.tasks import SEQ_CLS
 
     inputs = [bench.TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)

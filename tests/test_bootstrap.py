@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy import bootstrap
-from ernie_deploy.data import write_tsv
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.tasks import SEQ_CLS
+from ernie_deploy.fetch import bootstrap
+from ernie_deploy.fetch.data import write_tsv
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import SEQ_CLS
 
 TINY = {
     "hidden_size": 32,
@@ -152,7 +152,7 @@ def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_import_stays_paddle_free():
-    code = "import sys, ernie_deploy.bootstrap; sys.exit(1 if 'paddle' in sys.modules else 0)"
+    code = "import sys, ernie_deploy.fetch.bootstrap; sys.exit(1 if 'paddle' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -192,7 +192,7 @@ def test_checkpoint_reloads_with_same_logits(trained):
     import paddle
     from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification, ErnieTokenizer
 
-    from ernie_deploy.data import read_tsv
+    from ernie_deploy.fetch.data import read_tsv
 
     ckpt = trained["ckpt"]
     tok = ErnieTokenizer.from_pretrained(str(ckpt))

@@ -7,11 +7,11 @@ import shutil
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy import serve
-from ernie_deploy.check import check_repository
+from ernie_deploy.server import serve
+from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
-from ernie_deploy.repository import BuildOptions, TaskArtifacts, build, parse, render
-from ernie_deploy.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, parse, render
+from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 MODEL = SEQ_CLS.model_step
 POST = SEQ_CLS.postprocess_step

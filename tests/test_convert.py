@@ -7,9 +7,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ernie_deploy.convert import check_parity, require_parity
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.tasks import LOGITS, MODEL_INPUTS
+from ernie_deploy.export.onnx import check_parity, require_parity
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80]
 
@@ -54,7 +54,7 @@ def test_parity_gate_catches_a_tampered_model(tiny_pipeline, tmp_path):
 
 @pytest.mark.integration
 def test_bootstrap_model_parity_on_the_test_split(seq_cls_pipeline):
-    from ernie_deploy.data import read_tsv
+    from ernie_deploy.fetch.data import read_tsv
 
     texts, _ = read_tsv(seq_cls_pipeline.data / "test.tsv")
     report = check_parity(seq_cls_pipeline.static, seq_cls_pipeline.onnx, texts[:256], max_seq_len=128)
@@ -84,10 +84,10 @@ def _legacy_static_model(root):
 
 
 def test_legacy_pdmodel_is_accepted_and_converted(tmp_path):
-    from ernie_deploy.convert import convert
-    from ernie_deploy.export import export
-    from ernie_deploy.fetch import inspect_checkpoint
-    from ernie_deploy.tasks import SEQ_CLS
+    from ernie_deploy.export.onnx import convert
+    from ernie_deploy.export.static import export
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+    from ernie_deploy.core.tasks import SEQ_CLS
 
     checkpoint = inspect_checkpoint(_legacy_static_model(tmp_path / "legacy"))
     assert checkpoint.kind == "static" and checkpoint.model_file.suffix == ".pdmodel"

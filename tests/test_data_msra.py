@@ -6,19 +6,9 @@ import json
 
 import pytest
 
-from ernie_deploy import data
-from ernie_deploy.data import (
-    bmes_to_bio,
-    entity_label_names,
-    parse_bmes,
-    read_jsonl,
-    read_split,
-    read_split_file,
-    split_file,
-    write_jsonl,
-    write_tsv,
-)
-from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.fetch import data
+from ernie_deploy.fetch.data import bmes_to_bio, entity_label_names, parse_bmes, read_jsonl, read_split, read_split_file, split_file, write_jsonl, write_tsv
+from ernie_deploy.core.errors import ErnieDeployError
 
 MSRA_TAGS = {"O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"}
 

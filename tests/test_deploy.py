@@ -19,11 +19,11 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from ernie_deploy import manifests, serve
+from ernie_deploy.server import manifests, serve
 from ernie_deploy.cli import build_parser, main
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.manifests import PORTS, ManifestOptions, memory_bytes
-from ernie_deploy.serve import MiB, TritonBinary, TritonServer
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.server.manifests import PORTS, ManifestOptions, memory_bytes
+from ernie_deploy.server.serve import MiB, TritonBinary, TritonServer
 
 from .test_serve import ADD_ONE, write_python_model
 
@@ -82,7 +82,7 @@ def test_dockerfile_cmd_is_exec_form_and_equals_server_args(dockerfile):
 
 def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile):
     runs = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "RUN")
-    assert "pip install" in runs and "import ernie_deploy.steps" in runs
+    assert "pip install" in runs and "import ernie_deploy.serving.steps" in runs
     assert "ernie-deploy build --repository /models" in runs
     assert " ".join(manifests.LIVENESS_COMMAND[:2]) in runs  # the liveness command runs in the image
     exposed = {i["value"] for i in dockerfile.structure if i["instruction"] == "EXPOSE"}

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from ernie_deploy.client import Client
-from ernie_deploy.data import split_file
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.client.grpc_client import Client
+from ernie_deploy.fetch.data import split_file
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 
 from .conftest import ROOT, load_baseline
 
@@ -24,7 +24,7 @@ TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000}
 @pytest.fixture(scope="module", params=["seq_cls", "token_cls"])
 def task_run(request):
     """(pipeline, offline scores) of one task; the pipeline fixture trains or loads the cached bootstrap."""
-    from ernie_deploy.evaluate import evaluate
+    from ernie_deploy.evaluate.offline import evaluate
 
     pipeline = request.getfixturevalue(f"{request.param}_pipeline")
     test = split_file(pipeline.data, "test", pipeline.task.split_format)
@@ -57,7 +57,7 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, server, tmp_pat
 
 
 def test_served_entities_point_into_the_text(server, token_cls_pipeline):
-    from ernie_deploy.evaluate import onnx_predictions
+    from ernie_deploy.evaluate.offline import onnx_predictions
 
     texts = ["新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。", "张三2008年在上海 iPhone 店工作",
              "王" * 400]  # the last one is cut by max_seq_len: no entity may run past what was seen
@@ -92,8 +92,8 @@ def test_client_names_a_missing_server():
 @pytest.fixture(scope="module")
 def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     """Both tasks built with `build --fused` (one python model per task) on a real tritonserver."""
-    from ernie_deploy.repository import BuildOptions, TaskArtifacts, build
-    from ernie_deploy.serve import TritonServer
+    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.server.serve import TritonServer
 
     repo = tmp_path_factory.mktemp("fused_models")
     build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
@@ -108,7 +108,7 @@ def test_fused_layout_serves_what_the_ensemble_serves(task, server, fused_server
     identical predictions."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ernie_deploy.data import read_split
+    from ernie_deploy.fetch.data import read_split
 
     pipeline = request.getfixturevalue(f"{task.name}_pipeline")
     texts = read_split(pipeline.data, "test", task.split_format)[0][:400]

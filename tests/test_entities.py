@@ -8,16 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from ernie_deploy.entities import (
-    bio_spans,
-    char_labels_to_token_labels,
-    decode_entities,
-    entities_from_json,
-    entities_to_char_bio,
-    entities_to_json,
-    spans_to_bio,
-)
-from ernie_deploy.errors import ErnieDeployError
+from ernie_deploy.serving.entities import bio_spans, char_labels_to_token_labels, decode_entities, entities_from_json, entities_to_char_bio, entities_to_json, spans_to_bio
+from ernie_deploy.core.errors import ErnieDeployError
 
 LABELS = ["O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"]
 ID = {name: i for i, name in enumerate(LABELS)}
@@ -229,7 +221,7 @@ def test_char_labels_to_token_labels_empty_text():
 
 @pytest.fixture
 def tokenizer(tmp_path):
-    from ernie_deploy.tokenizer import build_tokenizer
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *"张三在年用拍照于北京", "20", "##08", "iphone"]
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
@@ -243,7 +235,7 @@ def _predicted(char_tags, offsets, length):
 
 
 def test_tokenizer_offsets_targets_and_decoding(tokenizer):
-    from ernie_deploy.tokenizer import encode_batch
+    from ernie_deploy.serving.tokenizer import encode_batch
 
     text = "张三在2008年用iPhone 拍照于北京"
     gold = {"张三": "PER", "2008年": "ORG", "iPhone": "ORG", "北京": "LOC"}
@@ -269,7 +261,7 @@ def test_tokenizer_offsets_targets_and_decoding(tokenizer):
 
 
 def test_tokenizer_truncation(tokenizer):
-    from ernie_deploy.tokenizer import encode_batch
+    from ernie_deploy.serving.tokenizer import encode_batch
 
     text = "张三在2008年用iPhone 拍照于北京"
     enc = encode_batch(tokenizer, [text], 6)  # [CLS] 张 三 在 20 [SEP]

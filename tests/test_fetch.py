@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy import fetch
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.fetch import Checkpoint, download, inspect_checkpoint, resolve_checkpoint, safe_extract
+from ernie_deploy.fetch import checkpoints as fetch
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.fetch.checkpoints import Checkpoint, download, inspect_checkpoint, resolve_checkpoint, safe_extract
 
 PAYLOAD = os.urandom(300_000) + b"end"
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

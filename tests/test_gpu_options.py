@@ -13,14 +13,13 @@ import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy import serve
-from ernie_deploy.check import check_repository
+from ernie_deploy.server import serve
+from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
-from ernie_deploy.convert import DEFAULT_FP16_TOLERANCE, check_fp16, convert_fp16, require_fp16
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.repository import (BuildOptions, TaskArtifacts, build, onnx_signature, parse, render,
-                                     task_configs)
-from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.export.onnx import DEFAULT_FP16_TOLERANCE, check_fp16, convert_fp16, require_fp16
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, onnx_signature, parse, render, task_configs
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
 from .conftest import assert_refused_convert_changes_nothing, io_signature
 
@@ -110,7 +109,7 @@ def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
 
 def test_cli_choices_are_the_levels_build_knows():
     from ernie_deploy.cli import build_parser
-    from ernie_deploy.repository import ORT_GRAPH_LEVELS
+    from ernie_deploy.repository.build import ORT_GRAPH_LEVELS
 
     build_cmd = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices["build"]
     (level,) = [a for a in build_cmd._actions if a.dest == "ort_graph_level"]
@@ -183,8 +182,8 @@ def test_every_float_weight_is_fp16(fp16):
 
 
 def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
-    from ernie_deploy.runtime import OnnxModel
-    from ernie_deploy.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
 
     pipeline, out, _ = fp16
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)
@@ -384,7 +383,7 @@ def _cuda_provider() -> bool:
 def test_fp16_model_on_cuda_agrees_with_fp32_on_cpu(fp16):
     import onnxruntime as ort
 
-    from ernie_deploy.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
 
     pipeline, out, _ = fp16
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)
@@ -406,9 +405,9 @@ def test_fp16_model_on_cuda_agrees_with_fp32_on_cpu(fp16):
 @pytest.mark.parametrize("name", ["seq_cls_pipeline", "token_cls_pipeline"])
 def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, tmp_path):
     """FP32 vs FP16 (onnxruntime on CPU) on the whole test split, scored the way `ernie-deploy eval` scores."""
-    from ernie_deploy.data import read_split_file, split_file
-    from ernie_deploy.evaluate import onnx_predictions
-    from ernie_deploy.metrics import score
+    from ernie_deploy.fetch.data import read_split_file, split_file
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.evaluate.metrics import score
 
     pipeline = request.getfixturevalue(name)
     task, static = pipeline.task, pipeline.static

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ernie_deploy.procs import group_cpu_seconds, group_members, processes, wait_group_gone
+from ernie_deploy.server.procs import group_cpu_seconds, group_members, processes, wait_group_gone
 
 
 def fake_stat(root, pid, comm, state, ppid, pgrp, utime=0, stime=0):

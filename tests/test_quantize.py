@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import pytest
 
-from ernie_deploy.convert import _require_same_signature, check_int8, quantize_int8
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.runtime import OnnxModel
-from ernie_deploy.tasks import LOGITS, MODEL_INPUTS
+from ernie_deploy.export.onnx import _require_same_signature, check_int8, quantize_int8
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 
 from .conftest import assert_refused_convert_changes_nothing, io_signature
 
@@ -30,7 +30,7 @@ def quantized(request, tmp_path_factory):
 
 
 def _encode(pipeline, texts):
-    from ernie_deploy.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
 
     return encode_batch(build_tokenizer(pipeline.static.vocab_file), texts, 128)
 
@@ -91,7 +91,7 @@ def test_no_temporary_files_anywhere(tiny_pipeline, tmp_path, monkeypatch):
 
 
 def test_failed_quantization_leaves_no_output(tiny_pipeline, tmp_path, monkeypatch):
-    import ernie_deploy.convert as convert_module
+    import ernie_deploy.export.onnx as convert_module
 
     def broken(path):
         assert path.exists()  # the file was written, then judged unusable
@@ -149,9 +149,9 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
 def test_int8_costs_at_most_one_point_on_the_test_split(name, request, tmp_path):
     """FP32 vs INT8 on the whole test split (1,000 THUCNews titles / 5,000 MSRA sentences), scored the way
     `ernie-deploy eval` and the gRPC clients score."""
-    from ernie_deploy.data import read_split_file, split_file
-    from ernie_deploy.evaluate import onnx_predictions
-    from ernie_deploy.metrics import score
+    from ernie_deploy.fetch.data import read_split_file, split_file
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.evaluate.metrics import score
 
     pipeline = request.getfixturevalue(name)
     task, static = pipeline.task, pipeline.static

@@ -19,9 +19,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ernie_deploy.client import Client, Retry, TextError
-from ernie_deploy.errors import BadRequest, ErnieDeployError
-from ernie_deploy.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.client.grpc_client import Client, Retry, TextError
+from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 
 pytestmark = pytest.mark.integration
 
@@ -214,9 +214,9 @@ def test_concurrent_requests_sharing_a_batch_fail_alone(server, seq_cls_pipeline
 # -- soak: CI-sized here; `ernie-deploy soak` runs the full 20,000 ------------------------------------------------
 
 def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
-    from ernie_deploy.data import read_split
-    from ernie_deploy.evaluate import onnx_predictions
-    from ernie_deploy.soak import SoakCase
+    from ernie_deploy.fetch.data import read_split
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.bench.soak import SoakCase
 
     cases = []
     for p in (seq_cls_pipeline, token_cls_pipeline):
@@ -227,7 +227,7 @@ def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
 
 
 def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pipeline):
-    from ernie_deploy.soak import soak
+    from ernie_deploy.bench.soak import soak
 
     report = soak(server.grpc_url, _cases(seq_cls_pipeline, token_cls_pipeline), requests=1500, concurrency=16,
                   bad_fraction=0.15, server=server, progress=False)
@@ -244,7 +244,7 @@ def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pi
 @pytest.fixture(scope="module")
 def fault_server(repository, tmp_path_factory):
     """A server of its own, since these tests kill its processes."""
-    from ernie_deploy.serve import TritonServer
+    from ernie_deploy.server.serve import TritonServer
 
     log = tmp_path_factory.mktemp("faults") / "server.log"
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
@@ -254,8 +254,8 @@ def fault_server(repository, tmp_path_factory):
 def test_killed_stubs_are_reloaded_and_no_request_is_lost(fault_server, seq_cls_pipeline, token_cls_pipeline):
     """SIGKILL one python stub after another under load (soak chaos): the watchdog reloads each model,
     the client retries, and every answer still equals the offline one."""
-    from ernie_deploy.soak import soak
-    from ernie_deploy.watchdog import stub_processes
+    from ernie_deploy.bench.soak import soak
+    from ernie_deploy.server.watchdog import stub_processes
 
     stubs_before = sorted(stub_processes(fault_server.pid).values())
     report = soak(fault_server.grpc_url, _cases(seq_cls_pipeline, token_cls_pipeline, 100), requests=1500,
@@ -277,9 +277,9 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
     """What Triton does on its own (2.51): the model fails every request, health still says ready."""
     import urllib.request
 
-    from ernie_deploy.probe import probe
-    from ernie_deploy.serve import TritonServer
-    from ernie_deploy.watchdog import stub_processes
+    from ernie_deploy.server.probe import probe
+    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.server.watchdog import stub_processes
 
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False,
                       log_file=tmp_path / "server.log") as srv:
@@ -308,7 +308,7 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
 def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fault_server, tmp_path):
     """SIGKILL the whole server while a client is retrying; a new server on the same ports answers it, and
     answers what the old one answered."""
-    from ernie_deploy.serve import TritonServer
+    from ernie_deploy.server.serve import TritonServer
 
     texts = ["国足公布世预赛名单", "股市大涨", "北京欢迎你"]
     with Client(SEQ_CLS, fault_server.grpc_url) as client:
@@ -339,8 +339,8 @@ def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fa
 
 
 def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
-    from ernie_deploy.probe import probe
-    from ernie_deploy.serve import free_ports
+    from ernie_deploy.server.probe import probe
+    from ernie_deploy.server.serve import free_ports
 
     results = probe(server.http_url)
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
@@ -356,7 +356,7 @@ def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
 
 
 def test_client_gives_up_on_a_dead_server_with_a_clear_error():
-    from ernie_deploy.serve import free_ports
+    from ernie_deploy.server.serve import free_ports
 
     url = f"127.0.0.1:{free_ports(1)[0]}"
     with Client(SEQ_CLS, url, retry=Retry(attempts=3, base_s=0.01)) as client:

@@ -6,10 +6,9 @@ import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.repository import (BuildOptions, TaskArtifacts, build, onnx_signature, parse, render,
-                                     task_configs)
-from ernie_deploy.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, onnx_signature, parse, render, task_configs
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 from .conftest import ROOT
 
@@ -173,7 +172,7 @@ def test_ort_threads_reach_the_model_step(tiny_pipeline):
 def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeline, tmp_path):
     import struct
 
-    from ernie_deploy.repository import WARMUP_TEXT
+    from ernie_deploy.repository.build import WARMUP_TEXT
 
     build(_artifacts(tiny_token_pipeline), tmp_path)
     for config in task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions()):

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy import serve
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.procs import group_members
-from ernie_deploy.serve import MiB, TritonServer
+from ernie_deploy.server import serve
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.server.procs import group_members
+from ernie_deploy.server.serve import MiB, TritonServer
 
 ADD_ONE = textwrap.dedent(
     """
@@ -324,7 +324,7 @@ def test_server_side_shm_failure_is_explained(tmp_path):
 def test_serve_forever_stops_cleanly_on_sigterm(tmp_path):
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     code = (
-        "import sys; from ernie_deploy.serve import serve_forever; "
+        "import sys; from ernie_deploy.server.serve import serve_forever; "
         "sys.exit(serve_forever(sys.argv[1], http_port=0, grpc_port=0, metrics_port=0))"
     )
     proc = subprocess.Popen(

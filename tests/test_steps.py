@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.steps import OnnxStep, SeqClsPostprocess, TokenClsPostprocess, TokenizerStep, decode_texts
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.serving.steps import OnnxStep, SeqClsPostprocess, TokenClsPostprocess, TokenizerStep, decode_texts
 
 
 def _texts(*items):
@@ -17,7 +17,7 @@ def _texts(*items):
 
 def _step_files(pipeline, folder):
     """What `build` puts in the version folders of a pipeline's python models, all in one folder."""
-    from ernie_deploy.tokenizer import save_tokenizer
+    from ernie_deploy.serving.tokenizer import save_tokenizer
 
     save_tokenizer(pipeline.static.vocab_file, folder / "tokenizer.json")
     (folder / "labels.json").write_text(json.dumps(pipeline.static.labels))
@@ -86,7 +86,7 @@ def token_step_dirs(tiny_token_pipeline, tmp_path):
 
 
 def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
-    from ernie_deploy.entities import entities_from_json
+    from ernie_deploy.serving.entities import entities_from_json
 
     tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, token_step_dirs)
     model, post = OnnxStep({}, token_step_dirs), TokenClsPostprocess({}, token_step_dirs)
@@ -177,7 +177,7 @@ def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
 def _fused_config(pipeline, task):
     from google.protobuf.json_format import MessageToDict
 
-    from ernie_deploy.repository import BuildOptions, task_configs
+    from ernie_deploy.repository.build import BuildOptions, task_configs
 
     (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True))
     return MessageToDict(config, preserving_proto_field_name=True)
@@ -185,8 +185,8 @@ def _fused_config(pipeline, task):
 
 @pytest.mark.parametrize("which", ["seq_cls", "token_cls"])
 def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
-    from ernie_deploy.steps import PipelineStep
-    from ernie_deploy.tasks import TASKS
+    from ernie_deploy.serving.steps import PipelineStep
+    from ernie_deploy.core.tasks import TASKS
 
     task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")

@@ -11,19 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy.data import prepare, read_tsv
-from ernie_deploy.errors import ErnieDeployError
-from ernie_deploy.tokenizer import (
-    CLS,
-    PAD,
-    SEP,
-    SPECIALS,
-    UNK,
-    build_tokenizer,
-    encode_batch,
-    load_tokenizer,
-    save_tokenizer,
-)
+from ernie_deploy.fetch.data import prepare, read_tsv
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, SPECIALS, UNK, build_tokenizer, encode_batch, load_tokenizer, save_tokenizer
 
 MAX_SEQ_LEN = 128
 
@@ -401,7 +391,7 @@ def test_lowercase_false_keeps_case_and_accents(tmp_path):
 def test_module_imports_no_paddle():
     """It runs inside Triton's python backend, where only numpy and tokenizers are installed."""
     code = (
-        "import sys, ernie_deploy.tokenizer; "
+        "import sys, ernie_deploy.serving.tokenizer; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'paddle', 'paddlenlp', 'torch', 'sklearn'}); "
         "assert not bad, bad"
     )

@@ -1,0 +1,49 @@
+"""`ernie-deploy`: one subcommand per stage of checkpoint -> static model -> ONNX -> repository -> server -> report.
+
+One module per command, each turning its flags into typed options for a library call.
+Imports: any package; the library imports nothing from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ernie_deploy.cli import (
+    bench,
+    build,
+    check,
+    convert,
+    data,
+    evaluate,
+    export,
+    fetch,
+    manifests,
+    probe,
+    serve,
+    soak,
+)
+from ernie_deploy.core.errors import ErnieDeployError
+
+# In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
+COMMANDS = (data, fetch, export, convert, build, serve, check, soak, probe, manifests, evaluate, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ernie-deploy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ErnieDeployError as exc:
+        print(f"ernie-deploy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

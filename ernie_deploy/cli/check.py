@@ -1,0 +1,24 @@
+"""`ernie-deploy check`: lint a model repository before serving."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.errors import ErnieDeployError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("check", help="lint a model repository before serving: configs, versions, ONNX "
+                                     "signatures, ensemble wiring, python models, warmup files")
+    p.add_argument("repository", nargs="?", default="models")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ernie_deploy.repository.check import check_repository, model_dirs
+
+    problems = check_repository(args.repository)
+    for problem in problems:
+        print(problem)
+    if problems:
+        # main() turns this into exit status 2
+        raise ErnieDeployError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")
+    print(f"ok: {len(model_dirs(args.repository))} models checked")

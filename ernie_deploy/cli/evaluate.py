@@ -1,0 +1,36 @@
+"""`ernie-deploy eval`: the Paddle and the ONNX model scored offline on a split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.tasks import TASKS, get_task
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
+    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    p.add_argument("--data", help="a split file (.tsv for seq_cls, .jsonl for token_cls) instead of --split")
+    p.add_argument("--static", help="default: artifacts/static/<task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--report", help="write the scores as JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ernie_deploy.core.files import write_json
+    from ernie_deploy.evaluate.offline import evaluate
+    from ernie_deploy.export.static import StaticModel
+    from ernie_deploy.fetch.data import data_dir, split_file
+
+    task = get_task(args.task)
+    static = StaticModel.load(args.static or artifact_dir("static", task.name))
+    onnx_path = Path(args.onnx or artifact_dir("onnx", task.name) / "model.onnx")
+    split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
+    results = evaluate(task, static, onnx_path, split)
+    if args.report:
+        write_json(results, args.report)
+    for name, report in results.items():
+        print(f"{name}: {task.metric}: {report[task.metric]:.4f} (n={report['n']})")

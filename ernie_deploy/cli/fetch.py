@@ -1,0 +1,45 @@
+"""`ernie-deploy fetch`: a checkpoint from a URL (sha256-pinned), a local path, or the offline bootstrap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.tasks import TASKS, get_task
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fetch", help="obtain a checkpoint: URL (+ --sha256), local path, or --bootstrap")
+    p.add_argument("source", nargs="?", help="http(s) URL of an archive, or a local directory/archive")
+    p.add_argument("--sha256", help="required with a URL: the archive's pinned sha256")
+    p.add_argument("--bootstrap", action="store_true", help="train a small ERNIE offline on the task's data (cached)")
+    p.add_argument("--force", action="store_true", help="retrain the bootstrap model even if cached")
+    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    """Materialise a checkpoint at artifacts/checkpoints/<task> from a URL, a local path, or the bootstrap."""
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
+
+    task = get_task(args.task)
+    out = Path(args.out or artifact_dir("checkpoints", task.name))
+    if args.bootstrap:
+        from ernie_deploy.fetch.bootstrap import train
+        from ernie_deploy.fetch.data import prepare
+
+        source = train(task, prepare(task.dataset), force=args.force)
+        checkpoint = inspect_checkpoint(source)
+    elif args.source:
+        checkpoint = resolve_checkpoint(args.source, sha256=args.sha256, workdir=out.parent)
+    else:
+        raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
+    with atomic_path(out) as tmp:
+        shutil.copytree(checkpoint.root, tmp)
+        if not (tmp / "vocab.txt").exists():
+            shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
+    print(f"{task.name}: {checkpoint.kind} checkpoint at {out}")

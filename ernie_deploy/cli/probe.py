@@ -1,0 +1,32 @@
+"""`ernie-deploy probe`: one text through every ready ensemble of a running server (the liveness check)."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard library only: cheap to import
+
+
+def register(sub) -> None:
+    p = sub.add_parser("probe", help="send one text through every ready ensemble of a running server; non-zero "
+                                     "exit if any fails (a liveness check that sees dead python-backend stubs)")
+    p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
+    p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
+    p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ernie_deploy.server.probe import ProbeFailed, probe
+
+    try:
+        results = probe(args.url, args.model, args.text, args.timeout)
+    except ProbeFailed as exc:
+        raise ErnieDeployError(f"cannot probe {args.url}: {exc}",
+                               "check that the server is up and the URL points at its HTTP port") from None
+    for r in results:
+        print(f"{'ok' if r.ok else 'FAIL'} {r.model} ({r.seconds * 1000:.0f} ms){': ' + r.message if r.message else ''}")
+    failed = [r.model for r in results if not r.ok]
+    if failed:
+        raise ErnieDeployError(f"{', '.join(failed)} did not answer a text",
+                               "restart the server (a liveness probe does this for you); its log says which step died")

@@ -1,0 +1,29 @@
+"""`ernie-deploy soak`: serve a repository and drive many requests, bad ones mixed in, every answer checked."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.errors import ErnieDeployError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("soak", help="serve a repository and drive many requests, bad ones mixed in, checking "
+                                    "every answer against offline onnxruntime")
+    p.add_argument("repository", nargs="?", default="models")
+    p.add_argument("--requests", type=int, default=20000)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--bad-fraction", type=float, default=0.1, help="share of requests holding bad texts")
+    p.add_argument("--texts", type=int, default=1000, help="test texts per task to draw requests from")
+    p.add_argument("--chaos", type=float, default=0.0, metavar="SECONDS",
+                   help="SIGKILL a random python-backend stub every SECONDS (0: never)")
+    p.add_argument("--chaos-kills", type=int, default=0, help="stop killing after this many (0: no limit)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ernie_deploy.bench.soak import run_from_args
+
+    if run_from_args(args):
+        raise ErnieDeployError("the soak found lost, mismatched or unexpectedly failed requests",
+                               "read the examples in the report; the server log path is printed above")

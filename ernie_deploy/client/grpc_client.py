@@ -1,0 +1,222 @@
+"""gRPC client for the served ensembles (tritonclient): readiness checks, batching, retries with backoff for
+transient failures, and per-text errors for batches that mix good and bad texts."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.serving.steps import text_problem
+from ernie_deploy.core.tasks import TEXT_INPUT, TaskSpec
+
+DEFAULT_URL = "127.0.0.1:8001"
+
+# gRPC status codes worth another try: the server is (re)starting or unreachable, or a model instance
+# failed (e.g. a python-backend stub died and `ernie-deploy serve` is reloading it). Inference here has no
+# side effects, so resending the same request is always safe. INVALID_ARGUMENT (the request's fault) and
+# NOT_FOUND on a ready server (no such model) are final.
+TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.INTERNAL", "StatusCode.UNKNOWN", "StatusCode.DEADLINE_EXCEEDED",
+             "StatusCode.RESOURCE_EXHAUSTED", "StatusCode.CANCELLED"}
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Exponential backoff with full jitter (so many clients do not retry in step), bounded by attempts and
+    by a total time budget."""
+
+    attempts: int = 8  # with these delays: about 5 s of retrying on average, 12 s at most
+    base_s: float = 0.1
+    max_s: float = 4.0
+    budget_s: float = 60.0
+
+    def delays(self):
+        for n in range(self.attempts - 1):
+            yield random.uniform(0, min(self.max_s, self.base_s * 2 ** n))
+
+
+NO_RETRY = Retry(attempts=1)
+
+
+@dataclass(frozen=True)
+class TextError:
+    """Stands in the results for a text the server cannot take; the other texts keep their places."""
+
+    index: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"text {self.index} {self.problem}"
+
+
+class Client:
+    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0,
+                 retry: Retry = Retry()):
+        import tritonclient.grpc as grpcclient
+
+        self.task = task
+        self.url = url
+        self.timeout_s = timeout_s
+        self.retry = retry
+        self.retries = 0  # how many resends this client has made (reported by the soak test)
+        self._grpc = grpcclient
+        self.client = grpcclient.InferenceServerClient(url=url)
+
+    def check_ready(self) -> None:
+        """Fail with a clear message when the server or the model is not there."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            live = self.client.is_server_live()
+        except InferenceServerException as exc:
+            raise ErnieDeployError(f"no Triton server answers at {self.url} ({exc.message()})",
+                                   "start one with `ernie-deploy serve models/` or pass --url") from None
+        if not live or not self.client.is_server_ready():
+            raise ErnieDeployError(f"the Triton server at {self.url} is not ready", "wait for it to finish loading")
+        model = self.task.ensemble
+        if not self.client.is_model_ready(model):
+            raise ErnieDeployError(f"model {model!r} is not ready on {self.url}",
+                                   "check the server log; build it with `scripts/convert.sh`")
+
+    def infer(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """One request holding `texts`; returns every output of the ensemble, first axis = texts.
+
+        Transient failures are retried with backoff (see `Retry`); a bad request raises `BadRequest` at once."""
+        from tritonclient.utils import InferenceServerException
+
+        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts],
+                        dtype=np.object_).reshape(-1, 1)
+        tensor = self._grpc.InferInput(TEXT_INPUT.name, list(data.shape), "BYTES")
+        tensor.set_data_from_numpy(data)
+        outputs = [self._grpc.InferRequestedOutput(o.name) for o in self.task.outputs]
+        t0, tries, delays = time.monotonic(), 0, self.retry.delays()
+        while True:
+            tries += 1
+            try:
+                result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs,
+                                           client_timeout=self.timeout_s)
+                return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
+            except InferenceServerException as exc:
+                status, message = str(exc.status()), exc.message() or str(exc)
+                if status == "StatusCode.INVALID_ARGUMENT":
+                    raise BadRequest(f"{self.task.ensemble!r} refused the request: {message}") from None
+                delay = next(delays, None) if self._transient(status) else None
+                spent = time.monotonic() - t0
+                if delay is None or spent + delay > self.retry.budget_s:
+                    tried = f" after {tries} attempts over {spent:.1f} s" if tries > 1 else ""
+                    raise ErnieDeployError(f"inference on {self.task.ensemble!r} at {self.url} failed{tried}: "
+                                           f"{message} ({status.split('.')[-1]})",
+                                           "check that the server is running and ready (ernie-deploy serve "
+                                           "prints its log path)") from None
+                self.retries += 1
+                time.sleep(delay)
+
+    def _transient(self, status: str) -> bool:
+        if status in TRANSIENT:
+            return True
+        if status == "StatusCode.NOT_FOUND":  # models are not known yet while a restarted server loads them
+            try:
+                return not self.client.is_server_ready()
+            except Exception:
+                return True
+        return False
+
+    def infer_all(self, texts: list[str], batch_size: int = 32, progress: bool = True) -> dict[str, np.ndarray]:
+        from tqdm import tqdm
+
+        parts: dict[str, list[np.ndarray]] = {o.name: [] for o in self.task.outputs}
+        starts = range(0, len(texts), batch_size)
+        for start in tqdm(starts, desc=f"{self.task.ensemble} over gRPC", unit="batch", disable=not progress):
+            for name, value in self.infer(texts[start:start + batch_size]).items():
+                parts[name].append(value)
+        return {name: np.concatenate(values) for name, values in parts.items()}
+
+    def predict(self, texts: list[str], batch_size: int = 32, progress: bool = True, *,
+                keep_going: bool = False) -> list:
+        """Per-text predictions as `evaluate` makes them offline: label names (seq_cls) or entity lists.
+
+        A bad text fails its whole request on the server (Triton answers per request). With keep_going,
+        texts the server would refuse are found here first, with the server's own rules, and come back as
+        `TextError`s in their places; the good ones are sent, answered and returned in order."""
+        if not keep_going:
+            return decode_outputs(self.task, self.infer_all(texts, batch_size, progress))
+        results: list = [None] * len(texts)
+        good = []
+        for i, text in enumerate(texts):
+            problem = text_problem(text.encode("utf-8") if isinstance(text, str) else text)
+            if problem:
+                results[i] = TextError(i, problem)
+            else:
+                good.append(i)
+        if good:
+            for i, pred in zip(good, self.predict([texts[i] for i in good], batch_size, progress)):
+                results[i] = pred
+        return results
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
+    if task.metric == "accuracy":
+        return [label.decode("utf-8") for label in out["label"][:, 0]]
+    from ernie_deploy.serving.entities import entities_from_json
+
+    return [entities_from_json(item) for item in out["entities"][:, 0]]
+
+
+def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
+    """The gRPC client scripts (clients/*_grpc_client.py): score a split, or print predictions for --text."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
+    parser.add_argument("--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} "
+                                       "test split)")
+    parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--report", help="write the scores as JSON")
+    args = parser.parse_args(argv)
+    try:
+        with Client(task, args.url) as client:
+            client.check_ready()
+            if args.text:
+                out = client.infer(args.text)
+                for i, (text, pred) in enumerate(zip(args.text, decode_outputs(task, out))):
+                    if task.metric == "accuracy":
+                        print(f"{pred}\t{out['confidence'][i, 0]:.4f}\t{text}")
+                    else:
+                        note = "  (truncated: entities past max_seq_len are not found)" if out["truncated"][i, 0] else ""
+                        print(f"{text}{note}")
+                        print(json.dumps(pred, ensure_ascii=False, indent=2))
+                return 0
+            from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
+            from ernie_deploy.evaluate.metrics import format_report, score
+            from ernie_deploy.core.files import write_json
+
+            if args.data:
+                texts, gold = read_split_file(args.data)
+            else:
+                texts, gold = read_split(data_dir(task.dataset), "test", task.split_format)
+            predicted = client.predict(texts, args.batch_size)
+        labels = sorted(set(gold)) if task.metric == "accuracy" else []
+        report = score(task, texts, gold, predicted, labels)
+        print(format_report(report))
+        if args.report:
+            write_json(report, args.report)
+        print(f"{task.metric}: {report[task.metric]:.4f} (n={report['n']})")
+        return 0
+    except ErnieDeployError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

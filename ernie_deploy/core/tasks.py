@@ -1,0 +1,98 @@
+"""Task specs: the small set of facts in which sequence classification and token classification differ.
+
+Every stage (fetch, export, convert, repository, serve, client, metrics) takes a TaskSpec; no stage
+has a copy per task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a Triton model, per request item (the batch dimension is implied)."""
+
+    name: str
+    data_type: str  # Triton's name without the TYPE_ prefix: "INT64", "FP32", "BYTES"
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str  # CLI name: "seq_cls"
+    dataset: str  # key in ernie_deploy.fetch.data.DATASETS
+    paddle_class: str  # paddlenlp.transformers class that carries the task head
+    ensemble: str  # Triton model name of the ensemble users call
+    metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
+    # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
+    outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
+    postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    max_seq_len: int = 128
+    # The data split format: "tsv" (label<TAB>text) or "jsonl" ({"text", "labels"} per character).
+    split_format: str = "tsv"
+
+    @property
+    def model_step(self) -> str:
+        return f"{self.ensemble}_model"
+
+    @property
+    def postprocess_step(self) -> str:
+        return f"{self.ensemble}_postprocess"
+
+
+# One tokenizer step serves every task that shares a vocabulary.
+TOKENIZER_STEP = "ernie_tokenizer"
+TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
+# Inputs of the exported ERNIE graph; paddlenlp derives the attention mask from pad ids.
+MODEL_INPUTS = ("input_ids", "token_type_ids")
+LOGITS = "logits"
+# Everything the tokenizer step can return, per text. Fixed whatever tasks share the tokenizer, so that
+# rebuilding one task never takes away what another task's ensemble reads; each ensemble maps only the
+# tensors it uses, and the step computes only the outputs a request asks for.
+TOKENIZER_OUTPUTS = (
+    TensorSpec("input_ids", "INT64", (-1,)),
+    TensorSpec("token_type_ids", "INT64", (-1,)),
+    TensorSpec("offsets", "INT64", (-1, 2)),  # [start, end) of each token in the text, in characters
+    TensorSpec("lengths", "INT64", (1,)),  # real tokens, [CLS] and [SEP] included
+    TensorSpec("truncated", "BOOL", (1,)),  # the text had more tokens than max_seq_len
+)
+
+SEQ_CLS = TaskSpec(
+    name="seq_cls",
+    dataset="thucnews",
+    paddle_class="ErnieForSequenceClassification",
+    ensemble="ernie_seqcls",
+    metric="accuracy",
+    outputs=(
+        TensorSpec("label_id", "INT64", (1,)),
+        TensorSpec("label", "BYTES", (1,)),
+        TensorSpec("confidence", "FP32", (1,)),
+    ),
+)
+
+TOKEN_CLS = TaskSpec(
+    name="token_cls",
+    dataset="msra_ner",
+    paddle_class="ErnieForTokenClassification",
+    ensemble="ernie_tokencls",
+    metric="f1",
+    outputs=(
+        TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
+        TensorSpec("truncated", "BOOL", (1,)),  # entities past the truncation point are not found
+    ),
+    postprocess_extra_inputs=(TEXT_INPUT, TOKENIZER_OUTPUTS[2], TOKENIZER_OUTPUTS[3]),
+    split_format="jsonl",
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS)}
+
+
+def get_task(name: str) -> TaskSpec:
+    from ernie_deploy.core.errors import ErnieDeployError
+
+    key = name.replace("-", "_")
+    if key not in TASKS:
+        raise ErnieDeployError(f"unknown task {name!r}", f"use one of: {', '.join(sorted(TASKS))}")
+    return TASKS[key]

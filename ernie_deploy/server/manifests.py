@@ -1,0 +1,238 @@
+"""Kubernetes manifests for Triton serving a model repository: a Deployment, a Service and a
+HorizontalPodAutoscaler, sized from the repository (`ernie-deploy manifests`).
+
+The objects are built as Python data and written with yaml.safe_dump; the server's arguments come
+from serve.server_args, the same ones the image's CMD and the pip launcher use. The committed
+deploy/k8s/ files are this module's output for models/ (tests/test_deploy.py checks that, and
+validates them against the Kubernetes schemas).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+from ernie_deploy.server.serve import DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, MiB, python_instance_count, server_args, shm_needed, shm_size_for
+
+# Where the image keeps the repository (docker/Dockerfile builds it there).
+CONTAINER_REPOSITORY = "/models"
+DEFAULT_IMAGE = "ernie-deploy:0.1.0"
+PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
+FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
+# Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
+LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_CPU = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|[0-9]+m)$")
+
+
+@dataclass(frozen=True)
+class ManifestOptions:
+    image: str = DEFAULT_IMAGE
+    name: str = "ernie-deploy"
+    min_replicas: int = 1
+    max_replicas: int = 4
+    cpu_target: int = 70  # HPA: average CPU use, percent of the request
+    cpu: str = "2"  # request per pod; the HPA's percentages are of this
+    memory: str = "2Gi"  # request per pod
+    memory_limit: str = "4Gi"  # holds the processes *and* what they write to /dev/shm
+    gpus: int = 0
+    shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE
+    shm_growth_byte_size: int = PYTHON_BACKEND_GROWTH_BYTE_SIZE
+
+
+def memory_bytes(quantity: str, what: str = "memory") -> int:
+    """A Kubernetes memory quantity ("4Gi", "512Mi", "1G", "1073741824") in bytes."""
+    match = _QUANTITY.match(str(quantity).strip())
+    if not match:
+        raise ErnieDeployError(f"{what} {quantity!r} is not a Kubernetes memory quantity",
+                               "write it like 4Gi, 512Mi or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _mebibytes(n: int) -> str:
+    return f"{n // MiB}Mi" if n % MiB == 0 else str(n)
+
+
+def _check(repository: Path, options: ManifestOptions) -> None:
+    if not any(repository.glob("*/config.pbtxt")):
+        raise ErnieDeployError(f"{repository} is not a model repository (no */config.pbtxt in it)",
+                               "build one first (ernie-deploy build) or pass the repository the image serves")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", options.name) or len(options.name) > 63:
+        raise ErnieDeployError(f"--name {options.name!r} is not a valid Kubernetes name",
+                               "use lowercase letters, digits and '-', at most 63 characters")
+    if not 1 <= options.min_replicas <= options.max_replicas:
+        raise ErnieDeployError(
+            f"replicas: min {options.min_replicas}, max {options.max_replicas}",
+            "give 1 <= --min-replicas <= --max-replicas")
+    if not 1 <= options.cpu_target <= 100:
+        raise ErnieDeployError(f"--cpu-target {options.cpu_target} is not a percentage of the CPU request",
+                               "give a number from 1 to 100 (70 leaves headroom for bursts while pods start)")
+    if not _CPU.match(options.cpu):
+        raise ErnieDeployError(f"--cpu {options.cpu!r} is not a Kubernetes CPU quantity", "write it like 2 or 500m")
+    if options.gpus < 0:
+        raise ErnieDeployError(f"--gpus {options.gpus} is negative", "give 0 (CPU only) or the GPUs per pod")
+    if options.shm_default_byte_size < MiB:
+        raise ErnieDeployError(f"--shm-default-byte-size {options.shm_default_byte_size} is under 1 MiB",
+                               f"give at least {MiB} bytes")
+
+
+def manifests(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict[str, dict]:
+    """{file name: Kubernetes object} for serving `repository` (as baked into the image) with `options`."""
+    repository = Path(repository)
+    _check(repository, options)
+    need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
+    shm_limit = shm_size_for(need)
+    request, limit = memory_bytes(options.memory, "--memory"), memory_bytes(options.memory_limit, "--memory-limit")
+    # A memory-backed emptyDir is tmpfs: what the models write there is charged to the container's
+    # memory, so the limit must hold a full /dev/shm on top of the processes.
+    if limit < request or limit < shm_limit + 512 * MiB:
+        raise ErnieDeployError(
+            f"--memory-limit {options.memory_limit} leaves too little room: it must be at least --memory "
+            f"({options.memory}) and /dev/shm's {_mebibytes(shm_limit)} plus 512Mi for the server's processes",
+            "raise --memory-limit, or lower the shared memory per instance (--shm-default-byte-size)")
+
+    labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
+    probe = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "timeoutSeconds": 2}
+    limits: dict[str, object] = {"memory": options.memory_limit}
+    if options.gpus:
+        limits["nvidia.com/gpu"] = options.gpus
+    container = {
+        "name": "triton",
+        "image": options.image,
+        # The image's ENTRYPOINT stays; these replace its CMD with the same server_args() output,
+        # so the shared-memory sizes below and the sizes the server uses cannot differ.
+        "args": ["tritonserver", *server_args(CONTAINER_REPOSITORY,
+                                              shm_default_byte_size=options.shm_default_byte_size,
+                                              shm_growth_byte_size=options.shm_growth_byte_size)],
+        "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
+        "resources": {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": limits},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        # Models load before the HTTP endpoint answers at all: up to 5 minutes before liveness counts.
+        "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
+        # Out of the Service while any model is unloaded or the server is draining.
+        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
+        # /v2/health/live stays 200 when a python-backend stub has died and its model fails every request
+        # (Triton does not restart stubs), so liveness sends a real text through every ensemble instead.
+        # Generous timings: a pod that is merely busy queues the probe behind real requests, and must not be
+        # restarted for it; a dead stub fails at once, and the pod restarts within a minute.
+        "livenessProbe": {"exec": {"command": LIVENESS_COMMAND}, "timeoutSeconds": 30, "periodSeconds": 20,
+                          "failureThreshold": 3},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": options.name, "labels": labels},
+        # No spec.replicas: the autoscaler owns the count, and `kubectl apply` would reset it.
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": [{"name": "dshm",
+                                 "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": options.name, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",  # inside the cluster only; expose it deliberately (Ingress, LoadBalancer)
+            "selector": labels,
+            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in PORTS],
+        },
+    }
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": options.name, "labels": labels},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.name},
+            "minReplicas": options.min_replicas,
+            "maxReplicas": options.max_replicas,
+            "metrics": [{"type": "Resource", "resource": {
+                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": options.cpu_target}}}],
+        },
+    }
+    return {"deployment.yaml": deployment, "service.yaml": service, "hpa.yaml": hpa}
+
+
+def _header(name: str, repository: Path, options: ManifestOptions) -> str:
+    text = (f"# Generated by `ernie-deploy manifests` from the model repository {repository.name}/: "
+            "change the repository or the options and regenerate, do not edit.\n")
+    if name == "deployment.yaml":
+        instances = python_instance_count(repository, options.gpus)
+        need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
+        text += (f"# /dev/shm: {instances} python-backend instance(s) x ({_mebibytes(options.shm_default_byte_size)} "
+                 f"region + {_mebibytes(options.shm_growth_byte_size)} growth) = {_mebibytes(need)} needed; "
+                 f"the emptyDir allows {_mebibytes(shm_size_for(need))} (twice the need in 64Mi steps, at least 256Mi).\n")
+    return text
+
+
+def render(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict[str, str]:
+    """{file name: YAML text} as `write` writes them."""
+    try:
+        import yaml
+    except ImportError:
+        raise ErnieDeployError("PyYAML is not installed", "pip install PyYAML (it is in the dev extra)") from None
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data) -> bool:  # repeated label maps written out, not as &id001 anchors
+            return True
+
+    repository = Path(repository)
+    objects = manifests(repository, options)
+    return {name: _header(name, repository, options)
+            + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
+            for name, obj in objects.items()}
+
+
+def write(repository: str | os.PathLike, out: str | os.PathLike,
+          options: ManifestOptions = ManifestOptions()) -> list[Path]:
+    """Write the manifests into `out`, each file atomically; returns their paths."""
+    texts = render(repository, options)  # everything is computed before anything is written
+    paths = []
+    for name, text in texts.items():
+        path = Path(out) / name
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def add_arguments(p) -> None:
+    defaults = ManifestOptions()
+    p.add_argument("repository", nargs="?", default="models",
+                   help="the repository the image serves, to size /dev/shm from (default: models)")
+    p.add_argument("--out", default="deploy/k8s", help="folder for deployment.yaml, service.yaml, hpa.yaml")
+    p.add_argument("--image", default=defaults.image, help="the image built from docker/Dockerfile, with its registry")
+    p.add_argument("--name", default=defaults.name, help="name of the Deployment, Service and autoscaler")
+    p.add_argument("--min-replicas", type=int, default=defaults.min_replicas)
+    p.add_argument("--max-replicas", type=int, default=defaults.max_replicas)
+    p.add_argument("--cpu-target", type=int, default=defaults.cpu_target,
+                   help="autoscaler target: average CPU use across pods, in percent of --cpu")
+    p.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod")
+    p.add_argument("--memory", default=defaults.memory, help="memory request per pod")
+    p.add_argument("--memory-limit", default=defaults.memory_limit,
+                   help="memory limit per pod; /dev/shm (memory-backed) counts against it")
+    p.add_argument("--gpus", type=int, default=defaults.gpus, help="nvidia.com/gpu per pod (default: none)")
+    p.add_argument("--shm-default-byte-size", type=int, default=defaults.shm_default_byte_size,
+                   help="python backend shared-memory region per model instance")
+
+
+def options_from_args(args) -> ManifestOptions:
+    return ManifestOptions(image=args.image, name=args.name, min_replicas=args.min_replicas,
+                           max_replicas=args.max_replicas, cpu_target=args.cpu_target, cpu=args.cpu,
+                           memory=args.memory, memory_limit=args.memory_limit, gpus=args.gpus,
+                           shm_default_byte_size=args.shm_default_byte_size)

@@ -1,0 +1,44 @@
+"""Run an exported ERNIE ONNX model with onnxruntime (serving path: numpy + onnxruntime only)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
+
+
+class OnnxModel:
+    """An onnxruntime session over `model.onnx` whose signature is checked against what the pipeline feeds."""
+
+    def __init__(self, path: str | Path, *, intra_op_threads: int | None = None, spinning: bool = True):
+        """spinning: onnxruntime's worker threads busy-wait between runs (its default). Best alone in a
+        process that owns the cores; inside a server, where the tokenizer and postprocess processes need
+        the same cores, turning it off was measured to raise throughput (docs/BENCHMARKS.md)."""
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.exists():
+            raise ErnieDeployError(f"no ONNX model at {path}", "run `ernie-deploy convert` and `ernie-deploy build`")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        threads = intra_op_threads or int(os.environ.get("ERNIE_DEPLOY_ORT_THREADS", "0"))
+        if threads:
+            options.intra_op_num_threads = threads
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        if sorted(inputs) != sorted(MODEL_INPUTS) or LOGITS not in outputs:
+            raise ErnieDeployError(
+                f"{path} has inputs {inputs} and outputs {outputs}; expected inputs {list(MODEL_INPUTS)} and output {LOGITS!r}",
+                "convert the model with `ernie-deploy convert`, which names the tensors",
+            )
+
+    def __call__(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": np.asarray(input_ids, np.int64), "token_type_ids": np.asarray(token_type_ids, np.int64)}
+        return self.session.run([LOGITS], feeds)[0]

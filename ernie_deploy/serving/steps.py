@@ -1,0 +1,300 @@
+"""The serving steps that run inside Triton's python backend, as plain testable classes.
+
+Each step is built from its model config (the dict Triton passes to `initialize`) and the version
+folder holding its files, and maps a dict of numpy arrays (one request) to a dict of numpy arrays.
+Only numpy, tokenizers and onnxruntime are imported here: paddle is for export, not serving.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS
+
+
+def parameter(config: dict, key: str, default: str | None = None) -> str:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", default)
+    if value is None:
+        raise ErnieDeployError(f"model {config.get('name')!r} has no parameter {key!r}",
+                               "rebuild the repository with `ernie-deploy build`")
+    return value
+
+
+def text_problem(item) -> str | None:
+    """Why one element of a BYTES text tensor cannot be served, or None when it can."""
+    try:
+        text = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+    except UnicodeDecodeError as exc:
+        return f"is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    if not text.strip():
+        return "is empty"
+    if not any(_kept(ch) for ch in text):
+        # The tokenizer drops control and format characters (NUL included): nothing would be left to classify.
+        return "has only control or format characters, which the tokenizer drops"
+    return None
+
+
+def _kept(ch: str) -> bool:
+    return not (ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") or ch == "\ufffd")
+
+
+_FIXES = {"is not": "encode texts as UTF-8", "is empty": "send at least one visible character per text",
+          "has only": "send at least one visible character per text"}
+
+
+def decode_texts(array: np.ndarray) -> list[str]:
+    """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that names
+    every bad text of the request by its index (so a caller can resend the good ones)."""
+    if array.dtype != np.object_:
+        raise BadRequest(f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
+                         "send UTF-8 strings as a BYTES tensor of shape [batch, 1]")
+    items = array.reshape(-1)
+    problems = [(i, p) for i, p in enumerate(map(text_problem, items)) if p]
+    if problems:
+        fixes = dict.fromkeys(fix for key, fix in _FIXES.items() for _, p in problems if p.startswith(key))
+        raise BadRequest("; ".join(f"text {i} {p}" for i, p in problems), "; ".join(fixes))
+    return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in items]
+
+
+class Step:
+    """A serving step. Triton hands a python model every request its dynamic batcher merged into one
+    `execute`; a step checks each request alone (a bad one fails with its own message, the rest go on)
+    and then runs all the good ones as ONE batch: one tokenizer call, one onnxruntime run. That merged
+    run, not a loop per request, is what makes dynamic batching pay off in a python backend."""
+
+    def check(self, inputs: dict[str, np.ndarray]):
+        """Validate and unpack one request; raise BadRequest naming what is wrong with it."""
+        return inputs
+
+    def run(self, items: list, requested: set[str] | None) -> list[dict[str, np.ndarray]]:
+        """The checked requests -> their outputs, in order; `requested`: the outputs anyone reads (None: all)."""
+        raise NotImplementedError
+
+    def run_requests(self, requests: list[dict[str, np.ndarray]],
+                     requested: set[str] | None = None) -> list[dict[str, np.ndarray] | ErnieDeployError]:
+        results: list = [None] * len(requests)
+        good, items = [], []
+        for i, inputs in enumerate(requests):
+            try:
+                items.append(self.check(inputs))
+                good.append(i)
+            except ErnieDeployError as exc:
+                results[i] = exc
+        if items:
+            try:
+                outputs = self.run(items, requested)
+            except ErnieDeployError as exc:  # a fault of the model, not of one request: every request hears it
+                outputs = [exc] * len(items)
+            except Exception:
+                # Something in one request broke the merged run (say, a token id past the vocabulary sent
+                # straight to the model step): run them one by one so only the culprit fails.
+                outputs = [self._run_alone(item, requested) for item in items]
+            for i, out in zip(good, outputs):
+                results[i] = out
+        return results
+
+    def _run_alone(self, item, requested):
+        try:
+            return self.run([item], requested)[0]
+        except ErnieDeployError as exc:
+            return exc
+        except Exception as exc:
+            return ErnieDeployError(f"{type(self).__name__} failed on this request: {exc}",
+                                    "check the request's tensors against the model's config")
+
+    def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
+        """One request, as a plain function (tests, offline use)."""
+        result = self.run_requests([inputs], requested)[0]
+        if isinstance(result, ErnieDeployError):
+            raise result
+        return result
+
+
+def _split_rows(counts: list[int]) -> list[slice]:
+    bounds = np.cumsum([0, *counts])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class TokenizerStep(Step):
+    """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
+    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL (see tasks.TOKENIZER_OUTPUTS)."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        from ernie_deploy.serving.tokenizer import load_tokenizer
+
+        self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
+        self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
+        self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
+        self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
+        unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
+        if unknown:
+            raise ErnieDeployError(f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer "
+                                   "cannot produce", "rebuild the repository with `ernie-deploy build`")
+
+    def check(self, inputs):
+        return decode_texts(inputs["text"])
+
+    def run(self, items: list[list[str]], requested=None) -> list[dict[str, np.ndarray]]:
+        from ernie_deploy.serving.tokenizer import encode_batch, padded_width
+
+        enc = encode_batch(self.tokenizer, [t for texts in items for t in texts], self.max_seq_len,
+                           pad_to_multiple_of=self.pad_to_multiple_of)
+        names = [n for n in self.outputs if requested is None or n in requested]
+        results = []
+        for rows in _split_rows([len(texts) for texts in items]):
+            # Each request gets its own width (its longest text), whatever it was tokenized with: a response
+            # never depends on which other requests shared the batch.
+            width = padded_width(int(enc.lengths[rows].max()), self.max_seq_len, self.pad_to_multiple_of)
+            out = {}
+            for name in names:
+                value = getattr(enc, name)[rows]
+                if name in ("input_ids", "token_type_ids", "offsets"):
+                    value = np.ascontiguousarray(value[:, :width])
+                out[name] = value.reshape(-1, 1) if value.ndim == 1 else value  # per-text scalars: [B, 1]
+            results.append(out)
+        return results
+
+
+class OnnxStep(Step):
+    """input_ids, token_type_ids -> logits with onnxruntime: the model step on servers without the ORT backend.
+
+    Requests of different lengths are padded to the longest of the merged batch (with the vocabulary's pad
+    id, which the exported model masks out) and run at once; per-token logits are cut back to each
+    request's own length."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        from ernie_deploy.serving.runtime import OnnxModel
+
+        threads = int(parameter(config, "intra_op_threads", "0"))
+        self.model = OnnxModel(Path(version_dir) / parameter(config, "model_file", "model.onnx"),
+                               intra_op_threads=threads or None,
+                               spinning=parameter(config, "ort_spinning", "false") == "true")
+        self.pad_id = int(parameter(config, "pad_token_id", "0"))
+
+    def check(self, inputs):
+        for name in MODEL_INPUTS:
+            if inputs[name].dtype != np.int64:
+                raise BadRequest(f"input {name!r} has dtype {inputs[name].dtype}; expected int64",
+                                 "send token ids as INT64")
+        ids, types = inputs["input_ids"], inputs["token_type_ids"]
+        if ids.ndim != 2 or ids.shape != types.shape:
+            raise BadRequest(f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
+                             "the same [batch, tokens] shape")
+        return ids, types
+
+    def run(self, items, requested=None):
+        if len(items) == 1:
+            return [{LOGITS: self.model(*items[0])}]
+        width = max(ids.shape[1] for ids, _ in items)
+        ids = np.concatenate([_pad(ids, width, self.pad_id) for ids, _ in items])
+        types = np.concatenate([_pad(types, width, 0) for _, types in items])
+        logits = self.model(ids, types)
+        results = []
+        for rows, (own, _) in zip(_split_rows([len(i) for i, _ in items]), items):
+            part = logits[rows]
+            if part.ndim == 3:  # per-token logits: back to this request's length
+                part = part[:, :own.shape[1]]
+            results.append({LOGITS: np.ascontiguousarray(part)})
+        return results
+
+
+def _pad(array: np.ndarray, width: int, value: int) -> np.ndarray:
+    if array.shape[1] == width:
+        return array
+    return np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=value)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+class SeqClsPostprocess(Step):
+    """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        self._names = np.array([label.encode("utf-8") for label in self.labels], dtype=np.object_)
+
+    def check(self, inputs):
+        logits = inputs[LOGITS]
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
+                             "rebuild the repository so labels.json comes from the same model")
+        return logits
+
+    def run(self, items, requested=None):
+        probs = softmax(np.concatenate(items).astype(np.float32))
+        ids = probs.argmax(axis=-1)
+        label_id = ids.astype(np.int64).reshape(-1, 1)
+        label = self._names[ids].reshape(-1, 1)
+        confidence = probs.max(axis=-1).astype(np.float32).reshape(-1, 1)
+        return [{"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
+                for rows in _split_rows([len(i) for i in items])]
+
+
+class TokenClsPostprocess(Step):
+    """logits [B, L, C], text [B, 1], offsets [B, L, 2], lengths [B, 1] -> entities [B, 1] BYTES: a JSON list of
+    {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+
+    def check(self, inputs):
+        logits, offsets = inputs[LOGITS], inputs["offsets"]
+        if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
+                             f"{len(self.labels)}] for the labels in labels.json",
+                             "rebuild the repository so labels.json comes from the same model")
+        if offsets.shape[:2] != logits.shape[:2]:
+            raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
+        return decode_texts(inputs["text"]), logits.argmax(axis=-1), offsets, inputs["lengths"].reshape(-1)
+
+    def run(self, items, requested=None):
+        from ernie_deploy.serving.entities import decode_entities, entities_to_json
+
+        results = []
+        for texts, predicted, offsets, lengths in items:  # decoding walks each text's spans
+            entities = [entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
+                        for i, text in enumerate(texts)]
+            results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
+        return results
+
+
+class PipelineStep(Step):
+    """Tokenizer, model and postprocess in one python model: text -> the task's outputs, the same tensors
+    as the ensemble. It saves the ensemble's two hops between processes per request (measured in
+    docs/BENCHMARKS.md); it needs onnxruntime inside the python backend, so it is a pip-only layout."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)
+        self.model = OnnxStep(config, version_dir)
+        self.post = STEPS[parameter(config, "postprocess")](config, version_dir)
+        self.outputs = [o["name"] for o in config.get("output", [])]
+
+    def check(self, inputs):
+        return self.tokenizer.check(inputs), inputs["text"]
+
+    def run(self, items, requested=None):
+        tokens = self.tokenizer.run([texts for texts, _ in items])
+        logits = self.model.run([(t["input_ids"], t["token_type_ids"]) for t in tokens])
+        post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
+        # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
+        return [{name: {**t, **out}[name] for name in self.outputs}
+                for t, out in zip(tokens, self.post.run(post_items))]
+
+
+def _read_labels(labels_file: Path) -> list[str]:
+    if not labels_file.exists():
+        raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
+    return json.loads(labels_file.read_text(encoding="utf-8"))
+
+
+STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess,
+         "token_cls_postprocess": TokenClsPostprocess, "pipeline": PipelineStep}

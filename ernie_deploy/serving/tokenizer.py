@@ -1,0 +1,325 @@
+"""ERNIE's tokenizer as a `tokenizers` (Rust) pipeline: the same ids as paddlenlp's ErnieTokenizer, fast.
+
+This module runs inside Triton's python backend, so it imports only the standard library, numpy and
+`tokenizers` (never paddle or paddlenlp; tests compare against paddlenlp).
+
+What ErnieTokenizer (paddlenlp 2.8) does, and the piece below that does the same:
+
+1. ErnieTokenizer.from_pretrained(dir) keeps special tokens typed in the text
+   ("[SEP]", case-sensitive) whole; ErnieTokenizer(vocab_file) does not           -> added special tokens,
+                                                                                     if match_special_tokens
+2. lowercase, one character at a time (so no Greek final-sigma rule)               -> Lowercase
+3. drop NUL, U+FFFD and every category C* character except tab/CR/LF               -> Replace(_REMOVE, "")
+4. split on whitespace, and put each CJK ideograph in a word of its own            -> WhitespaceSplit, Split
+5. strip accents: NFD, then drop category Mn                                       -> NFD, Replace(_MN, "")
+6. make every punctuation (ASCII non-alphanumerics, P*) and symbol (S* plus a few
+   listed code points) a word of its own                                           -> Split (isolated)
+7. greedy longest-match WordPiece with "##" continuations; a word longer than 100
+   characters, or one with a part not in the vocab, becomes [UNK]                  -> WordPiece
+8. [CLS] A [SEP] (pairs: [CLS] A [SEP] B [SEP], type ids 0/1)                      -> TemplateProcessing
+
+Why not `BertNormalizer` + `BertPreTokenizer` (the `BertWordPieceTokenizer` pipeline)? They agree with
+ErnieTokenizer on Chinese, English, digits, accents and full-width text, but (measured, tokenizers 0.23):
+they put a whole word holding a symbol (℃ ¥ × © ™, emoji) into one [UNK] where ErnieTokenizer splits the
+symbol off; their character tables are older than Python's, so they keep unassigned code points that
+ErnieTokenizer drops and miss combining marks and punctuation added since (about 1% of random strings of
+assigned characters differed); and their CJK range has a typo (U+2B920 for U+2B820). So every character
+class here is computed from Python's `unicodedata` - the table ErnieTokenizer itself consults - when the
+tokenizer is built, and frozen into tokenizer.json. A tokenizer.json therefore matches ErnieTokenizer
+running on a Python with the same Unicode version as the one that built it (Python 3.11: Unicode 14);
+the classes differ between versions only in characters new in the later one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+
+UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
+REQUIRED_SPECIALS = (PAD, CLS, SEP, UNK)
+SPECIALS = (PAD, CLS, SEP, MASK, UNK)
+MAX_INPUT_CHARS_PER_WORD = 100  # paddlenlp's WordpieceTokenizer default
+
+# CJK ideograph blocks, as paddlenlp's BasicTokenizer lists them (the same as Google BERT's).
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+# Code points ErnieTokenizer treats as symbols although their category is not S*.
+_EXTRA_SYMBOLS = (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8, 0x014B, 0x01B1)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Character classes, from Python's unicodedata (what ErnieTokenizer consults)
+
+
+_ASCII_PUNCT = frozenset(list(range(33, 48)) + list(range(58, 65)) + list(range(91, 97)) + list(range(123, 127)))
+
+
+def _kind(cp: int) -> str:
+    """How ErnieTokenizer treats one code point (read from its paddlenlp 2.8 BasicTokenizer):
+
+    "remove"   _clean_text drops it: NUL, U+FFFD, category C* except tab/CR/LF
+    "mn"       a combining mark (Mn): dropped when accents are stripped (after NFD)
+    "isolate"  a word of its own: CJK ideograph, punctuation (all non-alphanumeric ASCII, which includes
+               "$ ^ `" that are not P*, and P*) or symbol (S*, plus _EXTRA_SYMBOLS)
+    ""         anything else
+    """
+    if cp in (0, 0xFFFD):
+        return "remove"
+    cat = unicodedata.category(chr(cp))
+    if cat[0] == "C":
+        return "" if cp in (0x09, 0x0A, 0x0D) else "remove"
+    if cat == "Mn":
+        return "mn"
+    if cat[0] in "PS" or cp in _ASCII_PUNCT or cp in _EXTRA_SYMBOLS or any(lo <= cp <= hi for lo, hi in _CJK_RANGES):
+        return "isolate"
+    return ""
+
+
+@lru_cache(maxsize=None)
+def _classes() -> dict[str, str]:
+    """kind -> an Oniguruma character class matching exactly its code points (surrogates left out:
+    they cannot reach Rust). Computed once per process; frozen into tokenizer.json."""
+    ranges: dict[str, list[str]] = {"remove": [], "mn": [], "isolate": []}
+    run_kind, run_start = "", 0
+    for cp in range(0x110001):
+        kind = "" if cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF else _kind(cp)
+        if kind != run_kind:
+            if run_kind:
+                end = cp - 1
+                ranges[run_kind].append(
+                    f"\\x{{{run_start:X}}}" if run_start == end else f"\\x{{{run_start:X}}}-\\x{{{end:X}}}"
+                )
+            run_kind, run_start = kind, cp
+    return {kind: "[" + "".join(parts) + "]" for kind, parts in ranges.items()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Vocabulary
+
+
+def read_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
+    """token -> id exactly as paddlenlp reads vocab.txt: one token per line, id = line number
+    (a repeated token keeps its last line)."""
+    path = Path(vocab_file)
+    if not path.is_file():
+        raise ErnieDeployError(f"no vocabulary file at {path}", "pass the vocab.txt saved with the model")
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as fh:
+        for index, line in enumerate(fh):
+            vocab[line.rstrip("\n")] = index
+    missing = [t for t in REQUIRED_SPECIALS if t not in vocab]
+    if missing:
+        raise ErnieDeployError(
+            f"{path} is not an ERNIE vocabulary: it lacks {', '.join(missing)}",
+            "pass the vocab.txt that came with the model (one token per line, with [PAD] [CLS] [SEP] [UNK])",
+        )
+    return vocab
+
+
+# ----------------------------------------------------------------------------------------------------
+# The tokenizer
+
+
+def _pipeline(lowercase: bool, model: models.Model) -> Tokenizer:
+    """Normalizer and pre-tokenizer (see the module docstring for why each piece is there)."""
+    classes = _classes()
+    tok = Tokenizer(model)
+    steps = [normalizers.Replace(Regex(classes["remove"]), "")]  # _clean_text's removals
+    if lowercase:
+        # ErnieTokenizer lowercases character by character, then strips accents: NFD, drop Mn.
+        # Lowercase before removal is equivalent: no lowercase mapping yields a C* character.
+        steps += [normalizers.Lowercase(), normalizers.NFD(), normalizers.Replace(Regex(classes["mn"]), "")]
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            # Splits on White_Space: every such character is one Python's str.split() splits on,
+            # or a control character already removed.
+            pre_tokenizers.WhitespaceSplit(),
+            # CJK ideographs, punctuation and symbols, one character per word. Matching after NFD is
+            # the same as ErnieTokenizer's test before it: NFD maps CJK compatibility ideographs to CJK
+            # ideographs, and nothing else into or out of the CJK blocks.
+            pre_tokenizers.Split(Regex(classes["isolate"]), behavior="isolated"),
+        ]
+    )
+    return tok
+
+
+def build_tokenizer(
+    vocab_file: str | os.PathLike, *, lowercase: bool = True, match_special_tokens: bool = False
+) -> Tokenizer:
+    """A `tokenizers.Tokenizer` that gives the ids paddlenlp's ErnieTokenizer(vocab_file) gives.
+
+    lowercase: ErnieTokenizer's do_lower_case (lowercasing and stripping accents); True for ERNIE models.
+    match_special_tokens: whether "[SEP]", "[CLS]", "[MASK]", "[UNK]" or "[PAD]" typed in the text become
+    that special token. ErnieTokenizer(vocab_file), which this project trains and evaluates with, reads
+    them as ordinary text (False); ErnieTokenizer.from_pretrained(dir) matches them (True).
+    Not configured for truncation or padding: `encode_batch` sets those per call.
+    """
+    vocab = read_vocab(vocab_file)
+    tok = _pipeline(
+        lowercase,
+        models.WordPiece(
+            vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD
+        ),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])],
+    )
+    if match_special_tokens:
+        # Matched in the raw text, before lowercasing, so "[sep]" stays ordinary text, as in paddlenlp.
+        # Only those in the vocab: adding others would invent new ids.
+        tok.add_special_tokens([t for t in SPECIALS if t in vocab])
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def save_tokenizer(
+    vocab_file: str | os.PathLike,
+    out_path: str | os.PathLike,
+    *,
+    lowercase: bool = True,
+    match_special_tokens: bool = False,
+) -> Path:
+    """Build the tokenizer from vocab.txt (see `build_tokenizer`) and write it as tokenizer.json, atomically."""
+    tok = build_tokenizer(vocab_file, lowercase=lowercase, match_special_tokens=match_special_tokens)
+    out = Path(out_path)
+    with atomic_path(out, suffix=".json") as tmp:
+        tok.save(str(tmp))
+    return out
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Load tokenizer.json; or build from vocab.txt with the defaults of `build_tokenizer`; or, given a
+    folder, use its tokenizer.json, else its vocab.txt."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (path / name).is_file():
+                return load_tokenizer(path / name)
+        raise ErnieDeployError(f"{path} holds neither tokenizer.json nor vocab.txt", "pass the model's vocab.txt")
+    if not path.is_file():
+        raise ErnieDeployError(f"no tokenizer at {path}", "pass tokenizer.json or the model's vocab.txt")
+    if path.suffix == ".json":
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            raise ErnieDeployError(
+                f"cannot read {path} as a tokenizer: {exc}", "rewrite it with `save_tokenizer(vocab.txt, path)`"
+            ) from None
+    return build_tokenizer(path)
+
+
+@dataclass
+class Encoded:
+    """A tokenized batch, as numpy arrays. B texts, padded to L, the longest in the batch (<= max_seq_len).
+
+    input_ids       int64 [B, L]     [CLS] tokens [SEP], then the pad id
+    token_type_ids  int64 [B, L]     0 (single texts)
+    offsets         int64 [B, L, 2]  per token, [start, end) in the ORIGINAL Python string, in code points
+                                     (text[start:end]); (0, 0) for [CLS], [SEP] and padding.
+    lengths         int64 [B]        real tokens per row, [CLS] and [SEP] included
+    truncated       bool  [B]        the text had more tokens than fit in max_seq_len
+
+    Offsets where normalization changes the text: a token's span is the original characters it was made
+    from, so text[start:end], lowercased with accents stripped, is the token without its "##" (an [UNK]
+    spans the word it replaced), even where lengths differ ("İ" -> "i"). A character that becomes several
+    pieces (a Hangul syllable becomes its jamo: "서" -> "ᄉ", "##ᅥ") gives each the whole character's span.
+    Characters that make nothing - whitespace, removed controls, combining marks dropped with the accents
+    ("e" U+0301 -> "e" spans only the "e") - lie in no span, unless they sit inside a piece of several
+    characters. Pieces of one word ("iphone", "##15") have adjacent spans. Full-width forms are not
+    folded (ErnieTokenizer keeps them), so they map one to one.
+    """
+
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    truncated: np.ndarray
+
+    @property
+    def attention_mask(self) -> np.ndarray:
+        """int64 [B, L]: 1 on real tokens, 0 on padding."""
+        return (np.arange(self.input_ids.shape[1]) < self.lengths[:, None]).astype(np.int64)
+
+
+def _configure(tokenizer: Tokenizer, max_seq_len: int) -> None:
+    """Truncate to max_seq_len (specials included, keeping [CLS] ... [SEP]); pad nothing (we pad here).
+
+    Set only when different: the tokenizer is shared within a model instance and reconfiguring is not free.
+    """
+    want = {"max_length": max_seq_len, "stride": 0, "strategy": "longest_first", "direction": "right"}
+    if tokenizer.truncation != want:
+        tokenizer.enable_truncation(max_seq_len, stride=0, strategy="longest_first", direction="right")
+    if tokenizer.padding is not None:
+        tokenizer.no_padding()
+
+
+def padded_width(longest: int, max_seq_len: int, pad_to_multiple_of: int = 1) -> int:
+    """The width a batch whose longest row has `longest` tokens is padded to: the next multiple of
+    pad_to_multiple_of, at most max_seq_len (a multiple of max_seq_len or more: always max_seq_len)."""
+    if pad_to_multiple_of <= 1 or longest == 0:
+        return longest
+    return min(-(-longest // pad_to_multiple_of) * pad_to_multiple_of, max_seq_len)
+
+
+def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *,
+                 pad_to_multiple_of: int = 1) -> Encoded:
+    """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`.
+
+    pad_to_multiple_of: pad to a length bucket instead of the longest text (see `padded_width`), so that
+    batches of different texts get the same shape: Triton's dynamic batcher merges only requests whose
+    shapes match, unless the model takes ragged inputs."""
+    if max_seq_len < 2:
+        raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
+    _configure(tokenizer, max_seq_len)
+    try:
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
+    except TypeError:
+        # A lone surrogate (e.g. from decoding with errors="surrogateescape") cannot cross into Rust.
+        # ErnieTokenizer drops it (category Cs); U+FFFD is dropped too and keeps every offset in place.
+        texts = [_SURROGATE.sub("\ufffd", t) for t in texts]
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
+
+    # Flatten once and scatter into the padded arrays: several times faster than filling row by row.
+    batch = len(encodings)
+    ids = [e.ids for e in encodings]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=batch)
+    width, total = (int(lengths.max()), int(lengths.sum())) if batch else (0, 0)
+    width = padded_width(width, max_seq_len, pad_to_multiple_of)
+    real = np.arange(width) < lengths[:, None]
+    pad_id = tokenizer.token_to_id(PAD)
+    input_ids = np.full((batch, width), pad_id if pad_id is not None else 0, dtype=np.int64)
+    input_ids[real] = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
+    offsets = np.zeros((batch, width, 2), dtype=np.int64)
+    flat = chain.from_iterable(chain.from_iterable(e.offsets for e in encodings))
+    offsets[real] = np.fromiter(flat, dtype=np.int64, count=2 * total).reshape(total, 2)
+    token_type_ids = np.zeros((batch, width), dtype=np.int64)  # one segment per text
+    truncated = np.fromiter((bool(e.overflowing) for e in encodings), dtype=bool, count=batch)
+    return Encoded(input_ids, token_type_ids, offsets, lengths, truncated)

@@ -1,0 +1,53 @@
+"""The adapter between Triton's python backend and a step from `ernie_deploy.serving.steps`.
+
+A repository's model.py subclasses `StepModel` and names its step; everything else is here, tested once.
+`triton_python_backend_utils` exists only inside Triton's python stub, so it is imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+
+
+class StepModel:
+    step: str = ""  # key in ernie_deploy.serving.steps.STEPS, set by each model.py
+
+    def initialize(self, args: dict) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        from ernie_deploy.serving.steps import STEPS
+
+        self.pb = pb_utils
+        config = json.loads(args["model_config"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.inputs = [i["name"] for i in config["input"]]
+        self.outputs = [o["name"] for o in config["output"]]
+        try:
+            self.impl = STEPS[self.step](config, version_dir)
+        except ErnieDeployError as exc:
+            # Raising here makes Triton report the model as failed to load, with this message.
+            raise pb_utils.TritonModelException(f"{config['name']}: {exc}") from None
+
+    def execute(self, requests):
+        pb = self.pb
+        inputs, wanted = [], []
+        for request in requests:
+            inputs.append({name: pb.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs})
+            # Compute and send only what the ensemble reads from this step (e.g. no offsets for seq_cls).
+            wanted.append(set(request.requested_output_names()) or set(self.outputs))
+        # All requests of this execute run as one batch; a bad request fails alone, with its message,
+        # and the model and the server stay up.
+        results = self.impl.run_requests(inputs, set().union(*wanted))
+        responses = []
+        for result, names in zip(results, wanted):
+            if isinstance(result, ErnieDeployError):
+                # INVALID_ARG for a fault of the request (clients must not retry it), INTERNAL otherwise.
+                code = pb.TritonError.INVALID_ARG if isinstance(result, BadRequest) else pb.TritonError.INTERNAL
+                responses.append(pb.InferenceResponse(error=pb.TritonError(str(result), code)))
+            else:
+                tensors = [pb.Tensor(name, result[name]) for name in self.outputs if name in names]
+                responses.append(pb.InferenceResponse(output_tensors=tensors))
+        return responses
