@@ -1,12 +1,16 @@
-"""Task specs: the small set of facts in which sequence classification and token classification differ.
+"""Task specs: every fact in which sequence classification and token classification differ, in one place.
 
-Every stage (fetch, export, convert, repository, serve, client, metrics) takes a TaskSpec; no stage
-has a copy per task.
+Every stage (fetch, export, convert, repository, serve, client, metrics) takes a TaskSpec and reads what it
+needs from it; no stage branches on a task's name or metric, and none has a copy per task. Where behaviour
+differs (how logits become a prediction, how a prediction is scored), a stage looks it up by the spec's
+`kind` in one table of its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ernie_deploy.core.errors import ErnieDeployError
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,17 @@ class TaskSpec:
     max_seq_len: int = 128
     # The data split format: "tsv" (label<TAB>text) or "jsonl" ({"text", "labels"} per character).
     split_format: str = "tsv"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"task {self.name}: kind {self.kind!r} is not one of {sorted(KINDS)}")
+        if self.prediction not in {o.name for o in self.outputs}:
+            raise ValueError(f"task {self.name}: prediction {self.prediction!r} is not one of its outputs")
+
+    @property
+    def logits_rank(self) -> int:
+        """Dims of the logits per text: [classes] or [tokens, classes]."""
+        return KINDS[self.kind]
 
     @property
     def model_step(self) -> str:
@@ -61,10 +76,13 @@ TOKENIZER_OUTPUTS = (
 
 SEQ_CLS = TaskSpec(
     name="seq_cls",
+    kind="sequence",
     dataset="thucnews",
     paddle_class="ErnieForSequenceClassification",
     ensemble="ernie_seqcls",
     metric="accuracy",
+    postprocess="seq_cls_postprocess",
+    prediction="label",
     outputs=(
         TensorSpec("label_id", "INT64", (1,)),
         TensorSpec("label", "BYTES", (1,)),
@@ -74,10 +92,13 @@ SEQ_CLS = TaskSpec(
 
 TOKEN_CLS = TaskSpec(
     name="token_cls",
+    kind="token",
     dataset="msra_ner",
     paddle_class="ErnieForTokenClassification",
     ensemble="ernie_tokencls",
     metric="f1",
+    postprocess="token_cls_postprocess",
+    prediction="entities",
     outputs=(
         TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
         TensorSpec("truncated", "BOOL", (1,)),  # entities past the truncation point are not found
@@ -90,8 +111,6 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS)}
 
 
 def get_task(name: str) -> TaskSpec:
-    from ernie_deploy.core.errors import ErnieDeployError
-
     key = name.replace("-", "_")
     if key not in TASKS:
         raise ErnieDeployError(f"unknown task {name!r}", f"use one of: {', '.join(sorted(TASKS))}")
