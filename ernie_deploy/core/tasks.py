@@ -22,13 +22,21 @@ class TensorSpec:
     dims: tuple[int, ...]
 
 
+# What one prediction is, per kind: a label per text ("sequence"), or a label per token that the postprocess
+# turns into entities with character offsets ("token"). The rank of the logits per text follows from it.
+KINDS = {"sequence": 1, "token": 2}
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str  # CLI name: "seq_cls"
+    kind: str  # a key of KINDS
     dataset: str  # key in ernie_deploy.fetch.data.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
     ensemble: str  # Triton model name of the ensemble users call
     metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
+    postprocess: str  # the key of the postprocess step in ernie_deploy.serving.steps.STEPS
+    prediction: str  # the ensemble output that holds a text's prediction ("label", "entities")
     # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
