@@ -7,7 +7,24 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
+
+
+@contextmanager
+def staging_dir(parent: str | os.PathLike, label: str) -> Iterator[Path]:
+    """A private, empty folder inside `parent`, removed on exit whatever happened.
+
+    Being on the same filesystem as its destination, whatever is made in it moves into place with os.replace,
+    an atomic rename: build whole outputs here, move them in only once complete and checked.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{label}.", suffix=".tmp", dir=parent))
+    try:
+        yield tmp
+    finally:
+        _rmtree(tmp)
 
 
 @contextmanager
