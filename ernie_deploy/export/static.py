@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec
+from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec, get_task
 
 PREFIX = "inference"
 
@@ -27,6 +27,7 @@ class StaticModel:
     params_file: Path
     vocab_file: Path
     labels: list[str]
+    task: TaskSpec  # what it was exported for, recorded in export.json: later stages need not be told again
 
     @classmethod
     def load(cls, root: str | Path) -> "StaticModel":
@@ -35,7 +36,11 @@ class StaticModel:
         if not meta.exists():
             raise ErnieDeployError(f"{root} is not an exported model (no export.json)", "run `ernie-deploy export` first")
         info = json.loads(meta.read_text())
-        return cls(root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", info["labels"])
+        if "task" not in info:
+            raise ErnieDeployError(f"{meta} does not say which task the model is for",
+                                   "export it again with `ernie-deploy export --task ...`")
+        return cls(root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", info["labels"],
+                   get_task(info["task"]))
 
 
 def label_names_from_config(config: dict) -> list[str]:
