@@ -10,7 +10,7 @@ Prints per-class precision/recall/F1 and the confusion matrix; the last line is 
 
 import sys
 
-from ernie_deploy.client.grpc_client import main
+from ernie_deploy.evaluate.served import main
 from ernie_deploy.core.tasks import SEQ_CLS
 
 if __name__ == "__main__":

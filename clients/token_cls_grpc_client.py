@@ -11,7 +11,7 @@ Prints per-type precision/recall/F1; the last line is `f1: 0.XXXX (n=N)`.
 
 import sys
 
-from ernie_deploy.client.grpc_client import main
+from ernie_deploy.evaluate.served import main
 from ernie_deploy.core.tasks import TOKEN_CLS
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 @pytest.fixture(scope="session")
 def server(repository, tmp_path_factory):
     """A real tritonserver on 127.0.0.1 (free ports) serving both tasks."""
-    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.server.process import TritonServer
 
     log = tmp_path_factory.mktemp("server") / "server.log"
     server = TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.options import BuildOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

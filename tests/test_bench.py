@@ -10,10 +10,49 @@ import random
 import numpy as np
 import pytest
 
-from ernie_deploy.bench import run as bench
-from ernie_deploy.bench.run import BEGIN_MARK, CLASSIC, END_MARK, LIMIT, LIMIT_TOK, PADDLE, SERVED, SERVED_BATCH, BenchConfig, Row
+from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInputs
+from ernie_deploy.bench.inprocess import paddle_available
+from ernie_deploy.bench.levers import measure_levers, render_levers
+from ernie_deploy.bench.load import (
+    parse_perf_analyzer_csv,
+    perf_analyzer_command,
+    perf_analyzer_input,
+)
+from ernie_deploy.bench.plot import plot
+from ernie_deploy.bench.report import (
+    BEGIN_MARK,
+    END_MARK,
+    format_met,
+    load_json,
+    ratio_table,
+    render_generated,
+    report,
+    sanity_notes,
+    update_markdown,
+    write_outputs,
+)
+from ernie_deploy.bench.rows import (
+    CLASSIC,
+    FUSED,
+    LIMIT,
+    LIMIT_INT8,
+    LIMIT_TOK,
+    PADDLE,
+    SERVED,
+    SERVED_BATCH,
+    Row,
+    chunks,
+    mark_best,
+    percentile,
+    rows_of,
+    summarize,
+    total_errors,
+)
+from ernie_deploy.bench.served import run_benchmark
+from ernie_deploy.bench.targets import compute_ratios
+from ernie_deploy.cli.bench import config_from_args
 from ernie_deploy.core.errors import ErnieDeployError
-
+from ernie_deploy.core.files import write_json
 
 # -- statistics -------------------------------------------------------------------------------------
 
@@ -23,42 +62,42 @@ def test_percentile_matches_numpy_linear_interpolation():
     for n in (1, 2, 3, 10, 101, 1000):
         values = [rng.expovariate(1.0) for _ in range(n)]
         for q in (0, 1, 50, 95, 99, 99.9, 100):
-            assert bench.percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
 
 
 def test_percentile_edge_cases():
-    assert np.isnan(bench.percentile([], 50))
-    assert bench.percentile([3.0], 99) == 3.0
-    assert bench.percentile([1.0, 2.0], 50) == 1.5
+    assert np.isnan(percentile([], 50))
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0], 50) == 1.5
     with pytest.raises(ValueError):
-        bench.percentile([1.0], 101)
+        percentile([1.0], 101)
 
 
 def test_summarize_fills_counts_throughput_and_ordered_percentiles():
     latencies = [0.001 * (i % 17 + 1) for i in range(200)]
-    row = bench.summarize(Row("seq_cls", SERVED, 1, 4), latencies, sequences=800, seconds=2.0)
+    row = summarize(Row("seq_cls", SERVED, 1, 4), latencies, sequences=800, seconds=2.0)
     assert (row.requests, row.sequences, row.seconds) == (200, 800, 2.0)
     assert row.throughput == 400.0
     assert 0 < row.p50_ms <= row.p95_ms <= row.p99_ms <= 17.0
     assert row.mean_ms == pytest.approx(1000 * sum(latencies) / len(latencies))
-    empty = bench.summarize(Row("seq_cls", SERVED, 1, 4), [], 0, 0.0)
+    empty = summarize(Row("seq_cls", SERVED, 1, 4), [], 0, 0.0)
     assert empty.throughput is None and empty.p50_ms is None
 
 
 def test_mark_best_flags_one_row_and_ignores_unmeasured():
     rows = [Row("t", LIMIT, b, throughput=tp) for b, tp in ((1, 100.0), (8, 400.0), (16, 350.0))]
     rows.append(Row("t", LIMIT, 32))  # skipped cell: no throughput
-    assert bench.mark_best(rows) is rows[1]
+    assert mark_best(rows) is rows[1]
     assert [r.best for r in rows] == [False, True, False, False]
-    assert bench.mark_best([Row("t", LIMIT, 1)]) is None
+    assert mark_best([Row("t", LIMIT, 1)]) is None
 
 
 def test_chunks_cycle_short_splits_and_drop_the_ragged_tail():
     texts = [f"t{i}" for i in range(10)]
-    assert bench.chunks(texts, 4) == [texts[0:4], texts[4:8]]
-    assert bench.chunks(texts[:3], 8) == [["t0", "t1", "t2", "t0", "t1", "t2", "t0", "t1"]]
+    assert chunks(texts, 4) == [texts[0:4], texts[4:8]]
+    assert chunks(texts[:3], 8) == [["t0", "t1", "t2", "t0", "t1", "t2", "t0", "t1"]]
     with pytest.raises(ErnieDeployError):
-        bench.chunks([], 1)
+        chunks([], 1)
 
 
 # -- a synthetic run ------------------------------------------------------------------------------
@@ -84,7 +123,7 @@ def make_results(errors: int = 0) -> dict:
             rows.append(_row(task, SERVED_BATCH, 8, c, tp=tp * scale * 1.1, p50=5.0 + c))
             rows.append(_row(task, CLASSIC, 1, c, tp=200.0 * scale, p50=10.0 + c))
     results = {
-        "schema": bench.SCHEMA, "date": "2025-01-01T00:00:00Z", "command": "ernie-deploy bench --smoke",
+        "schema": SCHEMA, "date": "2025-01-01T00:00:00Z", "command": "ernie-deploy bench --smoke",
         "seconds": 12.0, "machine": {"cpu": "Test CPU", "cores": 2, "usable_cores": 2, "memory_gib": 8.0,
                                      "platform": "Linux", "python": "3.11.0"},
         "versions": {"onnxruntime": "1.32.0", "tritonclient": "2.73.0", "nvidia-pytriton": "0.7.0",
@@ -98,8 +137,8 @@ def make_results(errors: int = 0) -> dict:
                                 "tasks": {"seq_cls": {"cold_ms": 31.0, "checked": 64, "agree": 64}}}},
         "rows": rows,
     }
-    results["ratios"] = bench.compute_ratios(results)
-    results["errors"] = bench.total_errors(results)
+    results["ratios"] = compute_ratios(results)
+    results["errors"] = total_errors(results)
     return results
 
 
@@ -120,20 +159,20 @@ def test_ratios_fall_back_to_the_highest_concurrency_measured_and_flag_misses():
     results = make_results()
     results["rows"] = [r for r in results["rows"] if r["concurrency"] in (None, 1, 4)]
     results["servers"]["served"]["start_seconds"] = 12.0
-    ratios = {(r["task"], r["key"]): r for r in bench.compute_ratios(results)}
+    ratios = {(r["task"], r["key"]): r for r in compute_ratios(results)}
     assert "c4" in ratios[("seq_cls", "served_vs_limit")]["name"]
     assert ratios[("seq_cls", "served_vs_limit")]["value"] == pytest.approx(600.0 / 900.0)
     assert ratios[("seq_cls", "served_vs_limit")]["met"] is False
     assert ratios[(None, "ready_s")]["met"] is False
-    text = bench.ratio_table({"ratios": list(ratios.values())})
+    text = ratio_table({"ratios": list(ratios.values())})
     assert "NOT MET" in text and "≥ 0.8x" in text and "≤ 10%" in text
 
 
 def test_unmeasured_ratio_is_not_applicable():
     results = make_results()
     results["rows"] = [r for r in results["rows"] if r["kind"] != CLASSIC]
-    ratio = next(r for r in bench.compute_ratios(results) if r["key"] == "served_vs_classic")
-    assert ratio["value"] is None and ratio["met"] is None and bench.format_met(ratio) == "n/a"
+    ratio = next(r for r in compute_ratios(results) if r["key"] == "served_vs_classic")
+    assert ratio["value"] is None and ratio["met"] is None and format_met(ratio) == "n/a"
 
 
 # -- results file ---------------------------------------------------------------------------------
@@ -141,11 +180,11 @@ def test_unmeasured_ratio_is_not_applicable():
 
 def test_json_round_trip(tmp_path):
     results = make_results()
-    path = bench.save_json(results, tmp_path / "out" / "bench.json")
-    loaded = bench.load_json(path)
+    path = write_json(results, tmp_path / "out" / "bench.json")
+    loaded = load_json(path)
     assert loaded == json.loads(json.dumps(results))
-    assert bench.rows_of(loaded) == bench.rows_of(results)
-    assert all(isinstance(r, Row) for r in bench.rows_of(loaded))
+    assert rows_of(loaded) == rows_of(results)
+    assert all(isinstance(r, Row) for r in rows_of(loaded))
     assert not list(tmp_path.joinpath("out").glob(".*"))  # nothing temporary left behind
 
 
@@ -153,14 +192,14 @@ def test_load_json_rejects_another_schema(tmp_path):
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"schema": 999}))
     with pytest.raises(ErnieDeployError, match="schema"):
-        bench.load_json(path)
+        load_json(path)
 
 
 # -- BENCHMARKS.md --------------------------------------------------------------------------------
 
 
 def test_markdown_is_created_with_markers_and_a_levers_section(tmp_path):
-    path = bench.update_markdown(tmp_path / "BENCHMARKS.md", make_results())
+    path = update_markdown(tmp_path / "BENCHMARKS.md", make_results())
     text = path.read_text()
     assert text.count(BEGIN_MARK) == 1 and text.count(END_MARK) == 1
     assert text.index(BEGIN_MARK) < text.index("## seq_cls") < text.index(END_MARK) < text.index("## Levers")
@@ -171,7 +210,7 @@ def test_markdown_is_created_with_markers_and_a_levers_section(tmp_path):
 
 def test_markdown_rerender_keeps_the_hand_written_parts(tmp_path):
     path = tmp_path / "BENCHMARKS.md"
-    bench.update_markdown(path, make_results())
+    update_markdown(path, make_results())
     levers = "## Levers\n\n- max_queue_delay 500 us: +30% at c16 (measured by hand)\n"
     intro_note = "A note above the generated part.\n"
     text = path.read_text()
@@ -181,7 +220,7 @@ def test_markdown_rerender_keeps_the_hand_written_parts(tmp_path):
 
     second = make_results()
     second["date"] = "2026-06-30T12:00:00Z"
-    bench.update_markdown(path, second)
+    update_markdown(path, second)
     after = path.read_text()
     assert after.endswith(levers) and intro_note in after
     assert "2026-06-30T12:00:00Z" in after and "2025-01-01T00:00:00Z" not in after
@@ -191,42 +230,42 @@ def test_markdown_rerender_keeps_the_hand_written_parts(tmp_path):
 def test_markdown_without_markers_keeps_everything_and_half_markers_fail(tmp_path):
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\nHand-written only.\n\n## Levers\n\n- one\n")
-    bench.update_markdown(path, make_results())
+    update_markdown(path, make_results())
     text = path.read_text()
     assert "Hand-written only." in text and text.endswith("## Levers\n\n- one\n") and BEGIN_MARK in text
     path.write_text(f"# Benchmarks\n{BEGIN_MARK}\n")
     with pytest.raises(ErnieDeployError, match="marker"):
-        bench.update_markdown(path, make_results())
+        update_markdown(path, make_results())
 
 
 def test_errors_are_loud_in_markdown_and_report():
     results = make_results(errors=3)
     assert results["errors"] == 3
-    text = bench.render_generated(results)
+    text = render_generated(results)
     assert "WARNING: 3 requests failed" in text
-    printed = bench.report(results)
+    printed = report(results)
     assert "BENCHMARK HAD 3 FAILED REQUESTS" in printed and "boom" in printed
-    clean = bench.report(make_results())
+    clean = report(make_results())
     assert "FAILED" not in clean and "≥ 3x" in clean
 
 
 def test_busy_machine_and_served_above_the_limit_are_noted():
     quiet = make_results()
     quiet["machine"]["loadavg_start"] = [0.2, 0.3, 0.3]
-    assert bench.sanity_notes(quiet) == []
+    assert sanity_notes(quiet) == []
     busy = make_results()
     busy["machine"]["loadavg_start"] = [3.5, 2.0, 1.0]
     next(r for r in busy["rows"] if r["kind"] == SERVED and r["concurrency"] == 8)["throughput"] = 2000.0
-    busy["ratios"] = bench.compute_ratios(busy)
-    notes = bench.sanity_notes(busy)
+    busy["ratios"] = compute_ratios(busy)
+    notes = sanity_notes(busy)
     assert len(notes) == 2 and "load average 3.5" in notes[0] and "above the in-process limit" in notes[1]
-    assert "**Note:** the machine was busy" in bench.render_generated(busy)
-    assert "note: seq_cls: served throughput is above" in bench.report(busy)
+    assert "**Note:** the machine was busy" in render_generated(busy)
+    assert "note: seq_cls: served throughput is above" in report(busy)
 
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    path = bench.plot(make_results(), tmp_path / "bench.png")
+    path = plot(make_results(), tmp_path / "bench.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -234,10 +273,10 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_perf_analyzer_command_and_input_file(tmp_path):
-    data = bench.perf_analyzer_input(["国足公布名单", "股市大涨"], tmp_path / "input.json")
+    data = perf_analyzer_input(["国足公布名单", "股市大涨"], tmp_path / "input.json")
     assert json.loads(data.read_text(encoding="utf-8")) == {
         "data": [{"text": {"content": ["国足公布名单"], "shape": [1]}}, {"text": {"content": ["股市大涨"], "shape": [1]}}]}
-    argv = bench.perf_analyzer_command("/opt/pa/perf_analyzer", "ernie_seqcls", "127.0.0.1:8001", data,
+    argv = perf_analyzer_command("/opt/pa/perf_analyzer", "ernie_seqcls", "127.0.0.1:8001", data,
                                        tmp_path / "c8.csv", concurrency=8, batch=4, duration_s=2.5)
     assert argv[0] == "/opt/pa/perf_analyzer"
     pairs = dict(zip(argv[1::2], argv[2::2]))
@@ -259,15 +298,15 @@ Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p
 def test_parse_perf_analyzer_csv_sorts_by_concurrency_and_converts_to_ms(tmp_path):
     csv_file = tmp_path / "perf.csv"
     csv_file.write_text(PERF_CSV)
-    rows = bench.parse_perf_analyzer_csv(csv_file.read_text())
+    rows = parse_perf_analyzer_csv(csv_file.read_text())
     assert [r["concurrency"] for r in rows] == [1, 4, 8]
     assert rows[2]["throughput"] == 812.25
     assert rows[2]["p50_ms"] == pytest.approx(9.8) and rows[2]["p99_ms"] == pytest.approx(13.0)
     assert rows[0]["p95_ms"] == pytest.approx(3.7) and rows[0]["mean_ms"] is None
     with_avg = "Concurrency,Inferences/Second,p50 latency,p95 latency,p99 latency,Avg latency\n2,10,1000,2000,3000,1500\n"
-    assert bench.parse_perf_analyzer_csv(with_avg)[0]["mean_ms"] == 1.5
+    assert parse_perf_analyzer_csv(with_avg)[0]["mean_ms"] == 1.5
     with pytest.raises(ErnieDeployError):
-        bench.parse_perf_analyzer_csv("a,b\n1,2\n")
+        parse_perf_analyzer_csv("a,b\n1,2\n")
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -277,16 +316,16 @@ def test_cli_smoke_settings_and_overrides():
     from ernie_deploy.cli import build_parser
 
     args = build_parser().parse_args(["bench", "--smoke", "--concurrency", "1,3", "--no-paddle"])
-    config = bench.config_from_args(args)
+    config = config_from_args(args)
     assert config.concurrency == (1, 3) and config.duration_s == BenchConfig.smoke().duration_s
-    assert config.paddle is False and config.classic is True and len(config.batch_sizes) < len(bench.BATCH_SIZES)
+    assert config.paddle is False and config.classic is True and len(config.batch_sizes) < len(BATCH_SIZES)
     args = build_parser().parse_args(["bench", "--task", "seq_cls", "--task", "token_cls", "--duration", "10",
                                       "--out", "docs/"])
-    config = bench.config_from_args(args)
+    config = config_from_args(args)
     assert config.concurrency == (1, 4, 8, 16) and config.batch_sizes == (1, 8, 16, 32, 64)
     assert config.duration_s == 10 and args.task == ["seq_cls", "token_cls"]
     with pytest.raises(ErnieDeployError):
-        bench.config_from_args(build_parser().parse_args(["bench", "--concurrency", "0,4"]))
+        config_from_args(build_parser().parse_args(["bench", "--concurrency", "0,4"]))
 
 
 def test_cli_perf_analyzer_needs_the_binary(monkeypatch):
@@ -294,13 +333,13 @@ def test_cli_perf_analyzer_needs_the_binary(monkeypatch):
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ErnieDeployError, match="perf_analyzer"):
-        bench.config_from_args(build_parser().parse_args(["bench", "--perf-analyzer"]))
+        config_from_args(build_parser().parse_args(["bench", "--perf-analyzer"]))
 
 
 def test_cli_render_rewrites_outputs_from_a_results_file(tmp_path, capsys):
     from ernie_deploy.cli import main
 
-    source = bench.save_json(make_results(), tmp_path / "bench.json")
+    source = write_json(make_results(), tmp_path / "bench.json")
     assert main(["bench", "--render", str(source), "--out", str(tmp_path / "docs"), "--no-plot"]) == 0
     assert "## seq_cls" in (tmp_path / "docs" / "BENCHMARKS.md").read_text()
     assert "served c8 / limit+tok" in capsys.readouterr().out
@@ -317,26 +356,26 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     """Every row, zero errors, sane numbers, and served answers equal to in-process ONNX (no timing threshold)."""
     from ernie_deploy.core.tasks import SEQ_CLS
 
-    inputs = [bench.TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(duration_s=0.5, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
-    results = bench.run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest smoke")
+    results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest smoke")
 
-    assert results["errors"] == 0, bench.report(results)
+    assert results["errors"] == 0, report(results)
     kinds = {r["kind"] for r in results["rows"]}
-    expected = {LIMIT, LIMIT_TOK, bench.LIMIT_INT8, SERVED, SERVED_BATCH, bench.FUSED, CLASSIC} | (
-        {PADDLE} if bench.paddle_available() else set())
+    expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
+        {PADDLE} if paddle_available() else set())
     assert kinds == expected
-    for kind in (LIMIT, LIMIT_TOK, bench.LIMIT_INT8):
-        assert sorted(r.batch for r in bench.rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
-        assert sum(r.best for r in bench.rows_of(results, "seq_cls", kind)) == 1
-    for kind in (SERVED, SERVED_BATCH, bench.FUSED, CLASSIC):
-        assert sorted(r.concurrency for r in bench.rows_of(results, "seq_cls", kind)) == sorted(config.concurrency)
-    for row in bench.rows_of(results):
+    for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8):
+        assert sorted(r.batch for r in rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
+        assert sum(r.best for r in rows_of(results, "seq_cls", kind)) == 1
+    for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC):
+        assert sorted(r.concurrency for r in rows_of(results, "seq_cls", kind)) == sorted(config.concurrency)
+    for row in rows_of(results):
         assert row.errors == 0 and row.requests > 0 and row.throughput > 0, row
         assert 0 < row.p50_ms <= row.p95_ms <= row.p99_ms, row
-    for row in bench.rows_of(results, "seq_cls", SERVED):
+    for row in rows_of(results, "seq_cls", SERVED):
         assert row.client_cpu_ms is not None and row.client_cpu_ms >= 0
-    assert all(0 <= r.tokenize_share <= 1 for r in bench.rows_of(results, "seq_cls", LIMIT_TOK))
+    assert all(0 <= r.tokenize_share <= 1 for r in rows_of(results, "seq_cls", LIMIT_TOK))
 
     served = results["servers"]["served"]
     assert served["start_seconds"] > 0 and served["tritonserver"]
@@ -354,8 +393,8 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 
     # The outputs a run writes, from this run.
     out = tmp_path / "out"
-    bench.save_json(results, out / "bench.json")
-    bench.write_outputs(bench.load_json(out / "bench.json"), out, plot_png=False)
+    write_json(results, out / "bench.json")
+    write_outputs(load_json(out / "bench.json"), out, plot_png=False)
     assert "## seq_cls" in (out / "BENCHMARKS.md").read_text()
 
 
@@ -363,13 +402,13 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipeline, tmp_path):
     from ernie_deploy.core.tasks import SEQ_CLS
 
-    inputs = [bench.TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
+    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
     levers = {"default": {}, "fused": {"fused": True}}
-    rows = bench.measure_levers(inputs, config, tmp_path, levers)
+    rows = measure_levers(inputs, config, tmp_path, levers)
     assert [(r["lever"], r["concurrency"]) for r in rows] == [("default", 2), ("fused", 2)]
     assert all(r["errors"] == 0 and r["throughput"] > 0 and r["ready_s"] > 0 for r in rows)
-    table = bench.render_levers(rows).splitlines()
+    table = render_levers(rows).splitlines()
     assert len(table) == 4 and table[2].startswith("| default |") and "(1.00×)" in table[2]
     ratio = rows[1]["throughput"] / rows[0]["throughput"]
     assert f"({ratio:.2f}×)" in table[3]

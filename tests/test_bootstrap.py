@@ -14,6 +14,8 @@ import pytest
 
 from ernie_deploy.fetch import bootstrap
 from ernie_deploy.fetch.data import write_tsv
+from ernie_deploy.fetch.recipes import recipe_for
+from ernie_deploy.fetch.vocab import build_vocab, unk_rate, write_vocab
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS
 
@@ -72,33 +74,33 @@ def trained(tmp_path_factory):
 def _tokenizer(vocab, tmp_path):
     from paddlenlp.transformers import ErnieTokenizer
 
-    bootstrap.write_vocab(vocab, tmp_path / "vocab.txt")
+    write_vocab(vocab, tmp_path / "vocab.txt")
     return ErnieTokenizer(str(tmp_path / "vocab.txt"))
 
 
 def test_vocab_specials_first_and_unique():
-    vocab = bootstrap.build_vocab(["iPhone 4S发布会", "GDP增长10%"])
+    vocab = build_vocab(["iPhone 4S发布会", "GDP增长10%"])
     assert vocab[:5] == ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
     assert len(vocab) == len(set(vocab))
 
 
 def test_vocab_covers_seen_chars_in_new_combinations(tmp_path):
     train = ["iPhone 4S发布会", "2010年GDP增长10%", "QQ与MSN合作", "Café开业"]
-    vocab = bootstrap.build_vocab(train, min_word_freq=2)
+    vocab = build_vocab(train, min_word_freq=2)
     tok = _tokenizer(vocab, tmp_path)
     # Only characters seen in training, but words never seen: needs `c` and `##c` for Latin and digits.
     for text in ["phone 2014 gdp", "msnqq 4s 01", "发布GDP增长", "Cafe QQ发布"]:
         pieces = tok.tokenize(text)
         assert "[UNK]" not in pieces, (text, pieces)
-    assert bootstrap.unk_rate(tok, ["phone 2014 gdp"])["token_rate"] == 0.0
+    assert unk_rate(tok, ["phone 2014 gdp"])["token_rate"] == 0.0
     # An unseen character is [UNK] (so the check above can fail) and is counted.
     assert tok.tokenize("火") == ["[UNK]"]
-    rate = bootstrap.unk_rate(tok, ["火发布", "发布"])
+    rate = unk_rate(tok, ["火发布", "发布"])
     assert rate["token_rate"] == pytest.approx(1 / 5) and rate["texts_with_unk"] == 0.5
 
 
 def test_vocab_keeps_frequent_words_whole(tmp_path):
-    vocab = bootstrap.build_vocab(["2010年", "2010年", "iphone上市", "iphone发布", "nokia"], min_word_freq=2)
+    vocab = build_vocab(["2010年", "2010年", "iphone上市", "iphone发布", "nokia"], min_word_freq=2)
     assert "2010" in vocab and "iphone" in vocab and "nokia" not in vocab
     tok = _tokenizer(vocab, tmp_path)
     assert tok.tokenize("iPhone 2010") == ["iphone", "2010"]
@@ -111,7 +113,7 @@ def test_vocab_keeps_frequent_words_whole(tmp_path):
 
 def test_cache_key_changes_with_data_and_recipe(tmp_path):
     data_dir = _write_data(tmp_path)
-    recipe = bootstrap.recipe_for(SEQ_CLS, TINY)
+    recipe = recipe_for(SEQ_CLS, TINY)
     key = bootstrap.cache_key(data_dir, recipe)
     assert key == bootstrap.cache_key(data_dir, dict(recipe)) and len(key) == 64
     assert key != bootstrap.cache_key(data_dir, {**recipe, "hidden_size": 64})
@@ -127,7 +129,7 @@ def test_cache_key_changes_with_data_and_recipe(tmp_path):
 
 def test_cache_key_changes_with_recipe_version(tmp_path, monkeypatch):
     data_dir = _write_data(tmp_path)
-    recipe = bootstrap.recipe_for(SEQ_CLS, TINY)
+    recipe = recipe_for(SEQ_CLS, TINY)
     key = bootstrap.cache_key(data_dir, recipe)
     monkeypatch.setattr(bootstrap, "RECIPE_VERSION", bootstrap.RECIPE_VERSION + 1)
     assert bootstrap.cache_key(data_dir, recipe) != key
@@ -135,12 +137,12 @@ def test_cache_key_changes_with_recipe_version(tmp_path, monkeypatch):
 
 def test_recipe_rejects_unknown_keys_and_tasks():
     with pytest.raises(ErnieDeployError, match="hidden_sise"):
-        bootstrap.recipe_for(SEQ_CLS, {"hidden_sise": 8})
+        recipe_for(SEQ_CLS, {"hidden_sise": 8})
     from dataclasses import replace
 
     with pytest.raises(ErnieDeployError, match="no bootstrap recipe"):
-        bootstrap.recipe_for(replace(SEQ_CLS, name="nope"))
-    recipe = bootstrap.recipe_for(SEQ_CLS, {"epochs": 1})
+        recipe_for(replace(SEQ_CLS, name="nope"))
+    recipe = recipe_for(SEQ_CLS, {"epochs": 1})
     assert recipe["epochs"] == 1 and recipe["max_seq_len"] == SEQ_CLS.max_seq_len
     assert recipe["paddle_class"] == SEQ_CLS.paddle_class
 

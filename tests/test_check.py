@@ -7,10 +7,12 @@ import shutil
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.server import serve
+from ernie_deploy.repository import check
 from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, parse, render
+from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.configs import parse, render
+from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 MODEL = SEQ_CLS.model_step
@@ -85,7 +87,7 @@ BREAKS = {
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(check, "gpu_count", lambda: 0)
 
 
 @pytest.mark.parametrize("runtime", ["python", "onnxruntime"])
@@ -122,7 +124,7 @@ def test_gpu_group_is_fine_on_a_gpu_machine(built, tmp_path, monkeypatch):
     repo = tmp_path / "models"
     shutil.copytree(built["python"], repo)
     edit(repo, TOKENIZER_STEP, _gpu_group)
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 1)
+    monkeypatch.setattr(check, "gpu_count", lambda: 1)
     assert check_repository(repo) == []
 
 

@@ -1,7 +1,7 @@
 """The container and Kubernetes files, checked without Docker or a cluster.
 
 - docker/Dockerfile is parsed with dockerfile-parse: pinned NGC base image, exec-form CMD equal to
-  serve.server_args("/models"), the arguments the pip launcher runs with (and a real pip server
+  server_args("/models"), the arguments the pip launcher runs with (and a real pip server
   runs with exactly them below).
 - docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, client after a healthy server.
 - deploy/k8s/ is what `ernie-deploy manifests models` writes, validated against the Kubernetes
@@ -19,11 +19,14 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from ernie_deploy.server import manifests, serve
+from ernie_deploy.server import manifests, preflight
 from ernie_deploy.cli import build_parser, main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.manifests import PORTS, ManifestOptions, memory_bytes
-from ernie_deploy.server.serve import MiB, TritonBinary, TritonServer
+from ernie_deploy.server.args import server_args
+from ernie_deploy.server.binary import SYSTEM, TritonBinary
+from ernie_deploy.server.preflight import MiB
+from ernie_deploy.server.process import TritonServer
 
 from .test_serve import ADD_ONE, write_python_model
 
@@ -38,11 +41,11 @@ K8S_VERSIONS = ("1.25", "1.37")
 
 
 def container_command() -> list[str]:
-    return ["tritonserver", *serve.server_args("/models")]
+    return ["tritonserver", *server_args("/models")]
 
 
 def models_need() -> int:
-    return serve.shm_needed(MODELS, gpus=0)
+    return preflight.shm_needed(MODELS, gpus=0)
 
 
 def load_k8s(name: str) -> dict:
@@ -96,11 +99,11 @@ def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile)
 
 
 def test_launcher_command_starts_with_server_args(tmp_path):
-    binary = TritonBinary(tmp_path / "bin" / "tritonserver", tmp_path / "backends", serve.SYSTEM)
+    binary = TritonBinary(tmp_path / "bin" / "tritonserver", tmp_path / "backends", SYSTEM)
     server = TritonServer(tmp_path / "repo", http_port=1, grpc_port=2, metrics_port=3)
     server.binary = binary
     argv = server.command()
-    shared = serve.server_args(server.model_repository)
+    shared = server_args(server.model_repository)
     assert argv[0] == str(binary.path)
     assert argv[1 : 1 + len(shared)] == shared
     # What the launcher adds on top: its backends, loopback addresses and ports, its region prefix.
@@ -113,8 +116,8 @@ def test_launcher_command_starts_with_server_args(tmp_path):
     server = TritonServer(tmp_path / "repo", shm_default_byte_size=8 * MiB, shm_growth_byte_size=2 * MiB)
     server.binary = binary
     argv = server.command()
-    assert argv[1:7] == serve.server_args(server.model_repository, shm_default_byte_size=8 * MiB,
-                                          shm_growth_byte_size=2 * MiB)
+    assert argv[1:7] == server_args(server.model_repository, shm_default_byte_size=8 * MiB,
+                                    shm_growth_byte_size=2 * MiB)
     assert len([a for a in argv if "shm-default-byte-size" in a]) == 1
 
 
@@ -221,7 +224,7 @@ def test_deployment_shm_probes_resources_and_command():
     assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
     size = memory_bytes(volume["emptyDir"]["sizeLimit"])
     assert size >= models_need() > 0
-    assert size == serve.shm_size_for(models_need())
+    assert size == preflight.shm_size_for(models_need())
     # tmpfs pages count against the container's memory: the limit holds a full /dev/shm and more.
     assert memory_bytes(container["resources"]["limits"]["memory"]) > size + memory_bytes(
         container["resources"]["requests"]["memory"]) // 2
@@ -255,7 +258,7 @@ def test_service_and_autoscaler_point_at_the_deployment():
 
 def test_shm_limit_follows_the_repository_and_options(tmp_path):
     repo = write_python_model(tmp_path / "repo", "busy", ADD_ONE, count=80)
-    need = serve.shm_needed(repo, gpus=0)
+    need = preflight.shm_needed(repo, gpus=0)
     assert need == 80 * 5 * MiB
     objects = manifests.manifests(repo, ManifestOptions(memory_limit="8Gi", gpus=1, image="registry.example/e:1"))
     pod = objects["deployment.yaml"]["spec"]["template"]["spec"]

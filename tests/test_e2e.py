@@ -92,8 +92,9 @@ def test_client_names_a_missing_server():
 @pytest.fixture(scope="module")
 def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     """Both tasks built with `build --fused` (one python model per task) on a real tritonserver."""
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
-    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("fused_models")
     build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)

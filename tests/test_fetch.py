@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.fetch import checkpoints as fetch
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.fetch.checkpoints import Checkpoint, download, inspect_checkpoint, resolve_checkpoint, safe_extract
+from ernie_deploy.fetch import archives, downloads
+from ernie_deploy.fetch.archives import safe_extract
+from ernie_deploy.fetch.checkpoints import Checkpoint, inspect_checkpoint, resolve_checkpoint
+from ernie_deploy.fetch.downloads import download
 
 PAYLOAD = os.urandom(300_000) + b"end"
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -31,7 +33,7 @@ def _isolated(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setattr(fetch, "BACKOFF_S", 0.0)
+    monkeypatch.setattr(downloads, "BACKOFF_S", 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def data_filter(request, monkeypatch):
     """Run extraction tests with tarfile's data filter and with the fallback for older Pythons."""
     if request.param and not hasattr(tarfile, "data_filter"):
         pytest.skip("this Python has no tarfile.data_filter")
-    monkeypatch.setattr(fetch, "_HAS_DATA_FILTER", request.param)
+    monkeypatch.setattr(archives, "_HAS_DATA_FILTER", request.param)
     return request.param
 
 

@@ -13,12 +13,16 @@ import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.server import serve
+from ernie_deploy.repository import check
 from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
-from ernie_deploy.export.onnx import DEFAULT_FP16_TOLERANCE, check_fp16, convert_fp16, require_fp16
+from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates
+from ernie_deploy.export.precision import check_drift, convert_fp16, require_drift
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, onnx_signature, parse, render, task_configs
+from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.configs import parse, render, task_configs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.signature import onnx_signature
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
 from .conftest import assert_refused_convert_changes_nothing, io_signature
@@ -109,7 +113,7 @@ def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
 
 def test_cli_choices_are_the_levels_build_knows():
     from ernie_deploy.cli import build_parser
-    from ernie_deploy.repository.build import ORT_GRAPH_LEVELS
+    from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
 
     build_cmd = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices["build"]
     (level,) = [a for a in build_cmd._actions if a.dest == "ort_graph_level"]
@@ -189,7 +193,7 @@ def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)
     logits = OnnxModel(out)(enc.input_ids, enc.token_type_ids)
     assert logits.dtype == np.float32 and logits.shape[0] == len(TEXTS) and np.isfinite(logits).all()
-    report = check_fp16(pipeline.static.vocab_file, pipeline.onnx, out, TEXTS)
+    report = check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS)
     assert report.ok and report.n == len(TEXTS), report
     assert 0 < report.max_abs_diff < DEFAULT_FP16_TOLERANCE, report  # reduced (not bit-identical), but close
     assert report.labels_agree == 1.0 and report.token_labels_agree in (None, 1.0), report
@@ -197,12 +201,12 @@ def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
 
 def test_fp16_gate_fails_past_its_tolerance(fp16):
     pipeline, out, _ = fp16
-    tight = check_fp16(pipeline.static.vocab_file, pipeline.onnx, out, TEXTS, tolerance=0.0)
+    tight = check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(fp16_tolerance=0.0))
     assert not tight.ok and tight.to_dict()["ok"] is False
     with pytest.raises(ErnieDeployError, match="drifts from FP32") as caught:
-        require_fp16(tight, out)
+        require_drift(tight, out)
     assert "convert without --fp16" in caught.value.fix
-    assert not check_fp16(pipeline.static.vocab_file, pipeline.onnx, out, TEXTS, min_labels_agree=1.01).ok
+    assert not check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(fp16_min_agree=1.01)).ok
 
 
 def test_unreadable_input_is_refused(tmp_path):
@@ -320,7 +324,7 @@ def layouts(tmp_path_factory, tiny_pipeline, tiny_token_pipeline):
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_every_layout_checks_clean_on_a_gpu_machine(layouts, name, monkeypatch, capsys):
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 1)
+    monkeypatch.setattr(check, "gpu_count", lambda: 1)
     served = onnx.load(str(layouts[name] / SEQ_CLS.model_step / "1" / "model.onnx"))
     assert (onnx.TensorProto.FLOAT16 in {i.data_type for i in served.graph.initializer}) == ("fp16_model" in name)
     assert check_repository(layouts[name]) == []
@@ -330,7 +334,7 @@ def test_every_layout_checks_clean_on_a_gpu_machine(layouts, name, monkeypatch, 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_without_a_gpu_only_gpu_model_steps_are_flagged(layouts, name, monkeypatch, capsys):
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(check, "gpu_count", lambda: 0)
     problems = check_repository(layouts[name])
     if LAYOUTS[name].get("device") != "gpu":
         assert problems == [] and main(["check", str(layouts[name])]) == 0
@@ -351,7 +355,7 @@ def _edit(repo, model, change):
 
 
 def test_check_names_ort_options_the_backend_would_ignore(layouts, tmp_path, monkeypatch):
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 1)
+    monkeypatch.setattr(check, "gpu_count", lambda: 1)
     repo = tmp_path / "repo"
     shutil.copytree(layouts["gpu_trt"], repo)
 
@@ -414,7 +418,7 @@ def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, 
     half = tmp_path / "model.onnx"
     convert_fp16(pipeline.onnx, half)
     texts, gold = read_split_file(split_file(pipeline.data, "test", task.split_format))
-    report = check_fp16(static.vocab_file, pipeline.onnx, half, texts[:256], max_seq_len=task.max_seq_len)
+    report = check_drift("fp16", static, pipeline.onnx, half, texts[:256], max_seq_len=task.max_seq_len)
     assert report.ok, report
     scores = {}
     for kind, path in (("fp32", pipeline.onnx), ("fp16", half)):

@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 import pytest
 
-from ernie_deploy.export.onnx import _require_same_signature, check_int8, quantize_int8
+from ernie_deploy.export.gates import Gates
+from ernie_deploy.export.precision import _require_same_signature, check_drift, quantize_int8
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.serving.runtime import OnnxModel
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
@@ -65,7 +66,7 @@ def test_int8_runs_and_mostly_agrees_with_fp32(quantized):
     enc = _encode(pipeline, TEXTS)
     logits = OnnxModel(out)(enc.input_ids, enc.token_type_ids)
     assert logits.dtype == np.float32 and logits.shape[0] == len(TEXTS) and np.isfinite(logits).all()
-    report = check_int8(pipeline.static.vocab_file, pipeline.onnx, out, TEXTS, min_labels_agree=0.8)
+    report = check_drift("int8", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=0.8))
     assert report.n == len(TEXTS) and report.ok, report
     assert 0 < report.max_abs_diff < 0.5, report  # quantized (not bit-identical), but close
     if report.token_labels_agree is not None:
@@ -74,7 +75,7 @@ def test_int8_runs_and_mostly_agrees_with_fp32(quantized):
 
 def test_int8_report_fails_below_the_gate(quantized):
     pipeline, out, _ = quantized
-    report = check_int8(pipeline.static.vocab_file, pipeline.onnx, out, TEXTS, min_labels_agree=1.01)
+    report = check_drift("int8", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=1.01))
     assert not report.ok and report.to_dict()["ok"] is False
 
 
@@ -91,7 +92,7 @@ def test_no_temporary_files_anywhere(tiny_pipeline, tmp_path, monkeypatch):
 
 
 def test_failed_quantization_leaves_no_output(tiny_pipeline, tmp_path, monkeypatch):
-    import ernie_deploy.export.onnx as convert_module
+    import ernie_deploy.export.precision as convert_module
 
     def broken(path):
         assert path.exists()  # the file was written, then judged unusable

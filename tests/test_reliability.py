@@ -244,7 +244,7 @@ def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pi
 @pytest.fixture(scope="module")
 def fault_server(repository, tmp_path_factory):
     """A server of its own, since these tests kill its processes."""
-    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.server.process import TritonServer
 
     log = tmp_path_factory.mktemp("faults") / "server.log"
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
@@ -278,7 +278,7 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
     import urllib.request
 
     from ernie_deploy.server.probe import probe
-    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.server.process import TritonServer
     from ernie_deploy.server.watchdog import stub_processes
 
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False,
@@ -308,7 +308,7 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
 def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fault_server, tmp_path):
     """SIGKILL the whole server while a client is retrying; a new server on the same ports answers it, and
     answers what the old one answered."""
-    from ernie_deploy.server.serve import TritonServer
+    from ernie_deploy.server.process import TritonServer
 
     texts = ["国足公布世预赛名单", "股市大涨", "北京欢迎你"]
     with Client(SEQ_CLS, fault_server.grpc_url) as client:
@@ -340,7 +340,7 @@ def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fa
 
 def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
     from ernie_deploy.server.probe import probe
-    from ernie_deploy.server.serve import free_ports
+    from ernie_deploy.server.preflight import free_ports
 
     results = probe(server.http_url)
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
@@ -356,7 +356,7 @@ def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
 
 
 def test_client_gives_up_on_a_dead_server_with_a_clear_error():
-    from ernie_deploy.server.serve import free_ports
+    from ernie_deploy.server.preflight import free_ports
 
     url = f"127.0.0.1:{free_ports(1)[0]}"
     with Client(SEQ_CLS, url, retry=Retry(attempts=3, base_s=0.01)) as client:

@@ -7,7 +7,10 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, onnx_signature, parse, render, task_configs
+from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.configs import parse, render, task_configs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.signature import onnx_signature
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 from .conftest import ROOT
@@ -100,6 +103,13 @@ def test_logits_rank_must_fit_the_task(tiny_pipeline, tiny_token_pipeline):
         task_configs(SEQ_CLS, tiny_token_pipeline.onnx, BuildOptions())
 
 
+def test_build_refuses_a_model_of_another_task_and_writes_nothing(tiny_pipeline, tmp_path):
+    wrong = TaskArtifacts(TOKEN_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels)
+    with pytest.raises(ErnieDeployError, match=r"per item, which does not fit task token_cls \(\[tokens, classes"):
+        build(wrong, tmp_path / "models")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["models"]
+
+
 def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
     ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())[-1]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
@@ -172,7 +182,7 @@ def test_ort_threads_reach_the_model_step(tiny_pipeline):
 def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeline, tmp_path):
     import struct
 
-    from ernie_deploy.repository.build import WARMUP_TEXT
+    from ernie_deploy.repository.configs import WARMUP_TEXT
 
     build(_artifacts(tiny_token_pipeline), tmp_path)
     for config in task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions()):

@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy.server import serve
+from ernie_deploy.server import binary as server_binary
+from ernie_deploy.server import preflight
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.procs import group_members
-from ernie_deploy.server.serve import MiB, TritonServer
+from ernie_deploy.server.preflight import MiB
+from ernie_deploy.server.process import TritonServer
 
 ADD_ONE = textwrap.dedent(
     """
@@ -122,40 +124,41 @@ def _fake_system_install(root: Path, backends=("python", "onnxruntime")) -> Path
 
 def test_finds_the_wheel_server_and_its_python_backend(monkeypatch):
     monkeypatch.delenv("TRITONSERVER", raising=False)
-    binary = serve.find_tritonserver()
+    binary = server_binary.find_tritonserver()
     assert binary.kind == "pytriton-wheel"
     assert binary.path.is_file() and os.access(binary.path, os.X_OK)
-    assert "python" in serve.available_backends(binary)
+    assert "python" in server_binary.available_backends(binary)
     # The same file named explicitly is recognised as the wheel by its layout.
-    assert serve.find_tritonserver(str(binary.path)).kind == "pytriton-wheel"
+    assert server_binary.find_tritonserver(str(binary.path)).kind == "pytriton-wheel"
 
 
 def test_explicit_path_beats_env_and_system_backends_are_listed(tmp_path, monkeypatch):
     from_env = _fake_system_install(tmp_path / "env", backends=("python",))
     explicit = _fake_system_install(tmp_path / "explicit")
     monkeypatch.setenv("TRITONSERVER", str(from_env))
-    binary = serve.find_tritonserver(explicit)
+    binary = server_binary.find_tritonserver(explicit)
     assert (binary.path, binary.kind) == (explicit, "system")
-    assert serve.available_backends(binary) == {"python", "onnxruntime"}
-    assert serve.find_tritonserver().path == from_env
+    assert server_binary.available_backends(binary) == {"python", "onnxruntime"}
+    assert server_binary.find_tritonserver().path == from_env
 
 
 def test_missing_server_names_the_fix(tmp_path, monkeypatch):
     with pytest.raises(ErnieDeployError, match="--tritonserver"):
-        serve.find_tritonserver(tmp_path / "nope" / "tritonserver")
+        server_binary.find_tritonserver(tmp_path / "nope" / "tritonserver")
     monkeypatch.delenv("TRITONSERVER", raising=False)
-    monkeypatch.setattr(serve, "_wheel_binary", lambda: None)
+    monkeypatch.setattr(server_binary, "_wheel_binary", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ErnieDeployError) as err:
-        serve.find_tritonserver()
+        server_binary.find_tritonserver()
     assert "pip install nvidia-pytriton" in str(err.value) and "--tritonserver" in str(err.value)
 
 
 def test_prepared_backend_dir_is_cached_and_safe_to_race(tmp_path, monkeypatch):
     monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
-    binary = serve.find_tritonserver()
+    binary = server_binary.find_tritonserver()
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(serve.prepared_backend_dir(binary))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(server_binary.prepared_backend_dir(binary)))
+               for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -172,7 +175,7 @@ def test_prepared_backend_dir_is_cached_and_safe_to_race(tmp_path, monkeypatch):
 
 
 def test_counts_python_instances(tmp_path, monkeypatch):
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(preflight, "gpu_count", lambda: 0)
     write_python_model(tmp_path, "two", ADD_ONE, count=2)
     write_python_model(tmp_path, "default_group", ADD_ONE, with_group=False)
     (tmp_path / "ens").mkdir()
@@ -181,9 +184,9 @@ def test_counts_python_instances(tmp_path, monkeypatch):
     (tmp_path / "onnx" / "config.pbtxt").write_text(
         'name: "onnx"\nbackend: "onnxruntime"\ninstance_group [ { kind: KIND_CPU count: 4 } ]\n'
     )
-    assert serve.python_instance_count(tmp_path) == 3
-    monkeypatch.setattr(serve, "_gpu_count", lambda: 2)
-    assert serve.python_instance_count(tmp_path) == 2 + 2  # an unset group means one per GPU
+    assert preflight.python_instance_count(tmp_path) == 3
+    monkeypatch.setattr(preflight, "gpu_count", lambda: 2)
+    assert preflight.python_instance_count(tmp_path) == 2 + 2  # an unset group means one per GPU
 
 
 def test_shm_preflight_fails_early_with_the_fix(tmp_path, monkeypatch):
@@ -193,7 +196,7 @@ def test_shm_preflight_fails_early_with_the_fix(tmp_path, monkeypatch):
     class Tiny:
         f_bavail, f_frsize = 8, MiB  # 8 MiB free: docker's default is 64, a tight compose file less
 
-    monkeypatch.setattr(serve.os, "statvfs", lambda p: Tiny() if str(p) == "/dev/shm" else real_statvfs(p))
+    monkeypatch.setattr(preflight.os, "statvfs", lambda p: Tiny() if str(p) == "/dev/shm" else real_statvfs(p))
     server = free_ports_server(repo)
     with pytest.raises(ErnieDeployError) as err:
         server.start()
@@ -201,12 +204,12 @@ def test_shm_preflight_fails_early_with_the_fix(tmp_path, monkeypatch):
     assert "/dev/shm has 8.0 MiB free" in message and "3 Python-backend model instance(s)" in message
     assert "--shm-size=" in message and "shm_size" in message and "--shm-default-byte-size" in message
     assert server.pid is None  # nothing was spawned
-    monkeypatch.setattr(serve.os, "statvfs", real_statvfs)
+    monkeypatch.setattr(preflight.os, "statvfs", real_statvfs)
     # Without faking anything: ask for more per instance than any /dev/shm holds.
     with pytest.raises(ErnieDeployError, match="/dev/shm has .* free, but"):
         free_ports_server(repo, shm_default_byte_size=1 << 50).start()
     # And a repository without python models needs none.
-    assert serve.check_shm(tmp_path / "empty_repo_does_not_exist") == 0
+    assert preflight.check_shm(tmp_path / "empty_repo_does_not_exist") == 0
 
 
 def test_taken_port_is_reported_before_spawning(tmp_path):
@@ -324,7 +327,7 @@ def test_server_side_shm_failure_is_explained(tmp_path):
 def test_serve_forever_stops_cleanly_on_sigterm(tmp_path):
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     code = (
-        "import sys; from ernie_deploy.server.serve import serve_forever; "
+        "import sys; from ernie_deploy.server.process import serve_forever; "
         "sys.exit(serve_forever(sys.argv[1], http_port=0, grpc_port=0, metrics_port=0))"
     )
     proc = subprocess.Popen(

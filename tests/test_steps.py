@@ -177,15 +177,25 @@ def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
 def _fused_config(pipeline, task):
     from google.protobuf.json_format import MessageToDict
 
-    from ernie_deploy.repository.build import BuildOptions, task_configs
+    from ernie_deploy.repository.configs import task_configs
+    from ernie_deploy.repository.options import BuildOptions
 
     (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True))
     return MessageToDict(config, preserving_proto_field_name=True)
 
 
+def test_every_task_names_a_postprocess_step_that_exists():
+    from ernie_deploy.core.tasks import TASKS
+    from ernie_deploy.serving.steps import STEPS
+
+    for task in TASKS.values():
+        assert task.postprocess in STEPS, f"task {task.name}: no step {task.postprocess!r} in STEPS"
+        assert task.postprocess not in ("tokenizer", "onnx", "pipeline"), task.name
+
+
 @pytest.mark.parametrize("which", ["seq_cls", "token_cls"])
 def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
-    from ernie_deploy.serving.steps import PipelineStep
+    from ernie_deploy.serving.steps import STEPS, PipelineStep
     from ernie_deploy.core.tasks import TASKS
 
     task = TASKS[which]
@@ -194,7 +204,7 @@ def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
     fused = PipelineStep(_fused_config(pipeline, task), folder)
     config = {"parameters": {"max_seq_len": {"string_value": "128"}}}
     tokenizer, model = TokenizerStep(config, folder), OnnxStep({}, folder)
-    post = (SeqClsPostprocess if which == "seq_cls" else TokenClsPostprocess)({}, folder)
+    post = STEPS[task.postprocess]({}, folder)
     requests = [{"text": _texts("国足公布世预赛名单")}, {"text": _texts("")}, {"text": _texts("股市大涨 abc", "中国" * 80)}]
     results = fused.run_requests(requests)
     assert isinstance(results[1], ErnieDeployError)

@@ -1,4 +1,5 @@
-"""Measurement: the benchmark (in-process limits, served layouts, levers, report, plot) and the soak.
+"""Measurement: the benchmark (config, rows, in-process limits, load, served layouts, targets, report, plot,
+levers) and the soak.
 
 Imports: anything below the CLI.
 """

@@ -5,8 +5,8 @@ A request holds 1-4 texts. A bad request mixes good texts with at least one bad 
 UTF-8, only control characters) and must be refused as INVALID_ARGUMENT naming exactly its bad texts; a good
 request must come back with every text's prediction equal to the in-process onnxruntime prediction. Anything
 else counts: an unexpected error, a mismatched answer, a request that never got an answer. With `chaos_s`, a
-random python-backend stub is SIGKILLed every `chaos_s` seconds (at most `chaos_kills` times, if set): the launcher's watchdog reloads it and the
-client's retries carry the requests through.
+random python-backend stub is SIGKILLed every `chaos_s` seconds (at most `chaos_kills` times, if set): the
+launcher's watchdog reloads it and the client's retries carry the requests through.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from ernie_deploy.bench.config import TaskInputs
+from ernie_deploy.bench.inprocess import reference_predictions
 from ernie_deploy.client.grpc_client import Client, Retry, decode_outputs
-from ernie_deploy.core.errors import BadRequest
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.tasks import TASKS, TaskSpec
 
 BAD_TEXTS = [("", "is empty"), ("  \t", "is empty"), (b"\xff\xfe", "is not valid UTF-8"),
              ("\x00\x01", "has only control or format characters")]
@@ -190,43 +193,38 @@ def soak(url: str, cases: list[SoakCase], *, requests: int = 2000, concurrency: 
     return report
 
 
-def run_from_args(args) -> int:
-    """`ernie-deploy soak`: serve a repository on free loopback ports, soak it, print and write the report."""
-    import json
-    import sys
-    from pathlib import Path
+@dataclass
+class SoakOptions:
+    """What `ernie-deploy soak` drives (its flags' defaults)."""
 
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
-    from ernie_deploy.core.errors import ErnieDeployError
-    from ernie_deploy.evaluate.offline import onnx_predictions
-    from ernie_deploy.export.static import StaticModel
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.core.layout import artifacts_dir
-    from ernie_deploy.server.serve import TritonServer
-    from ernie_deploy.core.tasks import TASKS
+    requests: int = 20000
+    concurrency: int = 16
+    bad_fraction: float = 0.1  # share of requests holding bad texts
+    texts: int = 1000  # test texts per task to draw requests from
+    chaos_s: float = 0.0  # SIGKILL a random python-backend stub every this many seconds (0: never)
+    chaos_kills: int = 0  # stop killing after this many (0: no limit)
+    seed: int = 0
 
-    repository = Path(args.repository)
+
+def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
+    """Serve a repository on free loopback ports and soak every task whose ensemble it holds, each text's answer
+    expected to equal in-process ONNX on the task's artifacts. Returns (the report, whether it passed: nothing
+    lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
+    from ernie_deploy.server.process import TritonServer
+
+    repository = Path(repository)
     tasks = [t for t in TASKS.values() if (repository / t.ensemble / "config.pbtxt").exists()]
     if not tasks:
         raise ErnieDeployError(f"no task ensembles in {repository}", "build it with `scripts/convert.sh`")
     cases = []
     for task in tasks:
-        static = StaticModel.load(artifacts_dir() / "static" / task.name)
-        onnx_path = artifacts_dir() / "onnx" / task.name / "model.onnx"
-        texts = [t for t in read_split_file(split_file(data_dir(task.dataset), "test", task.split_format))[0]
-                 if t.strip()][:args.texts]
-        cases.append(SoakCase(task, texts, onnx_predictions(task, onnx_path, static.vocab_file, static.labels,
-                                                            texts)))
+        inputs = TaskInputs.load(task, max_texts=options.texts)
+        cases.append(SoakCase(task, inputs.texts, reference_predictions(inputs, inputs.texts)))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
-        report = soak(server.grpc_url, cases, requests=args.requests, concurrency=args.concurrency,
-                      bad_fraction=args.bad_fraction, seed=args.seed, server=server, chaos_s=args.chaos,
-                      chaos_kills=args.chaos_kills)
-    result = {**report.to_dict(), "tasks": [t.name for t in tasks], "texts_per_task": args.texts,
-              "bad_fraction": args.bad_fraction, "chaos_s": args.chaos, "seed": args.seed}
-    if args.report:
-        write_json(result, args.report)
-    print(json.dumps(result, ensure_ascii=False, indent=2))
-    if not report.clean or report.answered != report.good_requests or report.refused != report.bad_requests:
-        print("soak FAILED: see the counts and examples above", file=sys.stderr)
-        return 2
-    return 0
+        report = soak(server.grpc_url, cases, requests=options.requests, concurrency=options.concurrency,
+                      bad_fraction=options.bad_fraction, seed=options.seed, server=server, chaos_s=options.chaos_s,
+                      chaos_kills=options.chaos_kills)
+    result = {**report.to_dict(), "tasks": [t.name for t in tasks], "texts_per_task": options.texts,
+              "bad_fraction": options.bad_fraction, "chaos_s": options.chaos_s, "seed": options.seed}
+    ok = report.clean and report.answered == report.good_requests and report.refused == report.bad_requests
+    return result, ok

@@ -2,19 +2,125 @@
 
 from __future__ import annotations
 
-from ernie_deploy.core.tasks import TASKS
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig, TaskInputs
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.layout import artifacts_dir
+from ernie_deploy.core.tasks import TASKS, get_task
 
 
 def register(sub) -> None:
-    from ernie_deploy.bench.run import add_arguments
-
     p = sub.add_parser("bench", help="throughput and latency: served pipeline vs in-process onnxruntime, Paddle "
                                      "and the classic layout; writes BENCHMARKS.md, bench.json, bench.png")
     add_arguments(p, sorted(TASKS))
     p.set_defaults(func=run)
 
 
-def run(args) -> None:
-    from ernie_deploy.bench.run import run_from_args
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ErnieDeployError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ErnieDeployError(f"expected positive integers, got {text!r}")
+    return values
 
-    run_from_args(args)
+
+def add_arguments(p, task_choices: Sequence[str]) -> None:
+    p.add_argument("--task", action="append", choices=list(task_choices), help="default: every task")
+    p.add_argument("--concurrency", help="served cells, comma-separated (default 1,4,8,16; --smoke: 1,2)")
+    p.add_argument("--batch-sizes", help="in-process cells (default 1,8,16,32,64; --smoke: 1,8)")
+    p.add_argument("--duration", type=float, help="seconds per served cell (default 10; --smoke: 1)")
+    p.add_argument("--inproc-duration", type=float, help="seconds per in-process cell (default 5; --smoke: 0.3)")
+    p.add_argument("--requests", type=int, help="requests per served cell, instead of --duration")
+    p.add_argument("--warmup", type=float, help="seconds of warm-up before each cell (default 1)")
+    p.add_argument("--client-batch", type=int, help=f"texts per request of the batched served rows "
+                                                     f"(default {CLIENT_BATCH}; 1: no batched rows)")
+    p.add_argument("--texts", type=int, help="use only the first N test texts (default: all)")
+    p.add_argument("--smoke", action="store_true", help="a tiny run of every row (seconds; timings mean nothing)")
+    p.add_argument("--repository", help="serve this repository for the served rows (default: build one from the "
+                                        "artifacts into a temporary folder)")
+    p.add_argument("--classic-repository", help="serve this repository for the classic rows (default: build one "
+                                                "with `build --classic`)")
+    p.add_argument("--static", help="default: artifacts/static/<task> (one --task)")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx (one --task)")
+    p.add_argument("--data", help="a split file of texts (default: the task's test split; one --task)")
+    p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
+    p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
+    p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
+    p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
+    p.add_argument("--perf-analyzer", action="store_true",
+                   help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator")
+    p.add_argument("--out", help="folder for bench.json, BENCHMARKS.md and bench.png "
+                                 "(default docs/; --smoke: artifacts/bench-smoke/)")
+    p.add_argument("--render", metavar="BENCH_JSON",
+                   help="only rewrite BENCHMARKS.md and bench.png from a results file")
+    p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
+    p.add_argument("--levers", action="store_true",
+                   help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
+                        "queue delay, fused, classic) and compare their served throughput; writes levers.json")
+
+
+def config_from_args(args) -> BenchConfig:
+    base = BenchConfig.smoke() if args.smoke else BenchConfig()
+    changes = {}
+    if args.concurrency:
+        changes["concurrency"] = _int_list(args.concurrency)
+    if args.batch_sizes:
+        changes["batch_sizes"] = _int_list(args.batch_sizes)
+    for name, attr in (("duration", "duration_s"), ("inproc_duration", "inproc_duration_s"), ("warmup", "warmup_s"),
+                       ("requests", "requests"), ("client_batch", "client_batch"), ("texts", "max_texts")):
+        if getattr(args, name) is not None:
+            changes[attr] = getattr(args, name)
+    if args.no_paddle:
+        changes["paddle"] = False
+    if args.no_classic:
+        changes["classic"] = False
+    if args.no_fused:
+        changes["fused"] = False
+    if args.no_int8:
+        changes["int8"] = False
+    if args.perf_analyzer:
+        import shutil
+
+        binary = shutil.which("perf_analyzer")
+        if not binary:
+            raise ErnieDeployError("--perf-analyzer: perf_analyzer is not on PATH",
+                                   "run inside NVIDIA's Triton SDK image "
+                                   "(nvcr.io/nvidia/tritonserver:<version>-py3-sdk), "
+                                   "or drop --perf-analyzer to use the built-in load generator")
+        changes["perf_analyzer"] = binary
+    return dataclasses.replace(base, **changes)
+
+
+def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:
+    names = args.task or sorted(TASKS)
+    if (args.static or args.onnx or args.data) and len(names) != 1:
+        raise ErnieDeployError("--static, --onnx and --data name one task's files", "pass exactly one --task with them")
+    return [TaskInputs.load(get_task(name), static=args.static, onnx=args.onnx, data=args.data,
+                            max_texts=config.max_texts) for name in names]
+
+
+def _out(args) -> Path:
+    return Path(args.out or (artifacts_dir() / "bench-smoke" if args.smoke else "docs"))
+
+
+def run(args) -> None:
+    if args.levers:
+        from ernie_deploy.bench.levers import run_levers
+
+        config = config_from_args(args)
+        run_levers(inputs_from_args(args, config), config, _out(args))
+    elif args.render:
+        from ernie_deploy.bench.report import render_file
+
+        render_file(args.render, args.out, not args.no_plot)
+    else:
+        from ernie_deploy.bench.served import run_and_write
+
+        config = config_from_args(args)
+        run_and_write(inputs_from_args(args, config), config, _out(args), plot_png=not args.no_plot,
+                      repository=args.repository, classic_repository=args.classic_repository)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import TASKS, get_task
-from ernie_deploy.repository.options import DEFAULT_MAX_BATCH_SIZE, DEVICES, ORT_GRAPH_LEVELS, BuildOptions
+from ernie_deploy.cli.inputs import onnx_file, static_model
+from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.repository.options import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEVICES,
+    ORT_GRAPH_LEVELS,
+    BuildOptions,
+    check_options,
+)
 
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
-    p.add_argument("--task", action="append", choices=sorted(TASKS), help="default: every task")
+    p.add_argument("--task", action="append", choices=sorted(TASKS),
+                   help="default: the task of the --static model, else every task")
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
@@ -57,11 +62,10 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.export.static import StaticModel
-    from ernie_deploy.repository.build import TaskArtifacts, build, check_options, pick_runtime
-    from ernie_deploy.server.serve import available_backends, find_tritonserver
+    from ernie_deploy.repository.build import TaskArtifacts, build, pick_runtime
+    from ernie_deploy.server.binary import available_backends, find_tritonserver
 
-    tasks = args.task or sorted(TASKS)
+    tasks = args.task or ([None] if args.static else sorted(TASKS))
     if (args.static or args.onnx) and len(tasks) != 1:
         raise ErnieDeployError("--static and --onnx name one task's files", "pass exactly one --task with them")
     runtime = args.runtime
@@ -81,10 +85,8 @@ def run(args) -> None:
     check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
     for name in tasks:
-        task = get_task(name)
-        static = StaticModel.load(args.static or artifact_dir("static", task.name))
-        onnx_path = Path(args.onnx or artifact_dir("onnx", task.name) / "model.onnx")
-        entries.append(TaskArtifacts(task, onnx_path, static.vocab_file, static.labels))
+        static = static_model(name, args.static)
+        entries.append(TaskArtifacts(static.task, onnx_file(static, args.onnx), static.vocab_file, static.labels))
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.cli.inputs import TASK_HELP, static_model
+from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
     DEFAULT_FP16_TOLERANCE,
@@ -15,7 +16,7 @@ from ernie_deploy.export.gates import (
 
 def register(sub) -> None:
     p = sub.add_parser("convert", help="static model -> ONNX (paddle2onnx), then a Paddle-vs-ONNX parity check")
-    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--out", help="default: artifacts/onnx/<task>/model.onnx")
     p.add_argument("--opset", type=int, default=14)
@@ -48,15 +49,14 @@ def register(sub) -> None:
 def run(args) -> None:
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.gates import Gates
-    from ernie_deploy.export.static import StaticModel
     from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
 
     if args.quantize == "int8" and args.fp16:
         raise ErnieDeployError("--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
                                "the FP32 model; they do not combine",
                                "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving")
-    task = get_task(args.task)
-    static = StaticModel.load(args.static or artifact_dir("static", task.name))
+    static = static_model(args.task, args.static)
+    task = static.task
     texts: list[str] = []
     if not args.skip_parity:
         if args.parity_data:

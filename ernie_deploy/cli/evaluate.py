@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.cli.inputs import TASK_HELP, onnx_file, static_model
+from ernie_deploy.core.tasks import TASKS
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
-    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument("--data", help="a split file (.tsv for seq_cls, .jsonl for token_cls) instead of --split")
     p.add_argument("--static", help="default: artifacts/static/<task>")
@@ -22,12 +22,11 @@ def register(sub) -> None:
 def run(args) -> None:
     from ernie_deploy.core.files import write_json
     from ernie_deploy.evaluate.offline import evaluate
-    from ernie_deploy.export.static import StaticModel
     from ernie_deploy.fetch.data import data_dir, split_file
 
-    task = get_task(args.task)
-    static = StaticModel.load(args.static or artifact_dir("static", task.name))
-    onnx_path = Path(args.onnx or artifact_dir("onnx", task.name) / "model.onnx")
+    static = static_model(args.task, args.static)
+    task = static.task
+    onnx_path = onnx_file(static, args.onnx)
     split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
     results = evaluate(task, static, onnx_path, split)
     if args.report:

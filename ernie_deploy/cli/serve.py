@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.server.serve import serve_forever
+    from ernie_deploy.server.process import serve_forever
 
     shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
     serve_forever(args.repository, tritonserver=args.tritonserver, host=args.host, http_port=args.http_port,

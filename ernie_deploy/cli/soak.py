@@ -22,8 +22,19 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.bench.soak import run_from_args
+    import json
+    import sys
 
-    if run_from_args(args):
+    from ernie_deploy.bench.soak import SoakOptions, run_soak
+    from ernie_deploy.core.files import write_json
+
+    options = SoakOptions(requests=args.requests, concurrency=args.concurrency, bad_fraction=args.bad_fraction,
+                          texts=args.texts, chaos_s=args.chaos, chaos_kills=args.chaos_kills, seed=args.seed)
+    result, ok = run_soak(args.repository, options)
+    if args.report:
+        write_json(result, args.report)
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    if not ok:
+        print("soak FAILED: see the counts and examples above", file=sys.stderr)
         raise ErnieDeployError("the soak found lost, mismatched or unexpectedly failed requests",
                                "read the examples in the report; the server log path is printed above")

@@ -136,7 +136,7 @@ class Client:
 
     def predict(self, texts: list[str], batch_size: int = 32, progress: bool = True, *,
                 keep_going: bool = False) -> list:
-        """Per-text predictions as `evaluate` makes them offline: label names (seq_cls) or entity lists.
+        """Per-text predictions as `evaluate` makes them offline: label names or entity lists (DECODERS).
 
         A bad text fails its whole request on the server (Triton answers per request). With keep_going,
         texts the server would refuse are found here first, with the server's own rules, and come back as
@@ -166,57 +166,21 @@ class Client:
         self.close()
 
 
-def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
-    if task.metric == "accuracy":
-        return [label.decode("utf-8") for label in out["label"][:, 0]]
+def _label(item: bytes) -> str:
+    return item.decode("utf-8")
+
+
+def _entities(item: bytes) -> list[dict]:
     from ernie_deploy.serving.entities import entities_from_json
 
-    return [entities_from_json(item) for item in out["entities"][:, 0]]
+    return entities_from_json(item)
 
 
-def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
-    """The gRPC client scripts (clients/*_grpc_client.py): score a split, or print predictions for --text."""
-    import argparse
-    import json
-    import sys
+# How one element of a task's prediction output becomes what `evaluate` predicts offline, per task kind.
+DECODERS = {"sequence": _label, "token": _entities}
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
-    parser.add_argument("--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} "
-                                       "test split)")
-    parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--report", help="write the scores as JSON")
-    args = parser.parse_args(argv)
-    try:
-        with Client(task, args.url) as client:
-            client.check_ready()
-            if args.text:
-                out = client.infer(args.text)
-                for i, (text, pred) in enumerate(zip(args.text, decode_outputs(task, out))):
-                    if task.metric == "accuracy":
-                        print(f"{pred}\t{out['confidence'][i, 0]:.4f}\t{text}")
-                    else:
-                        note = "  (truncated: entities past max_seq_len are not found)" if out["truncated"][i, 0] else ""
-                        print(f"{text}{note}")
-                        print(json.dumps(pred, ensure_ascii=False, indent=2))
-                return 0
-            from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
-            from ernie_deploy.evaluate.metrics import format_report, score
-            from ernie_deploy.core.files import write_json
 
-            if args.data:
-                texts, gold = read_split_file(args.data)
-            else:
-                texts, gold = read_split(data_dir(task.dataset), "test", task.split_format)
-            predicted = client.predict(texts, args.batch_size)
-        labels = sorted(set(gold)) if task.metric == "accuracy" else []
-        report = score(task, texts, gold, predicted, labels)
-        print(format_report(report))
-        if args.report:
-            write_json(report, args.report)
-        print(f"{task.metric}: {report[task.metric]:.4f} (n={report['n']})")
-        return 0
-    except ErnieDeployError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
+    """Per-text predictions from the ensemble's outputs: label names, or entity lists."""
+    decode = DECODERS[task.kind]
+    return [decode(item) for item in out[task.prediction][:, 0]]

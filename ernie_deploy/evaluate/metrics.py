@@ -1,12 +1,7 @@
-"""Scores and reports: accuracy with per-class P/R/F1 and a confusion matrix (scikit-learn) for seq_cls;
-entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token_cls."""
+"""Scores and reports: accuracy with per-class P/R/F1 and a confusion matrix (scikit-learn) for label-per-text
+tasks; entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token tasks."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-
 
 def classification_report(y_true: list[str], y_pred: list[str], labels: list[str]) -> dict:
     from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
@@ -54,20 +49,33 @@ def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -
     }
 
 
-def score(task, texts: list[str], gold: list, predicted: list, labels: list[str]) -> dict:
-    """Score per-text predictions as the ensemble returns them: label names (seq_cls) or entity lists
-    (token_cls, gold given as per-character BIO tags)."""
-    if task.metric == "accuracy":
-        return classification_report(gold, predicted, sorted(set(labels) | set(gold) | set(predicted)))
+def _score_labels(texts: list[str], gold: list[str], predicted: list[str], labels: list[str]) -> dict:
+    return classification_report(gold, predicted, sorted(set(labels) | set(gold) | set(predicted)))
+
+
+def _score_entities(texts: list[str], gold: list[list[str]], predicted: list[list[dict]], labels: list[str]) -> dict:
     from ernie_deploy.serving.entities import entities_to_char_bio
 
     return entity_report(gold, [entities_to_char_bio(ents, len(text)) for ents, text in zip(predicted, texts)])
 
 
+# How per-text predictions are scored, per task kind: label names against gold labels, or entity lists against
+# per-character BIO tags.
+SCORERS = {"sequence": _score_labels, "token": _score_entities}
+
+
+def score(task, texts: list[str], gold: list, predicted: list, labels: list[str] = ()) -> dict:
+    """Score per-text predictions as the ensemble returns them (SCORERS). `labels`: the model's label names, listed
+    in a classification report even when neither gold nor predictions use them."""
+    return SCORERS[task.kind](texts, gold, predicted, list(labels))
+
+
 def format_report(report: dict) -> str:
     """A plain-text table of the per-class (per-type) scores; for accuracy also the confusion matrix."""
-    if report["metric"] == "f1":
-        return _format_entity_report(report)
+    return FORMATTERS[report["metric"]](report)
+
+
+def _format_class_report(report: dict) -> str:
     labels = report["labels"]
     width = max(12, *(len(label) for label in labels))
     lines = [f"{'class':<{width}} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
@@ -91,3 +99,7 @@ def _format_entity_report(report: dict) -> str:
     lines.append(f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
                  f"{report['entities']:>8}")
     return "\n".join(lines)
+
+
+# A report names its metric; each kind of report has its own table.
+FORMATTERS = {"accuracy": _format_class_report, "f1": _format_entity_report}

@@ -1,8 +1,8 @@
 """Offline scores of the exported models: Paddle-native (Paddle Inference + paddlenlp's ErnieTokenizer) and
 ONNX (onnxruntime + the serving tokenizer). The served score must equal these.
 
-Both paths end in the same per-text predictions the server returns (a label name for seq_cls, a list of
-entities with character offsets for token_cls), scored by the same function as the gRPC clients' results.
+Both paths end in the same per-text predictions the server returns (a label name per text, or a list of
+entities with character offsets), scored by the same function as the gRPC clients' results.
 """
 
 from __future__ import annotations
@@ -26,14 +26,23 @@ def _batches(texts: list[str], batch_size: int):
         yield idx, [texts[i] for i in idx]
 
 
-def predictions(task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
-    """Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic)."""
-    if task.metric == "accuracy":
-        return [labels[i] for i in logits.argmax(-1)]
+def _labels(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
+    return [labels[i] for i in logits.argmax(-1)]
+
+
+def _entities(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
     from ernie_deploy.serving.entities import decode_entities
 
     ids = logits.argmax(-1)
     return [decode_entities(text, ids[i], enc.offsets[i], int(enc.lengths[i]), labels) for i, text in enumerate(texts)]
+
+
+# Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic), per task kind.
+PREDICTORS = {"sequence": _labels, "token": _entities}
+
+
+def predictions(task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
+    return PREDICTORS[task.kind](labels, logits, enc, texts)
 
 
 def predict(task: TaskSpec, labels: list[str], texts: list[str], encode: Callable[[list[str]], Encoded],
@@ -90,7 +99,7 @@ def onnx_predictions(task: TaskSpec, onnx_path: str | Path, vocab_file: str | Pa
 
 
 def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
-    """{"paddle": report, "onnx": report} on a split file (TSV for seq_cls, JSON Lines for token_cls)."""
+    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines)."""
     from ernie_deploy.fetch.data import read_split_file
     from ernie_deploy.evaluate.metrics import score
 

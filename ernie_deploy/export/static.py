@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec, get_task
 
 PREFIX = "inference"
@@ -75,7 +75,7 @@ def export(checkpoint, task: TaskSpec, out_dir: str | Path, labels: list[str] | 
             model_name = _save_static(root, task, tmp / PREFIX)
         shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
         meta = {"task": task.name, "model_file": model_name, "params_file": f"{PREFIX}.pdiparams", "labels": labels}
-        (tmp / "export.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n")
+        write_json(meta, tmp / "export.json")
     return StaticModel.load(out_dir)
 
 

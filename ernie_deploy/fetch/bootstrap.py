@@ -10,8 +10,9 @@ checkpoint takes exactly the same path later, plus `bootstrap.json` with the rec
 Results are cached under `cache_dir()/bootstrap/<key>`, the key being a sha256 over the train and dev
 files, the vocabulary's source files, the recipe and RECIPE_VERSION; a second call returns at once.
 
-The task-specific part is the `TASK_RECIPES` dict (how to read labels, encode them, the loss and the
-metric); the vocabulary, batching, optimizer, loop, model selection and saving are shared.
+What differs between tasks lives in ernie_deploy.fetch.recipes (the numbers per task, how labels are read,
+encoded, scored and turned into a loss per kind of task) and the vocabulary in ernie_deploy.fetch.vocab; the
+batching, optimizer, loop, model selection and saving here are shared.
 
 paddle and paddlenlp are imported inside functions: importing ernie_deploy stays paddle-free.
 """
@@ -24,301 +25,32 @@ import os
 import random
 import sys
 import time
-import unicodedata
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.layout import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.fetch.recipes import KIND_RECIPES, KindRecipe, recipe_for
+from ernie_deploy.fetch.vocab import (
+    SPECIAL_TOKENS,
+    UNK,
+    build_vocab,
+    unk_rate,
+    vocab_sources,
+    write_vocab,
+)
 
 # Bump when the code changes what a given recipe produces (vocab builder, loop, saving layout).
 RECIPE_VERSION = 1
 
-SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [PAD] must stay id 0
-UNK = "[UNK]"
 META_FILE = "bootstrap.json"
-
-# The shared recipe, chosen by measurement on 2 CPU cores (bootstrap.json of a run holds its numbers).
-# THUCNews test accuracy: 2 x 128, 8 epochs, lr 1e-3: 0.770 (2 min; overfits by epoch 5); adding [UNK]
-# token dropout 0.1 and 10 epochs: 0.797; 2 x 256 (4 heads), lr 5e-4, token dropout 0.1, 8 epochs: 0.815
-# in ~4.5 min (~33 s an epoch with per-batch padding). The nano shape (4 x 312) needs > 8 min an epoch.
-DEFAULT_RECIPE: dict[str, Any] = {
-    # model shape (standard ErnieConfig fields)
-    "hidden_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 1024,
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512,
-    "type_vocab_size": 2,
-    # vocabulary: built from the train splits of these datasets, so that both tasks share one vocab.txt (and
-    # one tokenizer model in the repository) the way real ERNIE 3.0 checkpoints of one size do
-    "vocab_datasets": ["msra_ner", "thucnews"],
-    "min_word_freq": 2,  # whole non-CJK words (numbers, Latin words) kept as one token from this count
-    "max_train_rows": None,  # train on a seeded subset of this many rows (None: all)
-    # optimisation
-    "epochs": 8,
-    "batch_size": 32,
-    "learning_rate": 5e-4,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.01,
-    "max_grad_norm": 1.0,
-    "token_dropout": 0.1,  # training only: replace this share of word pieces with [UNK] (augmentation)
-    "bucket_batches": 50,  # length-sort within windows of this many batches, then shuffle the batches
-    "eval_batch_size": 256,
-    "seed": 42,
-}
-
-
-# --------------------------------------------------------------------------------------------------
-# Per-task bits: everything the loop needs to know that differs between tasks.
-
-
-@dataclass(frozen=True)
-class TaskRecipe:
-    # train labels -> ordered label names (ids are the positions)
-    label_list: Callable[[list], list[str]]
-    # (tokenizer, text, label, label2id, max_seq_len) -> (input_ids, encoded label)
-    encode: Callable[..., tuple[list[int], Any]]
-    # list of encoded labels, padded length -> numpy array for the batch
-    collate_labels: Callable[[list, int], Any]
-    # (logits, labels tensor) -> scalar loss tensor
-    loss: Callable[[Any, Any], Any]
-    # (list of logits arrays per batch, list of label arrays per batch, label names) -> metric in [0, 1]
-    metric: Callable[[list, list, list[str]], float]
-    metric_name: str
-    overrides: dict[str, Any]  # recipe entries this task changes from DEFAULT_RECIPE
-
-
-def _seq_cls_encode(tokenizer, text: str, label: str, label2id: dict[str, int], max_seq_len: int):
-    ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
-    if label not in label2id:
-        raise ErnieDeployError(f"label {label!r} is not among the train labels", "re-run data preparation")
-    return ids, label2id[label]
-
-
-def _seq_cls_collate(labels: list, _padded_len: int):
-    import numpy as np
-
-    return np.asarray(labels, dtype="int64")
-
-
-def _seq_cls_loss(logits, labels):
-    import paddle.nn.functional as F
-
-    return F.cross_entropy(logits, labels)
-
-
-def _accuracy(logits: list, labels: list, _names: list[str]) -> float:
-    import numpy as np
-
-    pred = np.concatenate([x.argmax(-1) for x in logits])
-    gold = np.concatenate(labels)
-    return float((pred == gold).mean()) if len(gold) else 0.0
-
-
-def _token_cls_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int], max_seq_len: int):
-    """Word pieces with one label each: the tag of the piece's first character ([CLS]/[SEP] ignored)."""
-    import numpy as np
-
-    from ernie_deploy.serving.entities import char_labels_to_token_labels
-
-    enc = tokenizer(text, max_length=max_seq_len, truncation=True, return_offsets_mapping=True)
-    ids = enc["input_ids"]
-    unknown = set(tags) - set(label2id)
-    if unknown:
-        raise ErnieDeployError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    return ids, char_labels_to_token_labels(tags, offsets, len(ids), label2id).tolist()
-
-
-def _token_cls_collate(labels: list, padded_len: int):
-    import numpy as np
-
-    out = np.full((len(labels), padded_len), IGNORE_INDEX, dtype="int64")
-    for row, seq in enumerate(labels):
-        out[row, : len(seq)] = seq
-    return out
-
-
-def _token_cls_loss(logits, labels):
-    import paddle.nn.functional as F
-
-    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
-
-
-def _token_entity_f1(logits: list, labels: list, names: list[str]) -> float:
-    """Entity F1 over word pieces (seqeval, strict IOB2): the model-selection signal. The reported figure is
-    character-level, from `ernie-deploy eval`."""
-    from seqeval.metrics import f1_score
-    from seqeval.scheme import IOB2
-
-    gold, pred = [], []
-    for batch_logits, batch_labels in zip(logits, labels):
-        ids = batch_logits.argmax(-1)
-        for row_ids, row_labels in zip(ids, batch_labels):
-            keep = row_labels != IGNORE_INDEX
-            gold.append([names[i] for i in row_labels[keep]])
-            pred.append([names[i] for i in row_ids[keep]])
-    return float(f1_score(gold, pred, mode="strict", scheme=IOB2, zero_division=0))
-
-
-IGNORE_INDEX = -100  # label of [CLS], [SEP] and padding: no loss, no score
-
-TASK_RECIPES: dict[str, TaskRecipe] = {
-    "seq_cls": TaskRecipe(
-        label_list=data_mod.label_names,
-        encode=_seq_cls_encode,
-        collate_labels=_seq_cls_collate,
-        loss=_seq_cls_loss,
-        metric=_accuracy,
-        metric_name="accuracy",
-        overrides={},
-    ),
-    "token_cls": TaskRecipe(
-        label_list=data_mod.entity_label_names,
-        encode=_token_cls_encode,
-        collate_labels=_token_cls_collate,
-        loss=_token_cls_loss,
-        metric=_token_entity_f1,
-        metric_name="token-level entity f1",
-        # Measured on 2 cores (dev entity F1 over word pieces, per epoch): 2 x 256 with the classifier's
-        # regularisation, 20,000 rows, 3 epochs: 0.42 / 0.59 / 0.64 (9.5 min); 2 x 128, lr 2e-3, all 48,289
-        # rows: 0.48 after one epoch (3.4 min). The run is short enough that the model underfits, so
-        # dropout and [UNK] dropout only slow it: without them, lr 1e-3: 0.52 / 0.61 / 0.69 (8.5 min).
-        overrides={"max_train_rows": 20000, "epochs": 3, "learning_rate": 1e-3, "token_dropout": 0.0,
-                   "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-    ),
-}
-
-
-def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The full recipe for a task: defaults, then the task's changes, then the caller's."""
-    if task.name not in TASK_RECIPES:
-        raise ErnieDeployError(
-            f"no bootstrap recipe for task {task.name!r}",
-            f"add one to TASK_RECIPES in {__name__} (known: {', '.join(sorted(TASK_RECIPES))})",
-        )
-    recipe = dict(DEFAULT_RECIPE)
-    recipe.update(TASK_RECIPES[task.name].overrides)
-    unknown = sorted(set(overrides or {}) - set(recipe))
-    if unknown:
-        raise ErnieDeployError(f"unknown bootstrap recipe keys: {', '.join(unknown)}", f"use keys of {__name__}.DEFAULT_RECIPE")
-    recipe.update(overrides or {})
-    # Facts of the task that change the result belong to the key too.
-    recipe.update(task=task.name, dataset=task.dataset, split_format=task.split_format,
-                  paddle_class=task.paddle_class, max_seq_len=task.max_seq_len)
-    return recipe
-
-
-# --------------------------------------------------------------------------------------------------
-# Vocabulary
-
-
-def _is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
-
-
-def _is_punct(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-def build_vocab(texts: list[str], min_word_freq: int = 2) -> list[str]:
-    """A WordPiece vocabulary for `ErnieTokenizer` from the given (train) texts.
-
-    Words are what paddlenlp's BasicTokenizer yields (lower-cased, accents stripped, CJK characters
-    and punctuation split into single characters), so the vocabulary matches the tokenizer exactly.
-    Entries: the special tokens ([PAD] = 0), every character seen, `##c` for every character seen that
-    can continue a word (not CJK, not punctuation: WordPiece marks a whole word [UNK] if one piece is
-    missing), and whole words seen at least `min_word_freq` times. Ordered by frequency, ties by text.
-    """
-    from paddlenlp.transformers.bert.tokenizer import BasicTokenizer
-
-    basic = BasicTokenizer(do_lower_case=True)
-    words: Counter[str] = Counter()
-    for text in texts:
-        words.update(basic.tokenize(text))
-    chars: Counter[str] = Counter()
-    for word, n in words.items():
-        for ch in word:
-            chars[ch] += n
-
-    def by_freq(counter: Counter[str]) -> list[str]:
-        return [tok for tok, _ in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-    vocab = list(SPECIAL_TOKENS)
-    seen = set(vocab)
-    for tok in by_freq(chars):
-        if tok not in seen:
-            vocab.append(tok)
-            seen.add(tok)
-    for ch in by_freq(chars):
-        if not (_is_cjk(ch) or _is_punct(ch)) and f"##{ch}" not in seen:
-            vocab.append(f"##{ch}")
-            seen.add(f"##{ch}")
-    for word in by_freq(words):
-        if len(word) > 1 and words[word] >= min_word_freq and word not in seen:
-            vocab.append(word)
-            seen.add(word)
-    return vocab
-
-
-def write_vocab(vocab: list[str], path: Path) -> None:
-    for tok in vocab:
-        if not tok or any(c in tok for c in "\n\r") or tok != tok.strip():
-            raise ErnieDeployError(f"vocabulary entry {tok!r} cannot be written one per line")
-    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
-
-
-def unk_rate(tokenizer, texts: list[str]) -> dict[str, float]:
-    """Share of [UNK] among the word pieces of `texts` (no truncation, no [CLS]/[SEP])."""
-    unk_id = tokenizer.convert_tokens_to_ids(UNK)
-    total = unk = texts_with_unk = 0
-    for text in texts:
-        ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
-        n = sum(1 for i in ids if i == unk_id)
-        total += len(ids)
-        unk += n
-        texts_with_unk += n > 0
-    return {
-        "token_rate": unk / total if total else 0.0,
-        "texts_with_unk": texts_with_unk / len(texts) if texts else 0.0,
-        "tokens": total,
-    }
 
 
 # --------------------------------------------------------------------------------------------------
 # Cache key
-
-
-def vocab_sources(data_dir: Path, recipe: dict[str, Any]) -> dict[str, Path]:
-    """dataset -> train file whose texts build the vocabulary: the task's own train split always, plus the
-    train splits of the recipe's `vocab_datasets` (prepared, i.e. fetched, when needed)."""
-    sources = {recipe["dataset"]: data_mod.split_file(data_dir, "train", recipe["split_format"])}
-    for name in sorted(recipe["vocab_datasets"]):
-        if name not in sources:
-            spec = data_mod.DATASETS[name]
-            sources[name] = data_mod.split_file(data_mod.prepare(name), "train", spec.split_format)
-    return sources
 
 
 def cache_key(data_dir: Path, recipe: dict[str, Any]) -> str:
@@ -374,7 +106,7 @@ def _batches(lengths: list[int], batch_size: int, bucket: int, rng) -> list[list
     return batches
 
 
-def _collate(rows: list[tuple[list[int], Any]], idx: list[int], task_recipe: TaskRecipe, pad_id: int):
+def _collate(rows: list[tuple[list[int], Any]], idx: list[int], kind: KindRecipe, pad_id: int):
     """Pad to the longest sequence of the batch; token_type_ids are all 0 (single sentence)."""
     import numpy as np
 
@@ -382,11 +114,11 @@ def _collate(rows: list[tuple[list[int], Any]], idx: list[int], task_recipe: Tas
     ids = np.full((len(idx), width), pad_id, dtype="int64")
     for r, i in enumerate(idx):
         ids[r, : len(rows[i][0])] = rows[i][0]
-    labels = task_recipe.collate_labels([rows[i][1] for i in idx], width)
+    labels = kind.collate_labels([rows[i][1] for i in idx], width)
     return ids, np.zeros_like(ids), labels
 
 
-def _evaluate(model, rows, task_recipe: TaskRecipe, pad_id: int, batch_size: int,
+def _evaluate(model, rows, kind: KindRecipe, pad_id: int, batch_size: int,
               names: list[str]) -> tuple[float, list]:
     import paddle
 
@@ -396,12 +128,12 @@ def _evaluate(model, rows, task_recipe: TaskRecipe, pad_id: int, batch_size: int
     with paddle.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            ids, types, labels = _collate(rows, idx, task_recipe, pad_id)
+            ids, types, labels = _collate(rows, idx, kind, pad_id)
             logits = model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types))
             logits_out.append(logits.numpy())
             labels_out.append(labels)
     model.train()
-    return task_recipe.metric(logits_out, labels_out, names), logits_out
+    return kind.metric(logits_out, labels_out, names), logits_out
 
 
 def _read_splits(data_dir: Path, fmt: str) -> dict[str, tuple[list[str], list]]:
@@ -443,12 +175,12 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
     from tqdm import tqdm
 
     paddle.set_device("cpu")
-    task_recipe = TASK_RECIPES[task.name]
+    kind = KIND_RECIPES[task.kind]
     splits = _read_splits(data_dir, recipe["split_format"])
     train_texts, train_labels = splits["train"]
     if not train_texts:
         raise ErnieDeployError(f"{data_dir}/train has no rows", "re-run data preparation")
-    labels = task_recipe.label_list(train_labels)
+    labels = kind.label_list(train_labels)
     label2id = {name: i for i, name in enumerate(labels)}
 
     # Vocabulary from train splits only (this task's and the recipe's vocab_datasets'), then the Paddle-native
@@ -466,7 +198,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         raise ErnieDeployError(f"[PAD] has id {tokenizer.pad_token_id}, expected 0")
     t_tok = time.time()
     encoded = {
-        split: [task_recipe.encode(tokenizer, t, y, label2id, recipe["max_seq_len"]) for t, y in zip(*splits[split])]
+        split: [kind.encode(tokenizer, t, y, label2id, recipe["max_seq_len"]) for t, y in zip(*splits[split])]
         for split in data_mod.SPLITS
     }
     tokenize_s = time.time() - t_tok
@@ -518,13 +250,13 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         t_epoch = time.time()
         losses = []
         for idx in _batches(lengths, recipe["batch_size"], recipe["bucket_batches"], rng):
-            ids, types, y = _collate(encoded["train"], idx, task_recipe, 0)
+            ids, types, y = _collate(encoded["train"], idx, kind, 0)
             if recipe["token_dropout"]:
                 # Specials are ids 0..4; [UNK] also learns an embedding this way (train has no [UNK]).
                 drop = (aug_rng.random_sample(ids.shape) < recipe["token_dropout"]) & (ids >= len(SPECIAL_TOKENS))
                 ids[drop] = unk_id
             logits = model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types))
-            loss = task_recipe.loss(logits, paddle.to_tensor(y))
+            loss = kind.loss(logits, paddle.to_tensor(y))
             loss.backward()
             optimizer.step()
             schedule.step()
@@ -534,7 +266,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
             if len(losses) % 20 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{max(best['dev'], 0):.3f}")
         epoch_s = time.time() - t_epoch
-        dev_metric, _ = _evaluate(model, encoded["dev"], task_recipe, 0, recipe["eval_batch_size"], labels)
+        dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, recipe["eval_batch_size"], labels)
         history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev_metric, "seconds": round(epoch_s, 2)})
         if dev_metric > best["dev"]:
             best = {"epoch": epoch, "dev": dev_metric, "state": {k: v.numpy().copy() for k, v in model.state_dict().items()}}
@@ -544,8 +276,8 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
 
     model.set_state_dict({k: paddle.to_tensor(v) for k, v in best["state"].items()})
     model.eval()
-    dev_metric, _ = _evaluate(model, encoded["dev"], task_recipe, 0, recipe["eval_batch_size"], labels)
-    test_metric, _ = _evaluate(model, encoded["test"], task_recipe, 0, recipe["eval_batch_size"], labels)
+    dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, recipe["eval_batch_size"], labels)
+    test_metric, _ = _evaluate(model, encoded["test"], kind, 0, recipe["eval_batch_size"], labels)
 
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
@@ -556,7 +288,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         "seed": recipe["seed"],
         "task": task.name,
         "paddle_class": task.paddle_class,
-        "metric": task_recipe.metric_name,
+        "metric": kind.metric_name,
         "labels": labels,
         "vocab_size": len(vocab),
         "rows": {split: len(encoded[split]) for split in data_mod.SPLITS},
@@ -579,7 +311,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         "versions": {"paddle": paddle.__version__, "paddlenlp": _version("paddlenlp")},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    (out / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(meta, out / META_FILE)
 
 
 def _version(dist: str) -> str:

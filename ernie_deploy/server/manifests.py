@@ -2,7 +2,7 @@
 HorizontalPodAutoscaler, sized from the repository (`ernie-deploy manifests`).
 
 The objects are built as Python data and written with yaml.safe_dump; the server's arguments come
-from serve.server_args, the same ones the image's CMD and the pip launcher use. The committed
+from args.server_args, the same ones the image's CMD and the pip launcher use. The committed
 deploy/k8s/ files are this module's output for models/ (tests/test_deploy.py checks that, and
 validates them against the Kubernetes schemas).
 """
@@ -16,7 +16,9 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.server.serve import DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, MiB, python_instance_count, server_args, shm_needed, shm_size_for
+from ernie_deploy.server.args import server_args
+from ernie_deploy.server.preflight import (DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, MiB,
+                                           python_instance_count, shm_needed, shm_size_for)
 
 # Where the image keeps the repository (docker/Dockerfile builds it there).
 CONTAINER_REPOSITORY = "/models"
@@ -177,7 +179,8 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
         need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
         text += (f"# /dev/shm: {instances} python-backend instance(s) x ({_mebibytes(options.shm_default_byte_size)} "
                  f"region + {_mebibytes(options.shm_growth_byte_size)} growth) = {_mebibytes(need)} needed; "
-                 f"the emptyDir allows {_mebibytes(shm_size_for(need))} (twice the need in 64Mi steps, at least 256Mi).\n")
+                 f"the emptyDir allows {_mebibytes(shm_size_for(need))} "
+                 "(twice the need in 64Mi steps, at least 256Mi).\n")
     return text
 
 

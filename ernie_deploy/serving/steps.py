@@ -296,5 +296,7 @@ def _read_labels(labels_file: Path) -> list[str]:
     return json.loads(labels_file.read_text(encoding="utf-8"))
 
 
+# What a model.py names as its `step` (written by `ernie-deploy build`); a TaskSpec's `postprocess` is one of
+# these keys. The keys are part of every built repository: renaming one breaks repositories already built.
 STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess,
          "token_cls_postprocess": TokenClsPostprocess, "pipeline": PipelineStep}

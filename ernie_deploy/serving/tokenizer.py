@@ -63,6 +63,14 @@ _CJK_RANGES = (
     (0xF900, 0xFAFF),
     (0x2F800, 0x2FA1F),
 )
+
+
+def is_cjk(ch: str) -> bool:
+    """Whether `ch` is a CJK ideograph: a word of its own to ErnieTokenizer, and never a word's continuation."""
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
 # Code points ErnieTokenizer treats as symbols although their category is not S*.
 _EXTRA_SYMBOLS = (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8, 0x014B, 0x01B1)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -91,7 +99,7 @@ def _kind(cp: int) -> str:
         return "" if cp in (0x09, 0x0A, 0x0D) else "remove"
     if cat == "Mn":
         return "mn"
-    if cat[0] in "PS" or cp in _ASCII_PUNCT or cp in _EXTRA_SYMBOLS or any(lo <= cp <= hi for lo, hi in _CJK_RANGES):
+    if cat[0] in "PS" or cp in _ASCII_PUNCT or cp in _EXTRA_SYMBOLS or is_cjk(chr(cp)):
         return "isolate"
     return ""
 

@@ -1,0 +1,80 @@
+"""What a benchmark run measures and on what: its settings (BenchConfig), each task's files and texts
+(TaskInputs), and the defaults. Cheap to import: the CLI builds its parser from these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from ernie_deploy.export.static import StaticModel
+
+SCHEMA = 1
+BATCH_SIZES = (1, 8, 16, 32, 64)
+CONCURRENCY = (1, 4, 8, 16)
+CLIENT_BATCH = 8
+REFERENCE_CONCURRENCY = 8  # the ratios compare served and classic at this concurrency
+MIN_CALLS = 3  # an in-process cell runs at least this many calls, however short its duration
+
+
+@dataclass
+class BenchConfig:
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    concurrency: tuple[int, ...] = CONCURRENCY
+    duration_s: float = 10.0  # per served cell
+    inproc_duration_s: float = 5.0  # per in-process cell
+    warmup_s: float = 1.0  # before each cell, not measured
+    requests: int | None = None  # per served cell, instead of duration_s
+    client_batch: int = CLIENT_BATCH  # texts per request of the batched served variant
+    max_texts: int | None = None  # use only the first N test texts
+    paddle: bool = True
+    int8: bool = True  # quantize the model (as `convert --quantize int8` does) and add its in-process rows
+    fused: bool = True
+    classic: bool = True
+    check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
+    perf_analyzer: str | None = None  # path to perf_analyzer: it drives the served rows instead
+    server_timeout_s: float = 180.0
+    progress: bool = True
+
+    @classmethod
+    def smoke(cls, **overrides) -> BenchConfig:
+        """A tiny run that exercises every row (what CI runs): timings from it mean nothing."""
+        values = dict(batch_sizes=(1, 8), concurrency=(1, 2), duration_s=1.0, inproc_duration_s=0.3, warmup_s=0.2,
+                      client_batch=4, max_texts=64, check_texts=16)
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass
+class TaskInputs:
+    """One task's files and texts: what the in-process rows run, and what the repositories are built from."""
+
+    task: TaskSpec
+    onnx: Path
+    static: StaticModel  # vocab, labels, and the Paddle model
+    texts: list[str]
+
+    @classmethod
+    def load(cls, task: TaskSpec, *, static: str | Path | None = None, onnx: str | Path | None = None,
+             data: str | Path | None = None, max_texts: int | None = None) -> TaskInputs:
+        """The task's artifacts (artifacts/static/<task>, artifacts/onnx/<task>/model.onnx) and the non-blank
+        texts of its test split, unless given; the first `max_texts` texts only, if set."""
+        from ernie_deploy.export.static import StaticModel
+        from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+
+        model = StaticModel.load(static or artifact_dir("static", task.name))
+        onnx_path = Path(onnx or artifact_dir("onnx", task.name) / "model.onnx")
+        if not onnx_path.exists():
+            raise ErnieDeployError(f"no ONNX model at {onnx_path}", f"run `ernie-deploy convert --task {task.name}`")
+        data = Path(data or split_file(data_dir(task.dataset), "test", task.split_format))
+        if not data.exists():
+            raise ErnieDeployError(f"no test texts at {data}", "run `ernie-deploy fetch-data`")
+        texts = [t for t in read_split_file(data)[0] if t.strip()]
+        if max_texts:
+            texts = texts[:max_texts]
+        return cls(task, onnx_path, model, texts)

@@ -1,0 +1,145 @@
+"""The in-process rows: what this machine can do without a server. The ONNX model in onnxruntime (with and
+without tokenization, and its INT8 copy), and Paddle Inference, at every batch size."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ernie_deploy.bench.config import MIN_CALLS, BenchConfig, TaskInputs
+from ernie_deploy.bench.machine import usable_cores
+from ernie_deploy.bench.rows import (
+    LIMIT,
+    LIMIT_INT8,
+    LIMIT_TOK,
+    PADDLE,
+    Row,
+    chunks,
+    mark_best,
+    summarize,
+    tick,
+)
+
+
+def _run_cell(step: Callable[[object], float], items: Sequence, sizes: Sequence[int], duration_s: float,
+              warmup_s: float) -> tuple[list[float], int, float, float]:
+    """Call step(item) back to back over items (cycling): warm-up, then at least `duration_s` and MIN_CALLS
+    calls. step returns the seconds of the call spent tokenizing. Returns (latencies, sequences, wall,
+    tokenize seconds)."""
+    i = 0
+    warm_until = time.perf_counter() + warmup_s
+    while True:
+        step(items[i % len(items)])
+        i += 1
+        if time.perf_counter() >= warm_until:
+            break
+    latencies, sequences, tokenize = [], 0, 0.0
+    start = time.perf_counter()
+    deadline = start + duration_s
+    while True:
+        k = i % len(items)
+        t0 = time.perf_counter()
+        tokenize += step(items[k])
+        t1 = time.perf_counter()
+        latencies.append(t1 - t0)
+        sequences += sizes[k]
+        i += 1
+        if t1 >= deadline and len(latencies) >= MIN_CALLS:
+            return latencies, sequences, t1 - start, tokenize
+
+
+def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None,
+                    int8_onnx: Path | None = None) -> list[Row]:
+    """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
+    row shown), each model freed before the next so that no idle thread pool competes with the servers."""
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import encode_batch
+
+    task = inputs.task
+    max_len = task.max_seq_len
+    rows: list[Row] = []
+    model = OnnxModel(inputs.onnx)
+    int8 = OnnxModel(int8_onnx) if int8_onnx else None
+    for batch in config.batch_sizes:
+        batches = chunks(inputs.texts, batch)
+        sizes = [len(b) for b in batches]
+        encoded = [encode_batch(tokenizer, b, max_len) for b in batches]  # once: tokenization excluded
+
+        # The INT8 cell right after its FP32 cell, on the same batches, so that the two see the same machine.
+        for kind, session in ((LIMIT, model), (LIMIT_INT8, int8)):
+            if session is None:
+                continue
+
+            def run_encoded(enc, session=session) -> float:
+                session(enc.input_ids, enc.token_type_ids)
+                return 0.0
+
+            lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
+            rows.append(summarize(Row(task.name, kind, batch), lat, seqs, wall))
+            tick(progress, rows[-1])
+
+        def run_texts(texts) -> float:
+            t0 = time.perf_counter()
+            enc = encode_batch(tokenizer, texts, max_len)
+            t1 = time.perf_counter()
+            model(enc.input_ids, enc.token_type_ids)
+            return t1 - t0
+
+        lat, seqs, wall, tok = _run_cell(run_texts, batches, sizes, config.inproc_duration_s, config.warmup_s)
+        row = summarize(Row(task.name, LIMIT_TOK, batch), lat, seqs, wall)
+        row.tokenize_share = tok / sum(lat) if lat else None
+        rows.append(row)
+        tick(progress, row)
+    model = int8 = None  # free the sessions (and their thread pools) before the servers run
+    for kind in (LIMIT, LIMIT_INT8, LIMIT_TOK):
+        mark_best([r for r in rows if r.kind == kind])
+    if config.paddle:
+        rows.extend(bench_paddle(inputs, config, tokenizer, progress))
+    return rows
+
+
+def paddle_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("paddle") is not None
+
+
+def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
+    """Paddle Inference on the serving tokenizer's ids (identical to paddlenlp's), with as many math threads as
+    onnxruntime gets. One row per batch size; the best is marked."""
+    from ernie_deploy.serving.tokenizer import encode_batch
+
+    task = inputs.task
+    if not paddle_available():
+        row = Row(task.name, PADDLE, 0, note="skipped: paddle is not installed (pip install -e .[export])")
+        tick(progress, row)
+        return [row]
+    from ernie_deploy.export.static import PaddlePredictor
+
+    threads = usable_cores()
+    predictor = PaddlePredictor(inputs.static, threads=threads)
+    rows = []
+    for batch in config.batch_sizes:
+        batches = chunks(inputs.texts, batch)
+        encoded = [encode_batch(tokenizer, b, task.max_seq_len) for b in batches]
+
+        def run(enc) -> float:
+            predictor(enc.input_ids, enc.token_type_ids)
+            return 0.0
+
+        lat, seqs, wall, _ = _run_cell(run, encoded, [len(b) for b in batches], config.inproc_duration_s,
+                                       config.warmup_s)
+        rows.append(summarize(Row(task.name, PADDLE, batch, note=f"{threads} math threads"), lat, seqs, wall))
+        tick(progress, rows[-1])
+    predictor = None  # as above
+    mark_best(rows)
+    return rows
+
+
+def reference_predictions(inputs: TaskInputs, texts: list[str]) -> list:
+    """What the ensemble must answer for `texts`: in-process ONNX with the serving tokenizer and the
+    postprocess logic."""
+    from ernie_deploy.evaluate.offline import onnx_predictions
+
+    return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, inputs.static.labels, texts)

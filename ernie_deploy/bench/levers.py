@@ -1,0 +1,83 @@
+"""Levers: one build option changed at a time, each layout served alone and loaded, every served throughput
+measured in one run (so the ratios between them are what to read); levers.json and a Markdown table."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.load import load_row, prepare_requests, run_load
+from ernie_deploy.bench.machine import command_line, machine_info, utc_stamp
+from ernie_deploy.bench.rows import SERVED
+from ernie_deploy.bench.served import build_layout
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import write_json
+
+# name -> the `ernie-deploy build` options of that layout (everything else at its default).
+LEVERS = {
+    "default (ragged batching, merged runs, no spinning, warmup)": {},
+    "--no-ragged (Triton batches same-length requests only)": {"ragged": False},
+    "--no-ragged --pad-to-multiple-of 16 (length buckets)": {"ragged": False, "pad_to_multiple_of": 16},
+    "--ort-spinning": {"ort_spinning": True},
+    "--ort-threads 1": {"ort_threads": 1},
+    "--instances 2 --ort-threads 1": {"instances": 2, "ort_threads": 1},
+    "--max-queue-delay-us 1000": {"max_queue_delay_us": 1000},
+    "--fused": {"fused": True},
+    "--classic": {"classic": True},
+}
+
+
+def measure_levers(inputs: list[TaskInputs], config: BenchConfig, workdir: Path,
+                   levers: dict[str, dict] | None = None) -> list[dict]:
+    """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
+    request). Every lever is measured in the same run, so the ratios between them are what to read."""
+    from ernie_deploy.server.process import TritonServer
+
+    out = []
+    for n, (name, options) in enumerate((levers or LEVERS).items()):
+        repo = build_layout(inputs, workdir / f"lever{n}", **options)
+        with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"lever{n}.log") as server:
+            for item in inputs:
+                requests = prepare_requests(item.texts, 1)
+                for concurrency in config.concurrency:
+                    result = run_load(server.grpc_url, item.task, requests, concurrency, warmup_s=config.warmup_s,
+                                      duration_s=config.duration_s, server_pgid=server.pid)
+                    row = load_row(item.task, SERVED, 1, concurrency, result)
+                    out.append({"lever": name, "options": options, "task": item.task.name, "concurrency": concurrency,
+                                "throughput": row.throughput, "p50_ms": row.p50_ms, "p99_ms": row.p99_ms,
+                                "errors": row.errors, "ready_s": server.start_seconds})
+                    if config.progress:
+                        print(f"{name} | {item.task.name} c{concurrency}: {row.throughput:.1f} seq/s, "
+                              f"p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms, errors {row.errors}")
+    return out
+
+
+def render_levers(rows: list[dict]) -> str:
+    """Markdown: one row per lever, throughput and p50 per task and concurrency, and the ratio to the default."""
+    cells = sorted({(r["task"], r["concurrency"]) for r in rows})
+    base = {(r["task"], r["concurrency"]): r["throughput"] for r in rows if not r["options"]}
+    head = " | ".join(f"{t} c{c} seq/s (× default) · p50 ms" for t, c in cells)
+    lines = [f"| build options | {head} |", "|---|" + "---:|" * len(cells)]
+    for lever in dict.fromkeys(r["lever"] for r in rows):
+        got = {(r["task"], r["concurrency"]): r for r in rows if r["lever"] == lever}
+        parts = []
+        for cell in cells:
+            r = got.get(cell)
+            ratio = f" ({r['throughput'] / base[cell]:.2f}×)" if r and base.get(cell) else ""
+            parts.append(f"{r['throughput']:.0f}{ratio} · {r['p50_ms']:.2f}" if r else "–")
+        lines.append(f"| {lever} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def run_levers(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> list[dict]:
+    """`ernie-deploy bench --levers`: measure every lever in a temporary folder, write levers.json in `out`,
+    print the table. Failed requests raise, after levers.json is written."""
+    with tempfile.TemporaryDirectory(prefix="ernie-deploy-levers-") as work:
+        rows = measure_levers(inputs, config, Path(work))
+    write_json({"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows},
+               out / "levers.json")
+    print(render_levers(rows))
+    if any(r["errors"] for r in rows):
+        raise ErnieDeployError("requests failed while measuring the levers", "read the server logs")
+    return rows

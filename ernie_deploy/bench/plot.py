@@ -1,0 +1,76 @@
+"""bench.png: throughput and p99 latency against concurrency, per task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ernie_deploy.bench.rows import (
+    CLASSIC,
+    FUSED,
+    LIMIT,
+    LIMIT_TOK,
+    ROW_KINDS,
+    SERVED,
+    SERVED_BATCH,
+    best_row,
+    rows_of,
+)
+from ernie_deploy.core.files import atomic_path
+
+# Colors and line styles of the kinds plotted against concurrency (their legends are in ROW_KINDS).
+STYLES = {SERVED: ("C0", "o-"), SERVED_BATCH: ("C2", "s-"), FUSED: ("C1", "d-"), CLASSIC: ("C3", "^-")}
+
+
+def plot(results: dict, path: str | Path) -> Path:
+    """Throughput and p99 latency against concurrency per task: served and classic, with the in-process limit
+    as a horizontal line. matplotlib is imported here only (Agg: no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(results.get("tasks", {}))
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.8 * len(tasks)), squeeze=False)
+    for (ax_tp, ax_lat), task in zip(axes, tasks):
+        for kind in ROW_KINDS.values():
+            if kind.legend is None:
+                continue
+            rows = sorted((r for r in rows_of(results, task, kind.key) if r.throughput), key=lambda r: r.concurrency)
+            if not rows:
+                continue
+            color, style = STYLES[kind.key]
+            x = [r.concurrency for r in rows]
+            name = kind.legend.format(batch=rows[0].batch)
+            ax_tp.plot(x, [r.throughput for r in rows], style, color=color, label=name)
+            ax_lat.plot(x, [r.p99_ms for r in rows], style, color=color, label=name)
+        best_tok = best_row(results, task, LIMIT_TOK)
+        best = best_row(results, task, LIMIT)
+        if best_tok:
+            ax_tp.axhline(best_tok.throughput, color="k", linestyle="--",
+                          label=f"limit+tok, in-process (b{best_tok.batch})")
+        if best:
+            ax_tp.axhline(best.throughput, color="0.5", linestyle=":", label=f"limit, no tokenization (b{best.batch})")
+        one = next((r for r in rows_of(results, task, LIMIT_TOK) if r.batch == 1 and r.p99_ms), None)
+        if one:
+            ax_lat.axhline(one.p99_ms, color="k", linestyle="--", label="limit+tok, in-process, batch 1")
+        for ax, ylabel in ((ax_tp, "sequences/s"), (ax_lat, "p99 latency (ms)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency (requests in flight)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{task}: {ylabel.split(' (')[0]}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+            ax.set_ylim(bottom=0)
+        concurrency = sorted({r.concurrency for r in rows_of(results, task) if r.concurrency})
+        if concurrency:
+            for ax in (ax_tp, ax_lat):
+                ax.set_xticks(concurrency, [str(c) for c in concurrency])
+    machine = results.get("machine", {})
+    fig.suptitle(f"ernie-deploy bench, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}",
+                 fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

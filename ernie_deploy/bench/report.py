@@ -1,0 +1,292 @@
+"""What a run's results become: the results file read back, the ratio table, the generated part of
+BENCHMARKS.md, and the report printed at the end (failures loudly)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from ernie_deploy.bench.config import REFERENCE_CONCURRENCY, SCHEMA
+from ernie_deploy.bench.plot import plot
+from ernie_deploy.bench.rows import (
+    ROW_KINDS,
+    SERVED,
+    at_concurrency,
+    best_row,
+    rows_of,
+    total_errors,
+)
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+
+BEGIN_MARK = "<!-- bench:begin -->"
+END_MARK = "<!-- bench:end -->"
+MARKDOWN_TEMPLATE = f"""# Benchmarks
+
+Throughput and latency of the served pipeline next to its limits, measured by `ernie-deploy bench`
+(`bash scripts/bench.sh`). Everything between the two `bench` marker comments below is rewritten by
+each run; the rest of this file is hand-written and kept.
+
+{BEGIN_MARK}
+{END_MARK}
+
+## Levers
+
+_Hand-written, kept by the generator: what moves these numbers, and by how much._
+"""
+
+
+# -- results file ----------------------------------------------------------------------------------
+
+
+def load_json(path: str | Path) -> dict:
+    """A results file (bench.json, written with core.files.write_json), checked to be of this version's schema."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ErnieDeployError(f"cannot read benchmark results {path}: {exc}") from None
+    if results.get("schema") != SCHEMA:
+        raise ErnieDeployError(f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
+                               "rerun `ernie-deploy bench`")
+    return results
+
+
+# -- checks on a run -------------------------------------------------------------------------------
+
+
+def sanity_notes(results: dict) -> list[str]:
+    """Signs that the machine was not quiet: numbers from such a run are not comparable."""
+    notes = []
+    machine = results.get("machine", {})
+    cores = machine.get("usable_cores") or machine.get("cores") or 1
+    for when in ("start", "end"):
+        load = machine.get(f"loadavg_{when}")
+        if load and load[0] > 0.5 * cores:
+            notes.append(f"the machine was busy at the {when} of the run (1-minute load average {load[0]:.1f} on "
+                         f"{cores} cores); other work shares the cores, so rerun on a quiet machine")
+    for ratio in results.get("ratios", []):
+        if ratio["key"] == "served_vs_limit" and ratio["value"] and ratio["value"] > 1.05:
+            notes.append(f"{ratio['task']}: served throughput is above the in-process limit ({ratio['value']:.2f}x), "
+                         "so the in-process rows were slowed by something else on the machine")
+    return notes
+
+
+def mismatches(results: dict) -> list[str]:
+    """Served answers that differ from the in-process ONNX ones (the classic layout pads, so float noise can flip a
+    near tie there; it is reported, not counted as an error)."""
+    found = []
+    for name, info in results.get("servers", {}).items():
+        for task, facts in info.get("tasks", {}).items():
+            if facts.get("agree") != facts.get("checked"):
+                found.append(f"{name} {task}: {facts.get('agree')}/{facts.get('checked')} answers equal the "
+                             "in-process ONNX answers")
+    return found
+
+
+# -- the ratio table -------------------------------------------------------------------------------
+
+
+def format_value(ratio: dict) -> str:
+    value = ratio["value"]
+    if value is None:
+        return "n/a"
+    if ratio["unit"] == "%":
+        return f"{100 * value:.1f}%"
+    if ratio["unit"]:
+        return f"{value:.2f} {ratio['unit']}"
+    return f"{value:.2f}x"
+
+
+def format_target(ratio: dict) -> str:
+    sign = "≥" if ratio["op"] == ">=" else "≤"
+    threshold = ratio["threshold"]
+    if ratio["unit"] == "%":
+        return f"{sign} {100 * threshold:.0f}%"
+    return f"{sign} {threshold:g}{(' ' + ratio['unit']) if ratio['unit'] else 'x'}"
+
+
+def format_met(ratio: dict) -> str:
+    return {True: "met", False: "NOT MET", None: "n/a"}[ratio["met"]]
+
+
+def ratio_table(results: dict) -> str:
+    """The ratio table as aligned plain text (what the CLI prints)."""
+    lines = [("task", "measure", "value", "target", "", "detail")]
+    for r in results.get("ratios", []):
+        lines.append((r["task"] or "all", r["name"], format_value(r), format_target(r), format_met(r), r["detail"]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(5)]
+    return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(line[:5], widths)) + "  " + line[5]
+                     for line in lines).rstrip()
+
+
+# -- Markdown --------------------------------------------------------------------------------------
+
+
+def _num(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _load_text(load) -> str:
+    return " / ".join(f"{v:.2f}" for v in load) if load else "n/a"
+
+
+def render_task_table(results: dict, task: str) -> list[str]:
+    max_len = results.get("tasks", {}).get(task, {}).get("max_seq_len", 128)
+    lines = ["| row | batch | concurrency | seq/s | p50 ms | p95 ms | p99 ms | client CPU ms/req | "
+             "server CPU ms/seq | errors | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for kind in ROW_KINDS.values():
+        for row in rows_of(results, task, kind.key):
+            best = " **best**" if row.best and kind.inprocess else ""
+            note = row.note
+            if row.tokenize_share is not None:
+                note = (note + "; " if note else "") + f"tokenization {100 * row.tokenize_share:.1f}%"
+            errors = f"**{row.errors}**" if row.errors else "0"
+            lines.append(f"| {row.title(max_len)}{best} | {row.batch or '–'} | "
+                         f"{row.concurrency if row.concurrency is not None else '–'} | {_num(row.throughput)} | "
+                         f"{_num(row.p50_ms, 2)} | {_num(row.p95_ms, 2)} | {_num(row.p99_ms, 2)} | "
+                         f"{_num(row.client_cpu_ms, 2)} | {_num(row.server_cpu_ms, 2)} | {errors} | {note} |")
+    return lines
+
+
+def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
+    """The generated part of BENCHMARKS.md (without the markers)."""
+    machine, versions = results.get("machine", {}), results.get("versions", {})
+    servers = results.get("servers", {})
+    tritonserver = next((s.get("tritonserver") for s in servers.values() if s.get("tritonserver")), None)
+    settings = results.get("settings", {})
+    lines = ["<!-- generated by `ernie-deploy bench`: edits between the markers are overwritten -->", ""]
+    errors = results.get("errors", total_errors(results))
+    if errors:
+        lines += [f"> **WARNING: {errors} requests failed in this run; its numbers are not valid.**", ""]
+    for problem in mismatches(results):
+        lines += [f"> **Check:** {problem}.", ""]
+    for note in sanity_notes(results):
+        lines += [f"> **Note:** {note}.", ""]
+    lines += [
+        "## Run",
+        "",
+        f"- date: {results.get('date')} (took {results.get('seconds', 0):.0f} s)",
+        f"- command: `{results.get('command')}`",
+        f"- machine: {machine.get('cpu')}, {machine.get('cores')} cores ({machine.get('usable_cores')} usable), "
+        f"{machine.get('memory_gib')} GiB, {machine.get('platform')}, Python {machine.get('python')}; "
+        f"load average at start {_load_text(machine.get('loadavg_start'))}, "
+        f"at end {_load_text(machine.get('loadavg_end'))}",
+        f"- versions: onnxruntime {versions.get('onnxruntime')}, tritonserver {tritonserver}, "
+        f"tritonclient {versions.get('tritonclient')}, nvidia-pytriton {versions.get('nvidia-pytriton')}, "
+        f"paddlepaddle {versions.get('paddlepaddle')}",
+        f"- cells: {settings.get('duration_s')} s per served cell"
+        f"{' (' + str(settings.get('requests')) + ' requests)' if settings.get('requests') else ''}, "
+        f"{settings.get('inproc_duration_s')} s per in-process cell, {settings.get('warmup_s')} s warm-up each; "
+        f"onnxruntime threads: {settings.get('ort_threads')}",
+    ]
+    for name, info in servers.items():
+        colds = ", ".join(f"{t} {facts['cold_ms']:.1f} ms" for t, facts in info.get("tasks", {}).items()
+                          if facts.get("cold_ms") is not None)
+        source = "built by the benchmark" if info.get("built") else f"`{info.get('repository')}`"
+        lines.append(f"- {name} server ({source}): ready in {_num(info.get('start_seconds'), 1)} s; "
+                     f"first request to each ensemble: {colds}")
+    lines += ["", "## Targets", "", "| task | measure | value | target | | detail |", "|---|---|---:|---|---|---|"]
+    for r in results.get("ratios", []):
+        met = format_met(r)
+        lines.append(f"| {r['task'] or 'all'} | {r['name']} | {format_value(r)} | {format_target(r)} | "
+                     f"{'**' + met + '**' if r['met'] is False else met} | {r['detail']} |")
+    for task, facts in results.get("tasks", {}).items():
+        lines += ["", f"## {task} ({facts.get('texts')} test texts)", ""]
+        lines += render_task_table(results, task)
+        warm = next((r for r in rows_of(results, task, SERVED) if r.concurrency == 1), None)
+        cold = servers.get("served", {}).get("tasks", {}).get(task, {}).get("cold_ms")
+        if warm and cold is not None:
+            lines += ["", f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
+                          f"{_num(warm.p50_ms, 2)} ms."]
+    if plot_name:
+        lines += ["", f"![throughput and p99 latency against concurrency]({plot_name})"]
+    return "\n".join(lines)
+
+
+def update_markdown(path: str | Path, results: dict, plot_name: str | None = "bench.png") -> Path:
+    """Write the generated part between the markers of `path` (creating the file from a template with a
+    hand-written Levers section when it does not exist), keeping everything outside them; atomically."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.exists() else MARKDOWN_TEMPLATE
+    text = replace_generated(text, render_generated(results, plot_name))
+    with atomic_path(path, suffix=".md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def replace_generated(text: str, generated: str) -> str:
+    block = f"{BEGIN_MARK}\n{generated.strip()}\n{END_MARK}"
+    begin, end = text.find(BEGIN_MARK), text.find(END_MARK)
+    if begin == -1 and end == -1:
+        # A hand-written file without markers: the generated part goes first under its title, nothing is lost.
+        match = re.search(r"^# .*\n", text, re.MULTILINE)
+        at = match.end() if match else 0
+        return text[:at] + "\n" + block + "\n\n" + text[at:].lstrip("\n")
+    if begin == -1 or end == -1 or end < begin:
+        raise ErnieDeployError("BENCHMARKS.md has one bench marker without the other",
+                               f"keep both {BEGIN_MARK} and {END_MARK}, in this order, or remove both")
+    return text[:begin] + block + text[end + len(END_MARK):]
+
+
+def write_outputs(results: dict, out: Path, plot_png: bool = True) -> list[Path]:
+    """BENCHMARKS.md (its generated part) and bench.png in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [update_markdown(out / "BENCHMARKS.md", results, "bench.png" if plot_png else None)]
+    if plot_png:
+        written.append(plot(results, out / "bench.png"))
+    return written
+
+
+# -- the console -----------------------------------------------------------------------------------
+
+
+def report(results: dict) -> str:
+    """What the CLI prints at the end: the best rows per task, the ratio table, and any failure, loudly."""
+    lines = []
+    for task in results.get("tasks", {}):
+        parts = []
+        for kind in ROW_KINDS.values():
+            if kind.inprocess:
+                best = best_row(results, task, kind.key)
+                if best:
+                    parts.append(f"{best.label} {best.throughput:.0f} seq/s (b{best.batch})")
+        for kind in ROW_KINDS.values():
+            if not kind.inprocess:
+                top = at_concurrency(rows_of(results, task, kind.key), REFERENCE_CONCURRENCY)
+                if top:
+                    parts.append(f"{top.label} {top.throughput:.0f} seq/s (c{top.concurrency}, "
+                                 f"p99 {top.p99_ms:.1f} ms)")
+        lines.append(f"{task}: " + "; ".join(parts))
+    lines += ["", ratio_table(results)]
+    for note in sanity_notes(results):
+        lines.append(f"note: {note}")
+    errors = results.get("errors", total_errors(results))
+    problems = mismatches(results)
+    if errors or problems:
+        bar = "!" * 78
+        lines += ["", bar]
+        if errors:
+            lines.append(f"!! BENCHMARK HAD {errors} FAILED REQUESTS: its numbers are not valid")
+            for row in rows_of(results):
+                if row.errors:
+                    lines.append(f"!!   {row.task} {row.label} c{row.concurrency}: {row.errors} errors {row.note}")
+        for problem in problems:
+            lines.append(f"!! {problem}")
+        lines.append(bar)
+    return "\n".join(lines)
+
+
+def render_file(results_file: str | Path, out: str | Path | None = None, plot_png: bool = True) -> dict:
+    """Rewrite BENCHMARKS.md and bench.png in `out` (default: beside the results file) from a results file, and
+    print what was written and the report."""
+    results = load_json(results_file)
+    for path in write_outputs(results, Path(out or Path(results_file).parent), plot_png):
+        print(f"wrote {path}")
+    print(report(results))
+    return results

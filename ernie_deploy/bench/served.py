@@ -1,0 +1,198 @@
+"""The whole benchmark: the in-process rows, then each served layout built, served by a real tritonserver and
+loaded, one server at a time; the results, their files and the report.
+
+Servers run one at a time (a second would share the cores), and every number that a ratio divides was
+measured in the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from ernie_deploy.bench.config import SCHEMA, BenchConfig, TaskInputs
+from ernie_deploy.bench.inprocess import (
+    bench_inprocess,
+    paddle_available,
+    reference_predictions,
+)
+from ernie_deploy.bench.load import (
+    load_row,
+    prepare_requests,
+    run_load,
+    run_perf_analyzer,
+)
+from ernie_deploy.bench.machine import (
+    command_line,
+    loadavg,
+    machine_info,
+    package_versions,
+    server_version,
+    utc_stamp,
+)
+from ernie_deploy.bench.report import report, write_outputs
+from ernie_deploy.bench.rows import ROW_KINDS, Row, asdict_rows, tick, total_errors
+from ernie_deploy.bench.targets import compute_ratios
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import write_json
+
+
+def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
+    """The project's own `build`, runtime "python" (what a pip-only machine serves), into `out`, with these
+    BuildOptions (everything else at its default)."""
+    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.options import BuildOptions
+
+    entries = [TaskArtifacts(i.task, Path(i.onnx), i.static.vocab_file, i.static.labels) for i in inputs]
+    build(entries, out, BuildOptions(runtime="python", **options))
+    return out
+
+
+def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served") -> Path:
+    """A layout into `out`: "served" (the ensemble, defaults), "fused" or "classic"."""
+    return build_layout(inputs, out, fused=layout == "fused", classic=layout == "classic")
+
+
+def bench_server(repository: Path, name: str, inputs: list[TaskInputs], config: BenchConfig, references: dict,
+                 workdir: Path, progress=None) -> tuple[dict, list[Row]]:
+    """Start tritonserver on `repository`, measure its rows for every task, stop it. `name` is "served",
+    "fused" or "classic". Returns (server facts, rows)."""
+    from ernie_deploy.client.grpc_client import Client, decode_outputs
+    from ernie_deploy.server.process import TritonServer
+
+    server = TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0,
+                          log_file=workdir / f"{name}_tritonserver.log")
+    server.start(timeout=config.server_timeout_s)
+    info = {"repository": str(repository), "start_seconds": server.start_seconds, "log": str(server.log_path),
+            "tritonserver": server_version(server.http_url), "binary": server.binary.kind, "tasks": {}}
+    rows: list[Row] = []
+    try:
+        for item in inputs:
+            task = item.task
+            facts: dict = {}
+            with Client(task, server.grpc_url) as client:
+                client.check_ready()
+                # The first request after ready: the cost a cold server puts on its first caller.
+                t0 = time.perf_counter()
+                client.infer(item.texts[:1])
+                facts["cold_ms"] = 1000 * (time.perf_counter() - t0)
+                check = item.texts[:config.check_texts]
+                served = decode_outputs(task, client.infer_all(check, batch_size=8, progress=False))
+                expected = references[task.name][:len(check)]
+                agree = sum(a == b for a, b in zip(served, expected))
+                facts["checked"] = len(check)
+                facts["agree"] = agree
+            info["tasks"][task.name] = facts
+            variants = [(kind.key, config.client_batch if kind.batched else 1) for kind in ROW_KINDS.values()
+                        if kind.layout == name and (not kind.batched or config.client_batch > 1)]
+            for kind, batch in variants:
+                requests = None if config.perf_analyzer else prepare_requests(item.texts, batch)
+                for concurrency in config.concurrency:
+                    if config.perf_analyzer:
+                        row = run_perf_analyzer(config.perf_analyzer, task, server.grpc_url, item.texts, kind, batch,
+                                                concurrency, config.duration_s, workdir)
+                    else:
+                        result = run_load(server.grpc_url, task, requests, concurrency, warmup_s=config.warmup_s,
+                                          duration_s=config.duration_s, count=config.requests,
+                                          server_pgid=server.pid)
+                        row = load_row(task, kind, batch, concurrency, result)
+                    rows.append(row)
+                    tick(progress, row)
+            if not server.is_running():
+                raise ErnieDeployError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
+    finally:
+        server.stop()
+    return info, rows
+
+
+def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
+    paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle else 0
+    served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
+    others = len(config.concurrency) * (int(config.classic) + int(config.fused))
+    return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others)
+
+
+def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(), *,
+                  repository: str | Path | None = None, classic_repository: str | Path | None = None,
+                  workdir: str | Path | None = None, command: str | None = None) -> dict:
+    """Measure every row for every task; returns the results (what bench.json holds)."""
+    import tempfile
+
+    from tqdm import tqdm
+
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+
+    if not inputs:
+        raise ErnieDeployError("no task to benchmark")
+    started = time.time()
+    own_workdir = None
+    if workdir is None:
+        own_workdir = tempfile.TemporaryDirectory(prefix="ernie-deploy-bench-")
+        workdir = own_workdir.name
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    tokenizers = {i.task.name: build_tokenizer(i.static.vocab_file) for i in inputs}
+    results = {
+        "schema": SCHEMA,
+        "date": utc_stamp(started),
+        "command": command or command_line(),
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "settings": {**dataclasses.asdict(config), "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or
+                     "onnxruntime default"},
+        "tasks": {i.task.name: {"texts": len(i.texts), "max_seq_len": i.task.max_seq_len} for i in inputs},
+        "servers": {},
+        "rows": [],
+    }
+    progress = tqdm(total=_cells(inputs, config), desc="bench", unit="cell", disable=not config.progress)
+    try:
+        references = {}
+        for item in inputs:
+            tokenizer = tokenizers[item.task.name]
+            references[item.task.name] = reference_predictions(item, item.texts[:config.check_texts])
+            int8_onnx = workdir / f"{item.task.name}_int8.onnx" if config.int8 else None
+            if int8_onnx:
+                from ernie_deploy.export.precision import quantize_int8
+
+                quantize_int8(item.onnx, int8_onnx)
+            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, int8_onnx)))
+        plans = [("served", repository)]
+        if config.fused:
+            plans.append(("fused", None))
+        if config.classic:
+            plans.append(("classic", classic_repository))
+        for name, given in plans:
+            repo = Path(given) if given else build_repository(inputs, workdir / f"{name}_models", name)
+            info, rows = bench_server(repo, name, inputs, config, references, workdir, progress)
+            info["built"] = not given
+            results["servers"][name] = info
+            results["rows"].extend(asdict_rows(rows))
+    finally:
+        progress.close()
+        if own_workdir is not None:
+            own_workdir.cleanup()
+    results["seconds"] = round(time.time() - started, 1)
+    results["machine"]["loadavg_end"] = loadavg()
+    results["ratios"] = compute_ratios(results)
+    results["errors"] = total_errors(results)
+    return results
+
+
+def run_and_write(inputs: list[TaskInputs], config: BenchConfig, out: Path, *, plot_png: bool = True,
+                  repository: str | Path | None = None, classic_repository: str | Path | None = None) -> dict:
+    """`ernie-deploy bench`: measure, write bench.json, BENCHMARKS.md and bench.png (unless not `plot_png`) in
+    `out`, print the report. Failed requests raise, after everything is written."""
+    results = run_benchmark(inputs, config, repository=repository, classic_repository=classic_repository)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [write_json(results, out / "bench.json"), *write_outputs(results, out, plot_png)]
+    print()
+    for path in written:
+        print(f"wrote {path}")
+    print()
+    print(report(results))
+    if results["errors"]:
+        raise ErnieDeployError(f"{results['errors']} requests failed during the benchmark",
+                               "read the server logs named in bench.json; the numbers of this run are not valid")
+    return results

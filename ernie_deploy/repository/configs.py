@@ -1,0 +1,204 @@
+"""The Triton configs of a task, built as tritonclient's typed ModelConfig from the ONNX signature: tokenizer,
+model, postprocess and ensemble (or one fused model), each warmed up before it reports ready."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import (
+    LOGITS,
+    MODEL_INPUTS,
+    TEXT_INPUT,
+    TOKENIZER_OUTPUTS,
+    TOKENIZER_STEP,
+    TaskSpec,
+    TensorSpec,
+)
+from ernie_deploy.repository.options import ORT_GRAPH_LEVELS, BuildOptions, check_options
+from ernie_deploy.repository.signature import onnx_signature, spec_of
+
+
+def _tensor(message, spec: TensorSpec):
+    message.name = spec.name
+    message.data_type = mc.DataType.Value("TYPE_STRING" if spec.data_type == "BYTES" else f"TYPE_{spec.data_type}")
+    message.dims.extend(spec.dims)
+    return message
+
+
+def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "", platform: str = "",
+          batching: bool = True, params: dict | None = None) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=name, backend=backend, platform=platform, max_batch_size=options.max_batch_size)
+    batching = batching and options.batching
+    for spec in inputs:
+        tensor = _tensor(config.input.add(), spec)
+        # Triton's batcher merges only requests whose shapes match, so texts of different lengths would
+        # never share a batch. A python step reads each request on its own (and pads them together in
+        # ernie_deploy.serving.steps), so it can take them ragged.
+        tensor.allow_ragged_batch = batching and options.ragged and backend == "python" and -1 in spec.dims
+    for spec in outputs:
+        _tensor(config.output.add(), spec)
+    if batching:
+        config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
+    if platform != "ensemble":
+        count = 1 if options.classic else options.instances
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=count)
+        _add_warmup(config)
+    for key, value in (params or {}).items():
+        config.parameters[key].string_value = str(value)
+    return config
+
+
+WARMUP_TEXT = "ERNIE 预热：新华社北京电。"
+WARMUP_TOKENS = 16  # the length given to token-level warmup tensors (dims of -1)
+
+
+def _add_warmup(config: mc.ModelConfig) -> None:
+    """One warmup request per instance, run by Triton before the model is ready: a python step's first
+    execute was measured at 70-85 ms (the stub's first round trip), the later ones at well under 1 ms."""
+    warmup = config.model_warmup.add(name="warmup", batch_size=1)
+    for tensor in config.input:
+        item = warmup.inputs[tensor.name]
+        item.data_type = tensor.data_type
+        item.dims.extend(WARMUP_TOKENS if d == -1 else d for d in tensor.dims)
+        if tensor.data_type == mc.TYPE_STRING:
+            item.input_data_file = tensor.name  # read from <model>/warmup/<name>, written by `build`
+        else:
+            item.zero_data = True
+
+
+def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
+    """<model>/warmup/ file name -> contents: BYTES elements as Triton reads them (4-byte little-endian
+    length, then the bytes)."""
+    import struct
+
+    text = WARMUP_TEXT.encode("utf-8")
+    return {item.input_data_file: struct.pack("<I", len(text)) + text
+            for w in config.model_warmup for item in w.inputs.values() if item.input_data_file}
+
+
+def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
+    multiple = max_seq_len if options.classic else options.pad_to_multiple_of
+    params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
+    if multiple > 1:
+        params["pad_to_multiple_of"] = multiple
+    return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
+
+
+def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
+    if options.runtime == "onnxruntime":
+        # The ORT backend's own parameter names; 0 leaves onnxruntime's default.
+        params = {}
+        if options.ort_threads:
+            params["intra_op_thread_count"] = options.ort_threads
+        if options.ort_inter_op_threads:
+            params["inter_op_thread_count"] = options.ort_inter_op_threads
+            params["execution_mode"] = 1  # parallel; the sequential default ignores inter_op_thread_count
+        config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
+        config.default_model_filename = "model.onnx"
+        if ORT_GRAPH_LEVELS[options.ort_graph_level]:
+            config.optimization.graph.level = ORT_GRAPH_LEVELS[options.ort_graph_level]
+        if options.device == "gpu":
+            # one group of `instances` per visible GPU
+            config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+        if options.trt_fp16:
+            accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+            accelerator.parameters["precision_mode"] = "FP16"
+        return config
+    params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
+    if options.ort_threads:
+        params["intra_op_threads"] = options.ort_threads
+    if options.ort_spinning:
+        params["ort_spinning"] = "true"
+    return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
+
+
+def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
+    inputs = [logits, *task.postprocess_extra_inputs]
+    outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
+    return _base(task.postprocess_step, inputs, outputs, options, backend="python",
+                 params={"labels_file": "labels.json"})
+
+
+def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
+    """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
+    output of that name. A step output is mapped only where a later step or the caller reads it: Triton
+    rejects ensemble tensors that lead nowhere."""
+    produced: dict[str, TensorSpec] = {TEXT_INPUT.name: TEXT_INPUT}
+    for step in steps:
+        for tensor in step.input:
+            if tensor.name not in produced:
+                raise ErnieDeployError(f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, "
+                                       "which no earlier step produces")
+        produced.update({o.name: spec_of(o) for o in step.output})
+    missing = [o.name for o in task.outputs if o.name not in produced]
+    if missing:
+        raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
+    read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
+    config = _base(task.ensemble, [TEXT_INPUT], [produced[o.name] for o in task.outputs], options,
+                   platform="ensemble", batching=False)
+    for step in steps:
+        entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
+        for tensor in step.input:
+            entry.input_map[tensor.name] = tensor.name
+        for tensor in step.output:
+            if tensor.name in read:
+                entry.output_map[tensor.name] = tensor.name
+    return config
+
+
+def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
+                 tokenizer_step: str = TOKENIZER_STEP, pad_token_id: int = 0) -> list[mc.ModelConfig]:
+    """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
+    dims are checked, not assumed."""
+    check_options(options)
+    inputs, outputs = onnx_signature(onnx_path)
+    names = sorted(s.name for s in inputs)
+    if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
+        raise ErnieDeployError(
+            f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
+            f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
+            "convert with `ernie-deploy convert`, which names the tensors")
+    by_name = {s.name: s for s in inputs}
+    tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
+    for name in MODEL_INPUTS:
+        if by_name[name].data_type != tokenized[name].data_type or len(by_name[name].dims) != 1:
+            raise ErnieDeployError(
+                f"{onnx_path}: input {name!r} is {by_name[name].data_type} with dims {list(by_name[name].dims)} "
+                f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
+                "export with int64 [batch, sequence] inputs (`ernie-deploy export`)")
+    if len(outputs[0].dims) != task.logits_rank:
+        raise ErnieDeployError(
+            f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
+            f"{task.name} ({'[classes]' if task.logits_rank == 1 else '[tokens, classes]'})",
+            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for")
+    ordered = [by_name[n] for n in MODEL_INPUTS]
+    steps = [tokenizer_config(tokenizer_step, task.max_seq_len, options),
+             model_config(task, ordered, outputs, options, pad_token_id), postprocess_config(task, outputs[0], options)]
+    ensemble = ensemble_config(task, steps, options)
+    if options.fused:
+        return [fused_config(task, steps, ensemble, options)]
+    return steps + [ensemble]
+
+
+def fused_config(task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig,
+                 options: BuildOptions) -> mc.ModelConfig:
+    """The ensemble's interface as one python model whose parameters are its steps' parameters."""
+    if options.runtime != "python":
+        raise ErnieDeployError("a fused model runs onnxruntime inside the python backend",
+                               "build it with --runtime python, or drop --fused to use the ORT backend")
+    params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
+    params["postprocess"] = task.postprocess
+    return _base(task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python",
+                 params=params)
+
+
+def render(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())

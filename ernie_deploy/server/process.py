@@ -1,0 +1,399 @@
+"""A real `tritonserver` process on a model repository: start it, wait until it is ready, stop it with every
+model stub it started; the servers still running are stopped when Python exits. `serve_forever` is the
+blocking entry point of `ernie-deploy serve`.
+
+Imports stay cheap: nothing here imports paddle or tritonclient at module load.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.server.args import server_args
+from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
+from ernie_deploy.server.logs import likely_fix, log_excerpt
+from ernie_deploy.server.preflight import (DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, check_port_free,
+                                           check_shm, free_ports)
+from ernie_deploy.server.procs import wait_group_gone
+
+_LIVE: set["TritonServer"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        try:
+            server.stop(timeout=10)
+        except Exception:
+            pass
+
+
+def _pdeathsig_preexec():
+    """A preexec_fn that makes the server get SIGTERM when the thread that started it dies.
+
+    Keeps a killed test run or CLI from leaving an orphan server holding the ports. The libc
+    function is looked up here, before the fork; the child only calls it.
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent is already gone
+            os._exit(1)
+
+    return preexec
+
+
+class TritonServer:
+    """A tritonserver process on a model repository, bound to `host` (loopback by default).
+
+    Ports of 0 are replaced by free ports at start(). Use as a context manager, or call start() and
+    stop(). Output goes to `log_file` (default: a fresh temporary folder, kept for reading).
+
+    die_with_parent: the server gets SIGTERM when the thread that called start() ends (Linux
+    PR_SET_PDEATHSIG), so a killed test run or CLI leaves no orphan holding the ports. Turn it off
+    when a short-lived worker thread starts a server that must outlive it.
+    """
+
+    def __init__(
+        self,
+        model_repository: str | os.PathLike,
+        *,
+        tritonserver: str | os.PathLike | TritonBinary | None = None,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
+        shm_growth_byte_size: int | None = None,
+        log_verbose: int = 0,
+        log_file: str | os.PathLike | None = None,
+        extra_args: Sequence[str] = (),
+        shm_preflight: bool = True,
+        die_with_parent: bool = True,
+        restart_stubs: bool = True,
+        on_stub_restart=None,
+    ):
+        if shm_default_byte_size <= 0:
+            raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
+        self.model_repository = Path(model_repository).absolute()
+        self._tritonserver = tritonserver
+        self.host = host
+        self._wanted_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self.ports = dict(self._wanted_ports)
+        self.shm_default_byte_size = shm_default_byte_size
+        self.shm_growth_byte_size = shm_growth_byte_size
+        self.log_verbose = log_verbose
+        self._log_file = Path(log_file).absolute() if log_file else None
+        self.extra_args = tuple(extra_args)
+        self.shm_preflight = shm_preflight
+        self.die_with_parent = die_with_parent
+        # The watchdog needs explicit model control; a caller choosing its own mode keeps Triton's behaviour.
+        self.restart_stubs = restart_stubs and not any(a.startswith("--model-control-mode") for a in extra_args)
+        self.on_stub_restart = on_stub_restart
+        self.watchdog = None
+        self.binary: TritonBinary | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_path: Path | None = None
+        self._stopped = False
+        # Unique per server so that after a SIGKILL its leftover /dev/shm regions can be removed.
+        self.shm_prefix = f"ernie_deploy_{uuid.uuid4().hex[:12]}_"
+        self.start_seconds: float | None = None
+        self.stop_seconds: float | None = None
+
+    # -- addresses ---------------------------------------------------------------------------
+    @property
+    def _client_host(self) -> str:
+        if self.host in ("", "0.0.0.0"):
+            return "127.0.0.1"
+        if self.host == "::":
+            return "[::1]"
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self._client_host}:{self.ports['grpc']}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._client_host}:{self.ports['http']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self._client_host}:{self.ports['metrics']}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._log_path
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_text(self) -> str:
+        if self._log_path and self._log_path.exists():
+            return self._log_path.read_text(errors="replace")
+        return ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The argv that start() runs (after binary and ports are resolved)."""
+        assert self.binary is not None
+        growth = self.shm_growth_byte_size or PYTHON_BACKEND_GROWTH_BYTE_SIZE
+        args = [
+            str(self.binary.path),
+            *server_args(self.model_repository, shm_default_byte_size=self.shm_default_byte_size,
+                         shm_growth_byte_size=growth),
+            # What only this launcher needs: the wheel's prepared backends, loopback addresses and
+            # chosen ports, a region prefix of its own (so stop() can sweep what a killed server leaks).
+            f"--backend-directory={prepared_backend_dir(self.binary)}",
+            f"--http-address={self.host}",
+            f"--http-port={self.ports['http']}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.ports['grpc']}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.ports['metrics']}",
+            "--allow-gpu-metrics=false",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        if self.restart_stubs:
+            # Explicit model control, every model loaded at start (as by default), so the stub watchdog
+            # can reload a model whose python stub died (see ernie_deploy.server.watchdog).
+            args += ["--model-control-mode=explicit", "--load-model=*"]
+        return args + list(self.extra_args)
+
+    def preflight(self) -> None:
+        """The checks start() makes before it spawns anything."""
+        if not self.model_repository.is_dir():
+            raise ErnieDeployError(
+                f"model repository {self.model_repository} does not exist",
+                "build it first (ernie-deploy build) or pass the right path",
+            )
+        if self.shm_preflight:
+            check_shm(self.model_repository, self.shm_default_byte_size, self.shm_growth_byte_size)
+        for what, port in self.ports.items():
+            if port:
+                check_port_free(self.host, port, what)
+
+    def start(self, timeout: float = 120) -> "TritonServer":
+        if self.is_running():
+            raise ErnieDeployError(f"tritonserver is already running (pid {self.pid})")
+        t0 = time.monotonic()
+        self.binary = (
+            self._tritonserver
+            if isinstance(self._tritonserver, TritonBinary)
+            else find_tritonserver(self._tritonserver)
+        )
+        self.ports = dict(self._wanted_ports)
+        self.preflight()
+        picked = iter(free_ports(sum(1 for v in self.ports.values() if not v), self.host))
+        self.ports = {k: (v or next(picked)) for k, v in self.ports.items()}
+        if len(set(self.ports.values())) != len(self.ports):
+            raise ErnieDeployError(f"the http, grpc and metrics ports must differ, got {self.ports}")
+        argv = self.command()
+        self._log_path = self._log_file or Path(tempfile.mkdtemp(prefix="ernie-deploy-triton-")) / "tritonserver.log"
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "wb") as log:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=server_env(self.binary),
+                    start_new_session=True,  # its own process group: stop() reaches the model stubs too
+                    preexec_fn=_pdeathsig_preexec() if self.die_with_parent else None,
+                )
+            except OSError as exc:
+                raise ErnieDeployError(
+                    f"cannot run {self.binary.path}: {exc}", "check the file is an executable tritonserver"
+                ) from None
+        self._stopped = False
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop(timeout=10)
+            raise
+        self.start_seconds = time.monotonic() - t0
+        if self.restart_stubs:
+            from ernie_deploy.server.watchdog import StubWatchdog
+
+            self.watchdog = StubWatchdog(self._proc.pid, self.grpc_url, on_restart=self.on_stub_restart)
+            self.watchdog.start()
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        import urllib.error
+        import urllib.request
+
+        # No proxy: an http_proxy in the environment must not swallow a loopback health check.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        url = f"{self.http_url}/v2/health/ready"
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                self._fail(f"tritonserver exited with code {code} before it was ready")
+            try:
+                with opener.open(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self._fail(f"tritonserver was not ready after {timeout:g} s", timed_out=True)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _fail(self, what: str, timed_out: bool = False) -> None:
+        if self._proc.poll() is None:
+            self.stop(timeout=10)
+        text = self.log_text()
+        errors, tail = log_excerpt(text)
+        shown = errors or tail
+        label = "server errors" if errors else "last log lines"
+        body = "\n".join("    " + line for line in shown)
+        raise ErnieDeployError(
+            f"{what} (log: {self._log_path})\n  {label}:\n{body}",
+            likely_fix(text, self._log_path, timed_out),
+        )
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM (Triton unloads the models and exits), then SIGKILL to the whole group after `timeout`."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if self._stopped:
+            return proc.returncode
+        if self.watchdog is not None:  # stubs exit during shutdown: that is no death to repair
+            self.watchdog.stop()
+        t0 = time.monotonic()
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._killpg(signal.SIGKILL)
+                proc.wait(timeout=10)
+        # Model stubs left behind by a crash or a kill: the group outlives its leader only through them.
+        # Wait until they are really gone, so a caller that restarts at once finds the ports and shm free.
+        self._killpg(signal.SIGKILL)
+        wait_group_gone(proc.pid, timeout=10)
+        self._sweep_shm()
+        self._stopped = True
+        self.stop_seconds = time.monotonic() - t0
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        return proc.returncode
+
+    def _killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _sweep_shm(self, shm_path: str = "/dev/shm") -> None:
+        try:
+            names = os.listdir(shm_path)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(self.shm_prefix):
+                try:
+                    os.unlink(os.path.join(shm_path, name))
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "TritonServer":
+        if not self.is_running():
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.is_running() else "stopped"
+        return f"TritonServer({str(self.model_repository)!r}, grpc={self.grpc_url}, {state})"
+
+
+# --------------------------------------------------------------------------------------------
+# Blocking entry point for the CLI
+
+
+def _report_stub_restart(event) -> None:
+    how = f"reloaded in {event.seconds:.1f} s" if event.ok else f"could not be reloaded: {event.message}"
+    print(f"the python stub of model {event.model!r} died; {how}", file=sys.stderr, flush=True)
+
+
+def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float = 120, **kw) -> int:
+    """Start the server, print where it listens, and block until SIGINT/SIGTERM; then stop cleanly.
+
+    Keyword arguments go to TritonServer. Returns 0 after a requested stop; raises ErnieDeployError
+    if the server fails to start or dies on its own.
+    """
+    kw.setdefault("on_stub_restart", _report_stub_restart)
+    server = TritonServer(model_repository, **kw)
+    stop_requested = threading.Event()
+    previous: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop_requested.set())
+    try:
+        server.start(timeout=start_timeout)
+        print(
+            f"Triton is ready in {server.start_seconds:.1f} s (pid {server.pid}, {server.binary.kind})\n"
+            f"  grpc:    {server.grpc_url}\n"
+            f"  http:    {server.http_url}\n"
+            f"  metrics: {server.metrics_url}\n"
+            f"  log:     {server.log_path}\n"
+            "Press Ctrl-C to stop.",
+            flush=True,
+        )
+        while not stop_requested.wait(0.5):
+            if not server.is_running():
+                server._fail(f"tritonserver exited on its own with code {server.returncode}")
+        print("Stopping tritonserver ...", flush=True)
+        code = server.stop()
+        print(f"tritonserver stopped in {server.stop_seconds:.1f} s (exit code {code})", flush=True)
+        return 0
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
