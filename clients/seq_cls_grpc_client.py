@@ -10,8 +10,8 @@ Prints per-class precision/recall/F1 and the confusion matrix; the last line is 
 
 import sys
 
-from ernie_deploy.evaluate.served import main
 from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.evaluate.served import main
 
 if __name__ == "__main__":
     sys.exit(main(SEQ_CLS, doc=__doc__))

@@ -11,8 +11,8 @@ Prints per-type precision/recall/F1; the last line is `f1: 0.XXXX (n=N)`.
 
 import sys
 
-from ernie_deploy.evaluate.served import main
 from ernie_deploy.core.tasks import TOKEN_CLS
+from ernie_deploy.evaluate.served import main
 
 if __name__ == "__main__":
     sys.exit(main(TOKEN_CLS, doc=__doc__))

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, integration tests against a real tritonserver included.
+# The whole test suite, integration tests against a real tritonserver included, after the lint and format checks.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
+echo "==> ruff check and ruff format --check"
+ruff check .
+ruff format --check .
 exec python -m pytest "$@"

@@ -12,8 +12,18 @@ import pytest
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 
 ROOT = Path(__file__).resolve().parents[1]
-THUCNEWS_LABELS = ["education", "entertainment", "finance", "game", "politics", "realty", "science", "society",
-                   "sports", "stocks"]
+THUCNEWS_LABELS = [
+    "education",
+    "entertainment",
+    "finance",
+    "game",
+    "politics",
+    "realty",
+    "science",
+    "society",
+    "sports",
+    "stocks",
+]
 MSRA_LABELS = ["O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"]
 
 
@@ -40,10 +50,18 @@ def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0, task=
     vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *chars, *latin, *(f"##{c}" for c in latin)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    config = ErnieConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=512, type_vocab_size=4,
-                         num_labels=len(labels), id2label=dict(enumerate(labels)),
-                         label2id={label: i for i, label in enumerate(labels)})
+    config = ErnieConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        type_vocab_size=4,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
     getattr(ppt, task.paddle_class)(config).save_pretrained(str(out))
     return out
 
@@ -108,8 +126,10 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 
     repo = tmp_path_factory.mktemp("models")
-    entries = [TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-               for p in (seq_cls_pipeline, token_cls_pipeline)]
+    entries = [
+        TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
+        for p in (seq_cls_pipeline, token_cls_pipeline)
+    ]
     build(entries, repo, BuildOptions(runtime="python"))
     return repo
 
@@ -134,6 +154,7 @@ def io_signature(path) -> tuple[list, list]:
 
     def describe(v):
         return v.name, v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
     return [describe(v) for v in model.graph.input], [describe(v) for v in model.graph.output]
 
 

@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _entry(pipeline) -> TaskArtifacts:
@@ -72,8 +75,17 @@ def converted(tiny_pipeline, tmp_path):
     parity = tmp_path / "parity.tsv"
     parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in TEXTS), encoding="utf-8")
     out = tmp_path / "onnx" / "model.onnx"
-    args = ["convert", "--task", "seq_cls", "--static", str(tiny_pipeline.static.root), "--out", str(out),
-            "--parity-data", str(parity)]
+    args = [
+        "convert",
+        "--task",
+        "seq_cls",
+        "--static",
+        str(tiny_pipeline.static.root),
+        "--out",
+        str(out),
+        "--parity-data",
+        str(parity),
+    ]
     assert main(args) == 0
     return out, args
 

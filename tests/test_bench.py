@@ -104,8 +104,21 @@ def test_chunks_cycle_short_splits_and_drop_the_ragged_tail():
 
 
 def _row(task, kind, batch, concurrency=None, tp=100.0, p50=1.0, **kw) -> dict:
-    row = Row(task, kind, batch, concurrency, requests=50, sequences=int(tp), seconds=1.0, throughput=tp,
-              p50_ms=p50, p95_ms=p50 * 2, p99_ms=p50 * 3, mean_ms=p50 * 1.2, **kw)
+    row = Row(
+        task,
+        kind,
+        batch,
+        concurrency,
+        requests=50,
+        sequences=int(tp),
+        seconds=1.0,
+        throughput=tp,
+        p50_ms=p50,
+        p95_ms=p50 * 2,
+        p99_ms=p50 * 3,
+        mean_ms=p50 * 1.2,
+        **kw,
+    )
     return dataclasses.asdict(row)
 
 
@@ -117,24 +130,60 @@ def make_results(errors: int = 0) -> dict:
             rows.append(_row(task, LIMIT_TOK, batch, tp=tp * scale * 0.9, best=batch == 16, tokenize_share=0.08))
         rows.append(_row(task, PADDLE, 16, tp=700.0 * scale, best=True))
         for c, tp in ((1, 250.0), (4, 600.0), (8, 810.0), (16, 820.0)):
-            rows.append(_row(task, SERVED, 1, c, tp=tp * scale, p50=2.0 + c, client_cpu_ms=0.3, server_cpu_ms=1.9,
-                             errors=errors if c == 8 and task == "seq_cls" else 0,
-                             note="errors: boom" if errors and c == 8 and task == "seq_cls" else ""))
+            rows.append(
+                _row(
+                    task,
+                    SERVED,
+                    1,
+                    c,
+                    tp=tp * scale,
+                    p50=2.0 + c,
+                    client_cpu_ms=0.3,
+                    server_cpu_ms=1.9,
+                    errors=errors if c == 8 and task == "seq_cls" else 0,
+                    note="errors: boom" if errors and c == 8 and task == "seq_cls" else "",
+                )
+            )
             rows.append(_row(task, SERVED_BATCH, 8, c, tp=tp * scale * 1.1, p50=5.0 + c))
             rows.append(_row(task, CLASSIC, 1, c, tp=200.0 * scale, p50=10.0 + c))
     results = {
-        "schema": SCHEMA, "date": "2025-01-01T00:00:00Z", "command": "ernie-deploy bench --smoke",
-        "seconds": 12.0, "machine": {"cpu": "Test CPU", "cores": 2, "usable_cores": 2, "memory_gib": 8.0,
-                                     "platform": "Linux", "python": "3.11.0"},
-        "versions": {"onnxruntime": "1.32.0", "tritonclient": "2.73.0", "nvidia-pytriton": "0.7.0",
-                     "paddlepaddle": "3.3.1"},
+        "schema": SCHEMA,
+        "date": "2025-01-01T00:00:00Z",
+        "command": "ernie-deploy bench --smoke",
+        "seconds": 12.0,
+        "machine": {
+            "cpu": "Test CPU",
+            "cores": 2,
+            "usable_cores": 2,
+            "memory_gib": 8.0,
+            "platform": "Linux",
+            "python": "3.11.0",
+        },
+        "versions": {
+            "onnxruntime": "1.32.0",
+            "tritonclient": "2.73.0",
+            "nvidia-pytriton": "0.7.0",
+            "paddlepaddle": "3.3.1",
+        },
         "settings": dataclasses.asdict(BenchConfig()),
         "tasks": {"seq_cls": {"texts": 1000, "max_seq_len": 128}, "token_cls": {"texts": 5000, "max_seq_len": 128}},
-        "servers": {"served": {"start_seconds": 6.5, "tritonserver": "2.51.0", "built": True,
-                               "tasks": {"seq_cls": {"cold_ms": 30.0, "checked": 64, "agree": 64},
-                                         "token_cls": {"cold_ms": 40.0, "checked": 64, "agree": 64}}},
-                    "classic": {"start_seconds": 6.0, "tritonserver": "2.51.0", "built": True,
-                                "tasks": {"seq_cls": {"cold_ms": 31.0, "checked": 64, "agree": 64}}}},
+        "servers": {
+            "served": {
+                "start_seconds": 6.5,
+                "tritonserver": "2.51.0",
+                "built": True,
+                "tasks": {
+                    "seq_cls": {"cold_ms": 30.0, "checked": 64, "agree": 64},
+                    "token_cls": {"cold_ms": 40.0, "checked": 64, "agree": 64},
+                },
+            },
+            "classic": {
+                "start_seconds": 6.0,
+                "tritonserver": "2.51.0",
+                "built": True,
+                "tasks": {"seq_cls": {"cold_ms": 31.0, "checked": 64, "agree": 64}},
+            },
+        },
         "rows": rows,
     }
     results["ratios"] = compute_ratios(results)
@@ -203,8 +252,17 @@ def test_markdown_is_created_with_markers_and_a_levers_section(tmp_path):
     text = path.read_text()
     assert text.count(BEGIN_MARK) == 1 and text.count(END_MARK) == 1
     assert text.index(BEGIN_MARK) < text.index("## seq_cls") < text.index(END_MARK) < text.index("## Levers")
-    for needle in ("Test CPU", "onnxruntime 1.32.0", "tritonserver 2.51.0", "tritonclient 2.73.0",
-                   "`ernie-deploy bench --smoke`", "## token_cls (5000 test texts)", "**best**", "met", "bench.png"):
+    for needle in (
+        "Test CPU",
+        "onnxruntime 1.32.0",
+        "tritonserver 2.51.0",
+        "tritonclient 2.73.0",
+        "`ernie-deploy bench --smoke`",
+        "## token_cls (5000 test texts)",
+        "**best**",
+        "met",
+        "bench.png",
+    ):
         assert needle in text
 
 
@@ -215,7 +273,7 @@ def test_markdown_rerender_keeps_the_hand_written_parts(tmp_path):
     intro_note = "A note above the generated part.\n"
     text = path.read_text()
     text = text.replace("# Benchmarks\n", "# Benchmarks\n\n" + intro_note)
-    text = text[:text.index("## Levers")] + levers
+    text = text[: text.index("## Levers")] + levers
     path.write_text(text)
 
     second = make_results()
@@ -275,9 +333,21 @@ def test_plot_writes_a_png(tmp_path):
 def test_perf_analyzer_command_and_input_file(tmp_path):
     data = perf_analyzer_input(["国足公布名单", "股市大涨"], tmp_path / "input.json")
     assert json.loads(data.read_text(encoding="utf-8")) == {
-        "data": [{"text": {"content": ["国足公布名单"], "shape": [1]}}, {"text": {"content": ["股市大涨"], "shape": [1]}}]}
-    argv = perf_analyzer_command("/opt/pa/perf_analyzer", "ernie_seqcls", "127.0.0.1:8001", data,
-                                       tmp_path / "c8.csv", concurrency=8, batch=4, duration_s=2.5)
+        "data": [
+            {"text": {"content": ["国足公布名单"], "shape": [1]}},
+            {"text": {"content": ["股市大涨"], "shape": [1]}},
+        ]
+    }
+    argv = perf_analyzer_command(
+        "/opt/pa/perf_analyzer",
+        "ernie_seqcls",
+        "127.0.0.1:8001",
+        data,
+        tmp_path / "c8.csv",
+        concurrency=8,
+        batch=4,
+        duration_s=2.5,
+    )
     assert argv[0] == "/opt/pa/perf_analyzer"
     pairs = dict(zip(argv[1::2], argv[2::2]))
     assert pairs["-m"] == "ernie_seqcls" and pairs["-u"] == "127.0.0.1:8001" and pairs["-i"] == "grpc"
@@ -303,7 +373,9 @@ def test_parse_perf_analyzer_csv_sorts_by_concurrency_and_converts_to_ms(tmp_pat
     assert rows[2]["throughput"] == 812.25
     assert rows[2]["p50_ms"] == pytest.approx(9.8) and rows[2]["p99_ms"] == pytest.approx(13.0)
     assert rows[0]["p95_ms"] == pytest.approx(3.7) and rows[0]["mean_ms"] is None
-    with_avg = "Concurrency,Inferences/Second,p50 latency,p95 latency,p99 latency,Avg latency\n2,10,1000,2000,3000,1500\n"
+    with_avg = (
+        "Concurrency,Inferences/Second,p50 latency,p95 latency,p99 latency,Avg latency\n2,10,1000,2000,3000,1500\n"
+    )
     assert parse_perf_analyzer_csv(with_avg)[0]["mean_ms"] == 1.5
     with pytest.raises(ErnieDeployError):
         parse_perf_analyzer_csv("a,b\n1,2\n")
@@ -319,8 +391,9 @@ def test_cli_smoke_settings_and_overrides():
     config = config_from_args(args)
     assert config.concurrency == (1, 3) and config.duration_s == BenchConfig.smoke().duration_s
     assert config.paddle is False and config.classic is True and len(config.batch_sizes) < len(BATCH_SIZES)
-    args = build_parser().parse_args(["bench", "--task", "seq_cls", "--task", "token_cls", "--duration", "10",
-                                      "--out", "docs/"])
+    args = build_parser().parse_args(
+        ["bench", "--task", "seq_cls", "--task", "token_cls", "--duration", "10", "--out", "docs/"]
+    )
     config = config_from_args(args)
     assert config.concurrency == (1, 4, 8, 16) and config.batch_sizes == (1, 8, 16, 32, 64)
     assert config.duration_s == 10 and args.task == ["seq_cls", "token_cls"]
@@ -347,8 +420,20 @@ def test_cli_render_rewrites_outputs_from_a_results_file(tmp_path, capsys):
 
 # -- end to end, on a real server -----------------------------------------------------------------
 
-TINY_TEXTS = ["国足公布世预赛名单", "股市大涨", "房产新闻", "游戏科技", "教育社会新闻", "娱乐体育", "中国美元亿",
-              "财经时政", "abc 123", "国足大涨", "新闻 game", "体育 sports 2024"]
+TINY_TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "房产新闻",
+    "游戏科技",
+    "教育社会新闻",
+    "娱乐体育",
+    "中国美元亿",
+    "财经时政",
+    "abc 123",
+    "国足大涨",
+    "新闻 game",
+    "体育 sports 2024",
+]
 
 
 @pytest.mark.integration
@@ -363,7 +448,8 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     assert results["errors"] == 0, report(results)
     kinds = {r["kind"] for r in results["rows"]}
     expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
-        {PADDLE} if paddle_available() else set())
+        {PADDLE} if paddle_available() else set()
+    )
     assert kinds == expected
     for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8):
         assert sorted(r.batch for r in rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
@@ -387,8 +473,15 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     # Padding to 128 moves logits by float noise only; a tiny random model's near-ties may flip, so count only.
     assert results["servers"]["classic"]["tasks"]["seq_cls"]["checked"] > 0
     keys = {r["key"] for r in results["ratios"]}
-    assert keys == {"served_vs_limit", "fused_vs_limit", "served_vs_classic", "tokenize_share", "int8_vs_fp32",
-                    "p50_c1_ms", "ready_s"}
+    assert keys == {
+        "served_vs_limit",
+        "fused_vs_limit",
+        "served_vs_classic",
+        "tokenize_share",
+        "int8_vs_fp32",
+        "p50_c1_ms",
+        "ready_s",
+    }
     assert all(r["value"] is not None for r in results["ratios"])
 
     # The outputs a run writes, from this run.

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.fetch import bootstrap
 from ernie_deploy.fetch.data import write_tsv
 from ernie_deploy.fetch.recipes import recipe_for
 from ernie_deploy.fetch.vocab import build_vocab, unk_rate, write_vocab
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS
 
 TINY = {
     "hidden_size": 32,
@@ -34,7 +34,9 @@ TINY = {
 
 # Synthetic 3-class titles: a class keyword among filler characters, with some Latin and digits.
 KEYWORDS = {"sports": ["球赛", "冠军", "nba"], "finance": ["股市", "基金", "gdp"], "game": ["网游", "玩家", "ps3"]}
-FILLER = list("的一是在了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理府研质")
+FILLER = list(
+    "的一是在了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理府研质"
+)
 
 
 def _rows(n: int, seed: int) -> list[tuple[str, str]]:
@@ -268,5 +270,6 @@ def test_training_is_deterministic(trained, tmp_path, monkeypatch):
     for key in a:
         np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
     assert bootstrap.load_meta(again)["history"] == [
-        {**h, "seconds": g["seconds"]} for h, g in zip(bootstrap.load_meta(trained["ckpt"])["history"], bootstrap.load_meta(again)["history"])
+        {**h, "seconds": g["seconds"]}
+        for h, g in zip(bootstrap.load_meta(trained["ckpt"])["history"], bootstrap.load_meta(again)["history"])
     ]

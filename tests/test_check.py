@@ -7,13 +7,13 @@ import shutil
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.repository import check
-from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
+from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
+from ernie_deploy.repository import check
 from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.check import check_repository
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.options import BuildOptions
-from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 MODEL = SEQ_CLS.model_step
 POST = SEQ_CLS.postprocess_step
@@ -23,8 +23,10 @@ ENSEMBLE = SEQ_CLS.ensemble
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, tiny_pipeline, tiny_token_pipeline):
     """runtime -> a repository of both tiny tasks."""
-    entries = [TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-               for p in (tiny_pipeline, tiny_token_pipeline)]
+    entries = [
+        TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
+        for p in (tiny_pipeline, tiny_token_pipeline)
+    ]
     repos = {}
     for runtime in ("python", "onnxruntime"):
         repos[runtime] = tmp_path_factory.mktemp(f"check_{runtime}")
@@ -47,6 +49,7 @@ def _set_input(field, value):
             tensor.dims.extend(value)
         else:
             setattr(tensor, field, value)
+
     return change
 
 
@@ -65,23 +68,44 @@ def _break_model_py(repo):
 
 # name -> (breaks a copy of the repository, the model reported, a part of the message)
 BREAKS = {
-    "renamed config": (lambda r: edit(r, POST, lambda c: setattr(c, "name", "other")), POST,
-                       "config name 'other' differs from the folder name"),
+    "renamed config": (
+        lambda r: edit(r, POST, lambda c: setattr(c, "name", "other")),
+        POST,
+        "config name 'other' differs from the folder name",
+    ),
     "missing version": (lambda r: shutil.rmtree(r / ENSEMBLE / "1"), ENSEMBLE, "no numeric version folder"),
     "renamed input": (lambda r: edit(r, MODEL, _set_input("name", "ids")), MODEL, "input 'ids' is not in model.onnx"),
-    "wrong data type": (lambda r: edit(r, MODEL, _set_input("data_type", mc.TYPE_INT32)), MODEL,
-                        f"input '{MODEL_INPUTS[0]}' is INT32 in config.pbtxt but INT64 in model.onnx"),
-    "batch axis in dims": (lambda r: edit(r, MODEL, _set_input("dims", [-1, -1])), MODEL,
-                           "include the batch dimension; with max_batch_size > 0 it must be left out"),
-    "orphan ensemble read": (lambda r: edit(r, ENSEMBLE, _orphan_read), ENSEMBLE,
-                             f"step {POST} reads 'nowhere', which is neither an ensemble input"),
-    "missing step model": (lambda r: shutil.rmtree(r / POST), ENSEMBLE,
-                           f"step model '{POST}' is not in the repository"),
-    "KIND_GPU without a GPU": (lambda r: edit(r, TOKENIZER_STEP, _gpu_group), TOKENIZER_STEP,
-                               "KIND_GPU instance group on a machine with no GPU"),
+    "wrong data type": (
+        lambda r: edit(r, MODEL, _set_input("data_type", mc.TYPE_INT32)),
+        MODEL,
+        f"input '{MODEL_INPUTS[0]}' is INT32 in config.pbtxt but INT64 in model.onnx",
+    ),
+    "batch axis in dims": (
+        lambda r: edit(r, MODEL, _set_input("dims", [-1, -1])),
+        MODEL,
+        "include the batch dimension; with max_batch_size > 0 it must be left out",
+    ),
+    "orphan ensemble read": (
+        lambda r: edit(r, ENSEMBLE, _orphan_read),
+        ENSEMBLE,
+        f"step {POST} reads 'nowhere', which is neither an ensemble input",
+    ),
+    "missing step model": (
+        lambda r: shutil.rmtree(r / POST),
+        ENSEMBLE,
+        f"step model '{POST}' is not in the repository",
+    ),
+    "KIND_GPU without a GPU": (
+        lambda r: edit(r, TOKENIZER_STEP, _gpu_group),
+        TOKENIZER_STEP,
+        "KIND_GPU instance group on a machine with no GPU",
+    ),
     "model.py syntax error": (_break_model_py, POST, "1/model.py does not compile"),
-    "missing warmup file": (lambda r: (r / TOKENIZER_STEP / "warmup" / "text").unlink(), TOKENIZER_STEP,
-                            "warmup/text is missing"),
+    "missing warmup file": (
+        lambda r: (r / TOKENIZER_STEP / "warmup" / "text").unlink(),
+        TOKENIZER_STEP,
+        "warmup/text is missing",
+    ),
 }
 
 
@@ -99,8 +123,11 @@ def test_built_repository_checks_clean(built, runtime, capsys):
 
 def test_fused_repository_checks_clean(tmp_path, tiny_pipeline):
     # the fused model carries model_file too, but its tensors are the pipeline's, not the ONNX file's
-    build(TaskArtifacts(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels),
-          tmp_path, BuildOptions(runtime="python", fused=True))
+    build(
+        TaskArtifacts(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels),
+        tmp_path,
+        BuildOptions(runtime="python", fused=True),
+    )
     assert check_repository(tmp_path) == []
 
 

@@ -7,9 +7,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ernie_deploy.export.onnx import check_parity, require_parity
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
+from ernie_deploy.export.onnx import check_parity, require_parity
 
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80]
 
@@ -39,8 +39,9 @@ def test_parity_holds_for_the_converted_model(tiny_pipeline):
 def test_parity_gate_catches_a_tampered_model(tiny_pipeline, tmp_path):
     model = onnx.load(str(tiny_pipeline.onnx))
     # Perturb the largest float initializer (the embeddings): the logits must move.
-    init = max((i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT),
-               key=lambda i: np.prod(i.dims))
+    init = max(
+        (i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT), key=lambda i: np.prod(i.dims)
+    )
     array = numpy_helper.to_array(init).copy()
     array += np.random.default_rng(0).normal(0, 0.5, array.shape).astype(array.dtype)
     init.CopyFrom(numpy_helper.from_array(array, init.name))
@@ -72,22 +73,26 @@ def _legacy_static_model(root):
             with paddle.static.program_guard(main, startup):
                 ids = paddle.static.data("input_ids", [None, None], "int64")
                 types = paddle.static.data("token_type_ids", [None, None], "int64")
-                hidden = paddle.static.nn.embedding(ids, size=[64, 16]) + paddle.static.nn.embedding(types, size=[4, 16])
+                hidden = paddle.static.nn.embedding(ids, size=[64, 16]) + paddle.static.nn.embedding(
+                    types, size=[4, 16]
+                )
                 logits = paddle.static.nn.fc(paddle.mean(hidden, axis=1), 10)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
             paddle.static.save_inference_model(str(root / "inference"), [ids, types], [logits], exe, program=main)
     finally:
         paddle.disable_static()
-    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *"国足公布世预赛名单"]) + "\n")
+    (root / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *"国足公布世预赛名单"]) + "\n"
+    )
     return root
 
 
 def test_legacy_pdmodel_is_accepted_and_converted(tmp_path):
+    from ernie_deploy.core.tasks import SEQ_CLS
     from ernie_deploy.export.onnx import convert
     from ernie_deploy.export.static import export
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint
-    from ernie_deploy.core.tasks import SEQ_CLS
 
     checkpoint = inspect_checkpoint(_legacy_static_model(tmp_path / "legacy"))
     assert checkpoint.kind == "static" and checkpoint.model_file.suffix == ".pdmodel"

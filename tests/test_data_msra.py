@@ -6,9 +6,19 @@ import json
 
 import pytest
 
-from ernie_deploy.fetch import data
-from ernie_deploy.fetch.data import bmes_to_bio, entity_label_names, parse_bmes, read_jsonl, read_split, read_split_file, split_file, write_jsonl, write_tsv
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.fetch import data
+from ernie_deploy.fetch.data import (
+    bmes_to_bio,
+    entity_label_names,
+    parse_bmes,
+    read_jsonl,
+    read_split,
+    read_split_file,
+    split_file,
+    write_jsonl,
+    write_tsv,
+)
 
 MSRA_TAGS = {"O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"}
 
@@ -96,7 +106,7 @@ def test_bmes_to_bio_unknown_tag(tag):
 
 
 def test_jsonl_round_trip(tmp_path):
-    rows = [("张三在北京", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]), ("a \"b\"\n", ["O"] * 6), ("", [])]
+    rows = [("张三在北京", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]), ('a "b"\n', ["O"] * 6), ("", [])]
     path = tmp_path / "sub" / "train.jsonl"
     write_jsonl(path, rows)
     assert read_jsonl(path) == ([t for t, _ in rows], [list(tags) for _, tags in rows])
@@ -166,8 +176,11 @@ def test_split_formats_of_datasets():
 
 def _strict_bio_errors(tags: list[str]) -> list[int]:
     """Positions of I-X tags that do not follow B-X or I-X."""
-    return [i for i, tag in enumerate(tags)
-            if tag.startswith("I-") and (i == 0 or tags[i - 1][2:] != tag[2:] or tags[i - 1] == "O")]
+    return [
+        i
+        for i, tag in enumerate(tags)
+        if tag.startswith("I-") and (i == 0 or tags[i - 1][2:] != tag[2:] or tags[i - 1] == "O")
+    ]
 
 
 def test_prepare_msra_ner(tmp_path):

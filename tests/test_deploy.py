@@ -19,12 +19,12 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from ernie_deploy.server import manifests, preflight
 from ernie_deploy.cli import build_parser, main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server.manifests import PORTS, ManifestOptions, memory_bytes
+from ernie_deploy.server import manifests, preflight
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.binary import SYSTEM, TritonBinary
+from ernie_deploy.server.manifests import PORTS, ManifestOptions, memory_bytes
 from ernie_deploy.server.preflight import MiB
 from ernie_deploy.server.process import TritonServer
 
@@ -116,8 +116,9 @@ def test_launcher_command_starts_with_server_args(tmp_path):
     server = TritonServer(tmp_path / "repo", shm_default_byte_size=8 * MiB, shm_growth_byte_size=2 * MiB)
     server.binary = binary
     argv = server.command()
-    assert argv[1:7] == server_args(server.model_repository, shm_default_byte_size=8 * MiB,
-                                    shm_growth_byte_size=2 * MiB)
+    assert argv[1:7] == server_args(
+        server.model_repository, shm_default_byte_size=8 * MiB, shm_growth_byte_size=2 * MiB
+    )
     assert len([a for a in argv if "shm-default-byte-size" in a]) == 1
 
 
@@ -211,7 +212,8 @@ def test_committed_manifests_are_what_the_generator_writes_for_models(tmp_path):
     assert sorted(p.name for p in K8S.iterdir()) == sorted(manifests.FILES)
     for path in written:
         assert (K8S / path.name).read_text() == path.read_text(), (
-            f"deploy/k8s/{path.name} is stale: run `ernie-deploy manifests models --out deploy/k8s`")
+            f"deploy/k8s/{path.name} is stale: run `ernie-deploy manifests models --out deploy/k8s`"
+        )
 
 
 def test_deployment_shm_probes_resources_and_command():
@@ -226,8 +228,10 @@ def test_deployment_shm_probes_resources_and_command():
     assert size >= models_need() > 0
     assert size == preflight.shm_size_for(models_need())
     # tmpfs pages count against the container's memory: the limit holds a full /dev/shm and more.
-    assert memory_bytes(container["resources"]["limits"]["memory"]) > size + memory_bytes(
-        container["resources"]["requests"]["memory"]) // 2
+    assert (
+        memory_bytes(container["resources"]["limits"]["memory"])
+        > size + memory_bytes(container["resources"]["requests"]["memory"]) // 2
+    )
     assert container["resources"]["requests"]["cpu"]  # the HPA's utilization is relative to it
     probes = {k: container[k]["httpGet"]["path"] for k in ("startupProbe", "readinessProbe")}
     assert probes == {"startupProbe": "/v2/health/ready", "readinessProbe": "/v2/health/ready"}
@@ -248,7 +252,10 @@ def test_service_and_autoscaler_point_at_the_deployment():
     assert deployment["spec"]["selector"]["matchLabels"] == labels == service["spec"]["selector"]
     assert service["spec"]["type"] == "ClusterIP"
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
-        "http": (8000, "http"), "grpc": (8001, "grpc"), "metrics": (8002, "metrics")}
+        "http": (8000, "http"),
+        "grpc": (8001, "grpc"),
+        "metrics": (8002, "metrics"),
+    }
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     (metric,) = hpa["spec"]["metrics"]

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from ernie_deploy.client.grpc_client import Client
-from ernie_deploy.fetch.data import split_file
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.fetch.data import split_file
 
 from .conftest import ROOT, load_baseline
 
@@ -42,9 +42,20 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, server, tmp_pat
     task = pipeline.task
     report = tmp_path / "served.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "clients" / CLIENTS[task.name]), "--url", server.grpc_url,
-         "--data", str(test), "--report", str(report)],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            str(ROOT / "clients" / CLIENTS[task.name]),
+            "--url",
+            server.grpc_url,
+            "--data",
+            str(test),
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith(f"{task.metric}: ") and last.endswith(f"(n={TEST_SIZE[task.name]})"), last
@@ -59,8 +70,11 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, server, tmp_pat
 def test_served_entities_point_into_the_text(server, token_cls_pipeline):
     from ernie_deploy.evaluate.offline import onnx_predictions
 
-    texts = ["新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。", "张三2008年在上海 iPhone 店工作",
-             "王" * 400]  # the last one is cut by max_seq_len: no entity may run past what was seen
+    texts = [
+        "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。",
+        "张三2008年在上海 iPhone 店工作",
+        "王" * 400,
+    ]  # the last one is cut by max_seq_len: no entity may run past what was seen
     with Client(TOKEN_CLS, server.grpc_url) as client:
         out = client.infer(texts)
         entities = client.predict(texts, progress=False)
@@ -70,7 +84,7 @@ def test_served_entities_point_into_the_text(server, token_cls_pipeline):
     assert entities[0], "the bootstrap model finds entities in a plain news sentence"
     for text, found in zip(texts, entities):
         for e in found:
-            assert 0 <= e["start"] < e["end"] <= len(text) and text[e["start"]:e["end"]] == e["text"], e
+            assert 0 <= e["start"] < e["end"] <= len(text) and text[e["start"] : e["end"]] == e["text"], e
     assert all(e["end"] <= TOKEN_CLS.max_seq_len - 2 for e in entities[2])
 
 
@@ -97,8 +111,14 @@ def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("fused_models")
-    build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-           for p in (seq_cls_pipeline, token_cls_pipeline)], repo, BuildOptions(runtime="python", fused=True))
+    build(
+        [
+            TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
+            for p in (seq_cls_pipeline, token_cls_pipeline)
+        ],
+        repo,
+        BuildOptions(runtime="python", fused=True),
+    )
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "fused.log") as fused:
         yield fused
 
@@ -118,6 +138,7 @@ def test_fused_layout_serves_what_the_ensemble_serves(task, server, fused_server
         def one(chunk):
             with Client(task, url) as client:
                 return client.predict(chunk, batch_size=1, progress=False)
+
         with ThreadPoolExecutor(8) as pool:
             return [p for part in pool.map(one, [texts[i::8] for i in range(8)]) for p in part]
 

@@ -8,8 +8,16 @@ import random
 import numpy as np
 import pytest
 
-from ernie_deploy.serving.entities import bio_spans, char_labels_to_token_labels, decode_entities, entities_from_json, entities_to_char_bio, entities_to_json, spans_to_bio
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.serving.entities import (
+    bio_spans,
+    char_labels_to_token_labels,
+    decode_entities,
+    entities_from_json,
+    entities_to_char_bio,
+    entities_to_json,
+    spans_to_bio,
+)
 
 LABELS = ["O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"]
 ID = {name: i for i, name in enumerate(LABELS)}
@@ -143,10 +151,22 @@ def test_i_without_b_and_type_change():
 
 def test_mixed_latin_digits_and_chinese_tokens():
     text = "张三在2008年用iPhone拍照"
-    tokens = [(0, 1, "B-PER"), (1, 2, "I-PER"), (2, 3, "O"), (3, 5, "B-ORG"), (5, 7, "I-ORG"), (7, 8, "O"),
-              (8, 9, "O"), (9, 15, "B-ORG"), (15, 16, "O"), (16, 17, "O")]
+    tokens = [
+        (0, 1, "B-PER"),
+        (1, 2, "I-PER"),
+        (2, 3, "O"),
+        (3, 5, "B-ORG"),
+        (5, 7, "I-ORG"),
+        (7, 8, "O"),
+        (8, 9, "O"),
+        (9, 15, "B-ORG"),
+        (15, 16, "O"),
+        (16, 17, "O"),
+    ]
     assert decode_entities(*_row(text, tokens, width=20), LABELS) == [
-        _ent("PER", 0, 2, text), _ent("ORG", 3, 7, text), _ent("ORG", 9, 15, text)
+        _ent("PER", 0, 2, text),
+        _ent("ORG", 3, 7, text),
+        _ent("ORG", 9, 15, text),
     ]
 
 
@@ -185,14 +205,15 @@ def test_char_labels_to_token_labels_specials_padding_and_first_char():
     # Odd on purpose: the gold entity starts inside the token "20", so that token is "O"; "##08" would get
     # the I-LOC of its first character, and becomes B-LOC so the target stays valid IOB2 (decoding is strict).
     char_tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "I-LOC", "O"]
-    _, _, offsets, length = _row(text, [(0, 1, "O"), (1, 2, "O"), (2, 3, "O"), (3, 5, "O"), (5, 7, "O"),
-                                        (7, 8, "O")], width=10)
+    _, _, offsets, length = _row(
+        text, [(0, 1, "O"), (1, 2, "O"), (2, 3, "O"), (3, 5, "O"), (5, 7, "O"), (7, 8, "O")], width=10
+    )
     target = char_labels_to_token_labels(char_tags, offsets, length, ID)
     assert target.dtype == np.int64 and target.shape == (10,)
     names = [LABELS[i] if i >= 0 else None for i in target.tolist()]
     assert names == [None, "B-PER", "I-PER", "O", "O", "B-LOC", "O", None, None, None]
     assert target[0] == target[length - 1] == -100
-    assert (char_labels_to_token_labels(char_tags, offsets, length, ID, ignore_index=-1)[length - 1:] == -1).all()
+    assert (char_labels_to_token_labels(char_tags, offsets, length, ID, ignore_index=-1)[length - 1 :] == -1).all()
 
 
 def test_char_labels_to_token_labels_pieces_of_one_character_stay_one_entity():
@@ -242,12 +263,25 @@ def test_tokenizer_offsets_targets_and_decoding(tokenizer):
     char_tags = ["O"] * len(text)
     for word, kind in gold.items():
         start = text.index(word)
-        char_tags[start:start + len(word)] = [f"B-{kind}"] + [f"I-{kind}"] * (len(word) - 1)
+        char_tags[start : start + len(word)] = [f"B-{kind}"] + [f"I-{kind}"] * (len(word) - 1)
 
     enc = encode_batch(tokenizer, [text, "北京"], 64)
     offsets, length = enc.offsets[0], int(enc.lengths[0])
-    assert [text[s:e] for s, e in offsets[1:length - 1].tolist()] == [
-        "张", "三", "在", "20", "08", "年", "用", "iPhone", "拍", "照", "于", "北", "京"]
+    assert [text[s:e] for s, e in offsets[1 : length - 1].tolist()] == [
+        "张",
+        "三",
+        "在",
+        "20",
+        "08",
+        "年",
+        "用",
+        "iPhone",
+        "拍",
+        "照",
+        "于",
+        "北",
+        "京",
+    ]
     entities = decode_entities(text, _predicted(char_tags, offsets, length), offsets, length, LABELS)
     assert [(e["text"], e["type"]) for e in entities] == list(gold.items())
     assert entities_to_char_bio(entities, len(text)) == char_tags
@@ -323,4 +357,5 @@ def test_entities_from_json_rejects_non_json_types():
     with pytest.raises(ErnieDeployError, match="bytes or str"):
         entities_from_json(None)  # type: ignore[arg-type]
     assert json.loads(entities_to_json([{"type": "PER", "start": 0, "end": 1, "text": "\u2028"}])) == [
-        {"type": "PER", "start": 0, "end": 1, "text": "\u2028"}]
+        {"type": "PER", "start": 0, "end": 1, "text": "\u2028"}
+    ]

@@ -441,7 +441,10 @@ def test_inspect_dygraph(tmp_path, config):
     root = _touch(tmp_path / "ck", config, "model_state.pdparams", "vocab.txt", "tokenizer_config.json")
     ckpt = inspect_checkpoint(root)
     assert ckpt == Checkpoint(
-        "dygraph", root, params_file=root / "model_state.pdparams", vocab_file=root / "vocab.txt",
+        "dygraph",
+        root,
+        params_file=root / "model_state.pdparams",
+        vocab_file=root / "vocab.txt",
         config_file=root / config,
     )
     assert ckpt.static_format is None and ckpt.prefix is None
@@ -469,8 +472,15 @@ def test_inspect_static_with_vocab_and_config_in_the_parent(tmp_path):
 
 
 def test_inspect_static_prefers_pir_and_the_usual_prefix(tmp_path):
-    root = _touch(tmp_path / "s", "inference.json", "inference.pdmodel", "inference.pdiparams",
-                  "other.json", "other.pdiparams", "vocab.txt")
+    root = _touch(
+        tmp_path / "s",
+        "inference.json",
+        "inference.pdmodel",
+        "inference.pdiparams",
+        "other.json",
+        "other.pdiparams",
+        "vocab.txt",
+    )
     assert inspect_checkpoint(root).model_file == root / "inference.json"
 
 

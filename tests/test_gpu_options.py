@@ -13,22 +13,32 @@ import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.repository import check
-from ernie_deploy.repository.check import check_repository
 from ernie_deploy.cli import main
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates
 from ernie_deploy.export.precision import check_drift, convert_fp16, require_drift
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.repository import check
 from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.check import check_repository
 from ernie_deploy.repository.configs import parse, render, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import onnx_signature
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
 from .conftest import assert_refused_convert_changes_nothing, io_signature
 
-TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80, "中国", "新闻 财经 房产",
-         "游戏 教育 科技 社会", "娱乐时政", "国足 1 : 0 美元"]
+TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "abc 123 新闻",
+    "美元 1.5亿",
+    "体育" * 80,
+    "中国",
+    "新闻 财经 房产",
+    "游戏 教育 科技 社会",
+    "娱乐时政",
+    "国足 1 : 0 美元",
+]
 KIND_CPU, KIND_GPU = mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_GPU
 
 
@@ -90,21 +100,27 @@ def test_gpu_options_leave_the_tensors_alone(tiny_pipeline):
     cpu = configs(tiny_pipeline, runtime="onnxruntime")
     gpu = configs(tiny_pipeline, runtime="onnxruntime", device="gpu", trt_fp16=True, ort_inter_op_threads=2)
     for a, b in zip(cpu, gpu):
-        assert (list(a.input), list(a.output), list(a.model_warmup)) == (list(b.input), list(b.output),
-                                                                         list(b.model_warmup))
+        assert (list(a.input), list(a.output), list(a.model_warmup)) == (
+            list(b.input),
+            list(b.output),
+            list(b.model_warmup),
+        )
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(runtime="python", device="gpu"), "--device gpu needs the ONNX Runtime backend"),
-    (dict(runtime="python", device="gpu", fused=True), "--device gpu needs the ONNX Runtime backend"),
-    (dict(runtime="onnxruntime", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
-    (dict(runtime="python", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
-    (dict(runtime="python", ort_graph_level="basic"), "--ort-graph-level configure"),
-    (dict(runtime="python", ort_inter_op_threads=2), "--ort-inter-op-threads configure"),
-    (dict(runtime="onnxruntime", device="tpu"), "unknown device 'tpu'"),
-    (dict(runtime="onnxruntime", ort_graph_level="max"), "unknown ORT graph optimization level 'max'"),
-    (dict(runtime="onnxruntime", ort_inter_op_threads=-1), "cannot be negative"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(runtime="python", device="gpu"), "--device gpu needs the ONNX Runtime backend"),
+        (dict(runtime="python", device="gpu", fused=True), "--device gpu needs the ONNX Runtime backend"),
+        (dict(runtime="onnxruntime", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
+        (dict(runtime="python", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
+        (dict(runtime="python", ort_graph_level="basic"), "--ort-graph-level configure"),
+        (dict(runtime="python", ort_inter_op_threads=2), "--ort-inter-op-threads configure"),
+        (dict(runtime="onnxruntime", device="tpu"), "unknown device 'tpu'"),
+        (dict(runtime="onnxruntime", ort_graph_level="max"), "unknown ORT graph optimization level 'max'"),
+        (dict(runtime="onnxruntime", ort_inter_op_threads=-1), "cannot be negative"),
+    ],
+)
 def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
     with pytest.raises(ErnieDeployError, match=message) as caught:
         task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(**options))
@@ -121,31 +137,66 @@ def test_cli_choices_are_the_levels_build_knows():
 
 
 def _build_args(pipeline, repo, *extra):
-    return ["build", "--task", pipeline.task.name, "--static", str(pipeline.static.root), "--onnx",
-            str(pipeline.onnx), "--repository", str(repo), *extra]
+    return [
+        "build",
+        "--task",
+        pipeline.task.name,
+        "--static",
+        str(pipeline.static.root),
+        "--onnx",
+        str(pipeline.onnx),
+        "--repository",
+        str(repo),
+        *extra,
+    ]
 
 
 def test_cli_build_writes_every_gpu_option(tiny_pipeline, tmp_path):
     repo = tmp_path / "models"
-    assert main(_build_args(tiny_pipeline, repo, "--runtime", "onnxruntime", "--device", "gpu", "--trt-fp16",
-                            "--ort-graph-level", "extended", "--ort-threads", "4", "--ort-inter-op-threads", "2",
-                            "--instances", "3")) == 0
+    assert (
+        main(
+            _build_args(
+                tiny_pipeline,
+                repo,
+                "--runtime",
+                "onnxruntime",
+                "--device",
+                "gpu",
+                "--trt-fp16",
+                "--ort-graph-level",
+                "extended",
+                "--ort-threads",
+                "4",
+                "--ort-inter-op-threads",
+                "2",
+                "--instances",
+                "3",
+            )
+        )
+        == 0
+    )
     config = parse((repo / SEQ_CLS.model_step / "config.pbtxt").read_text(encoding="utf-8"))
     assert config.platform == "onnxruntime_onnx"
     assert [(g.kind, g.count) for g in config.instance_group] == [(KIND_GPU, 3)]
     assert config.optimization.graph.level == 1
     assert [a.name for a in config.optimization.execution_accelerators.gpu_execution_accelerator] == ["tensorrt"]
     assert {k: v.string_value for k, v in config.parameters.items()} == {
-        "intra_op_thread_count": "4", "inter_op_thread_count": "2", "execution_mode": "1"}
+        "intra_op_thread_count": "4",
+        "inter_op_thread_count": "2",
+        "execution_mode": "1",
+    }
     tokenizer = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text(encoding="utf-8"))
     assert [(g.kind, g.count) for g in tokenizer.instance_group] == [(KIND_CPU, 3)]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--runtime", "python", "--device", "gpu"], "--runtime onnxruntime --device gpu"),
-    (["--runtime", "onnxruntime", "--trt-fp16"], "--trt-fp16"),
-    (["--runtime", "python", "--ort-graph-level", "basic"], "--runtime onnxruntime"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--runtime", "python", "--device", "gpu"], "--runtime onnxruntime --device gpu"),
+        (["--runtime", "onnxruntime", "--trt-fp16"], "--trt-fp16"),
+        (["--runtime", "python", "--ort-graph-level", "basic"], "--runtime onnxruntime"),
+    ],
+)
 def test_cli_build_refuses_before_writing(tiny_pipeline, tmp_path, capsys, extra, message):
     repo = tmp_path / "models"
     assert main(_build_args(tiny_pipeline, repo, *extra)) == 2
@@ -220,10 +271,12 @@ def test_unreadable_input_is_refused(tmp_path):
 
 def _copy_with(change):
     """A stand-in for paddle2onnx's converter that writes the FP32 model after `change`."""
+
     def converter(src, dst, verbose):
         model = onnx.load(src)
         change(model)
         onnx.save(model, dst)
+
     return converter
 
 
@@ -236,12 +289,15 @@ def _int32_ids(model):
     model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.INT32
 
 
-@pytest.mark.parametrize("converter, message", [
-    (_garbage, "produced no valid model"),
-    (lambda src, dst, verbose: None, "produced no valid model"),  # logged a failure, wrote nothing
-    (_copy_with(lambda model: None), "holds no FP16 weights"),
-    (_copy_with(_int32_ids), "changed the graph's inputs/outputs"),
-])
+@pytest.mark.parametrize(
+    "converter, message",
+    [
+        (_garbage, "produced no valid model"),
+        (lambda src, dst, verbose: None, "produced no valid model"),  # logged a failure, wrote nothing
+        (_copy_with(lambda model: None), "holds no FP16 weights"),
+        (_copy_with(_int32_ids), "changed the graph's inputs/outputs"),
+    ],
+)
 def test_a_bad_conversion_is_refused_and_nothing_left(tiny_pipeline, tmp_path, monkeypatch, converter, message):
     import paddle2onnx.paddle2onnx_cpp2py_export as binding
 
@@ -255,17 +311,29 @@ def test_a_bad_conversion_is_refused_and_nothing_left(tiny_pipeline, tmp_path, m
 
 def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipeline, tmp_path, capsys):
     parity = tmp_path / "parity.jsonl"
-    parity.write_text("".join(json.dumps({"text": t, "labels": ["O"] * len(t)}, ensure_ascii=False) + "\n"
-                              for t in TEXTS), encoding="utf-8")
+    parity.write_text(
+        "".join(json.dumps({"text": t, "labels": ["O"] * len(t)}, ensure_ascii=False) + "\n" for t in TEXTS),
+        encoding="utf-8",
+    )
     out = tmp_path / "onnx" / "model.onnx"
-    common = ["convert", "--task", "token_cls", "--static", str(tiny_token_pipeline.static.root), "--out", str(out),
-              "--parity-data", str(parity)]
+    common = [
+        "convert",
+        "--task",
+        "token_cls",
+        "--static",
+        str(tiny_token_pipeline.static.root),
+        "--out",
+        str(out),
+        "--parity-data",
+        str(parity),
+    ]
     assert main([*common, "--fp16"]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
     dtypes = {i.data_type for i in onnx.load(str(out)).graph.initializer}
     assert onnx.TensorProto.FLOAT16 in dtypes and onnx.TensorProto.FLOAT not in dtypes
-    assert onnx.TensorProto.FLOAT16 not in {i.data_type for i in onnx.load(str(out.parent / "model.fp32.onnx"))
-                                            .graph.initializer}
+    assert onnx.TensorProto.FLOAT16 not in {
+        i.data_type for i in onnx.load(str(out.parent / "model.fp32.onnx")).graph.initializer
+    }
     report = json.loads((out.parent / "parity.json").read_text())
     assert report["ok"] and report["max_abs_diff"] < 1e-4 and report["n"] == len(TEXTS)  # Paddle vs FP32
     drift = report["fp16"]
@@ -286,8 +354,10 @@ def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipelin
 
 def test_cli_convert_refuses_fp16_with_int8(tiny_pipeline, tmp_path, capsys):
     out = tmp_path / "onnx" / "model.onnx"
-    assert main(["convert", "--static", str(tiny_pipeline.static.root), "--out", str(out), "--fp16",
-                 "--quantize", "int8"]) == 2
+    assert (
+        main(["convert", "--static", str(tiny_pipeline.static.root), "--out", str(out), "--fp16", "--quantize", "int8"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--fp16 and --quantize int8" in err and "fix: choose one" in err
     assert not out.parent.exists()
@@ -368,9 +438,13 @@ def test_check_names_ort_options_the_backend_would_ignore(layouts, tmp_path, mon
     _edit(repo, SEQ_CLS.model_step, to_cpu)
     _edit(repo, TOKEN_CLS.model_step, odd_level)
     found = {(p.model, p.message.split(":")[0]) for p in check_repository(repo)}
-    assert found == {(SEQ_CLS.model_step, "gpu_execution_accelerator ['tensorrt'] is ignored"),
-                     (TOKEN_CLS.model_step, "optimization graph level 3 is not one the ORT backend knows (it runs "
-                                            "all optimizations instead)")}
+    assert found == {
+        (SEQ_CLS.model_step, "gpu_execution_accelerator ['tensorrt'] is ignored"),
+        (
+            TOKEN_CLS.model_step,
+            "optimization graph level 3 is not one the ORT backend knows (it runs all optimizations instead)",
+        ),
+    }
 
 
 # -- on a GPU ---------------------------------------------------------------------------------------------------
@@ -382,8 +456,11 @@ def _cuda_provider() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-@pytest.mark.skipif(not _cuda_provider(), reason="onnxruntime here has no CUDAExecutionProvider (the CPU wheel is "
-                                                 "pinned; install onnxruntime-gpu on a GPU machine to run this)")
+@pytest.mark.skipif(
+    not _cuda_provider(),
+    reason="onnxruntime here has no CUDAExecutionProvider (the CPU wheel is "
+    "pinned; install onnxruntime-gpu on a GPU machine to run this)",
+)
 def test_fp16_model_on_cuda_agrees_with_fp32_on_cpu(fp16):
     import onnxruntime as ort
 
@@ -409,9 +486,9 @@ def test_fp16_model_on_cuda_agrees_with_fp32_on_cpu(fp16):
 @pytest.mark.parametrize("name", ["seq_cls_pipeline", "token_cls_pipeline"])
 def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, tmp_path):
     """FP32 vs FP16 (onnxruntime on CPU) on the whole test split, scored the way `ernie-deploy eval` scores."""
-    from ernie_deploy.fetch.data import read_split_file, split_file
-    from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.evaluate.metrics import score
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.fetch.data import read_split_file, split_file
 
     pipeline = request.getfixturevalue(name)
     task, static = pipeline.task, pipeline.static

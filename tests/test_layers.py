@@ -66,8 +66,10 @@ def test_package_imports_only_the_layers_below_it(package):
                     problems.append(f"{where} (may import: {', '.join(sorted(ALLOWED[package])) or 'nothing'})")
             elif package in THIRD_PARTY and top not in sys.stdlib_module_names and top != "__future__":
                 if top not in THIRD_PARTY[package]:
-                    problems.append(f"{where} (outside the project, may import: "
-                                    f"{', '.join(sorted(THIRD_PARTY[package])) or 'the standard library only'})")
+                    problems.append(
+                        f"{where} (outside the project, may import: "
+                        f"{', '.join(sorted(THIRD_PARTY[package])) or 'the standard library only'})"
+                    )
     assert not problems, "\n".join(problems)
 
 

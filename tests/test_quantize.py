@@ -10,16 +10,26 @@ import numpy as np
 import onnx
 import pytest
 
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.gates import Gates
 from ernie_deploy.export.precision import _require_same_signature, check_drift, quantize_int8
-from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.serving.runtime import OnnxModel
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 
 from .conftest import assert_refused_convert_changes_nothing, io_signature
 
-TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿", "体育" * 80, "中国", "新闻 财经 房产",
-         "游戏 教育 科技 社会", "娱乐时政", "国足 1 : 0 美元"]
+TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "abc 123 新闻",
+    "美元 1.5亿",
+    "体育" * 80,
+    "中国",
+    "新闻 财经 房产",
+    "游戏 教育 科技 社会",
+    "娱乐时政",
+    "国足 1 : 0 美元",
+]
 
 
 @pytest.fixture(scope="module", params=["tiny_pipeline", "tiny_token_pipeline"])
@@ -41,8 +51,10 @@ def test_int8_keeps_names_dtypes_and_dims(quantized):
     inputs, outputs = io_signature(out)
     assert (inputs, outputs) == io_signature(pipeline.onnx)
     assert [name for name, _, _ in inputs] == list(MODEL_INPUTS)
-    assert all(dtype == onnx.TensorProto.INT64 and len(dims) == 2 and all(isinstance(d, str) for d in dims)
-               for _, dtype, dims in inputs)
+    assert all(
+        dtype == onnx.TensorProto.INT64 and len(dims) == 2 and all(isinstance(d, str) for d in dims)
+        for _, dtype, dims in inputs
+    )
     assert [(name, dtype) for name, dtype, _ in outputs] == [(LOGITS, onnx.TensorProto.FLOAT)]
 
 
@@ -123,8 +135,17 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
     parity = tmp_path / "parity.tsv"
     parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in TEXTS), encoding="utf-8")
     out = tmp_path / "onnx" / "model.onnx"
-    common = ["convert", "--task", "seq_cls", "--static", str(tiny_pipeline.static.root), "--out", str(out),
-              "--parity-data", str(parity)]
+    common = [
+        "convert",
+        "--task",
+        "seq_cls",
+        "--static",
+        str(tiny_pipeline.static.root),
+        "--out",
+        str(out),
+        "--parity-data",
+        str(parity),
+    ]
     assert main([*common, "--quantize", "int8"]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
     assert "MatMulInteger" in {n.op_type for n in onnx.load(str(out)).graph.node}
@@ -136,7 +157,9 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
     assert "INT8 vs FP32" in capsys.readouterr().out
 
     # An INT8 model that fails its gate changes nothing; the refused run's report is kept aside.
-    assert_refused_convert_changes_nothing([*common, "--quantize", "int8", "--int8-min-agree", "1.01"], out, "int8", capsys)
+    assert_refused_convert_changes_nothing(
+        [*common, "--quantize", "int8", "--int8-min-agree", "1.01"], out, "int8", capsys
+    )
 
     # Back to FP32: the INT8 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0
@@ -150,9 +173,9 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
 def test_int8_costs_at_most_one_point_on_the_test_split(name, request, tmp_path):
     """FP32 vs INT8 on the whole test split (1,000 THUCNews titles / 5,000 MSRA sentences), scored the way
     `ernie-deploy eval` and the gRPC clients score."""
-    from ernie_deploy.fetch.data import read_split_file, split_file
-    from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.evaluate.metrics import score
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.fetch.data import read_split_file, split_file
 
     pipeline = request.getfixturevalue(name)
     task, static = pipeline.task, pipeline.static

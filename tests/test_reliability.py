@@ -35,8 +35,9 @@ def _bytes(*texts) -> np.ndarray:
 
 def probe_cli(*args: str) -> subprocess.CompletedProcess:
     """`ernie-deploy probe`, run the way a container's liveness check runs it: a process of its own."""
-    return subprocess.run([sys.executable, "-m", "ernie_deploy.cli", "probe", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ernie_deploy.cli", "probe", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def _raw(url: str, model: str, array: np.ndarray, dtype: str = "BYTES", name: str = "text", version: str = ""):
@@ -103,16 +104,41 @@ def test_bad_texts_are_refused_with_a_message_naming_them(server, task, case):
 
 
 TRITON_REFUSALS = {  # checked by Triton before any of our code runs
-    "INT32 instead of BYTES": (lambda: np.array([[1]], dtype=np.int32), "INT32", "text", "INVALID_ARGUMENT",
-                               "data-type is 'INT32', but model"),
-    "no batch axis": (lambda: np.array([GOOD.encode()], dtype=np.object_), "BYTES", "text", "INVALID_ARGUMENT",
-                      "unexpected shape for input 'text'"),
-    "three axes": (lambda: np.array([[[GOOD.encode()]]], dtype=np.object_), "BYTES", "text", "INVALID_ARGUMENT",
-                   "unexpected shape for input 'text'"),
-    "batch over max_batch_size": (lambda: _bytes(*[GOOD] * 65), "BYTES", "text", "INVALID_ARGUMENT",
-                                  "batch-size must be <= 64"),
-    "missing input (wrong name)": (lambda: _bytes(GOOD), "BYTES", "sentence", "INVALID_ARGUMENT",
-                                   "unexpected inference input 'sentence'"),
+    "INT32 instead of BYTES": (
+        lambda: np.array([[1]], dtype=np.int32),
+        "INT32",
+        "text",
+        "INVALID_ARGUMENT",
+        "data-type is 'INT32', but model",
+    ),
+    "no batch axis": (
+        lambda: np.array([GOOD.encode()], dtype=np.object_),
+        "BYTES",
+        "text",
+        "INVALID_ARGUMENT",
+        "unexpected shape for input 'text'",
+    ),
+    "three axes": (
+        lambda: np.array([[[GOOD.encode()]]], dtype=np.object_),
+        "BYTES",
+        "text",
+        "INVALID_ARGUMENT",
+        "unexpected shape for input 'text'",
+    ),
+    "batch over max_batch_size": (
+        lambda: _bytes(*[GOOD] * 65),
+        "BYTES",
+        "text",
+        "INVALID_ARGUMENT",
+        "batch-size must be <= 64",
+    ),
+    "missing input (wrong name)": (
+        lambda: _bytes(GOOD),
+        "BYTES",
+        "sentence",
+        "INVALID_ARGUMENT",
+        "unexpected inference input 'sentence'",
+    ),
 }
 
 
@@ -126,10 +152,13 @@ def test_malformed_tensors_are_refused_by_triton(server, task, case):
     assert message in caught.value.message()
 
 
-@pytest.mark.parametrize("model, version, message", [
-    ("ernie_nonexistent", "", "unknown model: 'ernie_nonexistent'"),
-    ("ernie_seqcls", "7", "'ernie_seqcls' version 7 is not found"),
-])
+@pytest.mark.parametrize(
+    "model, version, message",
+    [
+        ("ernie_nonexistent", "", "unknown model: 'ernie_nonexistent'"),
+        ("ernie_seqcls", "7", "'ernie_seqcls' version 7 is not found"),
+    ],
+)
 def test_unknown_model_or_version_is_not_found(server, model, version, message):
     with pytest.raises(InferenceServerException) as caught:
         _raw(server.grpc_url, model, _bytes(GOOD), version=version)
@@ -153,12 +182,13 @@ def test_unusual_texts_are_answered_with_offsets_into_the_text(server, case):
     with Client(SEQ_CLS, server.grpc_url) as client:
         out = client.infer([text])
         assert out["label"][0, 0].decode() in json.loads(
-            (server.model_repository / "ernie_seqcls_postprocess" / "1" / "labels.json").read_text())
+            (server.model_repository / "ernie_seqcls_postprocess" / "1" / "labels.json").read_text()
+        )
         assert 0 < out["confidence"][0, 0] <= 1
     with Client(TOKEN_CLS, server.grpc_url) as client:
         entities = client.predict([text], progress=False)[0]
     for e in entities:
-        assert text[e["start"]:e["end"]] == e["text"], (text, e)
+        assert text[e["start"] : e["end"]] == e["text"], (text, e)
 
 
 def test_over_long_text_is_truncated_and_the_response_says_so(server):
@@ -169,10 +199,11 @@ def test_over_long_text_is_truncated_and_the_response_says_so(server):
         out = client.infer([text, GOOD])
         assert out["truncated"][:, 0].tolist() == [True, False]
         entities = json.loads(out["entities"][0, 0])
-    assert all(text[e["start"]:e["end"]] == e["text"] and e["end"] <= TOKEN_CLS.max_seq_len for e in entities)
+    assert all(text[e["start"] : e["end"]] == e["text"] and e["end"] <= TOKEN_CLS.max_seq_len for e in entities)
 
 
 # -- a batch mixing good and bad texts: nothing lost, nothing reordered ------------------------------------------
+
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
 def test_keep_going_returns_good_texts_in_place_and_names_bad_ones(server, task):
@@ -183,9 +214,11 @@ def test_keep_going_returns_good_texts_in_place_and_names_bad_ones(server, task)
         got = client.predict(texts, batch_size=2, progress=False, keep_going=True)
         alone = [client.predict([t], progress=False)[0] for t in texts[::2]]
     assert [type(g) is TextError for g in got] == [False, True, False, True, False, True]
-    assert [str(g) for g in got[1::2]] == ["text 1 is empty", "text 3 is not valid UTF-8 (invalid start byte at "
-                                           "byte 0)", "text 5 has only control or format characters, which the "
-                                           "tokenizer drops"]
+    assert [str(g) for g in got[1::2]] == [
+        "text 1 is empty",
+        "text 3 is not valid UTF-8 (invalid start byte at byte 0)",
+        "text 5 has only control or format characters, which the tokenizer drops",
+    ]
     assert got[0::2] == alone
 
 
@@ -213,24 +246,33 @@ def test_concurrent_requests_sharing_a_batch_fail_alone(server, seq_cls_pipeline
 
 # -- soak: CI-sized here; `ernie-deploy soak` runs the full 20,000 ------------------------------------------------
 
+
 def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
-    from ernie_deploy.fetch.data import read_split
-    from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.bench.soak import SoakCase
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.fetch.data import read_split
 
     cases = []
     for p in (seq_cls_pipeline, token_cls_pipeline):
         texts = read_split(p.data, "test", p.task.split_format)[0][:n]
-        cases.append(SoakCase(p.task, texts, onnx_predictions(p.task, p.onnx, p.static.vocab_file, p.static.labels,
-                                                              texts)))
+        cases.append(
+            SoakCase(p.task, texts, onnx_predictions(p.task, p.onnx, p.static.vocab_file, p.static.labels, texts))
+        )
     return cases
 
 
 def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pipeline):
     from ernie_deploy.bench.soak import soak
 
-    report = soak(server.grpc_url, _cases(seq_cls_pipeline, token_cls_pipeline), requests=1500, concurrency=16,
-                  bad_fraction=0.15, server=server, progress=False)
+    report = soak(
+        server.grpc_url,
+        _cases(seq_cls_pipeline, token_cls_pipeline),
+        requests=1500,
+        concurrency=16,
+        bad_fraction=0.15,
+        server=server,
+        progress=False,
+    )
     print(json.dumps(report.to_dict()))
     assert report.bad_requests > 100 and report.good_requests > 1000
     assert report.refused == report.bad_requests, report.examples
@@ -240,6 +282,7 @@ def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pi
 
 
 # -- faults: killed stubs and a killed server ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def fault_server(repository, tmp_path_factory):
@@ -258,9 +301,17 @@ def test_killed_stubs_are_reloaded_and_no_request_is_lost(fault_server, seq_cls_
     from ernie_deploy.server.watchdog import stub_processes
 
     stubs_before = sorted(stub_processes(fault_server.pid).values())
-    report = soak(fault_server.grpc_url, _cases(seq_cls_pipeline, token_cls_pipeline, 100), requests=1500,
-                  concurrency=8, bad_fraction=0.1, server=fault_server, chaos_s=1.0, chaos_kills=4,
-                  progress=False)
+    report = soak(
+        fault_server.grpc_url,
+        _cases(seq_cls_pipeline, token_cls_pipeline, 100),
+        requests=1500,
+        concurrency=8,
+        bad_fraction=0.1,
+        server=fault_server,
+        chaos_s=1.0,
+        chaos_kills=4,
+        progress=False,
+    )
     print(json.dumps(report.to_dict()))
     assert report.stubs_killed == 4, report  # requests must outlast the kills for the test to mean anything
     assert report.stub_restarts == 4
@@ -281,15 +332,19 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
     from ernie_deploy.server.process import TritonServer
     from ernie_deploy.server.watchdog import stub_processes
 
-    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False,
-                      log_file=tmp_path / "server.log") as srv:
+    with TritonServer(
+        repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False, log_file=tmp_path / "server.log"
+    ) as srv:
         assert all(r.ok for r in probe(srv.http_url))
         tokenizer = [pid for pid, model in stub_processes(srv.pid).items() if model == "ernie_tokenizer"]
         os.kill(tokenizer[0], signal.SIGKILL)
         time.sleep(0.5)
         with Client(SEQ_CLS, srv.grpc_url, retry=Retry(attempts=3, base_s=0.05)) as client:
-            with pytest.raises(ErnieDeployError, match=r"failed after 3 attempts .*Stub process "
-                                                       r"'ernie_tokenizer_0_0' is not healthy"):
+            with pytest.raises(
+                ErnieDeployError,
+                match=r"failed after 3 attempts .*Stub process "
+                r"'ernie_tokenizer_0_0' is not healthy",
+            ):
                 client.infer([GOOD])
         with urllib.request.urlopen(f"{srv.http_url}/v2/health/ready") as response:
             assert response.status == 200
@@ -320,8 +375,9 @@ def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fa
 
     def waiting_client():
         try:
-            with Client(SEQ_CLS, fault_server.grpc_url, retry=Retry(attempts=60, base_s=0.1, max_s=0.5,
-                                                                     budget_s=90)) as client:
+            with Client(
+                SEQ_CLS, fault_server.grpc_url, retry=Retry(attempts=60, base_s=0.1, max_s=0.5, budget_s=90)
+            ) as client:
                 got.append(client.predict(texts, progress=False))
                 got.append(client.retries)
         except Exception as exc:
@@ -331,16 +387,21 @@ def test_killed_server_restarted_on_the_same_ports_answers_the_waiting_client(fa
     thread.start()
     time.sleep(1.0)
     assert thread.is_alive() and not errors  # still retrying: no server yet
-    with TritonServer(fault_server.model_repository, http_port=ports["http"], grpc_port=ports["grpc"],
-                      metrics_port=ports["metrics"], log_file=tmp_path / "restarted.log"):
+    with TritonServer(
+        fault_server.model_repository,
+        http_port=ports["http"],
+        grpc_port=ports["grpc"],
+        metrics_port=ports["metrics"],
+        log_file=tmp_path / "restarted.log",
+    ):
         thread.join(timeout=120)
         assert not errors, errors
         assert got[0] == before and got[1] > 0
 
 
 def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
-    from ernie_deploy.server.probe import probe
     from ernie_deploy.server.preflight import free_ports
+    from ernie_deploy.server.probe import probe
 
     results = probe(server.http_url)
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)

@@ -7,11 +7,11 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 from ernie_deploy.repository.build import TaskArtifacts, build
 from ernie_deploy.repository.configs import parse, render, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import onnx_signature
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 
 from .conftest import ROOT
 
@@ -57,7 +57,10 @@ def test_ensemble_wires_every_step_input(tiny_pipeline):
         produced |= set(step.output_map.values())
     assert {o.name for o in ensemble.output} <= produced
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
-        TOKENIZER_STEP, SEQ_CLS.model_step, SEQ_CLS.postprocess_step]
+        TOKENIZER_STEP,
+        SEQ_CLS.model_step,
+        SEQ_CLS.postprocess_step,
+    ]
 
 
 def test_onnx_whose_names_disagree_is_rejected(tiny_pipeline, tmp_path):
@@ -90,7 +93,10 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
     assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths"}
     assert [o.name for o in post.output] == ["entities"]
-    assert [(o.name, o.data_type) for o in ensemble.output] == [("entities", mc.TYPE_STRING), ("truncated", mc.TYPE_BOOL)]
+    assert [(o.name, o.data_type) for o in ensemble.output] == [
+        ("entities", mc.TYPE_STRING),
+        ("truncated", mc.TYPE_BOOL),
+    ]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
     assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "offsets", "lengths", "truncated"}
     assert parse(render(tokenizer)) == tokenizer
@@ -119,8 +125,17 @@ def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
 def test_tasks_with_one_vocabulary_share_one_tokenizer(tiny_pipeline, tiny_token_pipeline, tmp_path):
     build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)], tmp_path)
     models = sorted(p.name for p in tmp_path.iterdir())
-    assert models == sorted([TOKENIZER_STEP, SEQ_CLS.ensemble, SEQ_CLS.model_step, SEQ_CLS.postprocess_step,
-                             TOKEN_CLS.ensemble, TOKEN_CLS.model_step, TOKEN_CLS.postprocess_step])
+    assert models == sorted(
+        [
+            TOKENIZER_STEP,
+            SEQ_CLS.ensemble,
+            SEQ_CLS.model_step,
+            SEQ_CLS.postprocess_step,
+            TOKEN_CLS.ensemble,
+            TOKEN_CLS.model_step,
+            TOKEN_CLS.postprocess_step,
+        ]
+    )
     for task in (SEQ_CLS, TOKEN_CLS):
         ensemble = parse((tmp_path / task.ensemble / "config.pbtxt").read_text())
         assert ensemble.ensemble_scheduling.step[0].model_name == TOKENIZER_STEP
@@ -131,8 +146,10 @@ def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, t
     other_vocab.write_text(tiny_token_pipeline.static.vocab_file.read_text() + "新词\n", encoding="utf-8")
     repo = tmp_path / "models"
     build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline, other_vocab)], repo)
-    steps = {task.name: parse((repo / task.ensemble / "config.pbtxt").read_text()).ensemble_scheduling.step[0]
-             for task in (SEQ_CLS, TOKEN_CLS)}
+    steps = {
+        task.name: parse((repo / task.ensemble / "config.pbtxt").read_text()).ensemble_scheduling.step[0]
+        for task in (SEQ_CLS, TOKEN_CLS)
+    }
     assert steps["seq_cls"].model_name != steps["token_cls"].model_name
     for step in steps.values():
         assert (repo / step.model_name / "1" / "tokenizer.json").exists()
@@ -142,10 +159,12 @@ def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, t
 @pytest.mark.integration
 def test_checked_in_repository_is_what_build_generates(repository):
     """models/ in git must be exactly what `ernie-deploy build --runtime python` writes for the real model."""
-    checked_in = sorted(p.relative_to(ROOT / "models") for p in (ROOT / "models").rglob("*")
-                        if p.name in ("config.pbtxt", "model.py"))
-    generated = sorted(p.relative_to(repository) for p in repository.rglob("*")
-                       if p.name in ("config.pbtxt", "model.py"))
+    checked_in = sorted(
+        p.relative_to(ROOT / "models") for p in (ROOT / "models").rglob("*") if p.name in ("config.pbtxt", "model.py")
+    )
+    generated = sorted(
+        p.relative_to(repository) for p in repository.rglob("*") if p.name in ("config.pbtxt", "model.py")
+    )
     assert checked_in == generated
     for rel in generated:
         assert (ROOT / "models" / rel).read_text() == (repository / rel).read_text(), rel
@@ -154,8 +173,12 @@ def test_checked_in_repository_is_what_build_generates(repository):
 def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_token_pipeline):
     tokenizer, model, post, _ = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(), pad_token_id=3)
     assert [i.allow_ragged_batch for i in model.input] == [True, True]
-    assert {i.name: i.allow_ragged_batch for i in post.input} == {LOGITS: True, "text": False, "offsets": True,
-                                                                   "lengths": False}
+    assert {i.name: i.allow_ragged_batch for i in post.input} == {
+        LOGITS: True,
+        "text": False,
+        "offsets": True,
+        "lengths": False,
+    }
     assert model.parameters["pad_token_id"].string_value == "3"
     ort_model = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
     assert not any(i.allow_ragged_batch for i in ort_model.input), "the ORT backend cannot take ragged inputs"

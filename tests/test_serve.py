@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server import binary as server_binary
 from ernie_deploy.server import preflight
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server.procs import group_members
 from ernie_deploy.server.preflight import MiB
 from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.procs import group_members
 
 ADD_ONE = textwrap.dedent(
     """
@@ -157,8 +157,9 @@ def test_prepared_backend_dir_is_cached_and_safe_to_race(tmp_path, monkeypatch):
     monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
     binary = server_binary.find_tritonserver()
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(server_binary.prepared_backend_dir(binary)))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(server_binary.prepared_backend_dir(binary))) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

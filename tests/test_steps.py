@@ -48,12 +48,15 @@ def test_long_text_is_truncated_to_max_seq_len(step_dirs):
     assert tokenizer({"text": _texts("国" * 500)})["input_ids"].shape == (1, 16)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (_texts(""), "text 0 is empty"),
-    (_texts("ok", "   "), "text 1 is empty"),
-    (_texts(b"\xff\xfe"), "not valid UTF-8"),
-    (np.array([[1.0]], dtype=np.float32), "expected BYTES"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (_texts(""), "text 0 is empty"),
+        (_texts("ok", "   "), "text 1 is empty"),
+        (_texts(b"\xff\xfe"), "not valid UTF-8"),
+        (np.array([[1.0]], dtype=np.float32), "expected BYTES"),
+    ],
+)
 def test_bad_text_is_named(bad, message):
     with pytest.raises(ErnieDeployError, match=message):
         decode_texts(bad)
@@ -92,7 +95,10 @@ def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
     model, post = OnnxStep({}, token_step_dirs), TokenClsPostprocess({}, token_step_dirs)
     texts = _texts("国足公布世预赛名单", "中国 abc123 股市大涨" * 5)
     tokens = tokenizer({"text": texts})
-    assert tokens["offsets"].shape == (*tokens["input_ids"].shape, 2) and tokens["truncated"][:, 0].tolist() == [False, True]
+    assert tokens["offsets"].shape == (*tokens["input_ids"].shape, 2) and tokens["truncated"][:, 0].tolist() == [
+        False,
+        True,
+    ]
     logits = model(tokens)["logits"]
     assert logits.shape == (*tokens["input_ids"].shape, 7)
     # A random model labels most tokens; force an entity through every real token to test the boundaries.
@@ -104,15 +110,21 @@ def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
         text = texts[row, 0].decode()
         found = entities_from_json(raw)
         assert len(found) == int(tokens["lengths"][row, 0]) - 2  # [CLS]/[SEP]/padding never become entities
-        assert all(text[e["start"]:e["end"]] == e["text"] and e["type"] == "PER" for e in found)
+        assert all(text[e["start"] : e["end"]] == e["text"] and e["type"] == "PER" for e in found)
         assert max(e["end"] for e in found) <= len(text)
 
 
 def test_token_postprocess_rejects_logits_that_do_not_fit(token_step_dirs):
     post = TokenClsPostprocess({}, token_step_dirs)
     with pytest.raises(ErnieDeployError, match="expected \\[batch, tokens, 7\\]"):
-        post({"logits": np.zeros((1, 3), np.float32), "text": _texts("中国"), "offsets": np.zeros((1, 3, 2), np.int64),
-              "lengths": np.array([[3]], np.int64)})
+        post(
+            {
+                "logits": np.zeros((1, 3), np.float32),
+                "text": _texts("中国"),
+                "offsets": np.zeros((1, 3, 2), np.int64),
+                "lengths": np.array([[3]], np.int64),
+            }
+        )
 
 
 def _one_by_one_and_merged(step, requests):
@@ -123,7 +135,11 @@ def _one_by_one_and_merged(step, requests):
 def test_requests_of_different_lengths_run_as_one_batch_with_the_same_answers(step_dirs):
     config = {"parameters": {"max_seq_len": {"string_value": "16"}}}
     tokenizer, model, post = TokenizerStep(config, step_dirs), OnnxStep({}, step_dirs), SeqClsPostprocess({}, step_dirs)
-    requests = [{"text": _texts("国足")}, {"text": _texts("股市大涨 abc123 新闻", "中国")}, {"text": _texts("美元" * 20)}]
+    requests = [
+        {"text": _texts("国足")},
+        {"text": _texts("股市大涨 abc123 新闻", "中国")},
+        {"text": _texts("美元" * 20)},
+    ]
     alone, merged = _one_by_one_and_merged(tokenizer, requests)
     for a, m in zip(alone, merged):  # each request keeps its own width, whatever it was batched with
         assert a.keys() == m.keys() and all(np.array_equal(a[k], m[k]) for k in a)
@@ -159,8 +175,9 @@ def test_tokenizer_pads_to_max_seq_len_when_asked(step_dirs):
 
 def test_tokenizer_pads_each_request_to_its_length_bucket(step_dirs):
     config = {"parameters": {"max_seq_len": {"string_value": "20"}, "pad_to_multiple_of": {"string_value": "8"}}}
-    out = TokenizerStep(config, step_dirs).run_requests([{"text": _texts("国足")}, {"text": _texts("国" * 7)},
-                                                         {"text": _texts("国" * 30)}])
+    out = TokenizerStep(config, step_dirs).run_requests(
+        [{"text": _texts("国足")}, {"text": _texts("国" * 7)}, {"text": _texts("国" * 30)}]
+    )
     assert [o["input_ids"].shape[1] for o in out] == [8, 16, 20]  # 4 -> 8, 9 -> 16, cut at 20 -> 20
 
 
@@ -195,8 +212,8 @@ def test_every_task_names_a_postprocess_step_that_exists():
 
 @pytest.mark.parametrize("which", ["seq_cls", "token_cls"])
 def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
-    from ernie_deploy.serving.steps import STEPS, PipelineStep
     from ernie_deploy.core.tasks import TASKS
+    from ernie_deploy.serving.steps import STEPS, PipelineStep
 
     task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
@@ -205,7 +222,11 @@ def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
     config = {"parameters": {"max_seq_len": {"string_value": "128"}}}
     tokenizer, model = TokenizerStep(config, folder), OnnxStep({}, folder)
     post = STEPS[task.postprocess]({}, folder)
-    requests = [{"text": _texts("国足公布世预赛名单")}, {"text": _texts("")}, {"text": _texts("股市大涨 abc", "中国" * 80)}]
+    requests = [
+        {"text": _texts("国足公布世预赛名单")},
+        {"text": _texts("")},
+        {"text": _texts("股市大涨 abc", "中国" * 80)},
+    ]
     results = fused.run_requests(requests)
     assert isinstance(results[1], ErnieDeployError)
     for request, got in zip(requests[::2], results[::2]):

@@ -63,16 +63,25 @@ def _exported(tmp_path: Path, meta: dict) -> Path:
 
 
 def test_the_task_travels_with_the_exported_model(tmp_path):
-    root = _exported(tmp_path, {"task": "token_cls", "model_file": "inference.json",
-                                "params_file": "inference.pdiparams", "labels": ["O", "B-PER", "I-PER"]})
+    root = _exported(
+        tmp_path,
+        {
+            "task": "token_cls",
+            "model_file": "inference.json",
+            "params_file": "inference.pdiparams",
+            "labels": ["O", "B-PER", "I-PER"],
+        },
+    )
     model = static_model(None, str(root))
     assert model.task is TOKEN_CLS and model.labels == ["O", "B-PER", "I-PER"]
     assert static_model("token_cls", str(root)).task is TOKEN_CLS
 
 
 def test_a_task_that_contradicts_the_export_is_refused(tmp_path):
-    root = _exported(tmp_path, {"task": "token_cls", "model_file": "inference.json",
-                                "params_file": "inference.pdiparams", "labels": ["O"]})
+    root = _exported(
+        tmp_path,
+        {"task": "token_cls", "model_file": "inference.json", "params_file": "inference.pdiparams", "labels": ["O"]},
+    )
     with pytest.raises(ErnieDeployError, match="exported for task token_cls, not seq_cls") as err:
         static_model("seq_cls", str(root))
     assert "drop --task" in str(err.value)

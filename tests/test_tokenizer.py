@@ -11,9 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy.fetch.data import prepare, read_tsv
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, SPECIALS, UNK, build_tokenizer, encode_batch, load_tokenizer, save_tokenizer
+from ernie_deploy.fetch.data import prepare, read_tsv
+from ernie_deploy.serving.tokenizer import (
+    CLS,
+    PAD,
+    SEP,
+    SPECIALS,
+    UNK,
+    build_tokenizer,
+    encode_batch,
+    load_tokenizer,
+    save_tokenizer,
+)
 
 MAX_SEQ_LEN = 128
 

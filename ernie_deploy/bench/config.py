@@ -44,8 +44,16 @@ class BenchConfig:
     @classmethod
     def smoke(cls, **overrides) -> BenchConfig:
         """A tiny run that exercises every row (what CI runs): timings from it mean nothing."""
-        values = dict(batch_sizes=(1, 8), concurrency=(1, 2), duration_s=1.0, inproc_duration_s=0.3, warmup_s=0.2,
-                      client_batch=4, max_texts=64, check_texts=16)
+        values = dict(
+            batch_sizes=(1, 8),
+            concurrency=(1, 2),
+            duration_s=1.0,
+            inproc_duration_s=0.3,
+            warmup_s=0.2,
+            client_batch=4,
+            max_texts=64,
+            check_texts=16,
+        )
         values.update(overrides)
         return cls(**values)
 
@@ -60,8 +68,15 @@ class TaskInputs:
     texts: list[str]
 
     @classmethod
-    def load(cls, task: TaskSpec, *, static: str | Path | None = None, onnx: str | Path | None = None,
-             data: str | Path | None = None, max_texts: int | None = None) -> TaskInputs:
+    def load(
+        cls,
+        task: TaskSpec,
+        *,
+        static: str | Path | None = None,
+        onnx: str | Path | None = None,
+        data: str | Path | None = None,
+        max_texts: int | None = None,
+    ) -> TaskInputs:
         """The task's artifacts (artifacts/static/<task>, artifacts/onnx/<task>/model.onnx) and the non-blank
         texts of its test split, unless given; the first `max_texts` texts only, if set."""
         from ernie_deploy.export.static import StaticModel

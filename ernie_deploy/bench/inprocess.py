@@ -22,8 +22,9 @@ from ernie_deploy.bench.rows import (
 )
 
 
-def _run_cell(step: Callable[[object], float], items: Sequence, sizes: Sequence[int], duration_s: float,
-              warmup_s: float) -> tuple[list[float], int, float, float]:
+def _run_cell(
+    step: Callable[[object], float], items: Sequence, sizes: Sequence[int], duration_s: float, warmup_s: float
+) -> tuple[list[float], int, float, float]:
     """Call step(item) back to back over items (cycling): warm-up, then at least `duration_s` and MIN_CALLS
     calls. step returns the seconds of the call spent tokenizing. Returns (latencies, sequences, wall,
     tokenize seconds)."""
@@ -49,8 +50,9 @@ def _run_cell(step: Callable[[object], float], items: Sequence, sizes: Sequence[
             return latencies, sequences, t1 - start, tokenize
 
 
-def bench_inprocess(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None,
-                    int8_onnx: Path | None = None) -> list[Row]:
+def bench_inprocess(
+    inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None, int8_onnx: Path | None = None
+) -> list[Row]:
     """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
     row shown), each model freed before the next so that no idle thread pool competes with the servers."""
     from ernie_deploy.serving.runtime import OnnxModel
@@ -128,8 +130,9 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
             predictor(enc.input_ids, enc.token_type_ids)
             return 0.0
 
-        lat, seqs, wall, _ = _run_cell(run, encoded, [len(b) for b in batches], config.inproc_duration_s,
-                                       config.warmup_s)
+        lat, seqs, wall, _ = _run_cell(
+            run, encoded, [len(b) for b in batches], config.inproc_duration_s, config.warmup_s
+        )
         rows.append(summarize(Row(task.name, PADDLE, batch, note=f"{threads} math threads"), lat, seqs, wall))
         tick(progress, rows[-1])
     predictor = None  # as above

@@ -28,8 +28,9 @@ LEVERS = {
 }
 
 
-def measure_levers(inputs: list[TaskInputs], config: BenchConfig, workdir: Path,
-                   levers: dict[str, dict] | None = None) -> list[dict]:
+def measure_levers(
+    inputs: list[TaskInputs], config: BenchConfig, workdir: Path, levers: dict[str, dict] | None = None
+) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
     from ernie_deploy.server.process import TritonServer
@@ -41,15 +42,34 @@ def measure_levers(inputs: list[TaskInputs], config: BenchConfig, workdir: Path,
             for item in inputs:
                 requests = prepare_requests(item.texts, 1)
                 for concurrency in config.concurrency:
-                    result = run_load(server.grpc_url, item.task, requests, concurrency, warmup_s=config.warmup_s,
-                                      duration_s=config.duration_s, server_pgid=server.pid)
+                    result = run_load(
+                        server.grpc_url,
+                        item.task,
+                        requests,
+                        concurrency,
+                        warmup_s=config.warmup_s,
+                        duration_s=config.duration_s,
+                        server_pgid=server.pid,
+                    )
                     row = load_row(item.task, SERVED, 1, concurrency, result)
-                    out.append({"lever": name, "options": options, "task": item.task.name, "concurrency": concurrency,
-                                "throughput": row.throughput, "p50_ms": row.p50_ms, "p99_ms": row.p99_ms,
-                                "errors": row.errors, "ready_s": server.start_seconds})
+                    out.append(
+                        {
+                            "lever": name,
+                            "options": options,
+                            "task": item.task.name,
+                            "concurrency": concurrency,
+                            "throughput": row.throughput,
+                            "p50_ms": row.p50_ms,
+                            "p99_ms": row.p99_ms,
+                            "errors": row.errors,
+                            "ready_s": server.start_seconds,
+                        }
+                    )
                     if config.progress:
-                        print(f"{name} | {item.task.name} c{concurrency}: {row.throughput:.1f} seq/s, "
-                              f"p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms, errors {row.errors}")
+                        print(
+                            f"{name} | {item.task.name} c{concurrency}: {row.throughput:.1f} seq/s, "
+                            f"p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms, errors {row.errors}"
+                        )
     return out
 
 
@@ -75,8 +95,9 @@ def run_levers(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> list
     print the table. Failed requests raise, after levers.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-levers-") as work:
         rows = measure_levers(inputs, config, Path(work))
-    write_json({"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows},
-               out / "levers.json")
+    write_json(
+        {"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows}, out / "levers.json"
+    )
     print(render_levers(rows))
     if any(r["errors"] for r in rows):
         raise ErnieDeployError("requests failed while measuring the levers", "read the server logs")

@@ -51,8 +51,16 @@ class LoadResult:
     server_cpu_s: float | None = None
 
 
-async def _drive(url: str, task: TaskSpec, requests: list[PreparedRequest], concurrency: int, warmup_s: float,
-                 duration_s: float, count: int | None, server_pgid: int | None) -> LoadResult:
+async def _drive(
+    url: str,
+    task: TaskSpec,
+    requests: list[PreparedRequest],
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    count: int | None,
+    server_pgid: int | None,
+) -> LoadResult:
     import asyncio
 
     from tritonclient.grpc import InferRequestedOutput
@@ -82,8 +90,9 @@ async def _drive(url: str, task: TaskSpec, requests: list[PreparedRequest], conc
             try:
                 response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
                 # A cheap structural check; decoding every answer would cost the client more than the server.
-                ok = len(response.outputs) == len(outputs) and all(o.shape[:1] == [request.size]
-                                                                    for o in response.outputs)
+                ok = len(response.outputs) == len(outputs) and all(
+                    o.shape[:1] == [request.size] for o in response.outputs
+                )
                 if not ok:
                     failed(f"malformed response: outputs {[(o.name, list(o.shape)) for o in response.outputs]}")
             except InferenceServerException as exc:
@@ -109,8 +118,17 @@ async def _drive(url: str, task: TaskSpec, requests: list[PreparedRequest], conc
     return result
 
 
-def run_load(url: str, task: TaskSpec, requests: list[PreparedRequest], concurrency: int, *, warmup_s: float = 1.0,
-             duration_s: float = 10.0, count: int | None = None, server_pgid: int | None = None) -> LoadResult:
+def run_load(
+    url: str,
+    task: TaskSpec,
+    requests: list[PreparedRequest],
+    concurrency: int,
+    *,
+    warmup_s: float = 1.0,
+    duration_s: float = 10.0,
+    count: int | None = None,
+    server_pgid: int | None = None,
+) -> LoadResult:
     """`concurrency` workers send requests back to back (after a warm-up) for `duration_s`, or `count`
     requests in all; one gRPC channel, one event loop."""
     import asyncio
@@ -141,13 +159,35 @@ def perf_analyzer_input(texts: Sequence[str], path: str | Path) -> Path:
     return path
 
 
-def perf_analyzer_command(binary: str, model: str, url: str, input_file: str | Path, csv_file: str | Path,
-                          concurrency: int, batch: int = 1, duration_s: float = 10.0) -> list[str]:
+def perf_analyzer_command(
+    binary: str,
+    model: str,
+    url: str,
+    input_file: str | Path,
+    csv_file: str | Path,
+    concurrency: int,
+    batch: int = 1,
+    duration_s: float = 10.0,
+) -> list[str]:
     """One perf_analyzer run at one concurrency (a list like 1,4,8,16 is no start:end:step range)."""
-    return [binary, "-m", model, "-u", url, "-i", "grpc", "-b", str(batch),
-            "--input-data", str(input_file), f"--concurrency-range={concurrency}:{concurrency}",
-            "--measurement-mode=time_windows", f"--measurement-interval={max(1, round(duration_s * 1000))}",
-            "-f", str(csv_file)]
+    return [
+        binary,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(batch),
+        "--input-data",
+        str(input_file),
+        f"--concurrency-range={concurrency}:{concurrency}",
+        "--measurement-mode=time_windows",
+        f"--measurement-interval={max(1, round(duration_s * 1000))}",
+        "-f",
+        str(csv_file),
+    ]
 
 
 def parse_perf_analyzer_csv(text: str) -> list[dict]:
@@ -163,21 +203,35 @@ def parse_perf_analyzer_csv(text: str) -> list[dict]:
     for record in reader:
         record = {k.strip(): (v or "").strip() for k, v in record.items() if k}
 
-        def ms(column: str) -> float | None:
+        def ms(column: str, record: dict = record) -> float | None:
             return float(record[column]) / 1000 if record.get(column) else None
 
         concurrency = record.get("Concurrency")
-        rows.append({
-            "concurrency": int(float(concurrency)) if concurrency else None,
-            "throughput": float(record["Inferences/Second"]),
-            "p50_ms": ms("p50 latency"), "p90_ms": ms("p90 latency"), "p95_ms": ms("p95 latency"),
-            "p99_ms": ms("p99 latency"), "mean_ms": ms("Avg latency"),
-        })
+        rows.append(
+            {
+                "concurrency": int(float(concurrency)) if concurrency else None,
+                "throughput": float(record["Inferences/Second"]),
+                "p50_ms": ms("p50 latency"),
+                "p90_ms": ms("p90 latency"),
+                "p95_ms": ms("p95 latency"),
+                "p99_ms": ms("p99 latency"),
+                "mean_ms": ms("Avg latency"),
+            }
+        )
     return sorted(rows, key=lambda r: (r["concurrency"] is None, r["concurrency"] or 0))
 
 
-def run_perf_analyzer(binary: str, task: TaskSpec, url: str, texts: Sequence[str], kind: str, batch: int,
-                      concurrency: int, duration_s: float, workdir: Path) -> Row:
+def run_perf_analyzer(
+    binary: str,
+    task: TaskSpec,
+    url: str,
+    texts: Sequence[str],
+    kind: str,
+    batch: int,
+    concurrency: int,
+    duration_s: float,
+    workdir: Path,
+) -> Row:
     import subprocess
 
     input_file = perf_analyzer_input(texts, workdir / f"{task.name}_input.json")
@@ -196,7 +250,12 @@ def run_perf_analyzer(binary: str, task: TaskSpec, url: str, texts: Sequence[str
         row.note = f"perf_analyzer wrote no row for concurrency {concurrency}"
         return row
     got = parsed[0]
-    row.throughput, row.p50_ms, row.p95_ms, row.p99_ms, row.mean_ms = (got["throughput"], got["p50_ms"],
-                                                                        got["p95_ms"], got["p99_ms"], got["mean_ms"])
+    row.throughput, row.p50_ms, row.p95_ms, row.p99_ms, row.mean_ms = (
+        got["throughput"],
+        got["p50_ms"],
+        got["p95_ms"],
+        got["p99_ms"],
+        got["mean_ms"],
+    )
     row.note = "perf_analyzer"
     return row

@@ -33,8 +33,15 @@ def machine_info() -> dict:
                 memory = round(int(line.split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory,
-            "platform": platform.platform(), "python": platform.python_version(), "loadavg_start": loadavg()}
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "memory_gib": memory,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_start": loadavg(),
+    }
 
 
 def loadavg() -> list[float] | None:

@@ -46,8 +46,9 @@ def plot(results: dict, path: str | Path) -> Path:
         best_tok = best_row(results, task, LIMIT_TOK)
         best = best_row(results, task, LIMIT)
         if best_tok:
-            ax_tp.axhline(best_tok.throughput, color="k", linestyle="--",
-                          label=f"limit+tok, in-process (b{best_tok.batch})")
+            ax_tp.axhline(
+                best_tok.throughput, color="k", linestyle="--", label=f"limit+tok, in-process (b{best_tok.batch})"
+            )
         if best:
             ax_tp.axhline(best.throughput, color="0.5", linestyle=":", label=f"limit, no tokenization (b{best.batch})")
         one = next((r for r in rows_of(results, task, LIMIT_TOK) if r.batch == 1 and r.p99_ms), None)
@@ -66,8 +67,9 @@ def plot(results: dict, path: str | Path) -> Path:
             for ax in (ax_tp, ax_lat):
                 ax.set_xticks(concurrency, [str(c) for c in concurrency])
     machine = results.get("machine", {})
-    fig.suptitle(f"ernie-deploy bench, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}",
-                 fontsize=9)
+    fig.suptitle(
+        f"ernie-deploy bench, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9
+    )
     fig.tight_layout()
     path = Path(path)
     with atomic_path(path, suffix=".png") as tmp:

@@ -49,8 +49,10 @@ def load_json(path: str | Path) -> dict:
     except (OSError, ValueError) as exc:
         raise ErnieDeployError(f"cannot read benchmark results {path}: {exc}") from None
     if results.get("schema") != SCHEMA:
-        raise ErnieDeployError(f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
-                               "rerun `ernie-deploy bench`")
+        raise ErnieDeployError(
+            f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
+            "rerun `ernie-deploy bench`",
+        )
     return results
 
 
@@ -65,12 +67,16 @@ def sanity_notes(results: dict) -> list[str]:
     for when in ("start", "end"):
         load = machine.get(f"loadavg_{when}")
         if load and load[0] > 0.5 * cores:
-            notes.append(f"the machine was busy at the {when} of the run (1-minute load average {load[0]:.1f} on "
-                         f"{cores} cores); other work shares the cores, so rerun on a quiet machine")
+            notes.append(
+                f"the machine was busy at the {when} of the run (1-minute load average {load[0]:.1f} on "
+                f"{cores} cores); other work shares the cores, so rerun on a quiet machine"
+            )
     for ratio in results.get("ratios", []):
         if ratio["key"] == "served_vs_limit" and ratio["value"] and ratio["value"] > 1.05:
-            notes.append(f"{ratio['task']}: served throughput is above the in-process limit ({ratio['value']:.2f}x), "
-                         "so the in-process rows were slowed by something else on the machine")
+            notes.append(
+                f"{ratio['task']}: served throughput is above the in-process limit ({ratio['value']:.2f}x), "
+                "so the in-process rows were slowed by something else on the machine"
+            )
     return notes
 
 
@@ -81,8 +87,10 @@ def mismatches(results: dict) -> list[str]:
     for name, info in results.get("servers", {}).items():
         for task, facts in info.get("tasks", {}).items():
             if facts.get("agree") != facts.get("checked"):
-                found.append(f"{name} {task}: {facts.get('agree')}/{facts.get('checked')} answers equal the "
-                             "in-process ONNX answers")
+                found.append(
+                    f"{name} {task}: {facts.get('agree')}/{facts.get('checked')} answers equal the "
+                    "in-process ONNX answers"
+                )
     return found
 
 
@@ -118,8 +126,9 @@ def ratio_table(results: dict) -> str:
     for r in results.get("ratios", []):
         lines.append((r["task"] or "all", r["name"], format_value(r), format_target(r), format_met(r), r["detail"]))
     widths = [max(len(str(line[i])) for line in lines) for i in range(5)]
-    return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(line[:5], widths)) + "  " + line[5]
-                     for line in lines).rstrip()
+    return "\n".join(
+        "  ".join(str(v).ljust(w) for v, w in zip(line[:5], widths)) + "  " + line[5] for line in lines
+    ).rstrip()
 
 
 # -- Markdown --------------------------------------------------------------------------------------
@@ -137,9 +146,11 @@ def _load_text(load) -> str:
 
 def render_task_table(results: dict, task: str) -> list[str]:
     max_len = results.get("tasks", {}).get(task, {}).get("max_seq_len", 128)
-    lines = ["| row | batch | concurrency | seq/s | p50 ms | p95 ms | p99 ms | client CPU ms/req | "
-             "server CPU ms/seq | errors | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| row | batch | concurrency | seq/s | p50 ms | p95 ms | p99 ms | client CPU ms/req | "
+        "server CPU ms/seq | errors | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for kind in ROW_KINDS.values():
         for row in rows_of(results, task, kind.key):
             best = " **best**" if row.best and kind.inprocess else ""
@@ -147,10 +158,12 @@ def render_task_table(results: dict, task: str) -> list[str]:
             if row.tokenize_share is not None:
                 note = (note + "; " if note else "") + f"tokenization {100 * row.tokenize_share:.1f}%"
             errors = f"**{row.errors}**" if row.errors else "0"
-            lines.append(f"| {row.title(max_len)}{best} | {row.batch or '–'} | "
-                         f"{row.concurrency if row.concurrency is not None else '–'} | {_num(row.throughput)} | "
-                         f"{_num(row.p50_ms, 2)} | {_num(row.p95_ms, 2)} | {_num(row.p99_ms, 2)} | "
-                         f"{_num(row.client_cpu_ms, 2)} | {_num(row.server_cpu_ms, 2)} | {errors} | {note} |")
+            lines.append(
+                f"| {row.title(max_len)}{best} | {row.batch or '–'} | "
+                f"{row.concurrency if row.concurrency is not None else '–'} | {_num(row.throughput)} | "
+                f"{_num(row.p50_ms, 2)} | {_num(row.p95_ms, 2)} | {_num(row.p99_ms, 2)} | "
+                f"{_num(row.client_cpu_ms, 2)} | {_num(row.server_cpu_ms, 2)} | {errors} | {note} |"
+            )
     return lines
 
 
@@ -186,24 +199,34 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"onnxruntime threads: {settings.get('ort_threads')}",
     ]
     for name, info in servers.items():
-        colds = ", ".join(f"{t} {facts['cold_ms']:.1f} ms" for t, facts in info.get("tasks", {}).items()
-                          if facts.get("cold_ms") is not None)
+        colds = ", ".join(
+            f"{t} {facts['cold_ms']:.1f} ms"
+            for t, facts in info.get("tasks", {}).items()
+            if facts.get("cold_ms") is not None
+        )
         source = "built by the benchmark" if info.get("built") else f"`{info.get('repository')}`"
-        lines.append(f"- {name} server ({source}): ready in {_num(info.get('start_seconds'), 1)} s; "
-                     f"first request to each ensemble: {colds}")
+        lines.append(
+            f"- {name} server ({source}): ready in {_num(info.get('start_seconds'), 1)} s; "
+            f"first request to each ensemble: {colds}"
+        )
     lines += ["", "## Targets", "", "| task | measure | value | target | | detail |", "|---|---|---:|---|---|---|"]
     for r in results.get("ratios", []):
         met = format_met(r)
-        lines.append(f"| {r['task'] or 'all'} | {r['name']} | {format_value(r)} | {format_target(r)} | "
-                     f"{'**' + met + '**' if r['met'] is False else met} | {r['detail']} |")
+        lines.append(
+            f"| {r['task'] or 'all'} | {r['name']} | {format_value(r)} | {format_target(r)} | "
+            f"{'**' + met + '**' if r['met'] is False else met} | {r['detail']} |"
+        )
     for task, facts in results.get("tasks", {}).items():
         lines += ["", f"## {task} ({facts.get('texts')} test texts)", ""]
         lines += render_task_table(results, task)
         warm = next((r for r in rows_of(results, task, SERVED) if r.concurrency == 1), None)
         cold = servers.get("served", {}).get("tasks", {}).get(task, {}).get("cold_ms")
         if warm and cold is not None:
-            lines += ["", f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
-                          f"{_num(warm.p50_ms, 2)} ms."]
+            lines += [
+                "",
+                f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
+                f"{_num(warm.p50_ms, 2)} ms.",
+            ]
     if plot_name:
         lines += ["", f"![throughput and p99 latency against concurrency]({plot_name})"]
     return "\n".join(lines)
@@ -229,9 +252,11 @@ def replace_generated(text: str, generated: str) -> str:
         at = match.end() if match else 0
         return text[:at] + "\n" + block + "\n\n" + text[at:].lstrip("\n")
     if begin == -1 or end == -1 or end < begin:
-        raise ErnieDeployError("BENCHMARKS.md has one bench marker without the other",
-                               f"keep both {BEGIN_MARK} and {END_MARK}, in this order, or remove both")
-    return text[:begin] + block + text[end + len(END_MARK):]
+        raise ErnieDeployError(
+            "BENCHMARKS.md has one bench marker without the other",
+            f"keep both {BEGIN_MARK} and {END_MARK}, in this order, or remove both",
+        )
+    return text[:begin] + block + text[end + len(END_MARK) :]
 
 
 def write_outputs(results: dict, out: Path, plot_png: bool = True) -> list[Path]:
@@ -260,8 +285,9 @@ def report(results: dict) -> str:
             if not kind.inprocess:
                 top = at_concurrency(rows_of(results, task, kind.key), REFERENCE_CONCURRENCY)
                 if top:
-                    parts.append(f"{top.label} {top.throughput:.0f} seq/s (c{top.concurrency}, "
-                                 f"p99 {top.p99_ms:.1f} ms)")
+                    parts.append(
+                        f"{top.label} {top.throughput:.0f} seq/s (c{top.concurrency}, p99 {top.p99_ms:.1f} ms)"
+                    )
         lines.append(f"{task}: " + "; ".join(parts))
     lines += ["", ratio_table(results)]
     for note in sanity_notes(results):

@@ -24,8 +24,16 @@ import numpy as np
 from ernie_deploy.core.errors import ErnieDeployError
 
 # Row kinds, in the order the tables show them.
-LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = "limit", "limit_tok", "limit_int8", \
-    "paddle", "served", "served_batch", "fused", "classic"
+LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = (
+    "limit",
+    "limit_tok",
+    "limit_int8",
+    "paddle",
+    "served",
+    "served_batch",
+    "fused",
+    "classic",
+)
 
 
 @dataclass(frozen=True)
@@ -45,20 +53,42 @@ class Kind:
         return self.layout is None
 
 
-ROW_KINDS = {kind.key: kind for kind in (
-    Kind(LIMIT, "limit", "limit: onnxruntime in-process, tokenization excluded"),
-    Kind(LIMIT_TOK, "limit+tok", "limit: onnxruntime in-process, tokenization included"),
-    Kind(LIMIT_INT8, "limit int8",
-         "limit, INT8 (`convert --quantize int8`): onnxruntime in-process, tokenization excluded"),
-    Kind(PADDLE, "paddle", "paddle: Paddle Inference in-process, tokenization excluded"),
-    Kind(SERVED, "served", "served: ensemble over gRPC, 1 text per request", "served, 1 text/request", "served"),
-    Kind(SERVED_BATCH, "served b{batch}", "served: ensemble over gRPC, {batch} texts per request",
-         "served, {batch} texts/request", "served", batched=True),
-    Kind(FUSED, "fused", "served, fused (`build --fused`: one python model per task) over gRPC, 1 text per request",
-         "fused, 1 text/request", "fused"),
-    Kind(CLASSIC, "classic", "classic: padded to {max_seq_len}, no dynamic batching, 1 instance; 1 text per request",
-         "classic (padded, no batching)", "classic"),
-)}
+ROW_KINDS = {
+    kind.key: kind
+    for kind in (
+        Kind(LIMIT, "limit", "limit: onnxruntime in-process, tokenization excluded"),
+        Kind(LIMIT_TOK, "limit+tok", "limit: onnxruntime in-process, tokenization included"),
+        Kind(
+            LIMIT_INT8,
+            "limit int8",
+            "limit, INT8 (`convert --quantize int8`): onnxruntime in-process, tokenization excluded",
+        ),
+        Kind(PADDLE, "paddle", "paddle: Paddle Inference in-process, tokenization excluded"),
+        Kind(SERVED, "served", "served: ensemble over gRPC, 1 text per request", "served, 1 text/request", "served"),
+        Kind(
+            SERVED_BATCH,
+            "served b{batch}",
+            "served: ensemble over gRPC, {batch} texts per request",
+            "served, {batch} texts/request",
+            "served",
+            batched=True,
+        ),
+        Kind(
+            FUSED,
+            "fused",
+            "served, fused (`build --fused`: one python model per task) over gRPC, 1 text per request",
+            "fused, 1 text/request",
+            "fused",
+        ),
+        Kind(
+            CLASSIC,
+            "classic",
+            "classic: padded to {max_seq_len}, no dynamic batching, 1 instance; 1 text per request",
+            "classic (padded, no batching)",
+            "classic",
+        ),
+    )
+}
 
 
 # -- statistics -------------------------------------------------------------------------------------
@@ -141,7 +171,7 @@ def chunks(texts: Sequence[str], batch: int) -> list[list[str]]:
         raise ErnieDeployError("no texts to benchmark on", "check the test split (--data)")
     if len(texts) < batch:
         texts = [texts[i % len(texts)] for i in range(batch)]
-    return [list(texts[i:i + batch]) for i in range(0, len(texts) - batch + 1, batch)]
+    return [list(texts[i : i + batch]) for i in range(0, len(texts) - batch + 1, batch)]
 
 
 def tick(progress, row: Row) -> None:
@@ -162,8 +192,11 @@ def asdict_rows(rows: Iterable[Row]) -> list[dict]:
 
 
 def rows_of(results: dict, task: str | None = None, kind: str | None = None) -> list[Row]:
-    return [Row.from_dict(r) for r in results.get("rows", [])
-            if (task is None or r["task"] == task) and (kind is None or r["kind"] == kind)]
+    return [
+        Row.from_dict(r)
+        for r in results.get("rows", [])
+        if (task is None or r["task"] == task) and (kind is None or r["kind"] == kind)
+    ]
 
 
 def best_row(results: dict, task: str, kind: str) -> Row | None:

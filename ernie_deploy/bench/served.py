@@ -55,18 +55,32 @@ def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served"
     return build_layout(inputs, out, fused=layout == "fused", classic=layout == "classic")
 
 
-def bench_server(repository: Path, name: str, inputs: list[TaskInputs], config: BenchConfig, references: dict,
-                 workdir: Path, progress=None) -> tuple[dict, list[Row]]:
+def bench_server(
+    repository: Path,
+    name: str,
+    inputs: list[TaskInputs],
+    config: BenchConfig,
+    references: dict,
+    workdir: Path,
+    progress=None,
+) -> tuple[dict, list[Row]]:
     """Start tritonserver on `repository`, measure its rows for every task, stop it. `name` is "served",
     "fused" or "classic". Returns (server facts, rows)."""
     from ernie_deploy.client.grpc_client import Client, decode_outputs
     from ernie_deploy.server.process import TritonServer
 
-    server = TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0,
-                          log_file=workdir / f"{name}_tritonserver.log")
+    server = TritonServer(
+        repository, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"{name}_tritonserver.log"
+    )
     server.start(timeout=config.server_timeout_s)
-    info = {"repository": str(repository), "start_seconds": server.start_seconds, "log": str(server.log_path),
-            "tritonserver": server_version(server.http_url), "binary": server.binary.kind, "tasks": {}}
+    info = {
+        "repository": str(repository),
+        "start_seconds": server.start_seconds,
+        "log": str(server.log_path),
+        "tritonserver": server_version(server.http_url),
+        "binary": server.binary.kind,
+        "tasks": {},
+    }
     rows: list[Row] = []
     try:
         for item in inputs:
@@ -78,25 +92,44 @@ def bench_server(repository: Path, name: str, inputs: list[TaskInputs], config: 
                 t0 = time.perf_counter()
                 client.infer(item.texts[:1])
                 facts["cold_ms"] = 1000 * (time.perf_counter() - t0)
-                check = item.texts[:config.check_texts]
+                check = item.texts[: config.check_texts]
                 served = decode_outputs(task, client.infer_all(check, batch_size=8, progress=False))
-                expected = references[task.name][:len(check)]
+                expected = references[task.name][: len(check)]
                 agree = sum(a == b for a, b in zip(served, expected))
                 facts["checked"] = len(check)
                 facts["agree"] = agree
             info["tasks"][task.name] = facts
-            variants = [(kind.key, config.client_batch if kind.batched else 1) for kind in ROW_KINDS.values()
-                        if kind.layout == name and (not kind.batched or config.client_batch > 1)]
+            variants = [
+                (kind.key, config.client_batch if kind.batched else 1)
+                for kind in ROW_KINDS.values()
+                if kind.layout == name and (not kind.batched or config.client_batch > 1)
+            ]
             for kind, batch in variants:
                 requests = None if config.perf_analyzer else prepare_requests(item.texts, batch)
                 for concurrency in config.concurrency:
                     if config.perf_analyzer:
-                        row = run_perf_analyzer(config.perf_analyzer, task, server.grpc_url, item.texts, kind, batch,
-                                                concurrency, config.duration_s, workdir)
+                        row = run_perf_analyzer(
+                            config.perf_analyzer,
+                            task,
+                            server.grpc_url,
+                            item.texts,
+                            kind,
+                            batch,
+                            concurrency,
+                            config.duration_s,
+                            workdir,
+                        )
                     else:
-                        result = run_load(server.grpc_url, task, requests, concurrency, warmup_s=config.warmup_s,
-                                          duration_s=config.duration_s, count=config.requests,
-                                          server_pgid=server.pid)
+                        result = run_load(
+                            server.grpc_url,
+                            task,
+                            requests,
+                            concurrency,
+                            warmup_s=config.warmup_s,
+                            duration_s=config.duration_s,
+                            count=config.requests,
+                            server_pgid=server.pid,
+                        )
                         row = load_row(task, kind, batch, concurrency, result)
                     rows.append(row)
                     tick(progress, row)
@@ -114,9 +147,15 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others)
 
 
-def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(), *,
-                  repository: str | Path | None = None, classic_repository: str | Path | None = None,
-                  workdir: str | Path | None = None, command: str | None = None) -> dict:
+def run_benchmark(
+    inputs: list[TaskInputs],
+    config: BenchConfig = BenchConfig(),
+    *,
+    repository: str | Path | None = None,
+    classic_repository: str | Path | None = None,
+    workdir: str | Path | None = None,
+    command: str | None = None,
+) -> dict:
     """Measure every row for every task; returns the results (what bench.json holds)."""
     import tempfile
 
@@ -140,8 +179,10 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
         "command": command or command_line(),
         "machine": machine_info(),
         "versions": package_versions(),
-        "settings": {**dataclasses.asdict(config), "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or
-                     "onnxruntime default"},
+        "settings": {
+            **dataclasses.asdict(config),
+            "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or "onnxruntime default",
+        },
         "tasks": {i.task.name: {"texts": len(i.texts), "max_seq_len": i.task.max_seq_len} for i in inputs},
         "servers": {},
         "rows": [],
@@ -151,7 +192,7 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
         references = {}
         for item in inputs:
             tokenizer = tokenizers[item.task.name]
-            references[item.task.name] = reference_predictions(item, item.texts[:config.check_texts])
+            references[item.task.name] = reference_predictions(item, item.texts[: config.check_texts])
             int8_onnx = workdir / f"{item.task.name}_int8.onnx" if config.int8 else None
             if int8_onnx:
                 from ernie_deploy.export.precision import quantize_int8
@@ -180,8 +221,15 @@ def run_benchmark(inputs: list[TaskInputs], config: BenchConfig = BenchConfig(),
     return results
 
 
-def run_and_write(inputs: list[TaskInputs], config: BenchConfig, out: Path, *, plot_png: bool = True,
-                  repository: str | Path | None = None, classic_repository: str | Path | None = None) -> dict:
+def run_and_write(
+    inputs: list[TaskInputs],
+    config: BenchConfig,
+    out: Path,
+    *,
+    plot_png: bool = True,
+    repository: str | Path | None = None,
+    classic_repository: str | Path | None = None,
+) -> dict:
     """`ernie-deploy bench`: measure, write bench.json, BENCHMARKS.md and bench.png (unless not `plot_png`) in
     `out`, print the report. Failed requests raise, after everything is written."""
     results = run_benchmark(inputs, config, repository=repository, classic_repository=classic_repository)
@@ -193,6 +241,8 @@ def run_and_write(inputs: list[TaskInputs], config: BenchConfig, out: Path, *, p
     print()
     print(report(results))
     if results["errors"]:
-        raise ErnieDeployError(f"{results['errors']} requests failed during the benchmark",
-                               "read the server logs named in bench.json; the numbers of this run are not valid")
+        raise ErnieDeployError(
+            f"{results['errors']} requests failed during the benchmark",
+            "read the server logs named in bench.json; the numbers of this run are not valid",
+        )
     return results

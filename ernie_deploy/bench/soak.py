@@ -26,8 +26,12 @@ from ernie_deploy.client.grpc_client import Client, Retry, decode_outputs
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import TASKS, TaskSpec
 
-BAD_TEXTS = [("", "is empty"), ("  \t", "is empty"), (b"\xff\xfe", "is not valid UTF-8"),
-             ("\x00\x01", "has only control or format characters")]
+BAD_TEXTS = [
+    ("", "is empty"),
+    ("  \t", "is empty"),
+    (b"\xff\xfe", "is not valid UTF-8"),
+    ("\x00\x01", "has only control or format characters"),
+]
 
 
 @dataclass
@@ -74,8 +78,10 @@ def _plan(cases: list[SoakCase], requests: int, bad_fraction: float, seed: int) 
     for _ in range(requests):
         c = rng.randrange(len(cases))
         case = cases[c]
-        rows = [(case.texts[j], case.expected[j]) for j in (rng.randrange(len(case.texts))
-                                                           for _ in range(rng.randint(1, 4)))]
+        rows = [
+            (case.texts[j], case.expected[j])
+            for j in (rng.randrange(len(case.texts)) for _ in range(rng.randint(1, 4)))
+        ]
         bad = []
         if rng.random() < bad_fraction:
             for _ in range(rng.randint(1, len(rows))):
@@ -88,20 +94,29 @@ def _plan(cases: list[SoakCase], requests: int, bad_fraction: float, seed: int) 
 
 def _check_refusal(message: str, rows, bad: list[int]) -> bool:
     named = sorted(int(i) for i in re.findall(r"text (\d+) (?:is|has)", message))
-    return named == bad and all(problem in message for text, problem in BAD_TEXTS
-                                for i in bad if rows[i][0] == text)
+    return named == bad and all(problem in message for text, problem in BAD_TEXTS for i in bad if rows[i][0] == text)
 
 
-def soak(url: str, cases: list[SoakCase], *, requests: int = 2000, concurrency: int = 16,
-         bad_fraction: float = 0.1, seed: int = 0, server=None, chaos_s: float = 0.0, chaos_kills: int = 0,
-         retry: Retry = Retry(), progress: bool = True) -> SoakReport:
+def soak(
+    url: str,
+    cases: list[SoakCase],
+    *,
+    requests: int = 2000,
+    concurrency: int = 16,
+    bad_fraction: float = 0.1,
+    seed: int = 0,
+    server=None,
+    chaos_s: float = 0.0,
+    chaos_kills: int = 0,
+    retry: Retry = Retry(),
+    progress: bool = True,
+) -> SoakReport:
     """Drive `requests` requests through `concurrency` client threads; `server` (a TritonServer) lets the
     report count stub restarts and notice a server restart, and is needed for `chaos_s`."""
     from tqdm import tqdm
 
     plan = _plan(cases, requests, bad_fraction, seed)
-    report = SoakReport(requests=requests, concurrency=concurrency,
-                        bad_requests=sum(1 for *_, bad in plan if bad))
+    report = SoakReport(requests=requests, concurrency=concurrency, bad_requests=sum(1 for *_, bad in plan if bad))
     report.good_requests = requests - report.bad_requests
     report.texts = sum(len(rows) for _, rows, _ in plan)
     lock = threading.Lock()
@@ -143,8 +158,10 @@ def soak(url: str, cases: list[SoakCase], *, requests: int = 2000, concurrency: 
                     if bad:
                         fail("unexpected_errors", f"request {n}: bad texts {texts!r} were answered")
                     elif got != [want for _, want in rows]:
-                        fail("mismatches", f"request {n}: {texts!r}: served {got!r}, "
-                                           f"offline {[want for _, want in rows]!r}")
+                        fail(
+                            "mismatches",
+                            f"request {n}: {texts!r}: served {got!r}, offline {[want for _, want in rows]!r}",
+                        )
                     else:
                         with lock:
                             report.answered += 1
@@ -221,10 +238,24 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
         inputs = TaskInputs.load(task, max_texts=options.texts)
         cases.append(SoakCase(task, inputs.texts, reference_predictions(inputs, inputs.texts)))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
-        report = soak(server.grpc_url, cases, requests=options.requests, concurrency=options.concurrency,
-                      bad_fraction=options.bad_fraction, seed=options.seed, server=server, chaos_s=options.chaos_s,
-                      chaos_kills=options.chaos_kills)
-    result = {**report.to_dict(), "tasks": [t.name for t in tasks], "texts_per_task": options.texts,
-              "bad_fraction": options.bad_fraction, "chaos_s": options.chaos_s, "seed": options.seed}
+        report = soak(
+            server.grpc_url,
+            cases,
+            requests=options.requests,
+            concurrency=options.concurrency,
+            bad_fraction=options.bad_fraction,
+            seed=options.seed,
+            server=server,
+            chaos_s=options.chaos_s,
+            chaos_kills=options.chaos_kills,
+        )
+    result = {
+        **report.to_dict(),
+        "tasks": [t.name for t in tasks],
+        "texts_per_task": options.texts,
+        "bad_fraction": options.bad_fraction,
+        "chaos_s": options.chaos_s,
+        "seed": options.seed,
+    }
     ok = report.clean and report.answered == report.good_requests and report.refused == report.bad_requests
     return result, ok

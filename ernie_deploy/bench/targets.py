@@ -79,15 +79,26 @@ class Target:
         if value is not None and not math.isnan(value):
             met = value >= self.threshold if self.op == ">=" else value <= self.threshold
         c = rows.concurrency if self.per_task else None
-        return {"key": self.key, "task": rows.task, "name": self.name.format(c=c), "value": value, "op": self.op,
-                "threshold": self.threshold, "unit": self.unit, "met": met, "detail": detail}
+        return {
+            "key": self.key,
+            "task": rows.task,
+            "name": self.name.format(c=c),
+            "value": value,
+            "op": self.op,
+            "threshold": self.threshold,
+            "unit": self.unit,
+            "met": met,
+            "detail": detail,
+        }
 
 
 def _vs_limit(top: Row | None, rows: RunRows) -> Measured | None:
     tok = rows.best(LIMIT_TOK)
     if top and tok:
-        return (top.throughput / tok.throughput,
-                f"{top.throughput:.1f} / {tok.throughput:.1f} seq/s (limit+tok at b{tok.batch})")
+        return (
+            top.throughput / tok.throughput,
+            f"{top.throughput:.1f} / {tok.throughput:.1f} seq/s (limit+tok at b{tok.batch})",
+        )
     return None
 
 
@@ -111,8 +122,10 @@ def _tokenize_share(rows: RunRows) -> Measured | None:
 def _int8_vs_fp32(rows: RunRows) -> Measured | None:
     int8, fp32 = rows.best(LIMIT_INT8), rows.best(LIMIT)
     if int8 and fp32:
-        detail = (f"{int8.throughput:.1f} (b{int8.batch}) / {fp32.throughput:.1f} (b{fp32.batch}) "
-                  "seq/s; accuracy is gated by tests/test_quantize.py")
+        detail = (
+            f"{int8.throughput:.1f} (b{int8.batch}) / {fp32.throughput:.1f} (b{fp32.batch}) "
+            "seq/s; accuracy is gated by tests/test_quantize.py"
+        )
         return int8.throughput / fp32.throughput, detail
     return None
 
@@ -132,15 +145,24 @@ def _ready(rows: RunRows) -> Measured | None:
 
 
 TARGETS = (
-    Target("served_vs_limit", "served c{c} / limit+tok (best batch), throughput", ">=", 0.8,
-           lambda rows: _vs_limit(rows.served, rows)),
-    Target("fused_vs_limit", "fused c{c} / limit+tok (best batch), throughput", ">=", 0.8,
-           lambda rows: _vs_limit(rows.at(FUSED), rows)),
+    Target(
+        "served_vs_limit",
+        "served c{c} / limit+tok (best batch), throughput",
+        ">=",
+        0.8,
+        lambda rows: _vs_limit(rows.served, rows),
+    ),
+    Target(
+        "fused_vs_limit",
+        "fused c{c} / limit+tok (best batch), throughput",
+        ">=",
+        0.8,
+        lambda rows: _vs_limit(rows.at(FUSED), rows),
+    ),
     Target("served_vs_classic", "served c{c} / classic c{c}, throughput", ">=", 3.0, _served_vs_classic),
     Target("tokenize_share", "tokenization share of limit+tok (best batch)", "<=", 0.10, _tokenize_share, "%"),
     Target("int8_vs_fp32", "INT8 / FP32 in-process (best batch each), throughput", ">=", 1.5, _int8_vs_fp32),
-    Target("p50_c1_ms", "batch-1 p50 latency at concurrency 1", "<=", 5.0, _p50_c1, "ms",
-           task_kinds=("sequence",)),
+    Target("p50_c1_ms", "batch-1 p50 latency at concurrency 1", "<=", 5.0, _p50_c1, "ms", task_kinds=("sequence",)),
     Target("ready_s", "server ready", "<=", 10.0, _ready, "s", per_task=False),
 )
 

@@ -13,8 +13,11 @@ from ernie_deploy.core.tasks import TASKS, get_task
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="throughput and latency: served pipeline vs in-process onnxruntime, Paddle "
-                                     "and the classic layout; writes BENCHMARKS.md, bench.json, bench.png")
+    p = sub.add_parser(
+        "bench",
+        help="throughput and latency: served pipeline vs in-process onnxruntime, Paddle "
+        "and the classic layout; writes BENCHMARKS.md, bench.json, bench.png",
+    )
     add_arguments(p, sorted(TASKS))
     p.set_defaults(func=run)
 
@@ -37,14 +40,22 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--inproc-duration", type=float, help="seconds per in-process cell (default 5; --smoke: 0.3)")
     p.add_argument("--requests", type=int, help="requests per served cell, instead of --duration")
     p.add_argument("--warmup", type=float, help="seconds of warm-up before each cell (default 1)")
-    p.add_argument("--client-batch", type=int, help=f"texts per request of the batched served rows "
-                                                     f"(default {CLIENT_BATCH}; 1: no batched rows)")
+    p.add_argument(
+        "--client-batch",
+        type=int,
+        help=f"texts per request of the batched served rows (default {CLIENT_BATCH}; 1: no batched rows)",
+    )
     p.add_argument("--texts", type=int, help="use only the first N test texts (default: all)")
     p.add_argument("--smoke", action="store_true", help="a tiny run of every row (seconds; timings mean nothing)")
-    p.add_argument("--repository", help="serve this repository for the served rows (default: build one from the "
-                                        "artifacts into a temporary folder)")
-    p.add_argument("--classic-repository", help="serve this repository for the classic rows (default: build one "
-                                                "with `build --classic`)")
+    p.add_argument(
+        "--repository",
+        help="serve this repository for the served rows (default: build one from the "
+        "artifacts into a temporary folder)",
+    )
+    p.add_argument(
+        "--classic-repository",
+        help="serve this repository for the classic rows (default: build one with `build --classic`)",
+    )
     p.add_argument("--static", help="default: artifacts/static/<task> (one --task)")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx (one --task)")
     p.add_argument("--data", help="a split file of texts (default: the task's test split; one --task)")
@@ -52,16 +63,25 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
     p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
-    p.add_argument("--perf-analyzer", action="store_true",
-                   help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator")
-    p.add_argument("--out", help="folder for bench.json, BENCHMARKS.md and bench.png "
-                                 "(default docs/; --smoke: artifacts/bench-smoke/)")
-    p.add_argument("--render", metavar="BENCH_JSON",
-                   help="only rewrite BENCHMARKS.md and bench.png from a results file")
+    p.add_argument(
+        "--perf-analyzer",
+        action="store_true",
+        help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator",
+    )
+    p.add_argument(
+        "--out",
+        help="folder for bench.json, BENCHMARKS.md and bench.png (default docs/; --smoke: artifacts/bench-smoke/)",
+    )
+    p.add_argument(
+        "--render", metavar="BENCH_JSON", help="only rewrite BENCHMARKS.md and bench.png from a results file"
+    )
     p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
-    p.add_argument("--levers", action="store_true",
-                   help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
-                        "queue delay, fused, classic) and compare their served throughput; writes levers.json")
+    p.add_argument(
+        "--levers",
+        action="store_true",
+        help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
+        "queue delay, fused, classic) and compare their served throughput; writes levers.json",
+    )
 
 
 def config_from_args(args) -> BenchConfig:
@@ -71,8 +91,14 @@ def config_from_args(args) -> BenchConfig:
         changes["concurrency"] = _int_list(args.concurrency)
     if args.batch_sizes:
         changes["batch_sizes"] = _int_list(args.batch_sizes)
-    for name, attr in (("duration", "duration_s"), ("inproc_duration", "inproc_duration_s"), ("warmup", "warmup_s"),
-                       ("requests", "requests"), ("client_batch", "client_batch"), ("texts", "max_texts")):
+    for name, attr in (
+        ("duration", "duration_s"),
+        ("inproc_duration", "inproc_duration_s"),
+        ("warmup", "warmup_s"),
+        ("requests", "requests"),
+        ("client_batch", "client_batch"),
+        ("texts", "max_texts"),
+    ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
     if args.no_paddle:
@@ -88,10 +114,12 @@ def config_from_args(args) -> BenchConfig:
 
         binary = shutil.which("perf_analyzer")
         if not binary:
-            raise ErnieDeployError("--perf-analyzer: perf_analyzer is not on PATH",
-                                   "run inside NVIDIA's Triton SDK image "
-                                   "(nvcr.io/nvidia/tritonserver:<version>-py3-sdk), "
-                                   "or drop --perf-analyzer to use the built-in load generator")
+            raise ErnieDeployError(
+                "--perf-analyzer: perf_analyzer is not on PATH",
+                "run inside NVIDIA's Triton SDK image "
+                "(nvcr.io/nvidia/tritonserver:<version>-py3-sdk), "
+                "or drop --perf-analyzer to use the built-in load generator",
+            )
         changes["perf_analyzer"] = binary
     return dataclasses.replace(base, **changes)
 
@@ -100,8 +128,10 @@ def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:
     names = args.task or sorted(TASKS)
     if (args.static or args.onnx or args.data) and len(names) != 1:
         raise ErnieDeployError("--static, --onnx and --data name one task's files", "pass exactly one --task with them")
-    return [TaskInputs.load(get_task(name), static=args.static, onnx=args.onnx, data=args.data,
-                            max_texts=config.max_texts) for name in names]
+    return [
+        TaskInputs.load(get_task(name), static=args.static, onnx=args.onnx, data=args.data, max_texts=config.max_texts)
+        for name in names
+    ]
 
 
 def _out(args) -> Path:
@@ -122,5 +152,11 @@ def run(args) -> None:
         from ernie_deploy.bench.served import run_and_write
 
         config = config_from_args(args)
-        run_and_write(inputs_from_args(args, config), config, _out(args), plot_png=not args.no_plot,
-                      repository=args.repository, classic_repository=args.classic_repository)
+        run_and_write(
+            inputs_from_args(args, config),
+            config,
+            _out(args),
+            plot_png=not args.no_plot,
+            repository=args.repository,
+            classic_repository=args.classic_repository,
+        )

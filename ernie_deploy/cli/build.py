@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.cli.inputs import onnx_file, static_model
+from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -16,48 +16,96 @@ from ernie_deploy.repository.options import (
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
-    p.add_argument("--task", action="append", choices=sorted(TASKS),
-                   help="default: the task of the --static model, else every task")
+    p.add_argument(
+        "--task",
+        action="append",
+        choices=sorted(TASKS),
+        help="default: the task of the --static model, else every task",
+    )
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
-    p.add_argument("--runtime", default="auto", choices=["auto", "onnxruntime", "python"],
-                   help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)")
+    p.add_argument(
+        "--runtime",
+        default="auto",
+        choices=["auto", "onnxruntime", "python"],
+        help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)",
+    )
     p.add_argument("--tritonserver", help="the server binary `auto` inspects")
     p.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE)
-    p.add_argument("--instances", type=int, default=1,
-                   help="instances per step (with --device gpu: model step instances per GPU)")
-    p.add_argument("--device", default="cpu", choices=list(DEVICES),
-                   help="where the model step runs: KIND_CPU or KIND_GPU instances (gpu needs --runtime "
-                        "onnxruntime); tokenizer and postprocess stay on the CPU")
-    p.add_argument("--max-queue-delay-us", type=int, default=0,
-                   help="dynamic batcher queue delay; 0 adds no latency to a lone request")
-    p.add_argument("--ort-threads", type=int, default=0,
-                   help="onnxruntime intra-op threads of the model step (0: all cores); the ORT backend's "
-                        "intra_op_thread_count with --runtime onnxruntime")
-    p.add_argument("--ort-inter-op-threads", type=int, default=0,
-                   help="ORT backend: threads running independent graph nodes at once (inter_op_thread_count, "
-                        "with the parallel execution_mode it needs; 0: sequential, onnxruntime's default)")
-    p.add_argument("--ort-graph-level", default="all", choices=list(ORT_GRAPH_LEVELS),
-                   help="ORT backend: onnxruntime graph optimizations (optimization.graph.level: extended 1, "
-                        "basic -1, disabled 2; all, the default, writes no level)")
-    p.add_argument("--trt-fp16", action="store_true",
-                   help="ORT backend on GPU: run the model through the TensorRT execution accelerator in FP16 "
-                        "(needs --runtime onnxruntime --device gpu; TensorRT builds its engines as new input "
-                        "shapes arrive)")
-    p.add_argument("--ort-spinning", action="store_true",
-                   help="python model step: onnxruntime threads busy-wait between runs (off by default: they "
-                        "take the cores the other steps need)")
-    p.add_argument("--no-ragged", action="store_true",
-                   help="batch only same-length requests in python steps (Triton's default; for comparison)")
-    p.add_argument("--pad-to-multiple-of", type=int, default=1,
-                   help="pad token tensors to length buckets of this size (helps batching where ragged can't be used)")
-    p.add_argument("--fused", action="store_true",
-                   help="one python model per task (tokenizer + onnxruntime + postprocess) under the ensemble's "
-                        "name: the same tensors, fewer hops; python runtime only")
-    p.add_argument("--classic", action="store_true",
-                   help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
-                        "no dynamic batching, one instance")
+    p.add_argument(
+        "--instances", type=int, default=1, help="instances per step (with --device gpu: model step instances per GPU)"
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=list(DEVICES),
+        help="where the model step runs: KIND_CPU or KIND_GPU instances (gpu needs --runtime "
+        "onnxruntime); tokenizer and postprocess stay on the CPU",
+    )
+    p.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=0,
+        help="dynamic batcher queue delay; 0 adds no latency to a lone request",
+    )
+    p.add_argument(
+        "--ort-threads",
+        type=int,
+        default=0,
+        help="onnxruntime intra-op threads of the model step (0: all cores); the ORT backend's "
+        "intra_op_thread_count with --runtime onnxruntime",
+    )
+    p.add_argument(
+        "--ort-inter-op-threads",
+        type=int,
+        default=0,
+        help="ORT backend: threads running independent graph nodes at once (inter_op_thread_count, "
+        "with the parallel execution_mode it needs; 0: sequential, onnxruntime's default)",
+    )
+    p.add_argument(
+        "--ort-graph-level",
+        default="all",
+        choices=list(ORT_GRAPH_LEVELS),
+        help="ORT backend: onnxruntime graph optimizations (optimization.graph.level: extended 1, "
+        "basic -1, disabled 2; all, the default, writes no level)",
+    )
+    p.add_argument(
+        "--trt-fp16",
+        action="store_true",
+        help="ORT backend on GPU: run the model through the TensorRT execution accelerator in FP16 "
+        "(needs --runtime onnxruntime --device gpu; TensorRT builds its engines as new input "
+        "shapes arrive)",
+    )
+    p.add_argument(
+        "--ort-spinning",
+        action="store_true",
+        help="python model step: onnxruntime threads busy-wait between runs (off by default: they "
+        "take the cores the other steps need)",
+    )
+    p.add_argument(
+        "--no-ragged",
+        action="store_true",
+        help="batch only same-length requests in python steps (Triton's default; for comparison)",
+    )
+    p.add_argument(
+        "--pad-to-multiple-of",
+        type=int,
+        default=1,
+        help="pad token tensors to length buckets of this size (helps batching where ragged can't be used)",
+    )
+    p.add_argument(
+        "--fused",
+        action="store_true",
+        help="one python model per task (tokenizer + onnxruntime + postprocess) under the ensemble's "
+        "name: the same tensors, fewer hops; python runtime only",
+    )
+    p.add_argument(
+        "--classic",
+        action="store_true",
+        help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
+        "no dynamic batching, one instance",
+    )
     p.set_defaults(func=run)
 
 
@@ -75,13 +123,22 @@ def run(args) -> None:
         except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
             backends = set()
         runtime = pick_runtime(backends)
-    options = BuildOptions(runtime=runtime, max_batch_size=args.max_batch_size, instances=args.instances,
-                           max_queue_delay_us=args.max_queue_delay_us, ort_threads=args.ort_threads,
-                           classic=args.classic, ragged=not args.no_ragged,
-                           pad_to_multiple_of=args.pad_to_multiple_of, fused=args.fused,
-                           ort_spinning=args.ort_spinning, ort_graph_level=args.ort_graph_level,
-                           ort_inter_op_threads=args.ort_inter_op_threads, device=args.device,
-                           trt_fp16=args.trt_fp16)
+    options = BuildOptions(
+        runtime=runtime,
+        max_batch_size=args.max_batch_size,
+        instances=args.instances,
+        max_queue_delay_us=args.max_queue_delay_us,
+        ort_threads=args.ort_threads,
+        classic=args.classic,
+        ragged=not args.no_ragged,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        fused=args.fused,
+        ort_spinning=args.ort_spinning,
+        ort_graph_level=args.ort_graph_level,
+        ort_inter_op_threads=args.ort_inter_op_threads,
+        device=args.device,
+        trt_fp16=args.trt_fp16,
+    )
     check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
     for name in tasks:

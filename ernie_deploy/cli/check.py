@@ -6,8 +6,11 @@ from ernie_deploy.core.errors import ErnieDeployError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="lint a model repository before serving: configs, versions, ONNX "
-                                     "signatures, ensemble wiring, python models, warmup files")
+    p = sub.add_parser(
+        "check",
+        help="lint a model repository before serving: configs, versions, ONNX "
+        "signatures, ensemble wiring, python models, warmup files",
+    )
     p.add_argument("repository", nargs="?", default="models")
     p.set_defaults(func=run)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ernie_deploy.cli.inputs import TASK_HELP, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.cli.inputs import TASK_HELP, static_model
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
@@ -12,6 +12,7 @@ from ernie_deploy.export.gates import (
     DEFAULT_INT8_MIN_AGREE,
     DEFAULT_TOLERANCE,
 )
+from ernie_deploy.export.onnx import DEFAULT_OPSET
 
 
 def register(sub) -> None:
@@ -19,42 +20,65 @@ def register(sub) -> None:
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--out", help="default: artifacts/onnx/<task>/model.onnx")
-    p.add_argument("--opset", type=int, default=14)
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max abs logit difference allowed")
-    p.add_argument("--parity-data", help="a split file (.tsv or .jsonl) of texts for the parity check "
-                                            "(default: the task's test split)")
+    p.add_argument(
+        "--parity-data",
+        help="a split file (.tsv or .jsonl) of texts for the parity check (default: the task's test split)",
+    )
     p.add_argument("--parity-n", type=int, default=256, help="texts used for the parity check")
     p.add_argument("--skip-parity", action="store_true")
-    p.add_argument("--quantize", default="none", choices=["none", "int8"],
-                   help="int8: after the FP32 model passes parity, write a dynamically quantized model (INT8 "
-                        "MatMul weights) to --out, the model `build` serves, and keep the FP32 one beside it as "
-                        "model.fp32.onnx; INT8-vs-FP32 label agreement and logit drift go to parity.json under "
-                        "\"int8\"")
-    p.add_argument("--int8-min-agree", type=float, default=DEFAULT_INT8_MIN_AGREE,
-                   help="with --quantize int8: least fraction of parity texts (token tasks: of tokens) on which "
-                        "INT8 and FP32 labels must agree")
-    p.add_argument("--fp16", action="store_true",
-                   help="a GPU option: after the FP32 model passes parity, write an FP16 model (FP32 inputs and "
-                        "outputs, so configs and clients are unchanged) to --out and keep the FP32 one beside it as "
-                        "model.fp32.onnx; FP16-vs-FP32 drift goes to parity.json under \"fp16\". On CPU it runs "
-                        "slower than FP32; serve it with `build --runtime onnxruntime --device gpu`")
-    p.add_argument("--fp16-tolerance", type=float, default=DEFAULT_FP16_TOLERANCE,
-                   help="with --fp16: max abs logit difference allowed against the FP32 model")
-    p.add_argument("--fp16-min-agree", type=float, default=DEFAULT_FP16_MIN_AGREE,
-                   help="with --fp16: least fraction of parity texts (token tasks: of tokens) on which FP16 and "
-                        "FP32 labels must agree")
+    p.add_argument(
+        "--quantize",
+        default="none",
+        choices=["none", "int8"],
+        help="int8: after the FP32 model passes parity, write a dynamically quantized model (INT8 "
+        "MatMul weights) to --out, the model `build` serves, and keep the FP32 one beside it as "
+        "model.fp32.onnx; INT8-vs-FP32 label agreement and logit drift go to parity.json under "
+        '"int8"',
+    )
+    p.add_argument(
+        "--int8-min-agree",
+        type=float,
+        default=DEFAULT_INT8_MIN_AGREE,
+        help="with --quantize int8: least fraction of parity texts (token tasks: of tokens) on which "
+        "INT8 and FP32 labels must agree",
+    )
+    p.add_argument(
+        "--fp16",
+        action="store_true",
+        help="a GPU option: after the FP32 model passes parity, write an FP16 model (FP32 inputs and "
+        "outputs, so configs and clients are unchanged) to --out and keep the FP32 one beside it as "
+        'model.fp32.onnx; FP16-vs-FP32 drift goes to parity.json under "fp16". On CPU it runs '
+        "slower than FP32; serve it with `build --runtime onnxruntime --device gpu`",
+    )
+    p.add_argument(
+        "--fp16-tolerance",
+        type=float,
+        default=DEFAULT_FP16_TOLERANCE,
+        help="with --fp16: max abs logit difference allowed against the FP32 model",
+    )
+    p.add_argument(
+        "--fp16-min-agree",
+        type=float,
+        default=DEFAULT_FP16_MIN_AGREE,
+        help="with --fp16: least fraction of parity texts (token tasks: of tokens) on which FP16 and "
+        "FP32 labels must agree",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> None:
-    from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.gates import Gates
+    from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
 
     if args.quantize == "int8" and args.fp16:
-        raise ErnieDeployError("--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
-                               "the FP32 model; they do not combine",
-                               "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving")
+        raise ErnieDeployError(
+            "--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
+            "the FP32 model; they do not combine",
+            "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving",
+        )
     static = static_model(args.task, args.static)
     task = static.task
     texts: list[str] = []
@@ -64,10 +88,19 @@ def run(args) -> None:
         else:
             texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
         if not texts or args.parity_n < 1:
-            raise ErnieDeployError("the parity check has no texts to run",
-                                   "give --parity-data a split with texts and --parity-n >= 1, or --skip-parity")
-    gates = Gates(tuple(texts[: args.parity_n]), args.tolerance, args.int8_min_agree, args.fp16_tolerance,
-                  args.fp16_min_agree)
-    convert_checked(static, args.out or artifact_dir("onnx", task.name) / "model.onnx", max_seq_len=task.max_seq_len,
-                    precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32", gates=gates,
-                    opset=args.opset, log=lambda line: print(f"{task.name}: {line}"))
+            raise ErnieDeployError(
+                "the parity check has no texts to run",
+                "give --parity-data a split with texts and --parity-n >= 1, or --skip-parity",
+            )
+    gates = Gates(
+        tuple(texts[: args.parity_n]), args.tolerance, args.int8_min_agree, args.fp16_tolerance, args.fp16_min_agree
+    )
+    convert_checked(
+        static,
+        args.out or artifact_dir("onnx", task.name) / "model.onnx",
+        max_seq_len=task.max_seq_len,
+        precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32",
+        gates=gates,
+        opset=args.opset,
+        log=lambda line: print(f"{task.name}: {line}"),
+    )

@@ -18,8 +18,10 @@ def static_model(task: str | None, static: str | None) -> StaticModel:
     that contradicts it is refused rather than served with the wrong head."""
     model = StaticModel.load(static or artifact_dir("static", get_task(task or DEFAULT_TASK).name))
     if task and get_task(task) != model.task:
-        raise ErnieDeployError(f"{model.root} was exported for task {model.task.name}, not {get_task(task).name}",
-                               f"drop --task (it is read from the export), or pass --task {model.task.name}")
+        raise ErnieDeployError(
+            f"{model.root} was exported for task {model.task.name}, not {get_task(task).name}",
+            f"drop --task (it is read from the export), or pass --task {model.task.name}",
+        )
     return model
 
 

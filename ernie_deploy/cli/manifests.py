@@ -6,33 +6,59 @@ from ernie_deploy.server.manifests import ManifestOptions
 
 
 def register(sub) -> None:
-    p = sub.add_parser("manifests", help="Kubernetes manifests (Deployment, Service, autoscaler) for serving a "
-                                         "repository from the image, /dev/shm sized from the repository")
+    p = sub.add_parser(
+        "manifests",
+        help="Kubernetes manifests (Deployment, Service, autoscaler) for serving a "
+        "repository from the image, /dev/shm sized from the repository",
+    )
     defaults = ManifestOptions()
-    p.add_argument("repository", nargs="?", default="models",
-                   help="the repository the image serves, to size /dev/shm from (default: models)")
+    p.add_argument(
+        "repository",
+        nargs="?",
+        default="models",
+        help="the repository the image serves, to size /dev/shm from (default: models)",
+    )
     p.add_argument("--out", default="deploy/k8s", help="folder for deployment.yaml, service.yaml, hpa.yaml")
     p.add_argument("--image", default=defaults.image, help="the image built from docker/Dockerfile, with its registry")
     p.add_argument("--name", default=defaults.name, help="name of the Deployment, Service and autoscaler")
     p.add_argument("--min-replicas", type=int, default=defaults.min_replicas)
     p.add_argument("--max-replicas", type=int, default=defaults.max_replicas)
-    p.add_argument("--cpu-target", type=int, default=defaults.cpu_target,
-                   help="autoscaler target: average CPU use across pods, in percent of --cpu")
+    p.add_argument(
+        "--cpu-target",
+        type=int,
+        default=defaults.cpu_target,
+        help="autoscaler target: average CPU use across pods, in percent of --cpu",
+    )
     p.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod")
     p.add_argument("--memory", default=defaults.memory, help="memory request per pod")
-    p.add_argument("--memory-limit", default=defaults.memory_limit,
-                   help="memory limit per pod; /dev/shm (memory-backed) counts against it")
+    p.add_argument(
+        "--memory-limit",
+        default=defaults.memory_limit,
+        help="memory limit per pod; /dev/shm (memory-backed) counts against it",
+    )
     p.add_argument("--gpus", type=int, default=defaults.gpus, help="nvidia.com/gpu per pod (default: none)")
-    p.add_argument("--shm-default-byte-size", type=int, default=defaults.shm_default_byte_size,
-                   help="python backend shared-memory region per model instance")
+    p.add_argument(
+        "--shm-default-byte-size",
+        type=int,
+        default=defaults.shm_default_byte_size,
+        help="python backend shared-memory region per model instance",
+    )
     p.set_defaults(func=run)
 
 
 def options(args) -> ManifestOptions:
-    return ManifestOptions(image=args.image, name=args.name, min_replicas=args.min_replicas,
-                           max_replicas=args.max_replicas, cpu_target=args.cpu_target, cpu=args.cpu,
-                           memory=args.memory, memory_limit=args.memory_limit, gpus=args.gpus,
-                           shm_default_byte_size=args.shm_default_byte_size)
+    return ManifestOptions(
+        image=args.image,
+        name=args.name,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        cpu_target=args.cpu_target,
+        cpu=args.cpu,
+        memory=args.memory,
+        memory_limit=args.memory_limit,
+        gpus=args.gpus,
+        shm_default_byte_size=args.shm_default_byte_size,
+    )
 
 
 def run(args) -> None:

@@ -7,8 +7,11 @@ from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard librar
 
 
 def register(sub) -> None:
-    p = sub.add_parser("probe", help="send one text through every ready ensemble of a running server; non-zero "
-                                     "exit if any fails (a liveness check that sees dead python-backend stubs)")
+    p = sub.add_parser(
+        "probe",
+        help="send one text through every ready ensemble of a running server; non-zero "
+        "exit if any fails (a liveness check that sees dead python-backend stubs)",
+    )
     p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
     p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
     p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
@@ -22,11 +25,16 @@ def run(args) -> None:
     try:
         results = probe(args.url, args.model, args.text, args.timeout)
     except ProbeFailed as exc:
-        raise ErnieDeployError(f"cannot probe {args.url}: {exc}",
-                               "check that the server is up and the URL points at its HTTP port") from None
+        raise ErnieDeployError(
+            f"cannot probe {args.url}: {exc}", "check that the server is up and the URL points at its HTTP port"
+        ) from None
     for r in results:
-        print(f"{'ok' if r.ok else 'FAIL'} {r.model} ({r.seconds * 1000:.0f} ms){': ' + r.message if r.message else ''}")
+        print(
+            f"{'ok' if r.ok else 'FAIL'} {r.model} ({r.seconds * 1000:.0f} ms){': ' + r.message if r.message else ''}"
+        )
     failed = [r.model for r in results if not r.ok]
     if failed:
-        raise ErnieDeployError(f"{', '.join(failed)} did not answer a text",
-                               "restart the server (a liveness probe does this for you); its log says which step died")
+        raise ErnieDeployError(
+            f"{', '.join(failed)} did not answer a text",
+            "restart the server (a liveness probe does this for you); its log says which step died",
+        )

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+from ernie_deploy.bench.soak import SoakOptions
 from ernie_deploy.core.errors import ErnieDeployError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("soak", help="serve a repository and drive many requests, bad ones mixed in, checking "
-                                    "every answer against offline onnxruntime")
+    p = sub.add_parser(
+        "soak",
+        help="serve a repository and drive many requests, bad ones mixed in, checking "
+        "every answer against offline onnxruntime",
+    )
+    defaults = SoakOptions()
     p.add_argument("repository", nargs="?", default="models")
-    p.add_argument("--requests", type=int, default=20000)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--bad-fraction", type=float, default=0.1, help="share of requests holding bad texts")
-    p.add_argument("--texts", type=int, default=1000, help="test texts per task to draw requests from")
-    p.add_argument("--chaos", type=float, default=0.0, metavar="SECONDS",
-                   help="SIGKILL a random python-backend stub every SECONDS (0: never)")
-    p.add_argument("--chaos-kills", type=int, default=0, help="stop killing after this many (0: no limit)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--requests", type=int, default=defaults.requests)
+    p.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    p.add_argument(
+        "--bad-fraction", type=float, default=defaults.bad_fraction, help="share of requests holding bad texts"
+    )
+    p.add_argument("--texts", type=int, default=defaults.texts, help="test texts per task to draw requests from")
+    p.add_argument(
+        "--chaos",
+        type=float,
+        default=defaults.chaos_s,
+        metavar="SECONDS",
+        help="SIGKILL a random python-backend stub every SECONDS (0: never)",
+    )
+    p.add_argument(
+        "--chaos-kills", type=int, default=defaults.chaos_kills, help="stop killing after this many (0: no limit)"
+    )
+    p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
     p.set_defaults(func=run)
 
@@ -25,16 +39,25 @@ def run(args) -> None:
     import json
     import sys
 
-    from ernie_deploy.bench.soak import SoakOptions, run_soak
+    from ernie_deploy.bench.soak import run_soak
     from ernie_deploy.core.files import write_json
 
-    options = SoakOptions(requests=args.requests, concurrency=args.concurrency, bad_fraction=args.bad_fraction,
-                          texts=args.texts, chaos_s=args.chaos, chaos_kills=args.chaos_kills, seed=args.seed)
+    options = SoakOptions(
+        requests=args.requests,
+        concurrency=args.concurrency,
+        bad_fraction=args.bad_fraction,
+        texts=args.texts,
+        chaos_s=args.chaos,
+        chaos_kills=args.chaos_kills,
+        seed=args.seed,
+    )
     result, ok = run_soak(args.repository, options)
     if args.report:
         write_json(result, args.report)
     print(json.dumps(result, ensure_ascii=False, indent=2))
     if not ok:
         print("soak FAILED: see the counts and examples above", file=sys.stderr)
-        raise ErnieDeployError("the soak found lost, mismatched or unexpectedly failed requests",
-                               "read the examples in the report; the server log path is printed above")
+        raise ErnieDeployError(
+            "the soak found lost, mismatched or unexpectedly failed requests",
+            "read the examples in the report; the server log path is printed above",
+        )

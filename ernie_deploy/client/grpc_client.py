@@ -9,18 +9,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.serving.steps import text_problem
 from ernie_deploy.core.tasks import TEXT_INPUT, TaskSpec
+from ernie_deploy.serving.steps import text_problem
 
-DEFAULT_URL = "127.0.0.1:8001"
+DEFAULT_URL = GRPC_URL
 
 # gRPC status codes worth another try: the server is (re)starting or unreachable, or a model instance
 # failed (e.g. a python-backend stub died and `ernie-deploy serve` is reloading it). Inference here has no
 # side effects, so resending the same request is always safe. INVALID_ARGUMENT (the request's fault) and
 # NOT_FOUND on a ready server (no such model) are final.
-TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.INTERNAL", "StatusCode.UNKNOWN", "StatusCode.DEADLINE_EXCEEDED",
-             "StatusCode.RESOURCE_EXHAUSTED", "StatusCode.CANCELLED"}
+TRANSIENT = {
+    "StatusCode.UNAVAILABLE",
+    "StatusCode.INTERNAL",
+    "StatusCode.UNKNOWN",
+    "StatusCode.DEADLINE_EXCEEDED",
+    "StatusCode.RESOURCE_EXHAUSTED",
+    "StatusCode.CANCELLED",
+}
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class Retry:
 
     def delays(self):
         for n in range(self.attempts - 1):
-            yield random.uniform(0, min(self.max_s, self.base_s * 2 ** n))
+            yield random.uniform(0, min(self.max_s, self.base_s * 2**n))
 
 
 NO_RETRY = Retry(attempts=1)
@@ -53,8 +60,7 @@ class TextError:
 
 
 class Client:
-    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0,
-                 retry: Retry = Retry()):
+    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0, retry: Retry = Retry()):
         import tritonclient.grpc as grpcclient
 
         self.task = task
@@ -72,14 +78,18 @@ class Client:
         try:
             live = self.client.is_server_live()
         except InferenceServerException as exc:
-            raise ErnieDeployError(f"no Triton server answers at {self.url} ({exc.message()})",
-                                   "start one with `ernie-deploy serve models/` or pass --url") from None
+            raise ErnieDeployError(
+                f"no Triton server answers at {self.url} ({exc.message()})",
+                "start one with `ernie-deploy serve models/` or pass --url",
+            ) from None
         if not live or not self.client.is_server_ready():
             raise ErnieDeployError(f"the Triton server at {self.url} is not ready", "wait for it to finish loading")
         model = self.task.ensemble
         if not self.client.is_model_ready(model):
-            raise ErnieDeployError(f"model {model!r} is not ready on {self.url}",
-                                   "check the server log; build it with `scripts/convert.sh`")
+            raise ErnieDeployError(
+                f"model {model!r} is not ready on {self.url}",
+                "check the server log; build it with `scripts/convert.sh`",
+            )
 
     def infer(self, texts: list[str]) -> dict[str, np.ndarray]:
         """One request holding `texts`; returns every output of the ensemble, first axis = texts.
@@ -87,8 +97,9 @@ class Client:
         Transient failures are retried with backoff (see `Retry`); a bad request raises `BadRequest` at once."""
         from tritonclient.utils import InferenceServerException
 
-        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts],
-                        dtype=np.object_).reshape(-1, 1)
+        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=np.object_).reshape(
+            -1, 1
+        )
         tensor = self._grpc.InferInput(TEXT_INPUT.name, list(data.shape), "BYTES")
         tensor.set_data_from_numpy(data)
         outputs = [self._grpc.InferRequestedOutput(o.name) for o in self.task.outputs]
@@ -96,8 +107,7 @@ class Client:
         while True:
             tries += 1
             try:
-                result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs,
-                                           client_timeout=self.timeout_s)
+                result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs, client_timeout=self.timeout_s)
                 return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
             except InferenceServerException as exc:
                 status, message = str(exc.status()), exc.message() or str(exc)
@@ -107,10 +117,11 @@ class Client:
                 spent = time.monotonic() - t0
                 if delay is None or spent + delay > self.retry.budget_s:
                     tried = f" after {tries} attempts over {spent:.1f} s" if tries > 1 else ""
-                    raise ErnieDeployError(f"inference on {self.task.ensemble!r} at {self.url} failed{tried}: "
-                                           f"{message} ({status.split('.')[-1]})",
-                                           "check that the server is running and ready (ernie-deploy serve "
-                                           "prints its log path)") from None
+                    raise ErnieDeployError(
+                        f"inference on {self.task.ensemble!r} at {self.url} failed{tried}: "
+                        f"{message} ({status.split('.')[-1]})",
+                        "check that the server is running and ready (ernie-deploy serve prints its log path)",
+                    ) from None
                 self.retries += 1
                 time.sleep(delay)
 
@@ -130,12 +141,13 @@ class Client:
         parts: dict[str, list[np.ndarray]] = {o.name: [] for o in self.task.outputs}
         starts = range(0, len(texts), batch_size)
         for start in tqdm(starts, desc=f"{self.task.ensemble} over gRPC", unit="batch", disable=not progress):
-            for name, value in self.infer(texts[start:start + batch_size]).items():
+            for name, value in self.infer(texts[start : start + batch_size]).items():
                 parts[name].append(value)
         return {name: np.concatenate(values) for name, values in parts.items()}
 
-    def predict(self, texts: list[str], batch_size: int = 32, progress: bool = True, *,
-                keep_going: bool = False) -> list:
+    def predict(
+        self, texts: list[str], batch_size: int = 32, progress: bool = True, *, keep_going: bool = False
+    ) -> list:
         """Per-text predictions as `evaluate` makes them offline: label names or entity lists (DECODERS).
 
         A bad text fails its whole request on the server (Triton answers per request). With keep_going,

@@ -3,11 +3,11 @@ tasks; entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token
 
 from __future__ import annotations
 
+
 def classification_report(y_true: list[str], y_pred: list[str], labels: list[str]) -> dict:
     from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
-    precision, recall, f1, support = precision_recall_fscore_support(
-        y_true, y_pred, labels=labels, zero_division=0)
+    precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
     return {
         "metric": "accuracy",
         "accuracy": float(accuracy_score(y_true, y_pred)),
@@ -41,8 +41,12 @@ def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -
         "n": len(gold_tags),
         "entities": int(micro["support"]),
         "per_type": {
-            t: {"precision": float(table[t]["precision"]), "recall": float(table[t]["recall"]),
-                "f1": float(table[t]["f1-score"]), "support": int(table[t]["support"])}
+            t: {
+                "precision": float(table[t]["precision"]),
+                "recall": float(table[t]["recall"]),
+                "f1": float(table[t]["f1-score"]),
+                "support": int(table[t]["support"]),
+            }
             for t in types
         },
         "macro_f1": float(table["macro avg"]["f1-score"]),
@@ -81,7 +85,9 @@ def _format_class_report(report: dict) -> str:
     lines = [f"{'class':<{width}} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
     for label in labels:
         row = report["per_class"][label]
-        lines.append(f"{label:<{width}} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
+        lines.append(
+            f"{label:<{width}} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}"
+        )
     lines.append(f"{'macro f1':<{width}} {'':>9} {'':>9} {report['macro_f1']:>9.4f} {report['n']:>8}")
     lines.append("")
     lines.append("confusion matrix (rows: true, columns: predicted)")
@@ -96,8 +102,10 @@ def _format_entity_report(report: dict) -> str:
     lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
     for name, row in report["per_type"].items():
         lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
-    lines.append(f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
-                 f"{report['entities']:>8}")
+    lines.append(
+        f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
+        f"{report['entities']:>8}"
+    )
     return "\n".join(lines)
 
 

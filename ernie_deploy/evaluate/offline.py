@@ -7,14 +7,14 @@ entities with character offsets), scored by the same function as the gRPC client
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
 
-from ernie_deploy.export.static import StaticModel
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.export.static import StaticModel
 from ernie_deploy.serving.tokenizer import Encoded
 
 
@@ -22,7 +22,7 @@ def _batches(texts: list[str], batch_size: int):
     """Length-sorted batches (less padding), yielded with their original positions."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         yield idx, [texts[i] for i in idx]
 
 
@@ -45,8 +45,16 @@ def predictions(task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Enco
     return PREDICTORS[task.kind](labels, logits, enc, texts)
 
 
-def predict(task: TaskSpec, labels: list[str], texts: list[str], encode: Callable[[list[str]], Encoded],
-            run: Callable[[np.ndarray, np.ndarray], np.ndarray], *, batch_size: int = 64, desc: str = "") -> list:
+def predict(
+    task: TaskSpec,
+    labels: list[str],
+    texts: list[str],
+    encode: Callable[[list[str]], Encoded],
+    run: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    *,
+    batch_size: int = 64,
+    desc: str = "",
+) -> list:
     out: list = [None] * len(texts)
     for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         enc = encode(batch)
@@ -62,8 +70,9 @@ def paddle_encoder(vocab_file: str | Path, max_seq_len: int) -> Callable[[list[s
     tokenizer = ErnieTokenizer(str(vocab_file))
 
     def encode(batch: list[str]) -> Encoded:
-        enc = tokenizer(batch, max_length=max_seq_len, truncation=True, return_offsets_mapping=True,
-                        return_attention_mask=False)
+        enc = tokenizer(
+            batch, max_length=max_seq_len, truncation=True, return_offsets_mapping=True, return_attention_mask=False
+        )
         lengths = np.array([len(ids) for ids in enc["input_ids"]], np.int64)
         width = int(lengths.max())
         ids = np.zeros((len(batch), width), np.int64)
@@ -83,29 +92,43 @@ def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str]) ->
     """The Paddle-native reference."""
     from ernie_deploy.export.static import PaddlePredictor
 
-    return predict(task, static.labels, texts, paddle_encoder(static.vocab_file, task.max_seq_len),
-                   PaddlePredictor(static), desc="paddle")
+    return predict(
+        task,
+        static.labels,
+        texts,
+        paddle_encoder(static.vocab_file, task.max_seq_len),
+        PaddlePredictor(static),
+        desc="paddle",
+    )
 
 
-def onnx_predictions(task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str],
-                     texts: list[str]) -> list:
+def onnx_predictions(
+    task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str]
+) -> list:
     """What the server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
 
     tokenizer = build_tokenizer(vocab_file)
-    return predict(task, labels, texts, lambda batch: encode_batch(tokenizer, batch, task.max_seq_len),
-                   OnnxModel(onnx_path), desc="onnx")
+    return predict(
+        task,
+        labels,
+        texts,
+        lambda batch: encode_batch(tokenizer, batch, task.max_seq_len),
+        OnnxModel(onnx_path),
+        desc="onnx",
+    )
 
 
 def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
     """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines)."""
-    from ernie_deploy.fetch.data import read_split_file
     from ernie_deploy.evaluate.metrics import score
+    from ernie_deploy.fetch.data import read_split_file
 
     texts, gold = read_split_file(split_file)
     return {
         "paddle": score(task, texts, gold, paddle_predictions(task, static, texts), static.labels),
-        "onnx": score(task, texts, gold, onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts),
-                      static.labels),
+        "onnx": score(
+            task, texts, gold, onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts), static.labels
+        ),
     }

@@ -30,8 +30,9 @@ PRINTERS = {"sequence": _print_label, "token": _print_entities}
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
-    parser.add_argument("--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} "
-                                       "test split)")
+    parser.add_argument(
+        "--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} test split)"
+    )
     parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")

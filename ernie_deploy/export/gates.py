@@ -31,6 +31,8 @@ def require_logits_rank(task: TaskSpec, logits, source) -> None:
     every comparison of two models reads labels per text or per token from it."""
     if logits.ndim != 1 + task.logits_rank:
         expected = "[batch, classes]" if task.logits_rank == 1 else "[batch, tokens, classes]"
-        raise ErnieDeployError(f"{source} returns logits of shape {list(logits.shape)}; a {task.kind} task "
-                               f"({task.name}) expects {expected}",
-                               "export the model for the task it was trained for (`ernie-deploy export --task`)")
+        raise ErnieDeployError(
+            f"{source} returns logits of shape {list(logits.shape)}; a {task.kind} task "
+            f"({task.name}) expects {expected}",
+            "export the model for the task it was trained for (`ernie-deploy export --task`)",
+        )

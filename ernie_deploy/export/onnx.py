@@ -34,8 +34,15 @@ def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_O
         log = io.StringIO()
         # paddle2onnx logs failures instead of raising; keep its chatter and report it if nothing comes out.
         with contextlib.redirect_stdout(log):
-            paddle2onnx.export(str(static.model_file), str(static.params_file), str(tmp), opset_version=opset,
-                               auto_upgrade_opset=False, enable_onnx_checker=True, optimize_tool="polygraphy")
+            paddle2onnx.export(
+                str(static.model_file),
+                str(static.params_file),
+                str(tmp),
+                opset_version=opset,
+                auto_upgrade_opset=False,
+                enable_onnx_checker=True,
+                optimize_tool="polygraphy",
+            )
         if not tmp.exists() or tmp.stat().st_size == 0:
             raise ErnieDeployError(f"paddle2onnx produced no model from {static.model_file}: {log.getvalue()[-800:]}")
         model = onnx.load(str(tmp))
@@ -49,8 +56,10 @@ def name_tensors(model) -> None:
     """Give the graph the pipeline's tensor names: inputs as exported, the single output as `logits`."""
     inputs = [i.name for i in model.graph.input]
     if sorted(inputs) != sorted(MODEL_INPUTS):
-        raise ErnieDeployError(f"the exported graph has inputs {inputs}, expected {list(MODEL_INPUTS)}",
-                               "export the model with `ernie-deploy export`, which fixes the input names")
+        raise ErnieDeployError(
+            f"the exported graph has inputs {inputs}, expected {list(MODEL_INPUTS)}",
+            "export the model with `ernie-deploy export`, which fixes the input names",
+        )
     if len(model.graph.output) != 1:
         raise ErnieDeployError(f"expected one graph output, found {[o.name for o in model.graph.output]}")
     old = model.graph.output[0].name
@@ -77,8 +86,15 @@ class ParityReport:
         return {**asdict(self), "ok": self.ok}
 
 
-def check_parity(static: StaticModel, onnx_path: str | Path, texts: list[str], *, max_seq_len: int = 128,
-                 batch_size: int = 32, tolerance: float = 1e-4) -> ParityReport:
+def check_parity(
+    static: StaticModel,
+    onnx_path: str | Path,
+    texts: list[str],
+    *,
+    max_seq_len: int = 128,
+    batch_size: int = 32,
+    tolerance: float = 1e-4,
+) -> ParityReport:
     """Run the same batches through Paddle Inference and onnxruntime and compare logits."""
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.serving.runtime import OnnxModel
@@ -91,7 +107,7 @@ def check_parity(static: StaticModel, onnx_path: str | Path, texts: list[str], *
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
     for start in range(0, len(texts), batch_size):
-        enc = encode_batch(tokenizer, texts[start:start + batch_size], max_seq_len)
+        enc = encode_batch(tokenizer, texts[start : start + batch_size], max_seq_len)
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, static.model_file)
@@ -119,8 +135,16 @@ PRECISIONS = ("fp32", *REDUCED)
 REJECTED_REPORT = "parity.rejected.json"
 
 
-def convert_checked(static: StaticModel, out: str | Path, *, max_seq_len: int, precision: str = "fp32",
-                    gates: Gates | None = None, opset: int = DEFAULT_OPSET, log=print) -> Path:
+def convert_checked(
+    static: StaticModel,
+    out: str | Path,
+    *,
+    max_seq_len: int,
+    precision: str = "fp32",
+    gates: Gates | None = None,
+    opset: int = DEFAULT_OPSET,
+    log=print,
+) -> Path:
     """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
 
     With precision int8 or fp16, `out` is the reduced model and the FP32 model it came from stays beside it as
@@ -142,20 +166,23 @@ def convert_checked(static: StaticModel, out: str | Path, *, max_seq_len: int, p
             convert(static, s_fp32 if reduced else s_out, opset=opset)
             log(f"ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
             if texts:
-                report = check_parity(static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len,
-                                      tolerance=gates.tolerance)
+                report = check_parity(
+                    static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len, tolerance=gates.tolerance
+                )
                 write_json(report.to_dict(), s_parity)
-                log(f"parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
-                    f"labels agree {report.labels_agree:.2%}")
+                log(
+                    f"parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
+                    f"labels agree {report.labels_agree:.2%}"
+                )
                 require_parity(report, fp32 if reduced else out)
             if reduced:
                 started = time.perf_counter()
                 info = reduced.make(s_fp32, s_out)
-                log(f"{precision.upper()} model {out} ({time.perf_counter() - started:.1f} s; "
-                    f"{reduced.describe(info)})")
+                log(
+                    f"{precision.upper()} model {out} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})"
+                )
                 if texts:
-                    drift = check_drift(precision, static, s_fp32, s_out, texts, max_seq_len=max_seq_len,
-                                        gates=gates)
+                    drift = check_drift(precision, static, s_fp32, s_out, texts, max_seq_len=max_seq_len, gates=gates)
                     write_json({**report.to_dict(), precision: {**drift.to_dict(), **info}}, s_parity)
                     log(drift.summary())
                     require_drift(drift, out)

@@ -30,8 +30,15 @@ INT8_OP_TYPES = ("MatMul",)
 _QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QGemm", "ConvInteger")
 
 
-def quantize_int8(fp32_onnx: str | Path, out_path: str | Path, *, op_types: tuple[str, ...] = INT8_OP_TYPES,
-                  per_channel: bool = False, reduce_range: bool = False, weight_type: str = "qint8") -> dict:
+def quantize_int8(
+    fp32_onnx: str | Path,
+    out_path: str | Path,
+    *,
+    op_types: tuple[str, ...] = INT8_OP_TYPES,
+    per_channel: bool = False,
+    reduce_range: bool = False,
+    weight_type: str = "qint8",
+) -> dict:
     """Dynamic INT8 quantization with onnxruntime (INT8 weights; activations quantized per batch at run time)
     of an FP32 model into out_path. The graph keeps the FP32 model's inputs and output exactly.
 
@@ -51,8 +58,14 @@ def quantize_int8(fp32_onnx: str | Path, out_path: str | Path, *, op_types: tupl
         src, dst = Path(work) / "fp32.onnx", Path(work) / "int8.onnx"
         onnx.save(reference, str(src))
         with _quiet_onnxruntime_tools():
-            quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
-                             reduce_range=reduce_range, weight_type=types[weight_type])
+            quantize_dynamic(
+                src,
+                dst,
+                op_types_to_quantize=list(op_types),
+                per_channel=per_channel,
+                reduce_range=reduce_range,
+                weight_type=types[weight_type],
+            )
         model = onnx.load(str(dst))
     _require_same_signature(reference, model, out_path)
     counts: dict[str, int] = {}
@@ -60,8 +73,9 @@ def quantize_int8(fp32_onnx: str | Path, out_path: str | Path, *, op_types: tupl
         if node.op_type in _QUANTIZED_OPS:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     if not counts:
-        raise ErnieDeployError(f"onnxruntime quantized nothing in {fp32_onnx} (op types {list(op_types)})",
-                               "convert without --quantize")
+        raise ErnieDeployError(
+            f"onnxruntime quantized nothing in {fp32_onnx} (op types {list(op_types)})", "convert without --quantize"
+        )
     with atomic_path(out_path, suffix=".onnx") as tmp:
         onnx.save(model, str(tmp))
         _smoke_run(tmp)
@@ -87,16 +101,23 @@ def _signature(model) -> list[tuple]:
     def dims(value):
         return tuple(d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim)
 
-    return [(kind, v.name, v.type.tensor_type.elem_type, dims(v))
-            for kind, values in (("input", model.graph.input), ("output", model.graph.output)) for v in values]
+    return [
+        (kind, v.name, v.type.tensor_type.elem_type, dims(v))
+        for kind, values in (("input", model.graph.input), ("output", model.graph.output))
+        for v in values
+    ]
 
 
-def _require_same_signature(reference, candidate, path: Path, kind: str = "INT8",
-                            fix: str = "convert without --quantize and report this model") -> None:
+def _require_same_signature(
+    reference, candidate, path: Path, kind: str = "INT8", fix: str = "convert without --quantize and report this model"
+) -> None:
     """Triton's config and every client read names, types and dims from the file: they must not move."""
     if _signature(reference) != _signature(candidate):
-        raise ErnieDeployError(f"the {kind} model for {path} changed the graph's inputs/outputs: "
-                               f"{_signature(reference)} -> {_signature(candidate)}", fix)
+        raise ErnieDeployError(
+            f"the {kind} model for {path} changed the graph's inputs/outputs: "
+            f"{_signature(reference)} -> {_signature(candidate)}",
+            fix,
+        )
 
 
 def _smoke_run(path: Path) -> None:
@@ -133,8 +154,9 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
     try:
         reference = onnx.load(str(fp32_onnx))
     except Exception as exc:  # noqa: BLE001 - missing, truncated or not ONNX at all
-        raise ErnieDeployError(f"{fp32_onnx} is not a readable ONNX model: {exc}",
-                               "convert the FP32 model again (`ernie-deploy convert`)") from None
+        raise ErnieDeployError(
+            f"{fp32_onnx} is not a readable ONNX model: {exc}", "convert the FP32 model again (`ernie-deploy convert`)"
+        ) from None
     fix = "serve the FP32 model (convert without --fp16)"
     with atomic_path(out_path, suffix=".onnx") as tmp:
         convert_to_fp16(str(fp32_onnx), str(tmp), False)
@@ -142,8 +164,9 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
             model = onnx.load(str(tmp))
             onnx.checker.check_model(model)
         except Exception as exc:  # noqa: BLE001 - any failure here means the converter produced no usable model
-            raise ErnieDeployError(f"paddle2onnx's FP16 conversion of {fp32_onnx} produced no valid model: {exc}",
-                                   fix) from None
+            raise ErnieDeployError(
+                f"paddle2onnx's FP16 conversion of {fp32_onnx} produced no valid model: {exc}", fix
+            ) from None
         _require_same_signature(reference, model, out_path, "FP16", fix)
         counts = {"fp16_initializers": 0, "fp32_initializers": 0}
         for init in model.graph.initializer:
@@ -196,13 +219,22 @@ class DriftReport:
             diff = f"max abs logit diff {self.max_abs_diff:.3f}"
         else:
             diff = f"max abs logit diff {self.max_abs_diff:.3g} (tolerance {self.tolerance:g})"
-        return (f"{self.precision.upper()} vs FP32 on {self.n} texts: labels agree {self.labels_agree:.2%}{tokens}, "
-                f"{diff}")
+        return (
+            f"{self.precision.upper()} vs FP32 on {self.n} texts: labels agree {self.labels_agree:.2%}{tokens}, {diff}"
+        )
 
 
-def check_drift(precision: str, static: StaticModel, fp32_onnx: str | Path, candidate_onnx: str | Path,
-                texts: list[str], *, max_seq_len: int = 128, batch_size: int = 32,
-                gates: Gates | None = None) -> DriftReport:
+def check_drift(
+    precision: str,
+    static: StaticModel,
+    fp32_onnx: str | Path,
+    candidate_onnx: str | Path,
+    texts: list[str],
+    *,
+    max_seq_len: int = 128,
+    batch_size: int = 32,
+    gates: Gates | None = None,
+) -> DriftReport:
     """Run the same batches through the FP32 model and its `precision` copy (onnxruntime, CPU); compare labels and
     logits. The gate is the precision's, read from `gates`; labels are per text or per token, as the static
     model's task says."""
@@ -218,7 +250,7 @@ def check_drift(precision: str, static: StaticModel, fp32_onnx: str | Path, cand
     reference, candidate = OnnxModel(fp32_onnx), OnnxModel(candidate_onnx)
     worst, agree, tokens_same, tokens = 0.0, 0, 0, 0
     for start in range(0, len(texts), batch_size):
-        enc = encode_batch(tokenizer, texts[start:start + batch_size], max_seq_len)
+        enc = encode_batch(tokenizer, texts[start : start + batch_size], max_seq_len)
         a, b = reference(enc.input_ids, enc.token_type_ids), candidate(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, fp32_onnx)
         require_logits_rank(task, b, candidate_onnx)
@@ -230,8 +262,15 @@ def check_drift(precision: str, static: StaticModel, fp32_onnx: str | Path, cand
             tokens += int(real.sum())
             same = (same | ~real).all(axis=-1)
         agree += int(same.sum())
-    return DriftReport(precision, len(texts), agree / len(texts), worst, tolerance, min_labels_agree,
-                       tokens_same / tokens if tokens else None)
+    return DriftReport(
+        precision,
+        len(texts),
+        agree / len(texts),
+        worst,
+        tolerance,
+        min_labels_agree,
+        tokens_same / tokens if tokens else None,
+    )
 
 
 def require_drift(report: DriftReport, path: Path) -> None:
@@ -240,13 +279,17 @@ def require_drift(report: DriftReport, path: Path) -> None:
     name = report.precision.upper()
     unit = "tokens" if report.token_labels_agree is not None else "texts"
     if report.tolerance is None:
-        problem = (f"the {name} model {path} agrees with FP32 on {report.agreement:.2%} of the {unit} of "
-                   f"{report.n} texts (at least {report.min_labels_agree:.0%} required; max abs logit diff "
-                   f"{report.max_abs_diff:.3g})")
+        problem = (
+            f"the {name} model {path} agrees with FP32 on {report.agreement:.2%} of the {unit} of "
+            f"{report.n} texts (at least {report.min_labels_agree:.0%} required; max abs logit diff "
+            f"{report.max_abs_diff:.3g})"
+        )
     else:
-        problem = (f"the {name} model {path} drifts from FP32 on {report.n} texts: max abs logit diff "
-                   f"{report.max_abs_diff:.3g} (tolerance {report.tolerance:g}), labels agree on "
-                   f"{report.agreement:.2%} of the {unit} (at least {report.min_labels_agree:.0%} required)")
+        problem = (
+            f"the {name} model {path} drifts from FP32 on {report.n} texts: max abs logit diff "
+            f"{report.max_abs_diff:.3g} (tolerance {report.tolerance:g}), labels agree on "
+            f"{report.agreement:.2%} of the {unit} (at least {report.min_labels_agree:.0%} required)"
+        )
     raise ErnieDeployError(problem, reduced(report.precision).fix)
 
 
@@ -275,7 +318,7 @@ REDUCED: dict[str, Precision] = {
         describe=lambda info: f"{info['fp16_initializers']} FP16 weights, {info['fp32_initializers']} FP32",
         gate=lambda gates: (gates.fp16_tolerance, gates.fp16_min_agree),
         fix="serve the FP32 model (convert without --fp16), or raise --fp16-tolerance / lower --fp16-min-agree "
-            "if this drift is acceptable",
+        "if this drift is acceptable",
     ),
 }
 

@@ -30,17 +30,27 @@ class StaticModel:
     task: TaskSpec  # what it was exported for, recorded in export.json: later stages need not be told again
 
     @classmethod
-    def load(cls, root: str | Path) -> "StaticModel":
+    def load(cls, root: str | Path) -> StaticModel:
         root = Path(root)
         meta = root / "export.json"
         if not meta.exists():
-            raise ErnieDeployError(f"{root} is not an exported model (no export.json)", "run `ernie-deploy export` first")
+            raise ErnieDeployError(
+                f"{root} is not an exported model (no export.json)", "run `ernie-deploy export` first"
+            )
         info = json.loads(meta.read_text())
         if "task" not in info:
-            raise ErnieDeployError(f"{meta} does not say which task the model is for",
-                                   "export it again with `ernie-deploy export --task ...`")
-        return cls(root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", info["labels"],
-                   get_task(info["task"]))
+            raise ErnieDeployError(
+                f"{meta} does not say which task the model is for",
+                "export it again with `ernie-deploy export --task ...`",
+            )
+        return cls(
+            root,
+            root / info["model_file"],
+            root / info["params_file"],
+            root / "vocab.txt",
+            info["labels"],
+            get_task(info["task"]),
+        )
 
 
 def label_names_from_config(config: dict) -> list[str]:
@@ -48,7 +58,10 @@ def label_names_from_config(config: dict) -> list[str]:
     id2label = config.get("id2label") or {}
     num = config.get("num_labels") or config.get("num_classes") or len(id2label)
     if not num:
-        raise ErnieDeployError("the checkpoint config has neither id2label nor num_labels", "add id2label to config.json, or pass --labels with a JSON list of names")
+        raise ErnieDeployError(
+            "the checkpoint config has neither id2label nor num_labels",
+            "add id2label to config.json, or pass --labels with a JSON list of names",
+        )
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(int(num))]
 
 

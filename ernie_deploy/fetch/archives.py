@@ -28,7 +28,7 @@ def is_archive(path: str | Path) -> bool:
 
 
 def archive_format(path: str | Path) -> str:
-    """"tar" or "zip", by name and, failing that, by content; ErnieDeployError for anything else."""
+    """ "tar" or "zip", by name and, failing that, by content; ErnieDeployError for anything else."""
     path = Path(path)
     name = path.name.lower()
     if name.endswith(_ZIP_SUFFIXES):

@@ -118,8 +118,7 @@ def _collate(rows: list[tuple[list[int], Any]], idx: list[int], kind: KindRecipe
     return ids, np.zeros_like(ids), labels
 
 
-def _evaluate(model, rows, kind: KindRecipe, pad_id: int, batch_size: int,
-              names: list[str]) -> tuple[float, list]:
+def _evaluate(model, rows, kind: KindRecipe, pad_id: int, batch_size: int, names: list[str]) -> tuple[float, list]:
     import paddle
 
     model.eval()
@@ -206,7 +205,9 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
 
     model_cls = getattr(ppt, task.paddle_class, None)
     if model_cls is None:
-        raise ErnieDeployError(f"paddlenlp.transformers has no {task.paddle_class}", "check paddlenlp==2.8.1 is installed")
+        raise ErnieDeployError(
+            f"paddlenlp.transformers has no {task.paddle_class}", "check paddlenlp==2.8.1 is installed"
+        )
     config = ppt.ErnieConfig(
         vocab_size=len(vocab),
         hidden_size=recipe["hidden_size"],
@@ -267,9 +268,15 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
                 bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{max(best['dev'], 0):.3f}")
         epoch_s = time.time() - t_epoch
         dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, recipe["eval_batch_size"], labels)
-        history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev_metric, "seconds": round(epoch_s, 2)})
+        history.append(
+            {"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev_metric, "seconds": round(epoch_s, 2)}
+        )
         if dev_metric > best["dev"]:
-            best = {"epoch": epoch, "dev": dev_metric, "state": {k: v.numpy().copy() for k, v in model.state_dict().items()}}
+            best = {
+                "epoch": epoch,
+                "dev": dev_metric,
+                "state": {k: v.numpy().copy() for k, v in model.state_dict().items()},
+            }
         bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}", dev=f"{dev_metric:.3f}")
     bar.close()
     train_s = time.time() - t_train
@@ -292,8 +299,9 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         "labels": labels,
         "vocab_size": len(vocab),
         "rows": {split: len(encoded[split]) for split in data_mod.SPLITS},
-        "data_sha256": {split: _sha256(data_mod.split_file(data_dir, split, recipe["split_format"]))
-                        for split in data_mod.SPLITS},
+        "data_sha256": {
+            split: _sha256(data_mod.split_file(data_dir, split, recipe["split_format"])) for split in data_mod.SPLITS
+        },
         "vocab_sources": {name: _sha256(path) for name, path in vocab_sources(data_dir, recipe).items()},
         "best_epoch": best["epoch"],
         "dev": dev_metric,

@@ -44,7 +44,7 @@ class Checkpoint:
 
     @property
     def static_format(self) -> str | None:
-        """"pir" (PREFIX.json) or "legacy" (PREFIX.pdmodel); None for dygraph checkpoints."""
+        """ "pir" (PREFIX.json) or "legacy" (PREFIX.pdmodel); None for dygraph checkpoints."""
         if self.model_file is None:
             return None
         return "pir" if self.model_file.suffix == ".json" else "legacy"
@@ -107,7 +107,10 @@ def _inspect_folder(root: Path, top: Path) -> Checkpoint:
     fix = _EXPECTED
     names = [e.name for e in entries]
     if any(n.endswith(".safetensors") or re.match(r"model_state-.*\.pdparams$", n) for n in names):
-        fix += "; safetensors or sharded weights are not supported: re-save with save_pretrained(..., safe_serialization=False) into a single model_state.pdparams"
+        fix += (
+            "; safetensors or sharded weights are not supported: re-save with "
+            "save_pretrained(..., safe_serialization=False) into a single model_state.pdparams"
+        )
     raise ErnieDeployError(f"no checkpoint layout recognized in {where}; found: {listing}{inner}", fix)
 
 

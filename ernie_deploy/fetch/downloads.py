@@ -189,15 +189,18 @@ def _transfer(url: str, part: Path, *, timeout: float, progress: bool, label: st
         received = 0
         from tqdm import tqdm
 
-        with open(part, mode) as fh, tqdm(
-            total=total,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=label,
-            disable=not progress,
-        ) as bar:
+        with (
+            open(part, mode) as fh,
+            tqdm(
+                total=total,
+                initial=offset,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=label,
+                disable=not progress,
+            ) as bar,
+        ):
             while True:
                 block = response.read(_CHUNK)
                 if not block:

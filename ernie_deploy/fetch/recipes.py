@@ -56,8 +56,14 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     # regularisation, 20,000 rows, 3 epochs: 0.42 / 0.59 / 0.64 (9.5 min); 2 x 128, lr 2e-3, all 48,289
     # rows: 0.48 after one epoch (3.4 min). The run is short enough that the model underfits, so
     # dropout and [UNK] dropout only slow it: without them, lr 1e-3: 0.52 / 0.61 / 0.69 (8.5 min).
-    "token_cls": {"max_train_rows": 20000, "epochs": 3, "learning_rate": 1e-3, "token_dropout": 0.0,
-                  "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+    "token_cls": {
+        "max_train_rows": 20000,
+        "epochs": 3,
+        "learning_rate": 1e-3,
+        "token_dropout": 0.0,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
 }
 
 
@@ -72,12 +78,18 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
     recipe.update(TASK_RECIPES[task.name])
     unknown = sorted(set(overrides or {}) - set(recipe))
     if unknown:
-        raise ErnieDeployError(f"unknown bootstrap recipe keys: {', '.join(unknown)}",
-                               f"use keys of {__name__}.DEFAULT_RECIPE")
+        raise ErnieDeployError(
+            f"unknown bootstrap recipe keys: {', '.join(unknown)}", f"use keys of {__name__}.DEFAULT_RECIPE"
+        )
     recipe.update(overrides or {})
     # Facts of the task that change the result belong to the key too.
-    recipe.update(task=task.name, dataset=task.dataset, split_format=task.split_format,
-                  paddle_class=task.paddle_class, max_seq_len=task.max_seq_len)
+    recipe.update(
+        task=task.name,
+        dataset=task.dataset,
+        split_format=task.split_format,
+        paddle_class=task.paddle_class,
+        max_seq_len=task.max_seq_len,
+    )
     return recipe
 
 

@@ -62,8 +62,9 @@ def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Proble
     file_name = _onnx_file(config)
     path = version / file_name
     if not path.is_file():
-        return [Problem(name, f"no {file_name} in {version.name}/",
-                        "copy the converted model there (`ernie-deploy build`)")]
+        return [
+            Problem(name, f"no {file_name} in {version.name}/", "copy the converted model there (`ernie-deploy build`)")
+        ]
     try:
         inputs, outputs = onnx_signature(path)
     except ErnieDeployError as exc:
@@ -77,30 +78,55 @@ def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Proble
         for tensor in tensors:
             spec = by_name.get(tensor.name)
             if spec is None:
-                problems.append(Problem(name, f"{kind} {tensor.name!r} is not in {file_name} (it has "
-                                              f"{sorted(by_name)})", f"use the ONNX {kind} names in config.pbtxt"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{kind} {tensor.name!r} is not in {file_name} (it has {sorted(by_name)})",
+                        f"use the ONNX {kind} names in config.pbtxt",
+                    )
+                )
                 continue
             if spec_of(tensor).data_type != spec.data_type:
-                problems.append(Problem(name, f"{kind} {tensor.name!r} is {spec_of(tensor).data_type} in config.pbtxt "
-                                              f"but {spec.data_type} in {file_name}",
-                                        f"set data_type: TYPE_{spec.data_type}"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{kind} {tensor.name!r} is {spec_of(tensor).data_type} in config.pbtxt "
+                        f"but {spec.data_type} in {file_name}",
+                        f"set data_type: TYPE_{spec.data_type}",
+                    )
+                )
             dims = tuple(tensor.dims)
             # without batching Triton hands the model the whole shape, batch axis included
             want = spec.dims if batched else (-1, *spec.dims)
             if _dims_fit(dims, want):
                 continue
             if batched and _dims_fit(dims[1:], want) and len(dims) == len(want) + 1:
-                problems.append(Problem(name, f"{kind} {tensor.name!r} dims {list(dims)} include the batch "
-                                              f"dimension; with max_batch_size > 0 it must be left out",
-                                        f"set dims: {list(want)}"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{kind} {tensor.name!r} dims {list(dims)} include the batch "
+                        f"dimension; with max_batch_size > 0 it must be left out",
+                        f"set dims: {list(want)}",
+                    )
+                )
             else:
-                problems.append(Problem(name, f"{kind} {tensor.name!r} dims {list(dims)} do not fit {file_name}'s "
-                                              f"{list(want)}", f"set dims: {list(want)}"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{kind} {tensor.name!r} dims {list(dims)} do not fit {file_name}'s {list(want)}",
+                        f"set dims: {list(want)}",
+                    )
+                )
         named = {t.name for t in tensors}
         for spec in specs:
             if spec.name not in named:
-                problems.append(Problem(name, f"{file_name} {kind} {spec.name!r} is missing from config.pbtxt",
-                                        f"add {kind} {spec.name!r} to config.pbtxt"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{file_name} {kind} {spec.name!r} is missing from config.pbtxt",
+                        f"add {kind} {spec.name!r} to config.pbtxt",
+                    )
+                )
     return problems
 
 
@@ -110,25 +136,50 @@ def _check_ensemble(name: str, config: mc.ModelConfig, configs: dict[str, mc.Mod
     for step in config.ensemble_scheduling.step:
         target = configs.get(step.model_name)
         if target is None:
-            problems.append(Problem(name, f"step model {step.model_name!r} is not in the repository",
-                                    f"add {step.model_name}/ or fix the step's model_name"))
+            problems.append(
+                Problem(
+                    name,
+                    f"step model {step.model_name!r} is not in the repository",
+                    f"add {step.model_name}/ or fix the step's model_name",
+                )
+            )
         for key, value in step.input_map.items():
             if value not in available:
-                problems.append(Problem(name, f"step {step.model_name} reads {value!r}, which is neither an "
-                                              "ensemble input nor an earlier step's output",
-                                        "map it to an ensemble input or an earlier step's output_map value"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"step {step.model_name} reads {value!r}, which is neither an "
+                        "ensemble input nor an earlier step's output",
+                        "map it to an ensemble input or an earlier step's output_map value",
+                    )
+                )
             if target is not None and key not in {t.name for t in target.input}:
-                problems.append(Problem(name, f"step {step.model_name} input_map key {key!r} is not an input "
-                                              f"of {step.model_name}", "use the step model's input names as keys"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"step {step.model_name} input_map key {key!r} is not an input of {step.model_name}",
+                        "use the step model's input names as keys",
+                    )
+                )
         for key, value in step.output_map.items():
             if target is not None and key not in {t.name for t in target.output}:
-                problems.append(Problem(name, f"step {step.model_name} output_map key {key!r} is not an output "
-                                              f"of {step.model_name}", "use the step model's output names as keys"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"step {step.model_name} output_map key {key!r} is not an output of {step.model_name}",
+                        "use the step model's output names as keys",
+                    )
+                )
             available.add(value)
     for tensor in config.output:
         if tensor.name not in available:
-            problems.append(Problem(name, f"ensemble output {tensor.name!r} is produced by no step",
-                                    "map a step output to it in output_map"))
+            problems.append(
+                Problem(
+                    name,
+                    f"ensemble output {tensor.name!r} is produced by no step",
+                    "map a step output to it in output_map",
+                )
+            )
     return problems
 
 
@@ -138,15 +189,23 @@ def _check_python(name: str, config: mc.ModelConfig, versions: list[Path]) -> li
     for version in versions:
         path = version / file_name
         if not path.is_file():
-            problems.append(Problem(name, f"no {version.name}/{file_name} for the python backend",
-                                    "rebuild the repository with `ernie-deploy build`"))
+            problems.append(
+                Problem(
+                    name,
+                    f"no {version.name}/{file_name} for the python backend",
+                    "rebuild the repository with `ernie-deploy build`",
+                )
+            )
             continue
         # compile, never import: the module needs triton_python_backend_utils, which only the server has
         try:
             compile(path.read_text(encoding="utf-8"), str(path), "exec")
         except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-            problems.append(Problem(name, f"{version.name}/{file_name} does not compile: {exc}",
-                                    f"fix {path} or rebuild the repository"))
+            problems.append(
+                Problem(
+                    name, f"{version.name}/{file_name} does not compile: {exc}", f"fix {path} or rebuild the repository"
+                )
+            )
     return problems
 
 
@@ -157,25 +216,41 @@ def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:
     groups = config.instance_group
     if accelerators and groups and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in groups):
         # the backend reads GPU accelerators only for GPU (or AUTO) instances
-        problems.append(Problem(name, f"gpu_execution_accelerator {[a.name for a in accelerators]} is ignored: "
-                                      "every instance group is KIND_CPU",
-                                "build with --device gpu, or drop --trt-fp16"))
+        problems.append(
+            Problem(
+                name,
+                f"gpu_execution_accelerator {[a.name for a in accelerators]} is ignored: "
+                "every instance group is KIND_CPU",
+                "build with --device gpu, or drop --trt-fp16",
+            )
+        )
     level = config.optimization.graph.level
     if config.platform == "onnxruntime_onnx" and level not in ORT_GRAPH_LEVELS.values():
-        problems.append(Problem(name, f"optimization graph level {level} is not one the ORT backend knows (it runs "
-                                      "all optimizations instead)",
-                                "use -1 (basic), 1 (extended) or 2 (disabled), or `build --ort-graph-level`"))
+        problems.append(
+            Problem(
+                name,
+                f"optimization graph level {level} is not one the ORT backend knows (it runs "
+                "all optimizations instead)",
+                "use -1 (basic), 1 (extended) or 2 (disabled), or `build --ort-graph-level`",
+            )
+        )
     return problems
 
 
-def _check_model(model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig],
-                 gpus: int) -> list[Problem]:
+def _check_model(
+    model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig], gpus: int
+) -> list[Problem]:
     name = model_dir.name
     problems = []
     # an empty name is filled in with the folder name by Triton
     if config.name and config.name != name:
-        problems.append(Problem(name, f"config name {config.name!r} differs from the folder name",
-                                f"set name: \"{name}\" or rename the folder"))
+        problems.append(
+            Problem(
+                name,
+                f"config name {config.name!r} differs from the folder name",
+                f'set name: "{name}" or rename the folder',
+            )
+        )
     versions = _versions(model_dir)
     if not versions:
         # Triton loads no version of a model without one, ensembles included
@@ -188,16 +263,25 @@ def _check_model(model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.
     if config.backend == "python":
         problems.extend(_check_python(name, config, versions))
     if gpus == 0 and any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in config.instance_group):
-        problems.append(Problem(name, "KIND_GPU instance group on a machine with no GPU",
-                                "rebuild with `ernie-deploy build --device cpu` (KIND_CPU), or check and serve "
-                                "this repository on a GPU machine"))
+        problems.append(
+            Problem(
+                name,
+                "KIND_GPU instance group on a machine with no GPU",
+                "rebuild with `ernie-deploy build --device cpu` (KIND_CPU), or check and serve "
+                "this repository on a GPU machine",
+            )
+        )
     problems.extend(_check_ort_options(name, config))
     for warmup in config.model_warmup:
         for input_name, item in warmup.inputs.items():
             if item.input_data_file and not (model_dir / "warmup" / item.input_data_file).is_file():
-                problems.append(Problem(name, f"warmup {warmup.name!r} input {input_name!r}: "
-                                              f"warmup/{item.input_data_file} is missing",
-                                        "rebuild the repository (`build` writes the warmup files)"))
+                problems.append(
+                    Problem(
+                        name,
+                        f"warmup {warmup.name!r} input {input_name!r}: warmup/{item.input_data_file} is missing",
+                        "rebuild the repository (`build` writes the warmup files)",
+                    )
+                )
     return problems
 
 

@@ -29,8 +29,17 @@ def _tensor(message, spec: TensorSpec):
     return message
 
 
-def _base(name: str, inputs, outputs, options: BuildOptions, *, backend: str = "", platform: str = "",
-          batching: bool = True, params: dict | None = None) -> mc.ModelConfig:
+def _base(
+    name: str,
+    inputs,
+    outputs,
+    options: BuildOptions,
+    *,
+    backend: str = "",
+    platform: str = "",
+    batching: bool = True,
+    params: dict | None = None,
+) -> mc.ModelConfig:
     config = mc.ModelConfig(name=name, backend=backend, platform=platform, max_batch_size=options.max_batch_size)
     batching = batching and options.batching
     for spec in inputs:
@@ -76,8 +85,12 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     import struct
 
     text = WARMUP_TEXT.encode("utf-8")
-    return {item.input_data_file: struct.pack("<I", len(text)) + text
-            for w in config.model_warmup for item in w.inputs.values() if item.input_data_file}
+    return {
+        item.input_data_file: struct.pack("<I", len(text)) + text
+        for w in config.model_warmup
+        for item in w.inputs.values()
+        if item.input_data_file
+    }
 
 
 def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
@@ -119,8 +132,9 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
 def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
     inputs = [logits, *task.postprocess_extra_inputs]
     outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
-    return _base(task.postprocess_step, inputs, outputs, options, backend="python",
-                 params={"labels_file": "labels.json"})
+    return _base(
+        task.postprocess_step, inputs, outputs, options, backend="python", params={"labels_file": "labels.json"}
+    )
 
 
 def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
@@ -131,15 +145,22 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     for step in steps:
         for tensor in step.input:
             if tensor.name not in produced:
-                raise ErnieDeployError(f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, "
-                                       "which no earlier step produces")
+                raise ErnieDeployError(
+                    f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, which no earlier step produces"
+                )
         produced.update({o.name: spec_of(o) for o in step.output})
     missing = [o.name for o in task.outputs if o.name not in produced]
     if missing:
         raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
     read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
-    config = _base(task.ensemble, [TEXT_INPUT], [produced[o.name] for o in task.outputs], options,
-                   platform="ensemble", batching=False)
+    config = _base(
+        task.ensemble,
+        [TEXT_INPUT],
+        [produced[o.name] for o in task.outputs],
+        options,
+        platform="ensemble",
+        batching=False,
+    )
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
         for tensor in step.input:
@@ -150,8 +171,13 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     return config
 
 
-def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
-                 tokenizer_step: str = TOKENIZER_STEP, pad_token_id: int = 0) -> list[mc.ModelConfig]:
+def task_configs(
+    task: TaskSpec,
+    onnx_path: str | Path,
+    options: BuildOptions,
+    tokenizer_step: str = TOKENIZER_STEP,
+    pad_token_id: int = 0,
+) -> list[mc.ModelConfig]:
     """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
     dims are checked, not assumed."""
     check_options(options)
@@ -161,7 +187,8 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
         raise ErnieDeployError(
             f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
             f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
-            "convert with `ernie-deploy convert`, which names the tensors")
+            "convert with `ernie-deploy convert`, which names the tensors",
+        )
     by_name = {s.name: s for s in inputs}
     tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
     for name in MODEL_INPUTS:
@@ -169,31 +196,40 @@ def task_configs(task: TaskSpec, onnx_path: str | Path, options: BuildOptions,
             raise ErnieDeployError(
                 f"{onnx_path}: input {name!r} is {by_name[name].data_type} with dims {list(by_name[name].dims)} "
                 f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
-                "export with int64 [batch, sequence] inputs (`ernie-deploy export`)")
+                "export with int64 [batch, sequence] inputs (`ernie-deploy export`)",
+            )
     if len(outputs[0].dims) != task.logits_rank:
         raise ErnieDeployError(
             f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
             f"{task.name} ({'[classes]' if task.logits_rank == 1 else '[tokens, classes]'})",
-            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for")
+            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for",
+        )
     ordered = [by_name[n] for n in MODEL_INPUTS]
-    steps = [tokenizer_config(tokenizer_step, task.max_seq_len, options),
-             model_config(task, ordered, outputs, options, pad_token_id), postprocess_config(task, outputs[0], options)]
+    steps = [
+        tokenizer_config(tokenizer_step, task.max_seq_len, options),
+        model_config(task, ordered, outputs, options, pad_token_id),
+        postprocess_config(task, outputs[0], options),
+    ]
     ensemble = ensemble_config(task, steps, options)
     if options.fused:
         return [fused_config(task, steps, ensemble, options)]
     return steps + [ensemble]
 
 
-def fused_config(task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig,
-                 options: BuildOptions) -> mc.ModelConfig:
+def fused_config(
+    task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig, options: BuildOptions
+) -> mc.ModelConfig:
     """The ensemble's interface as one python model whose parameters are its steps' parameters."""
     if options.runtime != "python":
-        raise ErnieDeployError("a fused model runs onnxruntime inside the python backend",
-                               "build it with --runtime python, or drop --fused to use the ORT backend")
+        raise ErnieDeployError(
+            "a fused model runs onnxruntime inside the python backend",
+            "build it with --runtime python, or drop --fused to use the ORT backend",
+        )
     params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
     params["postprocess"] = task.postprocess
-    return _base(task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python",
-                 params=params)
+    return _base(
+        task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python", params=params
+    )
 
 
 def render(config: mc.ModelConfig) -> str:

@@ -58,24 +58,38 @@ def check_options(options: BuildOptions) -> None:
     if options.device not in DEVICES:
         raise ErnieDeployError(f"unknown device {options.device!r}", f"use one of {', '.join(DEVICES)}")
     if options.ort_graph_level not in ORT_GRAPH_LEVELS:
-        raise ErnieDeployError(f"unknown ORT graph optimization level {options.ort_graph_level!r}",
-                               f"use one of {', '.join(ORT_GRAPH_LEVELS)}")
+        raise ErnieDeployError(
+            f"unknown ORT graph optimization level {options.ort_graph_level!r}",
+            f"use one of {', '.join(ORT_GRAPH_LEVELS)}",
+        )
     if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
         raise ErnieDeployError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
     ort_backend = options.runtime == "onnxruntime"
-    backend_only = [flag for flag, used in (("--ort-graph-level", options.ort_graph_level != "all"),
-                                            ("--ort-inter-op-threads", options.ort_inter_op_threads > 0)) if used]
+    backend_only = [
+        flag
+        for flag, used in (
+            ("--ort-graph-level", options.ort_graph_level != "all"),
+            ("--ort-inter-op-threads", options.ort_inter_op_threads > 0),
+        )
+        if used
+    ]
     if backend_only and not ort_backend:
-        raise ErnieDeployError(f"{' and '.join(backend_only)} configure Triton's ONNX Runtime backend, but the model "
-                               f"step runs on the {options.runtime} backend",
-                               "build with --runtime onnxruntime, or drop the option")
+        raise ErnieDeployError(
+            f"{' and '.join(backend_only)} configure Triton's ONNX Runtime backend, but the model "
+            f"step runs on the {options.runtime} backend",
+            "build with --runtime onnxruntime, or drop the option",
+        )
     if options.device == "gpu" and not ort_backend:
         # The python model step runs the CPU onnxruntime wheel (setup.cfg); a KIND_GPU python instance would
         # only reserve a GPU it never uses.
-        raise ErnieDeployError(f"--device gpu needs the ONNX Runtime backend; the {options.runtime} model step "
-                               "runs onnxruntime on the CPU",
-                               "build with --runtime onnxruntime --device gpu (the NGC tritonserver container has "
-                               "the backend), or with --device cpu")
+        raise ErnieDeployError(
+            f"--device gpu needs the ONNX Runtime backend; the {options.runtime} model step "
+            "runs onnxruntime on the CPU",
+            "build with --runtime onnxruntime --device gpu (the NGC tritonserver container has "
+            "the backend), or with --device cpu",
+        )
     if options.trt_fp16 and not (ort_backend and options.device == "gpu"):
-        raise ErnieDeployError("--trt-fp16 is a GPU execution accelerator of the ONNX Runtime backend",
-                               "build with --runtime onnxruntime --device gpu --trt-fp16, or drop --trt-fp16")
+        raise ErnieDeployError(
+            "--trt-fp16 is a GPU execution accelerator of the ONNX Runtime backend",
+            "build with --runtime onnxruntime --device gpu --trt-fp16, or drop --trt-fp16",
+        )

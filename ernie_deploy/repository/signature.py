@@ -26,8 +26,10 @@ def onnx_signature(path: str | Path) -> tuple[list[TensorSpec], list[TensorSpec]
             raise ErnieDeployError(f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}")
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
         if not dims or dims[0] not in (-1,):
-            raise ErnieDeployError(f"{path}: tensor {value.name!r} has no dynamic batch axis (dims {dims})",
-                                   "export with a dynamic batch dimension")
+            raise ErnieDeployError(
+                f"{path}: tensor {value.name!r} has no dynamic batch axis (dims {dims})",
+                "export with a dynamic batch dimension",
+            )
         return TensorSpec(value.name, _ONNX_TO_TRITON[tensor.elem_type], tuple(dims[1:]))
 
     inputs = [spec(v) for v in model.graph.input if v.name not in initializers]

@@ -20,9 +20,9 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import staging_dir

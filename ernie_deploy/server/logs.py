@@ -29,7 +29,7 @@ def _readable(line: str) -> list[str]:
     match = _GLOG_LINE.match(line)
     if not match:
         return [line]
-    rest = line[match.end():].split(" ", 2)[-1]  # drop the microseconds-and-thread-id part
+    rest = line[match.end() :].split(" ", 2)[-1]  # drop the microseconds-and-thread-id part
     head, sep, message = rest.partition("] ")
     if sep and len(message) >= 2 and message[0] == message[-1] == '"':
         message = message[1:-1].replace("\\n", "\n").replace('\\"', '"')
@@ -68,8 +68,10 @@ def likely_fix(text: str, log_path: Path, timed_out: bool = False) -> str:
             "(docker run --shm-size=1g, or shm_size in docker compose) or lower --shm-default-byte-size"
         )
     if "triton_python_backend_stub is not found" in text:
-        return ("the Python backend stub is missing from --backend-directory; let ernie-deploy prepare it "
-                "(do not pass your own)")
+        return (
+            "the Python backend stub is missing from --backend-directory; let ernie-deploy prepare it "
+            "(do not pass your own)"
+        )
     if "No module named" in text:
         return (
             f"install the missing package into the Python that serves the models ({sys.executable}); "

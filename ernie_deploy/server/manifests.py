@@ -14,23 +14,39 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ernie_deploy.core import endpoints
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.server.args import server_args
-from ernie_deploy.server.preflight import (DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, MiB,
-                                           python_instance_count, shm_needed, shm_size_for)
+from ernie_deploy.server.preflight import (
+    DEFAULT_SHM_BYTE_SIZE,
+    PYTHON_BACKEND_GROWTH_BYTE_SIZE,
+    MiB,
+    python_instance_count,
+    shm_needed,
+    shm_size_for,
+)
 
 # Where the image keeps the repository (docker/Dockerfile builds it there).
 CONTAINER_REPOSITORY = "/models"
 DEFAULT_IMAGE = "ernie-deploy:0.1.0"
-PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
+PORTS = tuple(endpoints.PORTS.items())
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
 # Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
 LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
-          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_UNITS = {
+    None: 1,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+}
 _CPU = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|[0-9]+m)$")
 
 
@@ -53,8 +69,9 @@ def memory_bytes(quantity: str, what: str = "memory") -> int:
     """A Kubernetes memory quantity ("4Gi", "512Mi", "1G", "1073741824") in bytes."""
     match = _QUANTITY.match(str(quantity).strip())
     if not match:
-        raise ErnieDeployError(f"{what} {quantity!r} is not a Kubernetes memory quantity",
-                               "write it like 4Gi, 512Mi or a number of bytes")
+        raise ErnieDeployError(
+            f"{what} {quantity!r} is not a Kubernetes memory quantity", "write it like 4Gi, 512Mi or a number of bytes"
+        )
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -64,25 +81,33 @@ def _mebibytes(n: int) -> str:
 
 def _check(repository: Path, options: ManifestOptions) -> None:
     if not any(repository.glob("*/config.pbtxt")):
-        raise ErnieDeployError(f"{repository} is not a model repository (no */config.pbtxt in it)",
-                               "build one first (ernie-deploy build) or pass the repository the image serves")
+        raise ErnieDeployError(
+            f"{repository} is not a model repository (no */config.pbtxt in it)",
+            "build one first (ernie-deploy build) or pass the repository the image serves",
+        )
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", options.name) or len(options.name) > 63:
-        raise ErnieDeployError(f"--name {options.name!r} is not a valid Kubernetes name",
-                               "use lowercase letters, digits and '-', at most 63 characters")
+        raise ErnieDeployError(
+            f"--name {options.name!r} is not a valid Kubernetes name",
+            "use lowercase letters, digits and '-', at most 63 characters",
+        )
     if not 1 <= options.min_replicas <= options.max_replicas:
         raise ErnieDeployError(
             f"replicas: min {options.min_replicas}, max {options.max_replicas}",
-            "give 1 <= --min-replicas <= --max-replicas")
+            "give 1 <= --min-replicas <= --max-replicas",
+        )
     if not 1 <= options.cpu_target <= 100:
-        raise ErnieDeployError(f"--cpu-target {options.cpu_target} is not a percentage of the CPU request",
-                               "give a number from 1 to 100 (70 leaves headroom for bursts while pods start)")
+        raise ErnieDeployError(
+            f"--cpu-target {options.cpu_target} is not a percentage of the CPU request",
+            "give a number from 1 to 100 (70 leaves headroom for bursts while pods start)",
+        )
     if not _CPU.match(options.cpu):
         raise ErnieDeployError(f"--cpu {options.cpu!r} is not a Kubernetes CPU quantity", "write it like 2 or 500m")
     if options.gpus < 0:
         raise ErnieDeployError(f"--gpus {options.gpus} is negative", "give 0 (CPU only) or the GPUs per pod")
     if options.shm_default_byte_size < MiB:
-        raise ErnieDeployError(f"--shm-default-byte-size {options.shm_default_byte_size} is under 1 MiB",
-                               f"give at least {MiB} bytes")
+        raise ErnieDeployError(
+            f"--shm-default-byte-size {options.shm_default_byte_size} is under 1 MiB", f"give at least {MiB} bytes"
+        )
 
 
 def manifests(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict[str, dict]:
@@ -98,7 +123,8 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
         raise ErnieDeployError(
             f"--memory-limit {options.memory_limit} leaves too little room: it must be at least --memory "
             f"({options.memory}) and /dev/shm's {_mebibytes(shm_limit)} plus 512Mi for the server's processes",
-            "raise --memory-limit, or lower the shared memory per instance (--shm-default-byte-size)")
+            "raise --memory-limit, or lower the shared memory per instance (--shm-default-byte-size)",
+        )
 
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
     probe = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "timeoutSeconds": 2}
@@ -110,9 +136,14 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
         "image": options.image,
         # The image's ENTRYPOINT stays; these replace its CMD with the same server_args() output,
         # so the shared-memory sizes below and the sizes the server uses cannot differ.
-        "args": ["tritonserver", *server_args(CONTAINER_REPOSITORY,
-                                              shm_default_byte_size=options.shm_default_byte_size,
-                                              shm_growth_byte_size=options.shm_growth_byte_size)],
+        "args": [
+            "tritonserver",
+            *server_args(
+                CONTAINER_REPOSITORY,
+                shm_default_byte_size=options.shm_default_byte_size,
+                shm_growth_byte_size=options.shm_growth_byte_size,
+            ),
+        ],
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": limits},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -124,8 +155,12 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
         # (Triton does not restart stubs), so liveness sends a real text through every ensemble instead.
         # Generous timings: a pod that is merely busy queues the probe behind real requests, and must not be
         # restarted for it; a dead stub fails at once, and the pod restarts within a minute.
-        "livenessProbe": {"exec": {"command": LIVENESS_COMMAND}, "timeoutSeconds": 30, "periodSeconds": 20,
-                          "failureThreshold": 3},
+        "livenessProbe": {
+            "exec": {"command": LIVENESS_COMMAND},
+            "timeoutSeconds": 30,
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -140,8 +175,7 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
                     # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": [{"name": "dshm",
-                                 "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}}],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}}],
                 },
             },
         },
@@ -164,23 +198,34 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.name},
             "minReplicas": options.min_replicas,
             "maxReplicas": options.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {
-                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": options.cpu_target}}}],
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": options.cpu_target},
+                    },
+                }
+            ],
         },
     }
     return {"deployment.yaml": deployment, "service.yaml": service, "hpa.yaml": hpa}
 
 
 def _header(name: str, repository: Path, options: ManifestOptions) -> str:
-    text = (f"# Generated by `ernie-deploy manifests` from the model repository {repository.name}/: "
-            "change the repository or the options and regenerate, do not edit.\n")
+    text = (
+        f"# Generated by `ernie-deploy manifests` from the model repository {repository.name}/: "
+        "change the repository or the options and regenerate, do not edit.\n"
+    )
     if name == "deployment.yaml":
         instances = python_instance_count(repository, options.gpus)
         need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
-        text += (f"# /dev/shm: {instances} python-backend instance(s) x ({_mebibytes(options.shm_default_byte_size)} "
-                 f"region + {_mebibytes(options.shm_growth_byte_size)} growth) = {_mebibytes(need)} needed; "
-                 f"the emptyDir allows {_mebibytes(shm_size_for(need))} "
-                 "(twice the need in 64Mi steps, at least 256Mi).\n")
+        text += (
+            f"# /dev/shm: {instances} python-backend instance(s) x ({_mebibytes(options.shm_default_byte_size)} "
+            f"region + {_mebibytes(options.shm_growth_byte_size)} growth) = {_mebibytes(need)} needed; "
+            f"the emptyDir allows {_mebibytes(shm_size_for(need))} "
+            "(twice the need in 64Mi steps, at least 256Mi).\n"
+        )
     return text
 
 
@@ -190,19 +235,23 @@ def render(repository: str | os.PathLike, options: ManifestOptions = ManifestOpt
         import yaml
     except ImportError:
         raise ErnieDeployError("PyYAML is not installed", "pip install PyYAML (it is in the dev extra)") from None
+
     class Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data) -> bool:  # repeated label maps written out, not as &id001 anchors
             return True
 
     repository = Path(repository)
     objects = manifests(repository, options)
-    return {name: _header(name, repository, options)
-            + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
-            for name, obj in objects.items()}
+    return {
+        name: _header(name, repository, options)
+        + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
+        for name, obj in objects.items()
+    }
 
 
-def write(repository: str | os.PathLike, out: str | os.PathLike,
-          options: ManifestOptions = ManifestOptions()) -> list[Path]:
+def write(
+    repository: str | os.PathLike, out: str | os.PathLike, options: ManifestOptions = ManifestOptions()
+) -> list[Path]:
     """Write the manifests into `out`, each file atomically; returns their paths."""
     texts = render(repository, options)  # everything is computed before anything is written
     paths = []
@@ -216,26 +265,49 @@ def write(repository: str | os.PathLike, out: str | os.PathLike,
 
 def add_arguments(p) -> None:
     defaults = ManifestOptions()
-    p.add_argument("repository", nargs="?", default="models",
-                   help="the repository the image serves, to size /dev/shm from (default: models)")
+    p.add_argument(
+        "repository",
+        nargs="?",
+        default="models",
+        help="the repository the image serves, to size /dev/shm from (default: models)",
+    )
     p.add_argument("--out", default="deploy/k8s", help="folder for deployment.yaml, service.yaml, hpa.yaml")
     p.add_argument("--image", default=defaults.image, help="the image built from docker/Dockerfile, with its registry")
     p.add_argument("--name", default=defaults.name, help="name of the Deployment, Service and autoscaler")
     p.add_argument("--min-replicas", type=int, default=defaults.min_replicas)
     p.add_argument("--max-replicas", type=int, default=defaults.max_replicas)
-    p.add_argument("--cpu-target", type=int, default=defaults.cpu_target,
-                   help="autoscaler target: average CPU use across pods, in percent of --cpu")
+    p.add_argument(
+        "--cpu-target",
+        type=int,
+        default=defaults.cpu_target,
+        help="autoscaler target: average CPU use across pods, in percent of --cpu",
+    )
     p.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod")
     p.add_argument("--memory", default=defaults.memory, help="memory request per pod")
-    p.add_argument("--memory-limit", default=defaults.memory_limit,
-                   help="memory limit per pod; /dev/shm (memory-backed) counts against it")
+    p.add_argument(
+        "--memory-limit",
+        default=defaults.memory_limit,
+        help="memory limit per pod; /dev/shm (memory-backed) counts against it",
+    )
     p.add_argument("--gpus", type=int, default=defaults.gpus, help="nvidia.com/gpu per pod (default: none)")
-    p.add_argument("--shm-default-byte-size", type=int, default=defaults.shm_default_byte_size,
-                   help="python backend shared-memory region per model instance")
+    p.add_argument(
+        "--shm-default-byte-size",
+        type=int,
+        default=defaults.shm_default_byte_size,
+        help="python backend shared-memory region per model instance",
+    )
 
 
 def options_from_args(args) -> ManifestOptions:
-    return ManifestOptions(image=args.image, name=args.name, min_replicas=args.min_replicas,
-                           max_replicas=args.max_replicas, cpu_target=args.cpu_target, cpu=args.cpu,
-                           memory=args.memory, memory_limit=args.memory_limit, gpus=args.gpus,
-                           shm_default_byte_size=args.shm_default_byte_size)
+    return ManifestOptions(
+        image=args.image,
+        name=args.name,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        cpu_target=args.cpu_target,
+        cpu=args.cpu,
+        memory=args.memory,
+        memory_limit=args.memory_limit,
+        gpus=args.gpus,
+        shm_default_byte_size=args.shm_default_byte_size,
+    )

@@ -150,4 +150,3 @@ def _human(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n / MiB:.2f} MiB"
-

@@ -20,7 +20,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+from ernie_deploy.core.endpoints import HTTP_URL
+
+DEFAULT_URL = HTTP_URL
 PROBE_TEXT = "ok"
 # The server is local to the probe: an HTTP(S)_PROXY in the environment must not route it elsewhere.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -59,8 +61,7 @@ def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0) -> list[str]:
     """Names of the ready ensembles: each covers every step it wires, so probing them covers the server."""
     index = _request(f"{url}/v2/repository/index", timeout, {"ready": True})
     names = sorted({entry["name"] for entry in index if entry.get("state", "READY") == "READY"})
-    return [name for name in names
-            if _request(f"{url}/v2/models/{name}/config", timeout).get("platform") == "ensemble"]
+    return [name for name in names if _request(f"{url}/v2/models/{name}/config", timeout).get("platform") == "ensemble"]
 
 
 def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0) -> ProbeResult:
@@ -70,11 +71,13 @@ def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeo
         meta = _request(f"{url}/v2/models/{name}", timeout)
         inputs = meta.get("inputs", [])
         if len(inputs) != 1 or inputs[0].get("datatype") != "BYTES":
-            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, "
-                              "not the one text input a probe can send")
+            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, not the one text input a probe can send")
         shape = [1 if d < 0 else d for d in inputs[0]["shape"]]  # -1: the batch (or a variable) dim
-        body = {"inputs": [{"name": inputs[0]["name"], "datatype": "BYTES", "shape": shape,
-                            "data": [text] * math.prod(shape)}]}
+        body = {
+            "inputs": [
+                {"name": inputs[0]["name"], "datatype": "BYTES", "shape": shape, "data": [text] * math.prod(shape)}
+            ]
+        }
         answer = _request(f"{url}/v2/models/{name}/infer", timeout, body)
         if not answer.get("outputs"):
             raise ProbeFailed("answered with no outputs")
@@ -83,8 +86,9 @@ def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeo
     return ProbeResult(name, True, time.monotonic() - t0)
 
 
-def probe(url: str = DEFAULT_URL, models: list[str] | None = None, text: str = PROBE_TEXT,
-          timeout: float = 5.0) -> list[ProbeResult]:
+def probe(
+    url: str = DEFAULT_URL, models: list[str] | None = None, text: str = PROBE_TEXT, timeout: float = 5.0
+) -> list[ProbeResult]:
     """Probe `models` (default: every ready ensemble). Raises ProbeFailed when there is nothing to probe."""
     url = url.rstrip("/")
     if "://" not in url:

@@ -16,18 +16,24 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
+from ernie_deploy.core.endpoints import PORTS
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
 from ernie_deploy.server.logs import likely_fix, log_excerpt
-from ernie_deploy.server.preflight import (DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE, check_port_free,
-                                           check_shm, free_ports)
+from ernie_deploy.server.preflight import (
+    DEFAULT_SHM_BYTE_SIZE,
+    PYTHON_BACKEND_GROWTH_BYTE_SIZE,
+    check_port_free,
+    check_shm,
+    free_ports,
+)
 from ernie_deploy.server.procs import wait_group_gone
 
-_LIVE: set["TritonServer"] = set()
+_LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -81,9 +87,9 @@ class TritonServer:
         *,
         tritonserver: str | os.PathLike | TritonBinary | None = None,
         host: str = "127.0.0.1",
-        http_port: int = 8000,
-        grpc_port: int = 8001,
-        metrics_port: int = 8002,
+        http_port: int = PORTS["http"],
+        grpc_port: int = PORTS["grpc"],
+        metrics_port: int = PORTS["metrics"],
         shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
         shm_growth_byte_size: int | None = None,
         log_verbose: int = 0,
@@ -169,8 +175,9 @@ class TritonServer:
         growth = self.shm_growth_byte_size or PYTHON_BACKEND_GROWTH_BYTE_SIZE
         args = [
             str(self.binary.path),
-            *server_args(self.model_repository, shm_default_byte_size=self.shm_default_byte_size,
-                         shm_growth_byte_size=growth),
+            *server_args(
+                self.model_repository, shm_default_byte_size=self.shm_default_byte_size, shm_growth_byte_size=growth
+            ),
             # What only this launcher needs: the wheel's prepared backends, loopback addresses and
             # chosen ports, a region prefix of its own (so stop() can sweep what a killed server leaks).
             f"--backend-directory={prepared_backend_dir(self.binary)}",
@@ -203,7 +210,7 @@ class TritonServer:
             if port:
                 check_port_free(self.host, port, what)
 
-    def start(self, timeout: float = 120) -> "TritonServer":
+    def start(self, timeout: float = 120) -> TritonServer:
         if self.is_running():
             raise ErnieDeployError(f"tritonserver is already running (pid {self.pid})")
         t0 = time.monotonic()
@@ -340,7 +347,7 @@ class TritonServer:
                 except OSError:
                     pass
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         if not self.is_running():
             self.start()
         return self

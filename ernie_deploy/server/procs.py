@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,11 @@ def processes(proc: str = "/proc") -> Iterator[ProcStat]:
             with open(f"{proc}/{entry}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
             # "pid (comm) state ppid pgrp ...": comm may hold spaces and ')', so split after the last ')'.
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
-            yield ProcStat(int(entry), comm, fields[0], int(fields[1]), int(fields[2]),
-                           int(fields[11]) + int(fields[12]))
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            yield ProcStat(
+                int(entry), comm, fields[0], int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12])
+            )
         except (OSError, ValueError, IndexError):
             continue
 

@@ -15,9 +15,9 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ernie_deploy.server.procs import processes
 
@@ -53,8 +53,14 @@ def stub_processes(server_pid: int, proc: str = "/proc") -> dict[int, str]:
 class StubWatchdog(threading.Thread):
     """Polls the server's stubs every `interval` seconds and reloads a model whose stub count dropped."""
 
-    def __init__(self, server_pid: int, grpc_url: str, *, interval: float = 0.5,
-                 on_restart: Callable[[StubRestart], None] | None = None):
+    def __init__(
+        self,
+        server_pid: int,
+        grpc_url: str,
+        *,
+        interval: float = 0.5,
+        on_restart: Callable[[StubRestart], None] | None = None,
+    ):
         super().__init__(name=f"stub-watchdog-{server_pid}", daemon=True)
         self.server_pid = server_pid
         self.grpc_url = grpc_url

@@ -20,7 +20,7 @@ ENTITY_KEYS = frozenset({"type", "start", "end", "text"})
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    """"B-PER" -> ("B", "PER"); "O" -> ("O", ""). Anything else is not a BIO tag."""
+    """ "B-PER" -> ("B", "PER"); "O" -> ("O", ""). Anything else is not a BIO tag."""
     if tag == "O":
         return "O", ""
     prefix, sep, kind = tag.partition("-")

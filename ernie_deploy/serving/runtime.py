@@ -35,7 +35,8 @@ class OnnxModel:
         outputs = [o.name for o in self.session.get_outputs()]
         if sorted(inputs) != sorted(MODEL_INPUTS) or LOGITS not in outputs:
             raise ErnieDeployError(
-                f"{path} has inputs {inputs} and outputs {outputs}; expected inputs {list(MODEL_INPUTS)} and output {LOGITS!r}",
+                f"{path} has inputs {inputs} and outputs {outputs}; "
+                f"expected inputs {list(MODEL_INPUTS)} and output {LOGITS!r}",
                 "convert the model with `ernie-deploy convert`, which names the tensors",
             )
 

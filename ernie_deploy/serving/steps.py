@@ -20,8 +20,9 @@ from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS
 def parameter(config: dict, key: str, default: str | None = None) -> str:
     value = config.get("parameters", {}).get(key, {}).get("string_value", default)
     if value is None:
-        raise ErnieDeployError(f"model {config.get('name')!r} has no parameter {key!r}",
-                               "rebuild the repository with `ernie-deploy build`")
+        raise ErnieDeployError(
+            f"model {config.get('name')!r} has no parameter {key!r}", "rebuild the repository with `ernie-deploy build`"
+        )
     return value
 
 
@@ -43,16 +44,21 @@ def _kept(ch: str) -> bool:
     return not (ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") or ch == "\ufffd")
 
 
-_FIXES = {"is not": "encode texts as UTF-8", "is empty": "send at least one visible character per text",
-          "has only": "send at least one visible character per text"}
+_FIXES = {
+    "is not": "encode texts as UTF-8",
+    "is empty": "send at least one visible character per text",
+    "has only": "send at least one visible character per text",
+}
 
 
 def decode_texts(array: np.ndarray) -> list[str]:
     """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that names
     every bad text of the request by its index (so a caller can resend the good ones)."""
     if array.dtype != np.object_:
-        raise BadRequest(f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
-                         "send UTF-8 strings as a BYTES tensor of shape [batch, 1]")
+        raise BadRequest(
+            f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
+            "send UTF-8 strings as a BYTES tensor of shape [batch, 1]",
+        )
     items = array.reshape(-1)
     problems = [(i, p) for i, p in enumerate(map(text_problem, items)) if p]
     if problems:
@@ -75,8 +81,9 @@ class Step:
         """The checked requests -> their outputs, in order; `requested`: the outputs anyone reads (None: all)."""
         raise NotImplementedError
 
-    def run_requests(self, requests: list[dict[str, np.ndarray]],
-                     requested: set[str] | None = None) -> list[dict[str, np.ndarray] | ErnieDeployError]:
+    def run_requests(
+        self, requests: list[dict[str, np.ndarray]], requested: set[str] | None = None
+    ) -> list[dict[str, np.ndarray] | ErnieDeployError]:
         results: list = [None] * len(requests)
         good, items = [], []
         for i, inputs in enumerate(requests):
@@ -104,8 +111,10 @@ class Step:
         except ErnieDeployError as exc:
             return exc
         except Exception as exc:
-            return ErnieDeployError(f"{type(self).__name__} failed on this request: {exc}",
-                                    "check the request's tensors against the model's config")
+            return ErnieDeployError(
+                f"{type(self).__name__} failed on this request: {exc}",
+                "check the request's tensors against the model's config",
+            )
 
     def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
         """One request, as a plain function (tests, offline use)."""
@@ -133,8 +142,10 @@ class TokenizerStep(Step):
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
         unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
         if unknown:
-            raise ErnieDeployError(f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer "
-                                   "cannot produce", "rebuild the repository with `ernie-deploy build`")
+            raise ErnieDeployError(
+                f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer cannot produce",
+                "rebuild the repository with `ernie-deploy build`",
+            )
 
     def check(self, inputs):
         return decode_texts(inputs["text"])
@@ -142,8 +153,12 @@ class TokenizerStep(Step):
     def run(self, items: list[list[str]], requested=None) -> list[dict[str, np.ndarray]]:
         from ernie_deploy.serving.tokenizer import encode_batch, padded_width
 
-        enc = encode_batch(self.tokenizer, [t for texts in items for t in texts], self.max_seq_len,
-                           pad_to_multiple_of=self.pad_to_multiple_of)
+        enc = encode_batch(
+            self.tokenizer,
+            [t for texts in items for t in texts],
+            self.max_seq_len,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+        )
         names = [n for n in self.outputs if requested is None or n in requested]
         results = []
         for rows in _split_rows([len(texts) for texts in items]):
@@ -171,20 +186,25 @@ class OnnxStep(Step):
         from ernie_deploy.serving.runtime import OnnxModel
 
         threads = int(parameter(config, "intra_op_threads", "0"))
-        self.model = OnnxModel(Path(version_dir) / parameter(config, "model_file", "model.onnx"),
-                               intra_op_threads=threads or None,
-                               spinning=parameter(config, "ort_spinning", "false") == "true")
+        self.model = OnnxModel(
+            Path(version_dir) / parameter(config, "model_file", "model.onnx"),
+            intra_op_threads=threads or None,
+            spinning=parameter(config, "ort_spinning", "false") == "true",
+        )
         self.pad_id = int(parameter(config, "pad_token_id", "0"))
 
     def check(self, inputs):
         for name in MODEL_INPUTS:
             if inputs[name].dtype != np.int64:
-                raise BadRequest(f"input {name!r} has dtype {inputs[name].dtype}; expected int64",
-                                 "send token ids as INT64")
+                raise BadRequest(
+                    f"input {name!r} has dtype {inputs[name].dtype}; expected int64", "send token ids as INT64"
+                )
         ids, types = inputs["input_ids"], inputs["token_type_ids"]
         if ids.ndim != 2 or ids.shape != types.shape:
-            raise BadRequest(f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
-                             "the same [batch, tokens] shape")
+            raise BadRequest(
+                f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
+                "the same [batch, tokens] shape"
+            )
         return ids, types
 
     def run(self, items, requested=None):
@@ -198,7 +218,7 @@ class OnnxStep(Step):
         for rows, (own, _) in zip(_split_rows([len(i) for i, _ in items]), items):
             part = logits[rows]
             if part.ndim == 3:  # per-token logits: back to this request's length
-                part = part[:, :own.shape[1]]
+                part = part[:, : own.shape[1]]
             results.append({LOGITS: np.ascontiguousarray(part)})
         return results
 
@@ -225,8 +245,10 @@ class SeqClsPostprocess(Step):
     def check(self, inputs):
         logits = inputs[LOGITS]
         if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
-            raise BadRequest(f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
-                             "rebuild the repository so labels.json comes from the same model")
+            raise BadRequest(
+                f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
+                "rebuild the repository so labels.json comes from the same model",
+            )
         return logits
 
     def run(self, items, requested=None):
@@ -235,8 +257,10 @@ class SeqClsPostprocess(Step):
         label_id = ids.astype(np.int64).reshape(-1, 1)
         label = self._names[ids].reshape(-1, 1)
         confidence = probs.max(axis=-1).astype(np.float32).reshape(-1, 1)
-        return [{"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
-                for rows in _split_rows([len(i) for i in items])]
+        return [
+            {"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
+            for rows in _split_rows([len(i) for i in items])
+        ]
 
 
 class TokenClsPostprocess(Step):
@@ -249,9 +273,11 @@ class TokenClsPostprocess(Step):
     def check(self, inputs):
         logits, offsets = inputs[LOGITS], inputs["offsets"]
         if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
-            raise BadRequest(f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
-                             f"{len(self.labels)}] for the labels in labels.json",
-                             "rebuild the repository so labels.json comes from the same model")
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
+                f"{len(self.labels)}] for the labels in labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
         if offsets.shape[:2] != logits.shape[:2]:
             raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
         return decode_texts(inputs["text"]), logits.argmax(axis=-1), offsets, inputs["lengths"].reshape(-1)
@@ -261,8 +287,10 @@ class TokenClsPostprocess(Step):
 
         results = []
         for texts, predicted, offsets, lengths in items:  # decoding walks each text's spans
-            entities = [entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
-                        for i, text in enumerate(texts)]
+            entities = [
+                entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
+                for i, text in enumerate(texts)
+            ]
             results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
         return results
 
@@ -286,8 +314,9 @@ class PipelineStep(Step):
         logits = self.model.run([(t["input_ids"], t["token_type_ids"]) for t in tokens])
         post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
         # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
-        return [{name: {**t, **out}[name] for name in self.outputs}
-                for t, out in zip(tokens, self.post.run(post_items))]
+        return [
+            {name: {**t, **out}[name] for name in self.outputs} for t, out in zip(tokens, self.post.run(post_items))
+        ]
 
 
 def _read_labels(labels_file: Path) -> list[str]:
@@ -298,5 +327,10 @@ def _read_labels(labels_file: Path) -> list[str]:
 
 # What a model.py names as its `step` (written by `ernie-deploy build`); a TaskSpec's `postprocess` is one of
 # these keys. The keys are part of every built repository: renaming one breaks repositories already built.
-STEPS = {"tokenizer": TokenizerStep, "onnx": OnnxStep, "seq_cls_postprocess": SeqClsPostprocess,
-         "token_cls_postprocess": TokenClsPostprocess, "pipeline": PipelineStep}
+STEPS = {
+    "tokenizer": TokenizerStep,
+    "onnx": OnnxStep,
+    "seq_cls_postprocess": SeqClsPostprocess,
+    "token_cls_postprocess": TokenClsPostprocess,
+    "pipeline": PipelineStep,
+}

@@ -35,11 +35,11 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from itertools import chain
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
@@ -104,7 +104,7 @@ def _kind(cp: int) -> str:
     return ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _classes() -> dict[str, str]:
     """kind -> an Oniguruma character class matching exactly its code points (surrogates left out:
     they cannot reach Rust). Computed once per process; frozen into tokenizer.json."""
@@ -293,8 +293,9 @@ def padded_width(longest: int, max_seq_len: int, pad_to_multiple_of: int = 1) ->
     return min(-(-longest // pad_to_multiple_of) * pad_to_multiple_of, max_seq_len)
 
 
-def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *,
-                 pad_to_multiple_of: int = 1) -> Encoded:
+def encode_batch(
+    tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *, pad_to_multiple_of: int = 1
+) -> Encoded:
     """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`.
 
     pad_to_multiple_of: pad to a length bucket instead of the longest text (see `padded_width`), so that
