@@ -3,6 +3,7 @@
 #
 #   scripts/convert.sh                                   # every task, offline bootstrap checkpoints
 #   scripts/convert.sh --task token_cls                  # one task (repeatable)
+#   scripts/convert.sh --budget 20                       # train each bootstrap model for up to 20 minutes
 #   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
 #   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
@@ -13,6 +14,7 @@ set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 
 build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
+budget_arg=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --task) tasks+=("$2"); shift 2 ;;
@@ -22,7 +24,8 @@ while [ $# -gt 0 ]; do
     --repository) repository="$2"; shift 2 ;;
     --quantize) quantize="$2"; shift 2 ;;
     --fp16) fp16_arg=(--fp16); shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --budget) budget_arg=(--budget "$2"); shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -36,7 +39,7 @@ for task in "${tasks[@]}"; do
   if [ -n "$source_arg" ]; then
     ernie-deploy fetch "$source_arg" "${sha_arg[@]}" --task "$task"
   else
-    ernie-deploy fetch --bootstrap --task "$task"
+    ernie-deploy fetch --bootstrap --task "$task" "${budget_arg[@]}"
   fi
   ernie-deploy export --task "$task"
   ernie-deploy convert --task "$task" --quantize "$quantize" "${fp16_arg[@]}"

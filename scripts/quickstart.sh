@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # The main job end to end on a fresh machine: install, data, model, convert, serve, measure, stop.
+# Arguments go to scripts/convert.sh, e.g. `--budget 20` trains each bootstrap model for up to 20 minutes.
 set -euo pipefail
 start_all=$SECONDS
-stage() { echo; echo "==> $1"; stage_start=$SECONDS; }
+elapsed() { local s=$((SECONDS - start_all)); printf '%d:%02d' $((s / 60)) $((s % 60)); }
+stage() { echo; echo "==> [$(elapsed)] $1"; stage_start=$SECONDS; }
 timings=()
-done_stage() { timings+=("$(printf '%-34s %4ds' "$1" $((SECONDS - stage_start)))"); }
+done_stage() {
+  timings+=("$(printf '%-34s %4ds' "$1" $((SECONDS - stage_start)))")
+  echo "==> [$(elapsed)] $1: done in $((SECONDS - stage_start))s"
+}
+
+cat <<'MSG'
+ernie-deploy quickstart. The first run on a machine installs the packages (~2-3 min) and trains two small
+bootstrap models on 2 cores (a budget of ~3 + ~6 min; the training bar shows what is left); they are cached
+in ~/.cache/ernie-deploy, so later runs take about a minute and a half.
+MSG
 
 stage "install (.venv, pip install -e .[dev])"
 source "$(dirname "$0")/_env.sh"
 done_stage "install"
 
-stage "convert: data, bootstrap model, export, ONNX, parity, repository"
+stage "convert: data, bootstrap models (trained on the first run), export, ONNX, parity, repository"
 bash scripts/convert.sh "$@"
 done_stage "convert (scripts/convert.sh)"
 
@@ -65,3 +76,10 @@ for task in ("seq_cls", "token_cls"):
     print(f"{task:<9} {metric:<8} paddle {offline['paddle'][metric]:.4f}  onnx {offline['onnx'][metric]:.4f}"
           f"  served {served[metric]:.4f}  (n={served['n']})")
 PY
+cat <<MSG
+
+Next: serve models/ again and query it (the server above has stopped):
+  bash scripts/serve.sh                      # in one shell; prints the client commands once ready
+  source .venv/bin/activate                  # in another: ernie-deploy and the clients' imports
+  python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
+MSG

@@ -137,6 +137,68 @@ def test_cache_key_changes_with_recipe_version(tmp_path, monkeypatch):
     assert bootstrap.cache_key(data_dir, recipe) != key
 
 
+def test_cache_key_treats_equal_numbers_as_one(tmp_path):
+    data_dir = _write_data(tmp_path)
+    recipe = recipe_for(SEQ_CLS, TINY)
+    key = bootstrap.cache_key(data_dir, recipe)
+    same = {**recipe, "epochs": float(recipe["epochs"]), "weight_decay": 1e-2, "token_dropout": 0.10}
+    assert bootstrap.cache_key(data_dir, same) == key
+    assert bootstrap.cache_key(data_dir, {**recipe, "max_grad_norm": 0}) == bootstrap.cache_key(
+        data_dir, {**recipe, "max_grad_norm": 0.0}
+    )
+    assert bootstrap.cache_key(data_dir, {**recipe, "epochs": recipe["epochs"] + 1}) != key
+    assert bootstrap.cache_key(data_dir, {**recipe, "budget_minutes": 5}) != key
+
+
+def test_the_plan_spends_the_budget_at_the_measured_rate():
+    plan = bootstrap._Plan(max_steps=10_000, budget_minutes=1.0, warmup_ratio=0.1)
+    assert not plan.replan(10, 1.0) and plan.total == 10_000  # too few steps to measure a rate yet
+    assert plan.replan(bootstrap.PLAN_AFTER_STEPS, 3.0)  # 10 steps/s, 57 s left
+    assert plan.total == bootstrap.PLAN_AFTER_STEPS + 570
+    assert plan.lr_factor(0) == 0.0 and plan.lr_factor(plan.total // 10) == pytest.approx(1.0)
+    assert plan.lr_factor(plan.total) == 0.0  # the rate has decayed by the last planned step
+    assert plan.replan(400, 70.0, force=True) and plan.total == 400  # over budget: stop here
+    roomy = bootstrap._Plan(max_steps=100, budget_minutes=60.0, warmup_ratio=0.1)
+    assert not roomy.replan(bootstrap.PLAN_AFTER_STEPS, 1.0) and roomy.total == 100  # the epochs end first
+    unbounded = bootstrap._Plan(max_steps=100, budget_minutes=None, warmup_ratio=0.1)
+    assert not unbounded.replan(50, 1e6, force=True) and unbounded.total == 100
+
+
+def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path):
+    data_dir = _write_data(tmp_path)
+    ckpt = bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe={**TINY, "budget_minutes": 1e-4})
+    meta = bootstrap.load_meta(ckpt)
+    assert meta["stopped_by"] == "budget" and len(meta["history"]) == 1 < TINY["epochs"]
+    assert meta["steps"] == meta["history"][0]["steps"] and meta["threads"] >= 1
+    assert (ckpt / "model_state.pdparams").is_file() and meta["dev"] == meta["history"][0]["dev"]
+
+
+def test_concurrent_requests_for_one_checkpoint_train_it_once(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data_dir = _write_data(tmp_path / "data")
+    calls = []
+
+    def fake_train(out, *args):
+        calls.append(out)
+        time.sleep(0.5)  # long enough for the second caller to arrive while this one trains
+        for name in ("config.json", "model_state.pdparams", "vocab.txt", bootstrap.META_FILE):
+            (out / name).write_text("{}")
+
+    monkeypatch.setattr(bootstrap, "_train_into", fake_train)
+    results = []
+    workers = [
+        threading.Thread(target=lambda: results.append(bootstrap.train(SEQ_CLS, data_dir, recipe=TINY)))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(calls) == 1 and len(results) == 2 and results[0] == results[1]
+
+
 def test_recipe_rejects_unknown_keys_and_tasks():
     with pytest.raises(ErnieDeployError, match="hidden_sise"):
         recipe_for(SEQ_CLS, {"hidden_sise": 8})

@@ -17,6 +17,12 @@ def register(sub) -> None:
     p.add_argument("--sha256", help="required with a URL: the archive's pinned sha256")
     p.add_argument("--bootstrap", action="store_true", help="train a small ERNIE offline on the task's data (cached)")
     p.add_argument("--force", action="store_true", help="retrain the bootstrap model even if cached")
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="MINUTES",
+        help="with --bootstrap: minutes of training (default: the task's recipe); more time, a better model",
+    )
     p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
     p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")
     p.set_defaults(func=run)
@@ -32,8 +38,11 @@ def run(args) -> None:
         from ernie_deploy.fetch.bootstrap import train
         from ernie_deploy.fetch.data import prepare
 
-        source = train(task, prepare(task.dataset), force=args.force)
+        recipe = {"budget_minutes": args.budget} if args.budget is not None else None
+        source = train(task, prepare(task.dataset), force=args.force, recipe=recipe)
         checkpoint = inspect_checkpoint(source)
+    elif args.budget is not None:
+        raise ErnieDeployError("--budget is the training time of --bootstrap", "add --bootstrap, or drop --budget")
     elif args.source:
         checkpoint = resolve_checkpoint(args.source, sha256=args.sha256, workdir=out.parent)
     else:

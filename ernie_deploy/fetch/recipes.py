@@ -37,7 +37,10 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "min_word_freq": 2,  # whole non-CJK words (numbers, Latin words) kept as one token from this count
     "max_train_rows": None,  # train on a seeded subset of this many rows (None: all)
     # optimisation
-    "epochs": 8,
+    "epochs": 8,  # at most; fewer where the budget runs out first
+    # Minutes of training (the loop, dev passes included) on this machine; None: every epoch. The number of
+    # steps is planned from the step rate measured at the start, and the learning rate decays over them.
+    "budget_minutes": None,
     "batch_size": 32,
     "learning_rate": 5e-4,
     "warmup_ratio": 0.1,

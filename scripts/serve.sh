@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Serve models/ (what scripts/quickstart.sh or scripts/convert.sh built) on 127.0.0.1 until Ctrl-C.
+#
+#   bash scripts/serve.sh                  # tritonserver on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics)
+#   bash scripts/serve.sh other_models     # another repository; extra flags go to `ernie-deploy serve`
+set -euo pipefail
+source "$(dirname "$0")/_env.sh"
+repository="${1:-models}"
+[ $# -gt 0 ] && shift
+if ! compgen -G "$repository/*/config.pbtxt" > /dev/null; then
+  echo "serve.sh: no models in $repository/; build them first: bash scripts/quickstart.sh (or scripts/convert.sh)" >&2
+  exit 2
+fi
+cat <<MSG
+==> serving $repository/ on 127.0.0.1 (Ctrl-C stops it). Once it says ready, in another shell:
+      cd $ROOT && source .venv/bin/activate
+      python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
+      python clients/token_cls_grpc_client.py --text "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
+      python clients/seq_cls_grpc_client.py            # the whole test split, with its accuracy
+MSG
+exec ernie-deploy serve "$repository" "$@"
