@@ -3,7 +3,7 @@
 #
 #   scripts/convert.sh                                   # every task, offline bootstrap checkpoints
 #   scripts/convert.sh --task token_cls                  # one task (repeatable)
-#   scripts/convert.sh --budget 20                       # train each bootstrap model for up to 20 minutes
+#   scripts/convert.sh --budget 20                       # train each bootstrap model for 20 minutes
 #   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
 #   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)

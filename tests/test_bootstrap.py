@@ -158,10 +158,21 @@ def test_the_plan_spends_the_budget_at_the_measured_rate():
     assert plan.lr_factor(0) == 0.0 and plan.lr_factor(plan.total // 10) == pytest.approx(1.0)
     assert plan.lr_factor(plan.total) == 0.0  # the rate has decayed by the last planned step
     assert plan.replan(400, 70.0, force=True) and plan.total == 400  # over budget: stop here
+    assert not plan.replan(400, 1.0, force=True) and plan.total == 400  # a plan never grows again
     roomy = bootstrap._Plan(max_steps=100, budget_minutes=60.0, warmup_ratio=0.1)
     assert not roomy.replan(bootstrap.PLAN_AFTER_STEPS, 1.0) and roomy.total == 100  # the epochs end first
     unbounded = bootstrap._Plan(max_steps=100, budget_minutes=None, warmup_ratio=0.1)
     assert not unbounded.replan(50, 1e6, force=True) and unbounded.total == 100
+
+
+def test_a_budget_lets_the_budget_decide_the_length():
+    from ernie_deploy.core.tasks import TOKEN_CLS
+
+    fixed = recipe_for(TOKEN_CLS)
+    budgeted = recipe_for(TOKEN_CLS, {"budget_minutes": 20})
+    assert fixed["budget_minutes"] is None and fixed["max_train_rows"] and fixed["epochs"] < budgeted["epochs"]
+    assert budgeted["max_train_rows"] is None and budgeted["budget_minutes"] == 20
+    assert recipe_for(TOKEN_CLS, {"budget_minutes": 20, "epochs": 2})["epochs"] == 2  # the caller's word is last
 
 
 def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path):

@@ -21,7 +21,8 @@ def register(sub) -> None:
         "--budget",
         type=float,
         metavar="MINUTES",
-        help="with --bootstrap: minutes of training (default: the task's recipe); more time, a better model",
+        help="with --bootstrap: train for this many minutes on every train row instead of the task's fixed "
+        "rows and epochs (more time, a better model; the best dev checkpoint is kept)",
     )
     p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
     p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")

@@ -187,7 +187,7 @@ def train(
         return final
     # One trainer per checkpoint: a second process asking for the same one waits and then finds it cached,
     # instead of spending the same minutes again on the same cores.
-    with _exclusive(final.with_name(f".{final.name}.lock")):
+    with _exclusive(cache_dir() / "locks" / f"bootstrap-{final.name}.lock"):
         if is_complete(final) and not force:
             return final
         with atomic_path(final) as tmp:
@@ -401,7 +401,8 @@ class _Plan:
             return False
         self.planned_at = step
         rate = step / max(elapsed_s, 1e-6)
-        total = min(self.max_steps, step + int(rate * max(0.0, self.budget_s - elapsed_s)))
+        # Later plans only shorten the run (a slow stretch, a dev pass): the learning rate never climbs again.
+        total = min(self.total, step + int(rate * max(0.0, self.budget_s - elapsed_s)))
         changed, self.total = total != self.total, max(total, step)
         return changed
 

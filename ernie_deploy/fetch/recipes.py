@@ -70,6 +70,11 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+# With a training budget, the run is as long as the budget allows: every train row, up to this many epochs (the
+# best dev checkpoint is kept, so epochs past the best one cost time, not quality).
+BUDGETED: dict[str, Any] = {"max_train_rows": None, "epochs": 30}
+
+
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The full recipe for a task: defaults, then the task's changes, then the caller's."""
     if task.name not in TASK_RECIPES:
@@ -84,6 +89,8 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
         raise ErnieDeployError(
             f"unknown bootstrap recipe keys: {', '.join(unknown)}", f"use keys of {__name__}.DEFAULT_RECIPE"
         )
+    if (overrides or {}).get("budget_minutes"):
+        recipe.update(BUDGETED)  # the budget decides how long, not the task's fixed rows and epochs
     recipe.update(overrides or {})
     # Facts of the task that change the result belong to the key too.
     recipe.update(
