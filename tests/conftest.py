@@ -146,6 +146,30 @@ def server(repository, tmp_path_factory):
     server.stop()
 
 
+# Texts for convert's parity and drift checks: Chinese, Latin, digits, and one past max_seq_len.
+PARITY_TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "abc 123 新闻",
+    "美元 1.5亿",
+    "体育" * 80,
+    "中国",
+    "新闻 财经 房产",
+    "游戏 教育 科技 社会",
+    "娱乐时政",
+    "国足 1 : 0 美元",
+]
+
+
+def convert_argv(static_root, tmp_path: Path, texts=PARITY_TEXTS) -> tuple[Path, list[str]]:
+    """`ernie-deploy convert` of a seq_cls static model into tmp_path/onnx/model.onnx, checked on `texts`."""
+    parity = tmp_path / "parity.tsv"
+    parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "onnx" / "model.onnx"
+    argv = ["convert", "--task", "seq_cls", "--static", str(static_root), "--out", str(out)]
+    return out, [*argv, "--parity-data", str(parity)]
+
+
 def io_signature(path) -> tuple[list, list]:
     """An ONNX file's inputs and outputs as (name, element type, dims) for comparing two models."""
     import onnx

@@ -12,6 +12,8 @@ import pytest
 from ernie_deploy.repository.build import TaskArtifacts, build
 from ernie_deploy.repository.options import BuildOptions
 
+from .conftest import convert_argv
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,20 +74,7 @@ def converted(tiny_pipeline, tmp_path):
     """A passing FP32 conversion in onnx/, and the CLI arguments that made it."""
     from ernie_deploy.cli import main
 
-    parity = tmp_path / "parity.tsv"
-    parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in TEXTS), encoding="utf-8")
-    out = tmp_path / "onnx" / "model.onnx"
-    args = [
-        "convert",
-        "--task",
-        "seq_cls",
-        "--static",
-        str(tiny_pipeline.static.root),
-        "--out",
-        str(out),
-        "--parity-data",
-        str(parity),
-    ]
+    out, args = convert_argv(tiny_pipeline.static.root, tmp_path, TEXTS)
     assert main(args) == 0
     return out, args
 

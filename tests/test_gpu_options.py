@@ -25,20 +25,9 @@ from ernie_deploy.repository.configs import parse, render, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import onnx_signature
 
-from .conftest import assert_refused_convert_changes_nothing, io_signature
+from .conftest import PARITY_TEXTS, assert_refused_convert_changes_nothing, io_signature
 
-TEXTS = [
-    "国足公布世预赛名单",
-    "股市大涨",
-    "abc 123 新闻",
-    "美元 1.5亿",
-    "体育" * 80,
-    "中国",
-    "新闻 财经 房产",
-    "游戏 教育 科技 社会",
-    "娱乐时政",
-    "国足 1 : 0 美元",
-]
+TEXTS = PARITY_TEXTS
 KIND_CPU, KIND_GPU = mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_GPU
 
 

@@ -16,20 +16,9 @@ from ernie_deploy.export.gates import Gates
 from ernie_deploy.export.precision import _require_same_signature, check_drift, quantize_int8
 from ernie_deploy.serving.runtime import OnnxModel
 
-from .conftest import assert_refused_convert_changes_nothing, io_signature
+from .conftest import PARITY_TEXTS, assert_refused_convert_changes_nothing, convert_argv, io_signature
 
-TEXTS = [
-    "国足公布世预赛名单",
-    "股市大涨",
-    "abc 123 新闻",
-    "美元 1.5亿",
-    "体育" * 80,
-    "中国",
-    "新闻 财经 房产",
-    "游戏 教育 科技 社会",
-    "娱乐时政",
-    "国足 1 : 0 美元",
-]
+TEXTS = PARITY_TEXTS
 
 
 @pytest.fixture(scope="module", params=["tiny_pipeline", "tiny_token_pipeline"])
@@ -132,20 +121,7 @@ def test_a_changed_signature_is_refused(tiny_pipeline):
 def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp_path, capsys):
     from ernie_deploy.cli import main
 
-    parity = tmp_path / "parity.tsv"
-    parity.write_text("label\ttext\n" + "".join(f"sports\t{t}\n" for t in TEXTS), encoding="utf-8")
-    out = tmp_path / "onnx" / "model.onnx"
-    common = [
-        "convert",
-        "--task",
-        "seq_cls",
-        "--static",
-        str(tiny_pipeline.static.root),
-        "--out",
-        str(out),
-        "--parity-data",
-        str(parity),
-    ]
+    out, common = convert_argv(tiny_pipeline.static.root, tmp_path)
     assert main([*common, "--quantize", "int8"]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
     assert "MatMulInteger" in {n.op_type for n in onnx.load(str(out)).graph.node}
