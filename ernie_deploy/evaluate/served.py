@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from ernie_deploy.client.grpc_client import DEFAULT_URL, Client, decode_outputs
@@ -63,3 +64,6 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
     except ErnieDeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing left to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
