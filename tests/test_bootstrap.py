@@ -175,8 +175,9 @@ def test_a_budget_lets_the_budget_decide_the_length():
     assert recipe_for(TOKEN_CLS, {"budget_minutes": 20, "epochs": 2})["epochs"] == 2  # the caller's word is last
 
 
-def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path):
-    data_dir = _write_data(tmp_path)
+def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data_dir = _write_data(tmp_path / "data")
     ckpt = bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe={**TINY, "budget_minutes": 1e-4})
     meta = bootstrap.load_meta(ckpt)
     assert meta["stopped_by"] == "budget" and len(meta["history"]) == 1 < TINY["epochs"]
