@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ernie_deploy.cli.inputs import DEFAULT_TASK
 from ernie_deploy.core.layout import artifact_dir
 from ernie_deploy.core.tasks import TASKS, get_task
 
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="checkpoint -> Paddle static inference model")
-    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
     p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<task>")
     p.add_argument("--labels", help="JSON list of label names, when the checkpoint config has none")
     p.add_argument("--out", help="default: artifacts/static/<task>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ernie_deploy.cli.inputs import DEFAULT_TASK
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.layout import artifact_dir
@@ -24,7 +25,7 @@ def register(sub) -> None:
         help="with --bootstrap: train for this many minutes on every train row instead of the task's fixed "
         "rows and epochs (more time, a better model; the best dev checkpoint is kept)",
     )
-    p.add_argument("--task", default="seq_cls", choices=sorted(TASKS))
+    p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
     p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")
     p.set_defaults(func=run)
 
