@@ -12,6 +12,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.serving.entities import (
     bio_spans,
     char_labels_to_token_labels,
+    constrained_label_ids,
     decode_entities,
     entities_from_json,
     entities_to_char_bio,
@@ -147,6 +148,61 @@ def test_i_without_b_and_type_change():
     text = "王五李四上海"
     tags = ["I-PER", "I-PER", "B-PER", "I-LOC", "I-LOC", "I-LOC"]
     assert decode_entities(*_row(text, _chars(text, tags)), LABELS) == [_ent("PER", 2, 3, text)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# constrained_label_ids: the best strict-IOB2 sequence
+
+
+def _logits_for(rows: list[list[dict[str, float]]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Logits [B, width, C] where each real token's scores are given per tag (others -5); [CLS] first."""
+    logits = np.full((len(rows), width, len(LABELS)), -5.0)
+    for b, row in enumerate(rows):
+        for i, scores in enumerate(row, start=1):
+            for tag, value in scores.items():
+                logits[b, i, ID[tag]] = value
+    return logits, np.array([len(row) + 2 for row in rows])
+
+
+def test_constrained_ids_repair_an_entity_that_opens_with_i():
+    # argmax reads I-PER I-PER (no entity under strict IOB2); B-PER is a close second on the first token.
+    logits, lengths = _logits_for([[{"I-PER": 2.0, "B-PER": 1.9}, {"I-PER": 3.0}, {"O": 1.0}]], width=6)
+    ids = constrained_label_ids(logits, lengths, LABELS)
+    assert [LABELS[i] for i in ids[0, 1:4]] == ["B-PER", "I-PER", "O"]
+    text = "张三说"
+    offsets = np.array([[0, 0], [0, 1], [1, 2], [2, 3], [0, 0], [0, 0]])
+    assert decode_entities(text, ids[0], offsets, int(lengths[0]), LABELS) == [_ent("PER", 0, 2, text)]
+
+
+def test_constrained_ids_keep_a_valid_argmax_and_leave_specials_and_padding_alone():
+    logits, lengths = _logits_for([[{"B-LOC": 2.0}, {"I-LOC": 2.0}], [{"O": 1.0}]], width=5)
+    logits[:, 0, ID["I-ORG"]] = 9.0  # [CLS]: not a real token, whatever it scores
+    ids = constrained_label_ids(logits, lengths, LABELS)
+    assert ids.tolist() == logits.argmax(-1).tolist()
+
+
+def test_constrained_ids_equal_brute_force_over_every_valid_sequence():
+    import itertools
+
+    rng = np.random.default_rng(0)
+    valid = [
+        seq
+        for n in range(1, 5)
+        for seq in itertools.product(range(len(LABELS)), repeat=n)
+        if not LABELS[seq[0]].startswith("I-")
+        and all(not LABELS[b].startswith("I-") or LABELS[a][2:] == LABELS[b][2:] for a, b in zip(seq, seq[1:]))
+    ]
+    for _ in range(40):
+        lengths = rng.integers(2, 7, size=4)  # 0 to 4 real tokens, so some rows finish early
+        logits = rng.normal(size=(4, 6, len(LABELS))) * 2
+        ids = constrained_label_ids(logits, lengths, LABELS)
+        for b, n in enumerate(lengths - 2):
+            if n <= 0:
+                continue
+            best = max(
+                (s for s in valid if len(s) == n), key=lambda s: sum(logits[b, 1 + i, t] for i, t in enumerate(s))
+            )
+            assert tuple(ids[b, 1 : 1 + n]) == best
 
 
 def test_mixed_latin_digits_and_chinese_tokens():

@@ -31,9 +31,9 @@ def _labels(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str
 
 
 def _entities(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
-    from ernie_deploy.serving.entities import decode_entities
+    from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
 
-    ids = logits.argmax(-1)
+    ids = constrained_label_ids(logits, enc.lengths, labels)
     return [decode_entities(text, ids[i], enc.offsets[i], int(enc.lengths[i]), labels) for i, text in enumerate(texts)]
 
 

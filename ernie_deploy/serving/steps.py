@@ -280,7 +280,10 @@ class TokenClsPostprocess(Step):
             )
         if offsets.shape[:2] != logits.shape[:2]:
             raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
-        return decode_texts(inputs["text"]), logits.argmax(axis=-1), offsets, inputs["lengths"].reshape(-1)
+        from ernie_deploy.serving.entities import constrained_label_ids
+
+        lengths = inputs["lengths"].reshape(-1)
+        return decode_texts(inputs["text"]), constrained_label_ids(logits, lengths, self.labels), offsets, lengths
 
     def run(self, items, requested=None):
         from ernie_deploy.serving.entities import decode_entities, entities_to_json
