@@ -153,7 +153,8 @@ def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, t
     assert steps["seq_cls"].model_name != steps["token_cls"].model_name
     for step in steps.values():
         assert (repo / step.model_name / "1" / "tokenizer.json").exists()
-    assert not (repo / TOKENIZER_STEP).exists()
+    # The first keeps the familiar name; the other is named by its fingerprint, so a later build finds it again.
+    assert sorted(step.model_name for step in steps.values())[0] == TOKENIZER_STEP
 
 
 @pytest.mark.integration

@@ -77,15 +77,17 @@ class TaskInputs:
         data: str | Path | None = None,
         max_texts: int | None = None,
     ) -> TaskInputs:
-        """The task's artifacts (artifacts/static/<task>, artifacts/onnx/<task>/model.onnx) and the non-blank
-        texts of its test split, unless given; the first `max_texts` texts only, if set."""
+        """The model's artifacts (artifacts/static/<name>, artifacts/onnx/<name>/model.onnx; see
+        TaskSpec.artifact_name) and the non-blank texts of its task's test split, unless given; the first
+        `max_texts` texts only, if set."""
         from ernie_deploy.export.static import StaticModel
         from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
-        model = StaticModel.load(static or artifact_dir("static", task.name))
-        onnx_path = Path(onnx or artifact_dir("onnx", task.name) / "model.onnx")
+        model = StaticModel.load(static or artifact_dir("static", task.artifact_name))
+        onnx_path = Path(onnx or artifact_dir("onnx", task.artifact_name) / "model.onnx")
         if not onnx_path.exists():
-            raise ErnieDeployError(f"no ONNX model at {onnx_path}", f"run `ernie-deploy convert --task {task.name}`")
+            which = f"--name {task.ensemble}" if task.artifact_name == task.ensemble else f"--task {task.name}"
+            raise ErnieDeployError(f"no ONNX model at {onnx_path}", f"run `ernie-deploy convert {which}`")
         data = Path(data or split_file(data_dir(task.dataset), "test", task.split_format))
         if not data.exists():
             raise ErnieDeployError(f"no test texts at {data}", "run `ernie-deploy fetch-data`")

@@ -24,7 +24,7 @@ from ernie_deploy.bench.config import TaskInputs
 from ernie_deploy.bench.inprocess import reference_predictions
 from ernie_deploy.client.grpc_client import Client, Retry, decode_outputs
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import TASKS, TaskSpec
+from ernie_deploy.core.tasks import TaskSpec
 
 BAD_TEXTS = [
     ("", "is empty"),
@@ -224,15 +224,17 @@ class SoakOptions:
 
 
 def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
-    """Serve a repository on free loopback ports and soak every task whose ensemble it holds, each text's answer
-    expected to equal in-process ONNX on the task's artifacts. Returns (the report, whether it passed: nothing
+    """Serve a repository on free loopback ports and soak every model it serves, each text's answer expected to
+    equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
     from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)
-    tasks = [t for t in TASKS.values() if (repository / t.ensemble / "config.pbtxt").exists()]
+    from ernie_deploy.repository.build import served_models
+
+    tasks = list(served_models(repository).values())
     if not tasks:
-        raise ErnieDeployError(f"no task ensembles in {repository}", "build it with `scripts/convert.sh`")
+        raise ErnieDeployError(f"no served models in {repository}", "build it with `scripts/convert.sh`")
     cases = []
     for task in tasks:
         inputs = TaskInputs.load(task, max_texts=options.texts)
@@ -252,6 +254,7 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     result = {
         **report.to_dict(),
         "tasks": [t.name for t in tasks],
+        "models": [t.ensemble for t in tasks],
         "texts_per_task": options.texts,
         "bad_fraction": options.bad_fraction,
         "chaos_s": options.chaos_s,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.inputs import onnx_file, static_model
+from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.repository.options import (
@@ -21,6 +21,11 @@ def register(sub) -> None:
         action="append",
         choices=sorted(TASKS),
         help="default: the task of the --static model, else every task",
+    )
+    p.add_argument(
+        "--name",
+        action="append",
+        help=f"add or replace this model (repeatable); the others in --repository stay as they are. {NAME_HELP}",
     )
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
@@ -113,9 +118,16 @@ def run(args) -> None:
     from ernie_deploy.repository.build import TaskArtifacts, build, pick_runtime
     from ernie_deploy.server.binary import available_backends, find_tritonserver
 
-    tasks = args.task or ([None] if args.static else sorted(TASKS))
-    if (args.static or args.onnx) and len(tasks) != 1:
-        raise ErnieDeployError("--static and --onnx name one task's files", "pass exactly one --task with them")
+    if args.name:
+        if len(args.task or []) > 1:
+            raise ErnieDeployError("--task with --name checks one model's task", "pass at most one --task")
+        wanted = [(args.task[0] if args.task else None, name) for name in args.name]
+    else:
+        wanted = [(task, None) for task in args.task or ([None] if args.static else sorted(TASKS))]
+    if (args.static or args.onnx) and len(wanted) != 1:
+        raise ErnieDeployError(
+            "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
+        )
     runtime = args.runtime
     if runtime == "auto":
         try:
@@ -141,9 +153,11 @@ def run(args) -> None:
     )
     check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
-    for name in tasks:
-        static = static_model(name, args.static)
-        entries.append(TaskArtifacts(static.task, onnx_file(static, args.onnx), static.vocab_file, static.labels))
+    for task, name in wanted:
+        static = static_model(task, args.static, name)
+        entries.append(
+            TaskArtifacts(static.task.named(name), onnx_file(static, args.onnx, name), static.vocab_file, static.labels)
+        )
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")

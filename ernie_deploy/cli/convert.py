@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.inputs import TASK_HELP, static_model
+from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
@@ -18,8 +17,9 @@ from ernie_deploy.export.onnx import DEFAULT_OPSET
 def register(sub) -> None:
     p = sub.add_parser("convert", help="static model -> ONNX (paddle2onnx), then a Paddle-vs-ONNX parity check")
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
-    p.add_argument("--static", help="default: artifacts/static/<task>")
-    p.add_argument("--out", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--name", help=NAME_HELP)
+    p.add_argument("--static", help="default: artifacts/static/<name or task>")
+    p.add_argument("--out", help="default: artifacts/onnx/<name or task>/model.onnx")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="max abs logit difference allowed")
     p.add_argument(
@@ -79,7 +79,7 @@ def run(args) -> None:
             "the FP32 model; they do not combine",
             "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving",
         )
-    static = static_model(args.task, args.static)
+    static = static_model(args.task, args.static, args.name)
     task = static.task
     texts: list[str] = []
     if not args.skip_parity:
@@ -97,10 +97,10 @@ def run(args) -> None:
     )
     convert_checked(
         static,
-        args.out or artifact_dir("onnx", task.name) / "model.onnx",
+        onnx_file(static, args.out, args.name),
         max_seq_len=task.max_seq_len,
         precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32",
         gates=gates,
         opset=args.opset,
-        log=lambda line: print(f"{task.name}: {line}"),
+        log=lambda line: print(f"{args.name or task.name}: {line}"),
     )

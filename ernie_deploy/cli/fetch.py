@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ernie_deploy.cli.inputs import DEFAULT_TASK
+from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, artifact_name
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.layout import artifact_dir
@@ -26,16 +26,17 @@ def register(sub) -> None:
         "rows and epochs (more time, a better model; the best dev checkpoint is kept)",
     )
     p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
-    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<task>)")
+    p.add_argument("--name", help=NAME_HELP)
+    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<name or task>)")
     p.set_defaults(func=run)
 
 
 def run(args) -> None:
-    """Materialise a checkpoint at artifacts/checkpoints/<task> from a URL, a local path, or the bootstrap."""
+    """Materialise a checkpoint at artifacts/checkpoints/<name or task> from a URL, a local path, or the bootstrap."""
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
 
     task = get_task(args.task)
-    out = Path(args.out or artifact_dir("checkpoints", task.name))
+    out = Path(args.out or artifact_dir("checkpoints", artifact_name(task.name, args.name)))
     if args.bootstrap:
         from ernie_deploy.fetch.bootstrap import train
         from ernie_deploy.fetch.data import prepare
@@ -53,4 +54,4 @@ def run(args) -> None:
         shutil.copytree(checkpoint.root, tmp)
         if not (tmp / "vocab.txt").exists():
             shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
-    print(f"{task.name}: {checkpoint.kind} checkpoint at {out}")
+    print(f"{args.name or task.name}: {checkpoint.kind} checkpoint at {out}")

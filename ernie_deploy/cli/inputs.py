@@ -1,4 +1,5 @@
-"""What the commands read from earlier stages: the exported model, found by its task or given by path."""
+"""What the commands read from earlier stages: the exported model, found by its model name or task, or given by
+path. A named model's files live under its name (artifacts/<stage>/<name>); the demo models under their task's."""
 
 from __future__ import annotations
 
@@ -11,13 +12,25 @@ from ernie_deploy.export.static import StaticModel
 
 DEFAULT_TASK = "seq_cls"
 TASK_HELP = f"default: the task the --static model was exported for, else {DEFAULT_TASK}"
+NAME_HELP = "the model's name: its artifacts' folder and the ensemble clients call (default: the task's demo model)"
 
 
-def static_model(task: str | None, static: str | None) -> StaticModel:
-    """--static if given, else artifacts/static/<task>. The model's task is the one `export` recorded; a --task
-    that contradicts it is refused rather than served with the wrong head."""
-    model = StaticModel.load(static or artifact_dir("static", get_task(task or DEFAULT_TASK).name))
-    if task and get_task(task) != model.task:
+def artifact_name(task: str | None, name: str | None) -> str:
+    """The folder name of a model's artifacts: its name, else its task's (the demo models)."""
+    return get_task(task or DEFAULT_TASK).named(name).artifact_name
+
+
+def static_model(task: str | None, static: str | None, name: str | None = None) -> StaticModel:
+    """--static if given, else artifacts/static/<name or task>. The model's task is the one `export` recorded; a
+    --task that contradicts it is refused rather than served with the wrong head."""
+    path = Path(static or artifact_dir("static", artifact_name(task, name)))
+    if name and not static and not path.exists():
+        raise ErnieDeployError(
+            f"no exported model named {name!r} (looked in {path})",
+            f"export it first: `ernie-deploy export --name {name} ...`, or pass --static DIR",
+        )
+    model = StaticModel.load(path)
+    if task and get_task(task).name != model.task.name:
         raise ErnieDeployError(
             f"{model.root} was exported for task {model.task.name}, not {get_task(task).name}",
             f"drop --task (it is read from the export), or pass --task {model.task.name}",
@@ -25,6 +38,6 @@ def static_model(task: str | None, static: str | None) -> StaticModel:
     return model
 
 
-def onnx_file(model: StaticModel, onnx: str | None) -> Path:
-    """--onnx if given, else the converted model of the static model's task."""
-    return Path(onnx or artifact_dir("onnx", model.task.name) / "model.onnx")
+def onnx_file(model: StaticModel, onnx: str | None, name: str | None = None) -> Path:
+    """--onnx if given, else the converted model of this model name (or of the static model's task)."""
+    return Path(onnx or artifact_dir("onnx", name or model.task.name) / "model.onnx")

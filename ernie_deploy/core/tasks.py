@@ -8,7 +8,8 @@ differs (how logits become a prediction, how a prediction is scored), a stage lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from ernie_deploy.core.errors import ErnieDeployError
 
@@ -33,7 +34,9 @@ class TaskSpec:
     kind: str  # a key of KINDS
     dataset: str  # key in ernie_deploy.fetch.data.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
-    ensemble: str  # Triton model name of the ensemble users call
+    # The model's name: the Triton ensemble users call, and the prefix of its steps. A task carries its default
+    # (today's demo names); `named()` gives the same task under a user's model name.
+    ensemble: str
     metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
     postprocess: str  # the key of the postprocess step in ernie_deploy.serving.steps.STEPS
     prediction: str  # the ensemble output that holds a text's prediction ("label", "entities")
@@ -56,6 +59,17 @@ class TaskSpec:
         """Dims of the logits per text: [classes] or [tokens, classes]."""
         return KINDS[self.kind]
 
+    def named(self, name: str | None) -> TaskSpec:
+        """This task served under the model name `name` (None: the task's default name)."""
+        return self if name is None or name == self.ensemble else replace(self, ensemble=check_model_name(name))
+
+    @property
+    def artifact_name(self) -> str:
+        """The folder of this model's files under each stage (artifacts/<stage>/<artifact_name>): the model's name,
+        or the task's for a task's demo model."""
+        default = TASKS.get(self.name)
+        return self.name if default is not None and self.ensemble == default.ensemble else self.ensemble
+
     @property
     def model_step(self) -> str:
         return f"{self.ensemble}_model"
@@ -64,6 +78,24 @@ class TaskSpec:
     def postprocess_step(self) -> str:
         return f"{self.ensemble}_postprocess"
 
+
+# Triton takes a model name as a folder name; these characters keep it a plain one on every filesystem and in URLs.
+_MODEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def check_model_name(name: str) -> str:
+    """A model name users call (the ensemble, and the prefix of its steps' names), or a clear error."""
+    if not isinstance(name, str) or not _MODEL_NAME.fullmatch(name):
+        raise ErnieDeployError(
+            f"model name {name!r} is not usable",
+            "use 1-64 characters: a letter first, then letters, digits, '_' or '-' (e.g. news_classifier)",
+        )
+    return name
+
+
+# The ensemble config parameter that records which task a served model performs, so a client or tool that knows
+# only the model's name learns how to read its answers.
+TASK_PARAMETER = "task"
 
 # One tokenizer step serves every task that shares a vocabulary.
 TOKENIZER_STEP = "ernie_tokenizer"

@@ -32,6 +32,9 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
     parser.add_argument(
+        "--model", default=task.ensemble, help=f"the served model to call, a {task.name} model (default %(default)s)"
+    )
+    parser.add_argument(
         "--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} test split)"
     )
     parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
@@ -39,6 +42,7 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
     parser.add_argument("--report", help="write the scores as JSON")
     args = parser.parse_args(argv)
     try:
+        task = task.named(args.model)
         with Client(task, args.url) as client:
             client.check_ready()
             if args.text:

@@ -1,6 +1,8 @@
 """Assemble a Triton model repository: configs generated from typed protobuf objects and the ONNX signature.
 
-Layout (both tasks, one shared vocabulary):
+A repository holds any number of named models, of either task. Each model `<name>` is an ensemble of that name
+and its steps, `<name>_model` and `<name>_postprocess` (or one fused python model `<name>`); models whose
+tokenizers are identical (vocabulary, lowercasing, max_seq_len, build options) share one tokenizer model:
     ernie_tokenizer/              python backend: text -> input_ids, token_type_ids, offsets, lengths, truncated
     ernie_seqcls_model/           the ONNX model: platform onnxruntime_onnx, or python backend running onnxruntime
     ernie_seqcls_postprocess/     python backend: logits -> label_id, label, confidence
@@ -8,6 +10,8 @@ Layout (both tasks, one shared vocabulary):
     ernie_tokencls_model/         the ONNX model, [batch, tokens, labels] logits
     ernie_tokencls_postprocess/   python backend: logits, text, offsets, lengths -> entities (JSON)
     ernie_tokencls/               ensemble: tokenizer -> model -> postprocess; entities and truncated
+
+`build` adds or replaces the models it is given and leaves every other model's files as they were, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,16 +26,20 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
-from ernie_deploy.core.tasks import TOKENIZER_STEP, TaskSpec
-from ernie_deploy.repository.configs import render, task_configs, warmup_files
+from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
+from ernie_deploy.repository.configs import parse, render, task_configs, tokenizer_config, warmup_files
 from ernie_deploy.repository.options import BuildOptions
 
 VERSION = "1"
+# A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
+# tokenizer it can share without comparing files.
+SETTINGS_PARAMETER = "settings_sha256"
 
 
 @dataclass(frozen=True)
 class TaskArtifacts:
-    """What `build` needs of one task: its spec, the converted model, the vocabulary and the label names."""
+    """What `build` needs of one model: its task under the model's name (`task.ensemble`; see TaskSpec.named),
+    the converted model, the vocabulary and the label names."""
 
     task: TaskSpec
     onnx: Path
@@ -39,17 +47,93 @@ class TaskArtifacts:
     labels: list[str]
 
 
-def tokenizer_steps(entries: list[TaskArtifacts]) -> dict[str, str]:
-    """task name -> tokenizer step name. Tasks with the same vocab.txt and max_seq_len share one tokenizer
-    model (real ERNIE 3.0 checkpoints of one size share a vocabulary); it is `ernie_tokenizer` when the
-    repository needs only one, else `<ensemble>_tokenizer` after the first task of each group."""
-    groups: dict[tuple[str, int], list[TaskSpec]] = {}
-    for entry in sorted(entries, key=lambda e: e.task.name):
-        key = (hashlib.sha256(Path(entry.vocab_file).read_bytes()).hexdigest(), entry.task.max_seq_len)
-        groups.setdefault(key, []).append(entry.task)
-    if len(groups) == 1:
-        return {e.task.name: TOKENIZER_STEP for e in entries}
-    return {task.name: f"{tasks[0].ensemble}_tokenizer" for tasks in groups.values() for task in tasks}
+def _tokenizer_json(vocab_file: Path) -> bytes:
+    """The tokenizer.json the tokenizer model of this vocabulary holds."""
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+
+    return build_tokenizer(vocab_file).to_str(pretty=True).encode("utf-8")
+
+
+def _fingerprint(entry: TaskArtifacts, options: BuildOptions, tokenizer_json: bytes) -> str:
+    config = render(tokenizer_config("tokenizer", entry.task.max_seq_len, options))
+    return hashlib.sha256(config.encode() + b"\0" + tokenizer_json).hexdigest()
+
+
+@dataclass
+class _Existing:
+    """What a repository already holds: its models' configs, and which models each ensemble uses."""
+
+    configs: dict[str, mc.ModelConfig]
+
+    @classmethod
+    def read(cls, repository: Path) -> _Existing:
+        configs = {}
+        for path in sorted(repository.glob("*/config.pbtxt")):
+            try:
+                configs[path.parent.name] = parse(path.read_text(encoding="utf-8"))
+            except Exception:  # not ours to judge here: `ernie-deploy check` reports unreadable configs
+                continue
+        return cls(configs)
+
+    def members(self, name: str) -> set[str]:
+        """The models that make up served model `name`: itself and, for an ensemble, its steps."""
+        config = self.configs.get(name)
+        if config is None:
+            return set()
+        return {name} | {step.model_name for step in config.ensemble_scheduling.step}
+
+    def tokenizers(self) -> dict[str, str]:
+        """fingerprint -> name of each tokenizer model that records one."""
+        return {
+            config.parameters[SETTINGS_PARAMETER].string_value: name
+            for name, config in self.configs.items()
+            if SETTINGS_PARAMETER in config.parameters
+        }
+
+    def served(self) -> list[str]:
+        """Names of the models users call: ensembles, and fused models (python models that name a task)."""
+        return [
+            name
+            for name, config in self.configs.items()
+            if config.platform == "ensemble" or TASK_PARAMETER in config.parameters
+        ]
+
+
+def served_models(repository: str | Path) -> dict[str, TaskSpec]:
+    """The models users can call in `repository`, by name, each with its task (recorded on the ensemble; a
+    repository built before models were named has only the demo ensembles, known by their default names)."""
+    existing = _Existing.read(Path(repository))
+    defaults = {task.ensemble: task for task in TASKS.values()}
+    out = {}
+    for name in sorted(existing.served()):
+        parameters = existing.configs[name].parameters
+        if TASK_PARAMETER in parameters:
+            out[name] = get_task(parameters[TASK_PARAMETER].string_value).named(name)
+        elif name in defaults:
+            out[name] = defaults[name]
+    return out
+
+
+def tokenizer_steps(
+    entries: list[TaskArtifacts], options: BuildOptions = BuildOptions(), existing: _Existing | None = None
+) -> dict[str, tuple[str, str]]:
+    """model name -> (tokenizer step name, fingerprint). Models whose tokenizer models would be identical share
+    one (real ERNIE 3.0 checkpoints of one size share a vocabulary). A tokenizer the repository already has keeps
+    its name; a new one is `ernie_tokenizer` while that name is free, else `ernie_tokenizer_<fingerprint>`."""
+    existing = existing or _Existing({})
+    replaced = {e.task.ensemble for e in entries}
+    kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
+    known = {fp: name for fp, name in existing.tokenizers().items() if name in kept}
+    taken = set(existing.configs) - set().union(*(existing.members(m) for m in replaced)) | kept
+    out = {}
+    for entry in sorted(entries, key=lambda e: e.task.ensemble):
+        fingerprint = _fingerprint(entry, options, _tokenizer_json(entry.vocab_file))
+        if fingerprint not in known:
+            name = TOKENIZER_STEP if TOKENIZER_STEP not in taken else f"{TOKENIZER_STEP}_{fingerprint[:8]}"
+            known[fingerprint] = name
+            taken.add(name)
+        out[entry.task.ensemble] = (known[fingerprint], fingerprint)
+    return out
 
 
 def pad_token_id(vocab_file: str | Path) -> int:
@@ -92,37 +176,66 @@ def write_text(path: Path, text: str) -> None:
 def build(
     entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path, options: BuildOptions = BuildOptions()
 ) -> list[Path]:
-    """Write each task's models into `repository` (one tokenizer per vocabulary); returns the configs written.
+    """Add or replace the given models in `repository`; returns the configs written.
 
     Every model is generated whole in a staging folder next to the repository and only then moved in, one
     folder rename per model: an interrupted or failed build leaves the previous models as they were, and
-    no model folder ever mixes files of two builds. Other models in the repository are left alone."""
+    no model folder ever mixes files of two builds. Other models in the repository are left alone, byte for
+    byte; a model's former steps that the new build no longer uses (and a tokenizer no model uses any more)
+    are removed with it."""
     entries = [entries] if isinstance(entries, TaskArtifacts) else list(entries)
-    if len({e.task.name for e in entries}) != len(entries):
-        raise ErnieDeployError("a task is listed twice", "build each task once")
+    names = [e.task.ensemble for e in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ErnieDeployError(f"model {', '.join(twice)} is listed twice", "give each model its own --name")
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
-    tokenizers = tokenizer_steps(entries)
+    existing = _Existing.read(repository)
+    tokenizers = tokenizer_steps(entries, options, existing)
     plans = [
-        (e, task_configs(e.task, e.onnx, options, tokenizers[e.task.name], pad_token_id(e.vocab_file))) for e in entries
+        (e, task_configs(e.task, e.onnx, options, tokenizers[e.task.ensemble][0], pad_token_id(e.vocab_file)))
+        for e in entries
     ]
+    replaced = set(names)
+    kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
+    shared = {tokenizers[n][0] for n in names} & kept  # a tokenizer kept models use: identical, left as it is
+    for entry, configs in plans:
+        clash = sorted({c.name for c in configs} & kept - shared)
+        if clash:
+            raise ErnieDeployError(
+                f"model {entry.task.ensemble!r} would overwrite {', '.join(clash)}, part of another model in "
+                f"{repository}",
+                "give the model another --name",
+            )
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
-        written = _write_models(plans, staging / "new", options, tokenizers)
+        written = _write_models(plans, staging / "new", options, tokenizers, skip=shared)
+        new = {path.name for path in (staging / "new").iterdir()}
         (staging / "old").mkdir()
         for model_dir in sorted((staging / "new").iterdir()):
             final = repository / model_dir.name
             if final.exists():
                 os.replace(final, staging / "old" / model_dir.name)
             os.replace(model_dir, final)
+        # What the replaced models used and nothing uses now: their old steps, and unshared tokenizers.
+        stale = set().union(*(existing.members(m) for m in replaced)) - new - kept
+        for name in sorted(stale):
+            if (repository / name).is_dir():
+                os.replace(repository / name, staging / "old" / name)
         return [repository / path.relative_to(staging / "new") for path in written]
 
 
-def _write_models(plans, repository: Path, options: BuildOptions, tokenizers: dict[str, str]) -> list[Path]:
-    from ernie_deploy.serving.tokenizer import save_tokenizer
-
+def _write_models(
+    plans, repository: Path, options: BuildOptions, tokenizers: dict[str, tuple[str, str]], skip: set[str]
+) -> list[Path]:
     written = []
+    repository.mkdir(parents=True, exist_ok=True)
     for entry, configs in plans:
+        tokenizer, fingerprint = tokenizers[entry.task.ensemble]
         for config in configs:
+            if config.name in skip:
+                continue
+            if config.name == tokenizer:
+                config.parameters[SETTINGS_PARAMETER].string_value = fingerprint
             model_dir = repository / config.name
             version_dir = model_dir / VERSION
             version_dir.mkdir(parents=True, exist_ok=True)
@@ -139,9 +252,11 @@ def _write_models(plans, repository: Path, options: BuildOptions, tokenizers: di
         homes = (
             {name: task.ensemble for name in ("tokenizer", "model", "labels")}
             if options.fused
-            else {"tokenizer": tokenizers[task.name], "model": task.model_step, "labels": task.postprocess_step}
+            else {"tokenizer": tokenizer, "model": task.model_step, "labels": task.postprocess_step}
         )
-        save_tokenizer(entry.vocab_file, repository / homes["tokenizer"] / VERSION / "tokenizer.json")
+        if homes["tokenizer"] not in skip:
+            with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
+                tmp.write_bytes(_tokenizer_json(entry.vocab_file))
         with atomic_path(repository / homes["model"] / VERSION / "model.onnx", suffix=".onnx") as tmp:
             shutil.copyfile(entry.onnx, tmp)
         write_json(entry.labels, repository / homes["labels"] / VERSION / "labels.json")

@@ -12,6 +12,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import (
     LOGITS,
     MODEL_INPUTS,
+    TASK_PARAMETER,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     TOKENIZER_STEP,
@@ -160,6 +161,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
         options,
         platform="ensemble",
         batching=False,
+        params={TASK_PARAMETER: task.name},
     )
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
@@ -227,6 +229,7 @@ def fused_config(
         )
     params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
     params["postprocess"] = task.postprocess
+    params[TASK_PARAMETER] = task.name
     return _base(
         task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python", params=params
     )
