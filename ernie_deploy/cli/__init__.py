@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ernie_deploy.cli import (
+    apply,
     bench,
     build,
     check,
@@ -26,7 +27,7 @@ from ernie_deploy.cli import (
 from ernie_deploy.core.errors import ErnieDeployError
 
 # In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
-COMMANDS = (data, fetch, export, convert, build, serve, check, soak, probe, manifests, evaluate, bench)
+COMMANDS = (data, fetch, export, convert, build, apply, serve, check, soak, probe, manifests, evaluate, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import get_task
+from ernie_deploy.core.tasks import artifact_name as model_folder
+from ernie_deploy.core.tasks import check_model_name, get_task
 from ernie_deploy.export.static import StaticModel
 
 DEFAULT_TASK = "seq_cls"
@@ -16,8 +17,8 @@ NAME_HELP = "the model's name: its artifacts' folder and the ensemble clients ca
 
 
 def artifact_name(task: str | None, name: str | None) -> str:
-    """The folder name of a model's artifacts: its name, else its task's (the demo models)."""
-    return get_task(task or DEFAULT_TASK).named(name).artifact_name
+    """The folder name of a model's artifacts: its name (see core.tasks.artifact_name), else its task's."""
+    return model_folder(check_model_name(name)) if name else get_task(task or DEFAULT_TASK).name
 
 
 def static_model(task: str | None, static: str | None, name: str | None = None) -> StaticModel:
@@ -40,4 +41,4 @@ def static_model(task: str | None, static: str | None, name: str | None = None) 
 
 def onnx_file(model: StaticModel, onnx: str | None, name: str | None = None) -> Path:
     """--onnx if given, else the converted model of this model name (or of the static model's task)."""
-    return Path(onnx or artifact_dir("onnx", name or model.task.name) / "model.onnx")
+    return Path(onnx or artifact_dir("onnx", artifact_name(model.task.name, name)) / "model.onnx")

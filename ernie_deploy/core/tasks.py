@@ -65,10 +65,8 @@ class TaskSpec:
 
     @property
     def artifact_name(self) -> str:
-        """The folder of this model's files under each stage (artifacts/<stage>/<artifact_name>): the model's name,
-        or the task's for a task's demo model."""
-        default = TASKS.get(self.name)
-        return self.name if default is not None and self.ensemble == default.ensemble else self.ensemble
+        """The folder of this model's files under each stage: see `artifact_name`."""
+        return artifact_name(self.ensemble)
 
     @property
     def model_step(self) -> str:
@@ -148,6 +146,13 @@ TOKEN_CLS = TaskSpec(
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS)}
+
+
+def artifact_name(model: str) -> str:
+    """The folder of a model's files under each stage (artifacts/<stage>/<folder>): the model's name, except for
+    the demo models, whose files live under their task's name (artifacts/static/seq_cls for ernie_seqcls)."""
+    demo = {task.ensemble: task.name for task in TASKS.values()}
+    return demo.get(model, model)
 
 
 def get_task(name: str) -> TaskSpec:

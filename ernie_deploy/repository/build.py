@@ -266,6 +266,22 @@ def _write_models(
     return written
 
 
+def remove(repository: str | Path, names: list[str]) -> None:
+    """Take served models out of `repository`: each model with its steps, and a tokenizer only when no model
+    left uses it. The other models' files stay as they were."""
+    repository = Path(repository).absolute()
+    existing = _Existing.read(repository)
+    unknown = sorted(set(names) - set(existing.served()))
+    if unknown:
+        raise ErnieDeployError(f"{repository} serves no model {', '.join(unknown)}", "check the names")
+    kept = set().union(*(existing.members(m) for m in existing.served() if m not in names))
+    gone = set().union(*(existing.members(m) for m in names)) - kept
+    with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
+        for name in sorted(gone):
+            if (repository / name).is_dir():
+                os.replace(repository / name, staging / name)
+
+
 def pick_runtime(backends: set[str]) -> str:
     """`--runtime auto`: the ORT backend when the target server has it, else the python-backend model step."""
     return "onnxruntime" if "onnxruntime" in backends else "python"
