@@ -27,6 +27,12 @@ def register(sub) -> None:
         action="append",
         help=f"add or replace this model (repeatable); the others in --repository stay as they are. {NAME_HELP}",
     )
+    p.add_argument(
+        "--version",
+        type=int,
+        help="with one --name: add this version of the model beside the one serving (the serving one stays; "
+        "`ernie-deploy rollout` switches)",
+    )
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
@@ -124,6 +130,8 @@ def run(args) -> None:
         wanted = [(args.task[0] if args.task else None, name) for name in args.name]
     else:
         wanted = [(task, None) for task in args.task or ([None] if args.static else sorted(TASKS))]
+    if args.version is not None and len(args.name or []) != 1:
+        raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
     if (args.static or args.onnx) and len(wanted) != 1:
         raise ErnieDeployError(
             "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
@@ -158,6 +166,16 @@ def run(args) -> None:
         entries.append(
             TaskArtifacts(static.task.named(name), onnx_file(static, args.onnx, name), static.vocab_file, static.labels)
         )
+    if args.version is not None:
+        from ernie_deploy.repository.build import build_version
+
+        for path in build_version(entries[0], args.repository, options, version=args.version):
+            print(f"wrote {path}")
+        print(
+            f"{args.name[0]}: version {args.version} is ready beside the serving one; switch with "
+            f"`ernie-deploy rollout {args.name[0]} --to {args.version}`"
+        )
+        return
     for path in build(entries, args.repository, options):
         print(f"wrote {path}")
     print(f"model step runtime: {runtime}")

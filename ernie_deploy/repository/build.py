@@ -266,6 +266,71 @@ def _write_models(
     return written
 
 
+def build_version(
+    entry: TaskArtifacts, repository: str | Path, options: BuildOptions = BuildOptions(), *, version: int
+) -> list[Path]:
+    """Add `version` of an existing model beside the one serving (`build --name N --version V`); what serves does
+    not change: the configs are rewritten to pin the serving version, so a restart keeps serving it too, and
+    `ernie-deploy rollout` moves to the new one. Returns the version folders written."""
+    from ernie_deploy.repository.versions import VersionedModel, without_versions
+
+    name = entry.task.ensemble
+    if version < 1:
+        raise ErnieDeployError(f"version {version} is not a version number", "use a whole number from 1")
+    if options.fused:
+        raise ErnieDeployError("a fused model has no steps to version", "drop --fused")
+    repository = Path(repository).absolute()
+    model = VersionedModel.read(repository, name)
+    serving = model.serving()
+    if version == serving:
+        raise ErnieDeployError(f"version {version} of {name!r} is serving", "give the new version another number")
+    existing = _Existing.read(repository)
+    tokenizer = model.ensemble.ensemble_scheduling.step[0].model_name
+    recorded = existing.configs.get(tokenizer)
+    fingerprint = _fingerprint(entry, options, _tokenizer_json(entry.vocab_file))
+    if recorded is None or recorded.parameters[SETTINGS_PARAMETER].string_value != fingerprint:
+        raise ErnieDeployError(
+            f"the new version of {name!r} tokenizes differently (vocabulary, lowercasing, max_seq_len or build "
+            "options): a version keeps its model's tokenizer",
+            f"build it as a new model with another --name, or use the options {name!r} was built with",
+        )
+    configs = {
+        c.name: c for c in task_configs(entry.task, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file))
+    }
+    for step, current in model.steps.items():
+        if without_versions(configs[step]) != without_versions(current):
+            raise ErnieDeployError(
+                f"version {version} of {name!r} does not fit {step}'s config (another signature, label count or "
+                "build options)",
+                f"build it as a new model with another --name, or use the options {name!r} was built with",
+            )
+    written = []
+    with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
+        task = entry.task
+        for step, files in ((task.model_step, {"model.onnx": entry.onnx}), (task.postprocess_step, {})):
+            folder = staging / step / str(version)
+            folder.mkdir(parents=True)
+            for filename, source in files.items():
+                shutil.copyfile(source, folder / filename)
+            if step == task.postprocess_step:
+                write_json(entry.labels, folder / "labels.json")
+            python_step = _python_step(configs[step], task)
+            if python_step:
+                (folder / "model.py").write_text(MODEL_PY.format(name=step, step=python_step), encoding="utf-8")
+        (staging / "old").mkdir()
+        for step in (task.model_step, task.postprocess_step):
+            final = repository / step / str(version)
+            if final.exists():
+                os.replace(final, staging / "old" / f"{step}-{version}")
+            os.replace(staging / step / str(version), final)
+            written.append(final)
+    for step, current in model.steps.items():
+        if not current.version_policy.specific.versions:
+            model.write(model.with_versions(step, [serving]))
+    model.write(model.pinned(serving))
+    return written
+
+
 def remove(repository: str | Path, names: list[str]) -> None:
     """Take served models out of `repository`: each model with its steps, and a tokenizer only when no model
     left uses it. The other models' files stay as they were."""
