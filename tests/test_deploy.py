@@ -1,9 +1,10 @@
 """The container and Kubernetes files, checked without Docker or a cluster.
 
-- docker/Dockerfile is parsed with dockerfile-parse: pinned NGC base image, exec-form CMD equal to
-  server_args("/models"), the arguments the pip launcher runs with (and a real pip server
-  runs with exactly them below).
-- docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, client after a healthy server.
+- docker/Dockerfile is parsed with dockerfile-parse: pinned NGC base image, exec-form CMD equal to the admin-key
+  wrapper and server_args("/models"), the arguments the pip launcher runs with (and a real pip server
+  runs with exactly them below). The key itself is in neither the image nor the manifests (tests/test_admin_key.py).
+- docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, the key from a secret file, client
+  after a healthy server.
 - deploy/k8s/ is what `ernie-deploy manifests models` writes, validated against the Kubernetes
   JSON schemas shipped inside kubernetes-validate (offline), strict mode (unknown fields fail).
 """
@@ -41,7 +42,8 @@ K8S_VERSIONS = ("1.25", "1.37")
 
 
 def container_command() -> list[str]:
-    return ["tritonserver", *server_args("/models")]
+    """The image's CMD and the Deployment's args: the wrapper that adds the admin key's flags, then the server."""
+    return [manifests.KEY_WRAPPER, "tritonserver", *server_args("/models")]
 
 
 def models_need() -> int:
@@ -81,6 +83,11 @@ def test_dockerfile_cmd_is_exec_form_and_equals_server_args(dockerfile):
     assert argv == expected, "docker/Dockerfile's CMD should be:\nCMD " + json.dumps(expected)
     entrypoint = [i for i in dockerfile.structure if i["instruction"] == "ENTRYPOINT"]
     assert entrypoint == [], "keep the NGC image's entrypoint; CMD carries the server's arguments"
+    # The wrapper is the repository's script, installed under the name CMD calls, executable.
+    copied = [i["value"].split() for i in dockerfile.structure if i["instruction"] == "COPY"]
+    assert ["docker/restrict-admin-apis.sh", f"/usr/local/bin/{manifests.KEY_WRAPPER}"] in copied
+    assert f"chmod 0755 /usr/local/bin/{manifests.KEY_WRAPPER}" in dockerfile.content
+    assert not [i for i in dockerfile.structure if i["instruction"] in ("ENV", "ARG") and "ADMIN_KEY" in i["value"]]
 
 
 def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile):
@@ -129,7 +136,8 @@ def test_the_containers_command_line_serves_on_the_pip_server(tmp_path, dockerfi
 
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     cmd = json.loads(dockerfile.cmd)
-    wanted = [f"--model-repository={repo}" if a == "--model-repository=/models" else a for a in cmd[1:]]
+    assert cmd[:2] == [manifests.KEY_WRAPPER, "tritonserver"]  # the wrapper's flags: tests/test_admin_key.py
+    wanted = [f"--model-repository={repo}" if a == "--model-repository=/models" else a for a in cmd[2:]]
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "triton.log") as server:
         assert server.command()[1 : 1 + len(wanted)] == wanted
         client = grpcclient.InferenceServerClient(url=server.grpc_url)
@@ -167,6 +175,11 @@ def test_compose_triton_service(compose):
     assert sorted(p.rsplit(":", 1)[1] for p in ports) == ["8000", "8001", "8002"]
     assert all(p.startswith("127.0.0.1:") for p in ports), "publish on the host's loopback only"
     assert "command" not in triton, "the image's CMD (server_args) is the command"
+    # The admin key: a secret file from the host, required, read by the image's wrapper; no key in the file.
+    (secret,) = triton["secrets"]
+    assert triton["environment"]["ERNIE_DEPLOY_ADMIN_KEY_FILE"] == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret]["file"].startswith("${ERNIE_DEPLOY_ADMIN_KEY_FILE:?")
+    assert "ERNIE_DEPLOY_ADMIN_KEY" not in triton["environment"]
     check = " ".join(triton["healthcheck"]["test"])
     assert "/v2/health/ready" in check and ":8000" in check
 
@@ -221,7 +234,7 @@ def test_deployment_shm_probes_resources_and_command():
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == container_command()
-    (mount,) = container["volumeMounts"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
     size = memory_bytes(volume["emptyDir"]["sizeLimit"])
@@ -244,6 +257,12 @@ def test_deployment_shm_probes_resources_and_command():
     assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 120
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
     assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
+    # The admin key comes from the Secret the header comment says how to create; no key value is written.
+    (key_volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert key_volume["secret"]["secretName"] == "ernie-deploy-admin-key"
+    text = (K8S / "deployment.yaml").read_text()
+    assert f"kubectl create secret generic {key_volume['secret']['secretName']}" in text
+    assert [e["name"] for e in container["env"]] == ["ERNIE_DEPLOY_ADMIN_KEY_FILE"]  # a path, never the key
 
 
 def test_service_and_autoscaler_point_at_the_deployment():
@@ -286,9 +305,11 @@ def test_shm_limit_follows_the_repository_and_options(tmp_path):
 
 def test_cli_writes_the_manifests_and_reports_bad_input(tmp_path, capsys):
     out = tmp_path / "k8s"
-    assert main(["manifests", str(MODELS), "--out", str(out), "--image", "r.example/ernie:2"]) == 0
+    assert main(["manifests", str(MODELS), "--out", str(out), "--image", "r.example/ernie:2", "--name", "nlp"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(manifests.FILES)  # no temporary files left
     assert "image: r.example/ernie:2" in (out / "deployment.yaml").read_text()
+    # It says how to create the Secret the pods mount, named after --name.
+    assert "kubectl create secret generic nlp-admin-key --from-file=admin-key=/dev/stdin" in capsys.readouterr().out
     assert main(["manifests", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "is not a model repository" in capsys.readouterr().err
     assert main(["manifests", str(MODELS), "--out", str(out), "--memory-limit", "lots"]) == 2

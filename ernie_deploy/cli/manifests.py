@@ -62,7 +62,10 @@ def options(args) -> ManifestOptions:
 
 
 def run(args) -> None:
-    from ernie_deploy.server.manifests import write
+    from ernie_deploy.server.manifests import secret_command, secret_name, write
 
     for path in write(args.repository, args.out, options(args)):
         print(f"wrote {path}")
+    # The Deployment mounts the admin key from a Secret that is never written to a file here (see manifests.py).
+    print(f"The pods need the Secret {secret_name(args.name)} (the admin key); create it once per namespace:")
+    print(f"  {secret_command(args.name)}")

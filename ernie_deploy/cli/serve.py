@@ -1,8 +1,34 @@
-"""`ernie-deploy serve`: tritonserver on a model repository, bound to 127.0.0.1 unless asked otherwise."""
+"""`ernie-deploy serve`: tritonserver on a model repository, bound to 127.0.0.1 unless asked otherwise, with its
+model-repository and model-config APIs behind an admin key.
+
+The key: --admin-key-file (a mounted secret), else the file named by ERNIE_DEPLOY_ADMIN_KEY_FILE, else
+ERNIE_DEPLOY_ADMIN_KEY. Without any, the server is still restricted, never open:
+- on a loopback host a random key is generated for the run, written to a private 0600 file whose path is
+  printed, and removed when the server stops. Loopback is not private: every local user, and any web page
+  in a local browser, can reach it; a browser cannot send the custom header without a CORS preflight,
+  which Triton does not grant, so a page cannot unload the models through a restricted server;
+- on any other host it refuses to start: a server reachable from other machines gets a key its operator
+  chose and can hand to the tools that load and unload models.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import shutil
+import sys
+from pathlib import Path
+
+from ernie_deploy.core.admin_key import (
+    ADMIN_KEY_ENV,
+    ADMIN_KEY_FILE_ENV,
+    ADMIN_KEY_HEADER,
+    GENERATE_HINT,
+    AdminKey,
+    admin_key_from,
+    write_new_admin_key,
+)
 from ernie_deploy.core.endpoints import LOOPBACK, PORTS
+from ernie_deploy.core.errors import ErnieDeployError
 
 
 def register(sub) -> None:
@@ -18,19 +44,65 @@ def register(sub) -> None:
         default=None,
         help="python backend shared-memory region per model instance (default 4 MiB)",
     )
+    p.add_argument(
+        "--admin-key-file",
+        help=f"file holding the key for the model-repository and model-config APIs (header {ADMIN_KEY_HEADER}); "
+        f"default: ${ADMIN_KEY_FILE_ENV}, then ${ADMIN_KEY_ENV}, else a key generated for the run (loopback only)",
+    )
     p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost: it may resolve anywhere
+
+
+def admin_key_for(host: str, key_file: str | None = None, environ=None) -> tuple[AdminKey, Path | None]:
+    """The key the server runs with, and the file generated for it (None when the key was configured)."""
+    key = admin_key_from(key_file, environ)
+    if key is not None:
+        return key, None
+    if not is_loopback(host):
+        raise ErnieDeployError(
+            f"--host {host} makes the server reachable from other machines, and no admin key is set for its "
+            "model-repository and model-config APIs",
+            f'give it a key: export {ADMIN_KEY_ENV}="$({GENERATE_HINT})", or --admin-key-file PATH '
+            "(e.g. a mounted secret); callers of those APIs send it in the header " + ADMIN_KEY_HEADER,
+        )
+    key, path = write_new_admin_key()
+    return key, path
 
 
 def run(args) -> None:
     from ernie_deploy.server.process import serve_forever
 
+    key, generated = admin_key_for(args.host, args.admin_key_file)
+    if generated is not None:
+        print(
+            f"admin key: none set ({ADMIN_KEY_ENV}, {ADMIN_KEY_FILE_ENV}, --admin-key-file), so one was generated "
+            f"for this run in {generated} (mode 0600, removed on stop).\n"
+            f"  Load/unload and model configs need it in the header {ADMIN_KEY_HEADER}; inference does not.",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print(f"admin key: from {key.source}", file=sys.stderr, flush=True)
     shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
-    serve_forever(
-        args.repository,
-        tritonserver=args.tritonserver,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        **shm,
-    )
+    try:
+        serve_forever(
+            args.repository,
+            tritonserver=args.tritonserver,
+            host=args.host,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
+            admin_key=key,
+            **shm,
+        )
+    finally:
+        if generated is not None:
+            shutil.rmtree(generated.parent, ignore_errors=True)

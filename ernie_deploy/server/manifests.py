@@ -5,6 +5,11 @@ The objects are built as Python data and written with yaml.safe_dump; the server
 from args.server_args, the same ones the image's CMD and the pip launcher use. The committed
 deploy/k8s/ files are this module's output for models/ (tests/test_deploy.py checks that, and
 validates them against the Kubernetes schemas).
+
+The admin key (ernie_deploy.core.admin_key) is a Kubernetes Secret the Deployment mounts, created by
+hand with `kubectl create secret` (secret_command()). No Secret object is written: a template with a
+placeholder in deploy/k8s/ would be applied with the rest by `kubectl apply -f deploy/k8s/`, and every
+cluster would share the placeholder as its key.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core import endpoints
+from ernie_deploy.core.admin_key import ADMIN_KEY_FILE_ENV
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.server.args import server_args
@@ -29,6 +35,11 @@ from ernie_deploy.server.preflight import (
 
 # Where the image keeps the repository (docker/Dockerfile builds it there).
 CONTAINER_REPOSITORY = "/models"
+# The image's CMD starts tritonserver through docker/restrict-admin-apis.sh, installed under this name.
+KEY_WRAPPER = "restrict-admin-apis"
+# The Secret holding the admin key is mounted here; the key is its entry SECRET_KEY.
+SECRET_MOUNT = "/run/secrets/ernie-deploy"
+SECRET_KEY = "admin-key"
 DEFAULT_IMAGE = "ernie-deploy:0.1.0"
 PORTS = tuple(endpoints.PORTS.items())
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
@@ -63,6 +74,19 @@ class ManifestOptions:
     gpus: int = 0
     shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE
     shm_growth_byte_size: int = PYTHON_BACKEND_GROWTH_BYTE_SIZE
+
+
+def secret_name(name: str) -> str:
+    return f"{name}-admin-key"
+
+
+def secret_command(name: str = ManifestOptions.name) -> str:
+    """The command that creates the Deployment's admin-key Secret from a fresh random key, without the key
+    ever being in a file or on a command line."""
+    return (
+        f"python3 -c 'import secrets; print(secrets.token_urlsafe(32), end=\"\")' | "
+        f"kubectl create secret generic {secret_name(name)} --from-file={SECRET_KEY}=/dev/stdin"
+    )
 
 
 def memory_bytes(quantity: str, what: str = "memory") -> int:
@@ -134,9 +158,10 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
     container = {
         "name": "triton",
         "image": options.image,
-        # The image's ENTRYPOINT stays; these replace its CMD with the same server_args() output,
-        # so the shared-memory sizes below and the sizes the server uses cannot differ.
+        # The image's ENTRYPOINT stays; these replace its CMD with the same key wrapper and server_args()
+        # output, so the shared-memory sizes below and the sizes the server uses cannot differ.
         "args": [
+            KEY_WRAPPER,
             "tritonserver",
             *server_args(
                 CONTAINER_REPOSITORY,
@@ -144,9 +169,14 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
                 shm_growth_byte_size=options.shm_growth_byte_size,
             ),
         ],
+        # The wrapper reads the admin key from the Secret's file (a missing Secret keeps the pod from starting).
+        "env": [{"name": ADMIN_KEY_FILE_ENV, "value": f"{SECRET_MOUNT}/{SECRET_KEY}"}],
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": limits},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "admin-key", "mountPath": SECRET_MOUNT, "readOnly": True},
+        ],
         # Models load before the HTTP endpoint answers at all: up to 5 minutes before liveness counts.
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
         # Out of the Service while any model is unloaded or the server is draining.
@@ -175,7 +205,10 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
                     # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}}],
+                    "volumes": [
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}},
+                        {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},
+                    ],
                 },
             },
         },
@@ -225,6 +258,8 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
             f"region + {_mebibytes(options.shm_growth_byte_size)} growth) = {_mebibytes(need)} needed; "
             f"the emptyDir allows {_mebibytes(shm_size_for(need))} "
             "(twice the need in 64Mi steps, at least 256Mi).\n"
+            f"# Admin key (guards loading and unloading models): create the Secret {secret_name(options.name)} once:\n"
+            f"#   {secret_command(options.name)}\n"
         )
     return text
 

@@ -19,9 +19,10 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from ernie_deploy.core.admin_key import AdminKey, check_admin_key, read_admin_key_file
 from ernie_deploy.core.endpoints import PORTS
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server.args import server_args
+from ernie_deploy.server.args import restricted_args, server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
 from ernie_deploy.server.logs import likely_fix, log_excerpt
 from ernie_deploy.server.preflight import (
@@ -79,6 +80,11 @@ class TritonServer:
     die_with_parent: the server gets SIGTERM when the thread that called start() ends (Linux
     PR_SET_PDEATHSIG), so a killed test run or CLI leaves no orphan holding the ports. Turn it off
     when a short-lived worker thread starts a server that must outlive it.
+
+    admin_key / admin_key_file: with a key (the value, or a file holding it, e.g. a mounted secret), the
+    model-repository and model-config APIs answer only requests carrying it in the header
+    ernie_deploy.core.admin_key.ADMIN_KEY_HEADER (see args.restricted_args); without one they are open, as
+    Triton's are. `ernie-deploy serve` always passes one (see ernie_deploy/cli/serve.py).
     """
 
     def __init__(
@@ -99,9 +105,14 @@ class TritonServer:
         die_with_parent: bool = True,
         restart_stubs: bool = True,
         on_stub_restart=None,
+        admin_key: str | AdminKey | None = None,
+        admin_key_file: str | os.PathLike | None = None,
     ):
         if shm_default_byte_size <= 0:
             raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
+        if isinstance(admin_key, str):
+            admin_key = check_admin_key(admin_key, "the admin_key argument")
+        self.admin_key: AdminKey | None = admin_key or (read_admin_key_file(admin_key_file) if admin_key_file else None)
         self.model_repository = Path(model_repository).absolute()
         self._tritonserver = tritonserver
         self.host = host
@@ -195,7 +206,14 @@ class TritonServer:
             # Explicit model control, every model loaded at start (as by default), so the stub watchdog
             # can reload a model whose python stub died (see ernie_deploy.server.watchdog).
             args += ["--model-control-mode=explicit", "--load-model=*"]
+        if self.admin_key is not None:
+            args += restricted_args(self.admin_key.value)
         return args + list(self.extra_args)
+
+    def _shown(self, argv: list[str]) -> str:
+        """`argv` as the log's first line shows it: the admin key masked (the log is no place for a secret)."""
+        text = " ".join(argv)
+        return text.replace(self.admin_key.value, "<admin key>") if self.admin_key is not None else text
 
     def preflight(self) -> None:
         """The checks start() makes before it spawns anything."""
@@ -229,7 +247,7 @@ class TritonServer:
         self._log_path = self._log_file or Path(tempfile.mkdtemp(prefix="ernie-deploy-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "wb") as log:
-            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.write(("$ " + self._shown(argv) + "\n").encode())
             log.flush()
             try:
                 self._proc = subprocess.Popen(
@@ -257,7 +275,12 @@ class TritonServer:
         if self.restart_stubs:
             from ernie_deploy.server.watchdog import StubWatchdog
 
-            self.watchdog = StubWatchdog(self._proc.pid, self.grpc_url, on_restart=self.on_stub_restart)
+            self.watchdog = StubWatchdog(
+                self._proc.pid,
+                self.grpc_url,
+                on_restart=self.on_stub_restart,
+                headers=self.admin_key.headers(grpc=True) if self.admin_key is not None else None,
+            )
             self.watchdog.start()
         return self
 

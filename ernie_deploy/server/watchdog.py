@@ -60,12 +60,14 @@ class StubWatchdog(threading.Thread):
         *,
         interval: float = 0.5,
         on_restart: Callable[[StubRestart], None] | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(name=f"stub-watchdog-{server_pid}", daemon=True)
         self.server_pid = server_pid
         self.grpc_url = grpc_url
         self.interval = interval
         self.on_restart = on_restart
+        self.headers = headers  # the admin key's header, where the server restricts its repository API
         self.restarts: list[StubRestart] = []
         self._halt = threading.Event()
         self._expected = Counter(stub_processes(server_pid).values())
@@ -93,11 +95,11 @@ class StubWatchdog(threading.Thread):
     def _reload(self, client, model: str) -> None:
         died, t0 = time.time(), time.monotonic()
         try:
-            config = client.get_model_config(model, as_json=True)["config"]
+            config = client.get_model_config(model, headers=self.headers, as_json=True)["config"]
             params = config.setdefault("parameters", {})
             count = int(params.get(RESTART_PARAMETER, {}).get("string_value", "0")) + 1
             params[RESTART_PARAMETER] = {"string_value": str(count)}
-            client.load_model(model, config=json.dumps(config))
+            client.load_model(model, headers=self.headers, config=json.dumps(config))
             event = StubRestart(model, died, time.monotonic() - t0, client.is_model_ready(model))
         except Exception as exc:  # keep watching the other models; the failure is reported
             event = StubRestart(model, died, time.monotonic() - t0, False, str(exc))
