@@ -6,4 +6,6 @@ source "$(dirname "$0")/_env.sh"
 echo "==> ruff check and ruff format --check"
 ruff check .
 ruff format --check .
+echo "==> Prometheus and promtool (Debian's package, unpacked once into the cache)"
+bash scripts/install_prometheus.sh >/dev/null
 exec python -m pytest "$@"
