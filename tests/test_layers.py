@@ -22,8 +22,9 @@ ALLOWED = {
     "server": {"core", "repository"},
     "client": {"core", "serving"},
     "evaluate": {"core", "serving", "fetch", "export", "client"},
-    "bench": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate"},
-    "cli": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "bench"},
+    "operate": {"core", "serving", "repository", "client"},
+    "bench": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "operate"},
+    "cli": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "operate", "bench"},
 }
 # What may be imported from outside the project, where that is restricted.
 THIRD_PARTY = {

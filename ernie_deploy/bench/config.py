@@ -81,17 +81,21 @@ class TaskInputs:
         TaskSpec.artifact_name) and the non-blank texts of its task's test split, unless given; the first
         `max_texts` texts only, if set."""
         from ernie_deploy.export.static import StaticModel
-        from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
         model = StaticModel.load(static or artifact_dir("static", task.artifact_name))
         onnx_path = Path(onnx or artifact_dir("onnx", task.artifact_name) / "model.onnx")
         if not onnx_path.exists():
             which = f"--name {task.ensemble}" if task.artifact_name == task.ensemble else f"--task {task.name}"
             raise ErnieDeployError(f"no ONNX model at {onnx_path}", f"run `ernie-deploy convert {which}`")
+        return cls(task, onnx_path, model, cls.texts_of(task, max_texts, data))
+
+    @staticmethod
+    def texts_of(task: TaskSpec, max_texts: int | None = None, data: str | Path | None = None) -> list[str]:
+        """The non-blank texts of a split file (default: the task's test split), the first `max_texts` if set."""
+        from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+
         data = Path(data or split_file(data_dir(task.dataset), "test", task.split_format))
         if not data.exists():
             raise ErnieDeployError(f"no test texts at {data}", "run `ernie-deploy fetch-data`")
         texts = [t for t in read_split_file(data)[0] if t.strip()]
-        if max_texts:
-            texts = texts[:max_texts]
-        return cls(task, onnx_path, model, texts)
+        return texts[:max_texts] if max_texts else texts

@@ -133,7 +133,7 @@ def soak(
                 report.examples.append(text[:300])
 
     def worker() -> None:
-        clients = {c.task.name: Client(c.task, url, retry=retry) for c in cases}
+        clients = {c.task.ensemble: Client(c.task, url, retry=retry) for c in cases}
         try:
             while True:
                 with lock:
@@ -144,7 +144,7 @@ def soak(
                 task = cases[c].task
                 texts = [text for text, _ in rows]
                 try:
-                    out = clients[task.name].infer(texts)
+                    out = clients[task.ensemble].infer(texts)
                 except BadRequest as exc:
                     if bad and _check_refusal(str(exc), rows, bad):
                         with lock:
@@ -227,11 +227,10 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     """Serve a repository on free loopback ports and soak every model it serves, each text's answer expected to
     equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
+    from ernie_deploy.repository.build import served_models
     from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)
-    from ernie_deploy.repository.build import served_models
-
     tasks = list(served_models(repository).values())
     if not tasks:
         raise ErnieDeployError(f"no served models in {repository}", "build it with `scripts/convert.sh`")

@@ -31,6 +31,13 @@ def register(sub) -> None:
         "--chaos-kills", type=int, default=defaults.chaos_kills, help="stop killing after this many (0: no limit)"
     )
     p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument(
+        "--rollout",
+        metavar="NAME",
+        help="instead: traffic on model NAME through a rollout to --to and a rollback, every answer checked "
+        "against the offline prediction of the versions",
+    )
+    p.add_argument("--to", type=int, help="with --rollout: the version to roll out to (added by build --version)")
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
     p.set_defaults(func=run)
 
@@ -42,6 +49,9 @@ def run(args) -> None:
     from ernie_deploy.bench.soak import run_soak
     from ernie_deploy.core.files import write_json
 
+    if args.rollout:
+        _rollout(args)
+        return
     options = SoakOptions(
         requests=args.requests,
         concurrency=args.concurrency,
@@ -61,3 +71,25 @@ def run(args) -> None:
             "the soak found lost, mismatched or unexpectedly failed requests",
             "read the examples in the report; the server log path is printed above",
         )
+
+
+def _rollout(args) -> None:
+    import json
+
+    from ernie_deploy.bench.config import TaskInputs
+    from ernie_deploy.bench.rollout_soak import run_rollout_soak
+    from ernie_deploy.core.files import write_json
+    from ernie_deploy.repository.build import served_models
+
+    if args.to is None:
+        raise ErnieDeployError("--rollout needs the version to roll out to", "add --to N")
+    models = served_models(args.repository)
+    if args.rollout not in models:
+        raise ErnieDeployError(f"{args.repository} serves no model {args.rollout!r}", f"use one of {sorted(models)}")
+    texts = TaskInputs.texts_of(models[args.rollout], args.texts)
+    result = run_rollout_soak(args.repository, args.rollout, args.to, texts, concurrency=args.concurrency)
+    if args.report:
+        write_json(result, args.report)
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    if not result["clean"]:
+        raise ErnieDeployError("requests failed, got lost or were answered by the wrong version", "read the report")

@@ -143,6 +143,18 @@ def _check_ensemble(name: str, config: mc.ModelConfig, configs: dict[str, mc.Mod
                     f"add {step.model_name}/ or fix the step's model_name",
                 )
             )
+        if target is not None and step.model_version > 0:
+            loaded = list(target.version_policy.specific.versions)
+            if loaded and step.model_version not in loaded:
+                problems.append(
+                    Problem(
+                        name,
+                        f"step {step.model_name} is pinned to version {step.model_version}, which its "
+                        f"version_policy does not load (it loads {loaded})",
+                        f"add {step.model_version} to {step.model_name}'s version_policy, or roll out with "
+                        "`ernie-deploy rollout`, which keeps the two in step",
+                    )
+                )
         for key, value in step.input_map.items():
             if value not in available:
                 problems.append(
@@ -255,6 +267,15 @@ def _check_model(
     if not versions:
         # Triton loads no version of a model without one, ensembles included
         problems.append(Problem(name, "no numeric version folder", f"create {name}/1/ with the model files"))
+    missing = sorted(set(config.version_policy.specific.versions) - {int(v.name) for v in versions})
+    if missing:
+        problems.append(
+            Problem(
+                name,
+                f"version_policy loads versions {missing}, which have no folder",
+                f"build them (`ernie-deploy build --name NAME --version {missing[0]}`) or take them out of the policy",
+            )
+        )
     if _onnx_file(config):
         for version in versions:
             problems.extend(_check_onnx(name, config, version))

@@ -1,0 +1,192 @@
+"""Traffic through a rollout and a rollback: every request answered, none lost, none resent, and every answer the
+offline prediction of a version that was serving when it was asked (docs/RELIABILITY.md).
+
+Clients send one text per request from several threads while the main thread rolls the model out to the new
+version and back. An answer is "explained" if it equals the offline prediction of the old or the new version for
+that text; requests sent wholly inside a window where only one version can be serving (after a switch returned,
+before the next began) must match that version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ernie_deploy.client.admin import RepositoryAdmin
+from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.operate.rollout import rollout
+from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.versions import VersionedModel
+
+
+@dataclass
+class RolloutSoakReport:
+    requests: int = 0
+    answered: int = 0
+    failed: int = 0
+    lost: int = 0
+    resent: int = 0
+    unexplained: int = 0  # answers equal to neither version's offline prediction
+    wrong_version: int = 0  # answers of the other version, inside a window where only one was serving
+    by_version: dict[str, int] = field(default_factory=dict)  # answers that only one version gives, per version
+    switches: list[dict] = field(default_factory=list)  # each rollout's report
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.failed or self.lost or self.unexplained or self.wrong_version)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "clean": self.clean}
+
+
+def rollout_soak(
+    url: str,
+    repository,
+    task: TaskSpec,
+    versions: tuple[int, int],
+    references: dict[int, list],
+    texts: Sequence[str],
+    *,
+    admin: RepositoryAdmin,
+    concurrency: int = 4,
+    settle_s: float = 2.0,
+) -> RolloutSoakReport:
+    """Traffic on `task.ensemble` throughout: `settle_s`, rollout to versions[1], `settle_s`, rollback to
+    versions[0], `settle_s`. `references[v][i]` is version v's offline prediction for texts[i]."""
+    old, new = versions
+    report = RolloutSoakReport()
+    records: list[tuple[float, float, int, object]] = []  # (sent, answered, text index, prediction or None)
+    lock = threading.Lock()
+    stop = threading.Event()
+    sent = [0]
+
+    def worker(seed: int) -> None:
+        # No retries: a request the switch disturbs must show up as failed, not be hidden by a resend.
+        with Client(task, url, retry=NO_RETRY) as client:
+            i = seed
+            while not stop.is_set():
+                i = (i + concurrency) % len(texts)
+                t0 = time.monotonic()
+                with lock:
+                    sent[0] += 1
+                try:
+                    answer = decode_outputs(task, client.infer([texts[i]]))[0]
+                except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                    with lock:
+                        report.errors.append(str(exc)[:300])
+                    answer = None
+                with lock:
+                    records.append((t0, time.monotonic(), i, answer))
+            with lock:
+                report.resent += client.retries
+
+    def probe(canary: TaskSpec, probe_texts) -> None:
+        with Client(canary, url) as client:
+            client.check_ready()
+            decode_outputs(canary, client.infer(list(probe_texts)))
+
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in range(concurrency)]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    windows = []  # (from, to, the only version serving)
+    time.sleep(settle_s)
+    windows.append((start, time.monotonic(), old))
+    for target in (new, old):
+        report.switches.append(rollout(repository, task, target, admin, probe).to_dict())
+        switched = time.monotonic()
+        time.sleep(settle_s)
+        windows.append((switched, time.monotonic(), target))
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    report.seconds = round(time.monotonic() - start, 2)
+    report.requests = sent[0]
+    report.answered = sum(1 for r in records if r[3] is not None)
+    report.failed = sum(1 for r in records if r[3] is None)
+    report.lost = report.requests - len(records)
+    counts = {str(old): 0, str(new): 0}
+    for t0, t1, i, answer in records:
+        if answer is None:
+            continue
+        matches = [v for v in (old, new) if references[v][i] == answer]
+        if not matches:
+            report.unexplained += 1
+            continue
+        if len(matches) == 1:
+            counts[str(matches[0])] += 1
+        only = [v for a, b, v in windows if a <= t0 and t1 <= b]
+        if only and only[0] not in matches:
+            report.wrong_version += 1
+    report.by_version = counts
+    return report
+
+
+def version_predictions(repository: str | Path, task: TaskSpec, version: int, texts: Sequence[str]) -> list:
+    """What `version` of served model `task.ensemble` answers, computed in-process from the repository's own files
+    (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
+    from ernie_deploy.evaluate.offline import predictions
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import encode_batch, load_tokenizer
+
+    repository = Path(repository)
+    model = VersionedModel.read(repository, task.ensemble)
+    tokenizer_step = model.ensemble.ensemble_scheduling.step[0].model_name
+    config = parse((repository / tokenizer_step / "config.pbtxt").read_text(encoding="utf-8"))
+    max_seq_len = int(config.parameters["max_seq_len"].string_value)
+    tokenizer = load_tokenizer(repository / tokenizer_step / "1" / "tokenizer.json")
+    onnx = OnnxModel(repository / task.model_step / str(version) / "model.onnx")
+    labels = json.loads((repository / task.postprocess_step / str(version) / "labels.json").read_text("utf-8"))
+    out: list = []
+    for start in range(0, len(texts), 64):
+        batch = list(texts[start : start + 64])
+        enc = encode_batch(tokenizer, batch, max_seq_len)
+        out += predictions(task, labels, onnx(enc.input_ids, enc.token_type_ids), enc, batch)
+    return out
+
+
+def run_rollout_soak(
+    repository: str | Path,
+    name: str,
+    to_version: int,
+    texts: Sequence[str],
+    *,
+    concurrency: int = 4,
+    settle_s: float = 5.0,
+) -> dict:
+    """Serve `repository` on free loopback ports and run traffic on `name` through a rollout to `to_version` and a
+    rollback; the report's `clean` says whether nothing failed, got lost or was answered by the wrong version."""
+    from ernie_deploy.repository.build import served_models
+    from ernie_deploy.server.process import TritonServer
+
+    task = served_models(repository)[name]
+    current = VersionedModel.read(repository, name).serving()
+    references = {v: version_predictions(repository, task, v, texts) for v in (current, to_version)}
+    differ = sum(a != b for a, b in zip(references[current], references[to_version]))
+    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
+        with RepositoryAdmin(server.grpc_url, server.admin_key) as admin:
+            report = rollout_soak(
+                server.grpc_url,
+                repository,
+                task,
+                (current, to_version),
+                references,
+                texts,
+                admin=admin,
+                concurrency=concurrency,
+                settle_s=settle_s,
+            )
+    return {
+        "model": name,
+        "versions": [current, to_version],
+        "texts": len(texts),
+        "texts_the_versions_answer_differently": differ,
+        **report.to_dict(),
+    }

@@ -1,0 +1,74 @@
+"""`ernie-deploy rollout` and `ernie-deploy rollback`: move a named model between its versions on a running server
+(ernie_deploy.operate.rollout), probing the new version through a canary ensemble before switching."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.endpoints import GRPC_URL
+
+
+def _common(p) -> None:
+    p.add_argument("name", help="the model (its ensemble's name)")
+    p.add_argument("--repository", default="models", help="the repository the server runs (its configs are edited)")
+    p.add_argument("--url", default=GRPC_URL, help="the server's gRPC address (default %(default)s)")
+    p.add_argument(
+        "--admin-key-file",
+        help="file holding the server's admin key (default: $ERNIE_DEPLOY_ADMIN_KEY_FILE, else "
+        "$ERNIE_DEPLOY_ADMIN_KEY)",
+    )
+    p.add_argument("--probe-text", action="append", help="text the canary must answer (repeatable)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="switch a model to another of its versions, canary-probed, with no downtime")
+    _common(p)
+    p.add_argument("--to", type=int, required=True, help="the version to serve (added by `build --version N`)")
+    p.set_defaults(func=run)
+    p = sub.add_parser("rollback", help="switch a model back to its previous version (or --to N)")
+    _common(p)
+    p.add_argument("--to", type=int, help="default: the newest version on disk older than the serving one")
+    p.set_defaults(func=run_rollback)
+
+
+def _probe(url: str):
+    from ernie_deploy.client.grpc_client import Client, decode_outputs
+    from ernie_deploy.core.errors import ErnieDeployError
+
+    def probe(task, texts):
+        with Client(task, url) as client:
+            client.check_ready()
+            answers = decode_outputs(task, client.infer(list(texts)))
+        if len(answers) != len(texts):
+            raise ErnieDeployError(f"the canary {task.ensemble} answered {len(answers)} of {len(texts)} texts")
+
+    return probe
+
+
+def run(args, to_version: int | None = None) -> None:
+    from ernie_deploy.client.admin import RepositoryAdmin
+    from ernie_deploy.operate.rollout import PROBE_TEXTS, rollout
+    from ernie_deploy.repository.build import served_models
+
+    models = served_models(args.repository)
+    if args.name not in models:
+        from ernie_deploy.core.errors import ErnieDeployError
+
+        raise ErnieDeployError(
+            f"{args.repository} serves no model {args.name!r}", f"use one of: {', '.join(sorted(models)) or 'none'}"
+        )
+    with RepositoryAdmin.from_env(args.url, args.admin_key_file) as admin:
+        report = rollout(
+            args.repository,
+            models[args.name],
+            to_version or args.to,
+            admin,
+            _probe(args.url),
+            probe_texts=args.probe_text or PROBE_TEXTS,
+            log=print,
+        )
+    print(f"{report.name}: now serving version {report.to_version} (was {report.from_version})")
+
+
+def run_rollback(args) -> None:
+    from ernie_deploy.operate.rollout import previous_version
+
+    run(args, args.to or previous_version(args.repository, args.name))

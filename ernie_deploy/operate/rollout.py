@@ -1,0 +1,130 @@
+"""Rollout and rollback of a named model's version on a running server, with no request lost.
+
+Triton has no traffic split, so a canary here is a second ensemble, `<name>_canary`, pinned to the new version
+and wired to the same steps: rollout loads the new version beside the serving one, probes the canary with real
+text (and callers may send their own canary traffic to it by name), and only then re-points `<name>` at the new
+version in one ensemble reload: Triton finishes in-flight requests on the old config while new ones take the new.
+The old version is unloaded last. Every edit is written to the repository's configs first (atomically), so a
+restarted server serves what was rolled out. The server must run in explicit model control mode (the project's
+launcher does) and, where its repository API is guarded, the caller must hold the admin key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ernie_deploy.client.admin import RepositoryAdmin
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.repository.versions import VersionedModel
+
+# Real text for the canary probe when the caller gives none: Chinese, Latin and digits, one long enough to be cut.
+PROBE_TEXTS = ("国足公布世预赛名单", "张三在北京大学读书", "股市大涨 abc 123", "中国" * 100)
+
+
+@dataclass
+class RolloutReport:
+    name: str
+    from_version: int
+    to_version: int
+    probe_texts: int = 0
+    # seconds: loading the new version beside the old, probing the canary, switching the ensemble, unloading
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rollout(
+    repository: str | Path,
+    task: TaskSpec,
+    to_version: int,
+    admin: RepositoryAdmin,
+    probe: Callable[[TaskSpec, Sequence[str]], None],
+    *,
+    probe_texts: Sequence[str] = PROBE_TEXTS,
+    log: Callable[[str], None] = lambda line: None,
+) -> RolloutReport:
+    """Move served model `task.ensemble` to `to_version`. `probe(canary_task, texts)` sends real text to the
+    canary and raises if an answer is missing or malformed. On a failure before the switch, the canary and the
+    new version are taken away again and the model keeps serving its old version."""
+    model = VersionedModel.read(repository, task.ensemble)
+    current = model.serving()
+    if to_version == current:
+        raise ErnieDeployError(f"{task.ensemble} already serves version {to_version}", "nothing to do")
+    if to_version not in model.on_disk():
+        raise ErnieDeployError(
+            f"{task.ensemble} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
+            f"add it with `ernie-deploy build --name {task.ensemble} --version {to_version}`",
+        )
+    report = RolloutReport(task.ensemble, current, to_version, len(probe_texts))
+    clock = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report.seconds[name] = round(now - clock, 3)
+        clock = now
+        log(f"{task.ensemble}: {name} done in {report.seconds[name]:.2f}s")
+
+    canary_dir = model.repository / model.canary
+    try:
+        for step in model.steps:  # both versions loaded: the serving one keeps answering throughout
+            model.write(model.with_versions(step, [current, to_version]))
+            admin.load(step)
+        phase("load")
+        model.write(model.pinned(to_version, model.canary))
+        admin.load(model.canary)
+        probe(task.named(model.canary), list(probe_texts))
+        phase("probe")
+    except BaseException:
+        _undo(model, admin, current, canary_dir, log)
+        raise
+    model.write(model.pinned(to_version))
+    try:
+        admin.load(model.name)  # the switch: in-flight requests finish on the old config, new ones take the new
+    except BaseException:
+        model.write(model.pinned(current))
+        _undo(model, admin, current, canary_dir, log)
+        raise
+    phase("switch")
+    admin.unload(model.canary)
+    shutil.rmtree(canary_dir, ignore_errors=True)
+    for step in model.steps:
+        model.write(model.with_versions(step, [to_version]))
+        admin.load(step)
+    phase("unload")
+    return report
+
+
+def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_dir: Path, log) -> None:
+    """Take the canary and the new version away again; the serving version was never touched."""
+    log(f"{model.name}: the new version was not switched to; taking it away again")
+    for action in (lambda: admin.unload(model.canary), lambda: shutil.rmtree(canary_dir, ignore_errors=True)):
+        try:
+            action()
+        except ErnieDeployError:
+            pass
+    for step in model.steps:
+        model.write(model.with_versions(step, [current]))
+        try:
+            admin.load(step)
+        except ErnieDeployError as exc:  # the configs on disk are right; a restart or the next load applies them
+            log(f"{model.name}: could not reload {step}: {exc.problem}")
+
+
+def previous_version(repository: str | Path, name: str) -> int:
+    """The version rollback returns to: the newest one on disk older than the serving one."""
+    model = VersionedModel.read(repository, name)
+    current = model.serving()
+    older = [v for v in model.on_disk() if v < current]
+    if not older:
+        raise ErnieDeployError(
+            f"{name} serves version {current} and has no older version on disk to go back to",
+            "name one with --to, or build one with `ernie-deploy build --name NAME --version N`",
+        )
+    return older[-1]
