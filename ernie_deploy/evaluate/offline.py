@@ -63,11 +63,15 @@ def predict(
     return out
 
 
-def paddle_encoder(vocab_file: str | Path, max_seq_len: int) -> Callable[[list[str]], Encoded]:
-    """paddlenlp's ErnieTokenizer, its output laid out like the serving tokenizer's (padded to the longest)."""
+def paddle_encoder(
+    vocab_file: str | Path, max_seq_len: int, do_lower_case: bool = True
+) -> Callable[[list[str]], Encoded]:
+    """paddlenlp's ErnieTokenizer, its output laid out like the serving tokenizer's (padded to the longest).
+
+    max_seq_len and do_lower_case: the exported model's (StaticModel.max_seq_len, .do_lower_case)."""
     from paddlenlp.transformers import ErnieTokenizer
 
-    tokenizer = ErnieTokenizer(str(vocab_file))
+    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=do_lower_case)
 
     def encode(batch: list[str]) -> Encoded:
         enc = tokenizer(
@@ -96,7 +100,7 @@ def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str]) ->
         task,
         static.labels,
         texts,
-        paddle_encoder(static.vocab_file, task.max_seq_len),
+        paddle_encoder(static.vocab_file, task.max_seq_len, static.do_lower_case),
         PaddlePredictor(static),
         desc="paddle",
     )

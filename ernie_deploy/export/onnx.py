@@ -102,8 +102,13 @@ def check_parity(
 
     if not texts:
         raise ErnieDeployError("parity check needs at least one text")
+    if static.max_positions and max_seq_len > static.max_positions:
+        raise ErnieDeployError(
+            f"max_seq_len {max_seq_len} is more than the {static.max_positions} positions of {static.model_file}",
+            f"check parity with max_seq_len {static.max_positions} or less (the model's max_position_embeddings)",
+        )
     task = static.task
-    tokenizer = build_tokenizer(static.vocab_file)
+    tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
     for start in range(0, len(texts), batch_size):

@@ -2,18 +2,27 @@
 
 Paddle 3 saves PIR programs (`inference.json` + `inference.pdiparams`); a checkpoint that is already a
 static model (PIR `.json` or legacy `.pdmodel`) is copied through unchanged.
+
+export.json, beside the model, carries what later stages must agree on: the task, the label names, the
+longest input (`max_seq_len`, at most the model's `max_position_embeddings`) and the tokenizer's
+`do_lower_case` (also written to tokenizer_config.json beside vocab.txt, where the serving tokenizer reads it).
+
+ERNIE 3.0 checkpoints (`use_task_id`) export with the same two inputs as the others: given no task_type_ids,
+paddlenlp's embedding layer adds the row of the config's `task_id` (0) to every token, and that constant
+lookup is part of the saved program.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec, get_task
+from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config
 
 PREFIX = "inference"
 
@@ -27,7 +36,15 @@ class StaticModel:
     params_file: Path
     vocab_file: Path
     labels: list[str]
-    task: TaskSpec  # what it was exported for, recorded in export.json: later stages need not be told again
+    # What it was exported for, recorded in export.json: later stages need not be told again. Its max_seq_len is
+    # the one the model was exported with.
+    task: TaskSpec
+    max_positions: int | None = None  # the model's max_position_embeddings, when its config said
+    do_lower_case: bool = True  # the tokenizer's, from the checkpoint's tokenizer_config.json
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.task.max_seq_len
 
     @classmethod
     def load(cls, root: str | Path) -> StaticModel:
@@ -43,13 +60,20 @@ class StaticModel:
                 f"{meta} does not say which task the model is for",
                 "export it again with `ernie-deploy export --task ...`",
             )
+        task = get_task(info["task"])
+        # Exports made before these were recorded used the task's max_seq_len and a lowercasing tokenizer.
+        max_seq_len = int(info.get("max_seq_len") or task.max_seq_len)
+        if max_seq_len != task.max_seq_len:
+            task = replace(task, max_seq_len=max_seq_len)
         return cls(
             root,
             root / info["model_file"],
             root / info["params_file"],
             root / "vocab.txt",
             info["labels"],
-            get_task(info["task"]),
+            task,
+            info.get("max_positions"),
+            bool(info.get("do_lower_case", True)),
         )
 
 
@@ -65,18 +89,44 @@ def label_names_from_config(config: dict) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(int(num))]
 
 
-def _read_config(path: Path) -> dict:
-    config = json.loads(path.read_text())
-    # Old PaddleNLP layout (model_config.json) nests the arguments under init_args.
-    return config["init_args"][0] if "init_args" in config else config
+def choose_max_seq_len(requested: int | None, task: TaskSpec, max_positions: int | None) -> int:
+    """The longest input to serve, in tokens ([CLS] and [SEP] included): `requested`, else the task's default
+    (at most the model's positions). A request beyond the model's positions is refused: the position embedding
+    has no row for them, and onnxruntime fails on such an input at run time."""
+    if requested is None:
+        return min(task.max_seq_len, max_positions) if max_positions else task.max_seq_len
+    if requested < 2:
+        raise ErnieDeployError(
+            f"max_seq_len {requested} leaves no room for a token", "use --max-seq-len 2 or more ([CLS] and [SEP])"
+        )
+    if max_positions and requested > max_positions:
+        raise ErnieDeployError(
+            f"max_seq_len {requested} is more than the model's {max_positions} positions (max_position_embeddings "
+            "in its config.json)",
+            f"export with --max-seq-len {max_positions} or less; longer texts are truncated to it",
+        )
+    return requested
 
 
-def export(checkpoint, task: TaskSpec, out_dir: str | Path, labels: list[str] | None = None) -> StaticModel:
-    """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically)."""
+def export(
+    checkpoint,
+    task: TaskSpec,
+    out_dir: str | Path,
+    labels: list[str] | None = None,
+    *,
+    max_seq_len: int | None = None,
+) -> StaticModel:
+    """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically).
+
+    max_seq_len: the longest input, in tokens, that later stages tokenize to (default: the task's, at most the
+    model's max_position_embeddings)."""
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
-    config = _read_config(Path(checkpoint.config_file)) if checkpoint.config_file else {}
+    config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}
     labels = labels or label_names_from_config(config)
+    max_positions = int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None
+    max_seq_len = choose_max_seq_len(max_seq_len, task, max_positions)
+    do_lower_case = checkpoint.do_lower_case
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         if checkpoint.kind == "static":
@@ -87,7 +137,19 @@ def export(checkpoint, task: TaskSpec, out_dir: str | Path, labels: list[str] | 
         else:
             model_name = _save_static(root, task, tmp / PREFIX)
         shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
-        meta = {"task": task.name, "model_file": model_name, "params_file": f"{PREFIX}.pdiparams", "labels": labels}
+        tokenizer_config = {}
+        if checkpoint.tokenizer_config_file is not None:
+            tokenizer_config = json.loads(Path(checkpoint.tokenizer_config_file).read_text(encoding="utf-8"))
+        write_json({**tokenizer_config, "do_lower_case": do_lower_case}, tmp / TOKENIZER_CONFIG)
+        meta = {
+            "task": task.name,
+            "model_file": model_name,
+            "params_file": f"{PREFIX}.pdiparams",
+            "labels": labels,
+            "max_seq_len": max_seq_len,
+            "max_positions": max_positions,
+            "do_lower_case": do_lower_case,
+        }
         write_json(meta, tmp / "export.json")
     return StaticModel.load(out_dir)
 

@@ -1,16 +1,20 @@
 """Checkpoints: a URL pinned by sha256, a local archive or a local folder -> the model found in it.
 
-- `inspect_checkpoint`: tell a PaddleNLP dygraph checkpoint from a Paddle static inference model.
+- `inspect_checkpoint`: tell a PaddleNLP dygraph checkpoint from a Paddle static inference model, and check that
+  its vocab.txt fits the model's embedding table.
 - `resolve_checkpoint`: a URL, a local archive or a local folder -> `Checkpoint`.
+- `Checkpoint.model_config`, `.max_positions`, `.do_lower_case`: what later stages read from the checkpoint's
+  config.json and tokenizer_config.json.
 
 The `--bootstrap` source (training a small model offline) is ernie_deploy.fetch.bootstrap.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -22,6 +26,11 @@ from ernie_deploy.fetch.downloads import download, normalize_sha256, sha256_file
 DYGRAPH_CONFIGS = ("model_config.json", "config.json")
 DYGRAPH_PARAMS = "model_state.pdparams"
 VOCAB = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"  # PaddleNLP's tokenizer save_pretrained: do_lower_case lives here
+# How many rows of the word embedding table a vocab.txt may leave unused. Released checkpoints pad the table a
+# little past their vocabulary: ERNIE 1.0 has 17,964 tokens in vocab.txt and vocab_size 18,000 (0.2%). A vocab.txt
+# of another model leaves far more (ERNIE 1.0's 18,000 tokens under ERNIE 3.0's 40,000 rows: 55%).
+VOCAB_PADDING = 0.01
 STATIC_PREFIXES = ("inference", "model")  # preferred, in order, when a folder holds several
 _EXPECTED = (
     "expected either a PaddleNLP dygraph checkpoint (model_config.json or config.json, "
@@ -29,6 +38,57 @@ _EXPECTED = (
     "from Paddle 3, or PREFIX.pdmodel + PREFIX.pdiparams, usually with PREFIX inference or model; "
     "vocab.txt in the same folder or its parent)"
 )
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ErnieDeployError(f"cannot read {path}: {exc}", "replace it with the file saved with the model") from None
+    if not isinstance(data, dict):
+        raise ErnieDeployError(f"{path} holds no JSON object", "replace it with the file saved with the model")
+    return data
+
+
+def read_model_config(path: str | Path) -> dict:
+    """A PaddleNLP model config's arguments: config.json as is; the old model_config.json nests them under
+    init_args."""
+    config = _read_json(Path(path))
+    if "init_args" in config and isinstance(config["init_args"], list) and config["init_args"]:
+        return config["init_args"][0]
+    return config
+
+
+def count_lines(path: Path) -> int:
+    """Tokens in a vocab.txt: one per line, its id the line number (as paddlenlp reads it)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+
+
+def check_vocab_size(vocab: Path, config_file: Path | None) -> None:
+    """Refuse a vocab.txt that does not belong to the model: more tokens than its embedding table has rows (their
+    ids have no row), or so many fewer that it is another model's vocabulary (see VOCAB_PADDING)."""
+    if config_file is None:
+        return
+    try:
+        size = read_model_config(config_file).get("vocab_size")
+    except ErnieDeployError:
+        return  # an unreadable config is reported by the stage that needs it (export), with its own fix
+    if not isinstance(size, int) or size <= 0:
+        return
+    tokens = count_lines(vocab)
+    if tokens > size:
+        why = f"ids {size:,} to {tokens - 1:,} have no row in the model's embedding table"
+    elif tokens < size * (1 - VOCAB_PADDING):
+        why = f"{size - tokens:,} rows of the embedding table would never be used: it is another model's vocabulary"
+    else:
+        return
+    raise ErnieDeployError(
+        f"{vocab} has {tokens:,} tokens but {config_file.name} says vocab_size {size:,}: {why}",
+        f"use the {VOCAB} saved with this model (save_pretrained writes both), or the config.json of the model "
+        f"this {VOCAB} belongs to",
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +101,26 @@ class Checkpoint:
     vocab_file: Path
     config_file: Path | None = None  # model_config.json / config.json (static: if one lies beside it)
     model_file: Path | None = None  # static only: PREFIX.json (PIR) or PREFIX.pdmodel (legacy)
+    # tokenizer_config.json, beside the weights or the vocab.txt. Not part of a checkpoint's identity: it only
+    # says how to tokenize, which `do_lower_case` reads from it.
+    tokenizer_config_file: Path | None = field(default=None, compare=False)
+
+    def model_config(self) -> dict:
+        """The model's config.json arguments ({} when the checkpoint has none)."""
+        return read_model_config(self.config_file) if self.config_file else {}
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest input the model takes, in tokens (max_position_embeddings); None when no config says."""
+        value = self.model_config().get("max_position_embeddings")
+        return int(value) if value else None
+
+    @property
+    def do_lower_case(self) -> bool:
+        """Whether the tokenizer lowercases and strips accents (tokenizer_config.json; ERNIE's default: yes)."""
+        if self.tokenizer_config_file is None:
+            return True
+        return bool(_read_json(self.tokenizer_config_file).get("do_lower_case", True))
 
     @property
     def static_format(self) -> str | None:
@@ -106,7 +186,16 @@ def _inspect_folder(root: Path, top: Path) -> Checkpoint:
     where = str(root) if root == top else f"{root} (inside {top})"
     fix = _EXPECTED
     names = [e.name for e in entries]
-    if any(n.endswith(".safetensors") or re.match(r"model_state-.*\.pdparams$", n) for n in names):
+    sharded = any(n.endswith(".safetensors") or re.match(r"model_state-.*\.pdparams$", n) for n in names)
+    configs = [n for n in DYGRAPH_CONFIGS if n in names]
+    if configs and not sharded:
+        raise ErnieDeployError(
+            f"{where} has {configs[0]} but no weights: no {DYGRAPH_PARAMS}, and no static model "
+            f"(PREFIX.json or PREFIX.pdmodel with PREFIX.pdiparams){inner}",
+            f"copy the {DYGRAPH_PARAMS} saved with this config into the folder (model.save_pretrained writes both), "
+            "or point at the folder that holds the weights",
+        )
+    if sharded:
         fix += (
             "; safetensors or sharded weights are not supported: re-save with "
             "save_pretrained(..., safe_serialization=False) into a single model_state.pdparams"
@@ -143,7 +232,15 @@ def _detect_dygraph(root: Path) -> Checkpoint | None:
             "a PaddleNLP dygraph checkpoint needs model_config.json (or config.json), model_state.pdparams "
             "and vocab.txt in one folder (save both model and tokenizer with save_pretrained)",
         )
-    return Checkpoint("dygraph", root, params_file=params, vocab_file=vocab, config_file=config)
+    check_vocab_size(vocab, config)
+    return Checkpoint(
+        "dygraph",
+        root,
+        params_file=params,
+        vocab_file=vocab,
+        config_file=config,
+        tokenizer_config_file=_first(root / TOKENIZER_CONFIG),
+    )
 
 
 def _detect_static(root: Path) -> Checkpoint | None:
@@ -171,8 +268,15 @@ def _detect_static(root: Path) -> Checkpoint | None:
             f"place the tokenizer's {VOCAB} next to the model files (or in the folder above)",
         )
     config = _first(*(d / name for d in (root, root.parent) for name in ("config.json", "model_config.json")))
+    check_vocab_size(vocab, config)
     return Checkpoint(
-        "static", root, params_file=root / f"{stem}.pdiparams", vocab_file=vocab, config_file=config, model_file=model
+        "static",
+        root,
+        params_file=root / f"{stem}.pdiparams",
+        vocab_file=vocab,
+        config_file=config,
+        model_file=model,
+        tokenizer_config_file=_first(root / TOKENIZER_CONFIG, vocab.parent / TOKENIZER_CONFIG),
     )
 
 

@@ -32,6 +32,7 @@ the classes differ between versions only in characters new in the later one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import unicodedata
@@ -48,6 +49,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 
 UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 REQUIRED_SPECIALS = (PAD, CLS, SEP, UNK)
 SPECIALS = (PAD, CLS, SEP, MASK, UNK)
 MAX_INPUT_CHARS_PER_WORD = 100  # paddlenlp's WordpieceTokenizer default
@@ -173,12 +175,30 @@ def _pipeline(lowercase: bool, model: models.Model) -> Tokenizer:
     return tok
 
 
+def vocab_lowercase(vocab_file: str | os.PathLike) -> bool:
+    """The do_lower_case of the tokenizer_config.json beside vocab.txt (PaddleNLP's tokenizer save_pretrained
+    writes it there, and so does `ernie-deploy export`); True, ERNIE's default, when there is none."""
+    config = Path(vocab_file).with_name(TOKENIZER_CONFIG)
+    if not config.is_file():
+        return True
+    try:
+        value = json.loads(config.read_text(encoding="utf-8")).get("do_lower_case", True)
+    except (ValueError, AttributeError):
+        raise ErnieDeployError(
+            f"{config} is not a JSON object", "replace it with the tokenizer_config.json saved with the model"
+        ) from None
+    if not isinstance(value, bool):
+        raise ErnieDeployError(f"{config}: do_lower_case is {value!r}, not true or false", "set it to true or false")
+    return value
+
+
 def build_tokenizer(
-    vocab_file: str | os.PathLike, *, lowercase: bool = True, match_special_tokens: bool = False
+    vocab_file: str | os.PathLike, *, lowercase: bool | None = None, match_special_tokens: bool = False
 ) -> Tokenizer:
     """A `tokenizers.Tokenizer` that gives the ids paddlenlp's ErnieTokenizer(vocab_file) gives.
 
-    lowercase: ErnieTokenizer's do_lower_case (lowercasing and stripping accents); True for ERNIE models.
+    lowercase: ErnieTokenizer's do_lower_case (lowercasing and stripping accents). None: as the
+    tokenizer_config.json beside vocab.txt says, else True (see `vocab_lowercase`).
     match_special_tokens: whether "[SEP]", "[CLS]", "[MASK]", "[UNK]" or "[PAD]" typed in the text become
     that special token. ErnieTokenizer(vocab_file), which this project trains and evaluates with, reads
     them as ordinary text (False); ErnieTokenizer.from_pretrained(dir) matches them (True).
@@ -186,7 +206,7 @@ def build_tokenizer(
     """
     vocab = read_vocab(vocab_file)
     tok = _pipeline(
-        lowercase,
+        vocab_lowercase(vocab_file) if lowercase is None else lowercase,
         models.WordPiece(
             vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD
         ),
@@ -208,7 +228,7 @@ def save_tokenizer(
     vocab_file: str | os.PathLike,
     out_path: str | os.PathLike,
     *,
-    lowercase: bool = True,
+    lowercase: bool | None = None,
     match_special_tokens: bool = False,
 ) -> Path:
     """Build the tokenizer from vocab.txt (see `build_tokenizer`) and write it as tokenizer.json, atomically."""
