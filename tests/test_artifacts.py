@@ -29,10 +29,9 @@ def _entry(pipeline) -> TaskArtifacts:
     return TaskArtifacts(pipeline.task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
 
 
-@pytest.mark.parametrize("where", ["save_tokenizer", "copyfile"])
+@pytest.mark.parametrize("where", ["write_json", "copyfile"])
 def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, tmp_path, monkeypatch, where):
     import ernie_deploy.repository.build as repository
-    import ernie_deploy.serving.tokenizer as tokenizer
 
     repo = tmp_path / "models"
     build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
@@ -42,8 +41,8 @@ def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # as Ctrl-C halfway through writing the new models
 
-    if where == "save_tokenizer":
-        monkeypatch.setattr(tokenizer, "save_tokenizer", interrupted)
+    if where == "write_json":  # labels.json, after the tokenizer and the model were written
+        monkeypatch.setattr(repository, "write_json", interrupted)
     else:
         monkeypatch.setattr(repository.shutil, "copyfile", interrupted)
     with pytest.raises(KeyboardInterrupt):

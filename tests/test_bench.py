@@ -505,3 +505,24 @@ def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipe
     assert len(table) == 4 and table[2].startswith("| default |") and "(1.00×)" in table[2]
     ratio = rows[1]["throughput"] / rows[0]["throughput"]
     assert f"({ratio:.2f}×)" in table[3]
+
+
+@pytest.mark.integration
+def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tmp_path):
+    """Rows and served-answer checks are kept per model, labelled with its name, even for one task."""
+    from ernie_deploy.core.tasks import SEQ_CLS
+
+    inputs = [
+        TaskInputs(SEQ_CLS.named(name), tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)
+        for name in ("news", "sports")
+    ]
+    config = BenchConfig.smoke(
+        duration_s=0.3, inproc_duration_s=0.1, warmup_s=0.1, progress=False, paddle=False, int8=False, classic=False
+    )
+    results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest named")
+    assert results["errors"] == 0, report(results)
+    assert {r["task"] for r in results["rows"]} == {"news", "sports"}
+    for name in ("news", "sports"):
+        assert rows_of(results, name, SERVED) and rows_of(results, name, FUSED)
+        facts = results["servers"]["served"]["tasks"][name]
+        assert facts["checked"] > 0 and facts["agree"] == facts["checked"]

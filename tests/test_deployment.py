@@ -112,6 +112,7 @@ models:
     out = capsys.readouterr().out
     assert f"ernie-deploy fetch https://example.org/n.tgz --sha256 {SHA} --task seq_cls --name news" in out
     assert "ernie-deploy fetch --bootstrap --task token_cls --name people --budget 5\n" in out
+    assert "ernie-deploy export --task seq_cls --name news\n" in out
     assert "ernie-deploy convert --name news --quantize int8" in out
     assert "--name news --name people --runtime python --instances 2\n" in out
     assert not (tmp_path / "artifacts").exists() and not (tmp_path / "models").exists()

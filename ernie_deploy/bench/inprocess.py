@@ -78,7 +78,7 @@ def bench_inprocess(
                 return 0.0
 
             lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
-            rows.append(summarize(Row(task.name, kind, batch), lat, seqs, wall))
+            rows.append(summarize(Row(task.artifact_name, kind, batch), lat, seqs, wall))
             tick(progress, rows[-1])
 
         def run_texts(texts) -> float:
@@ -89,7 +89,7 @@ def bench_inprocess(
             return t1 - t0
 
         lat, seqs, wall, tok = _run_cell(run_texts, batches, sizes, config.inproc_duration_s, config.warmup_s)
-        row = summarize(Row(task.name, LIMIT_TOK, batch), lat, seqs, wall)
+        row = summarize(Row(task.artifact_name, LIMIT_TOK, batch), lat, seqs, wall)
         row.tokenize_share = tok / sum(lat) if lat else None
         rows.append(row)
         tick(progress, row)
@@ -114,7 +114,7 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
 
     task = inputs.task
     if not paddle_available():
-        row = Row(task.name, PADDLE, 0, note="skipped: paddle is not installed (pip install -e .[export])")
+        row = Row(task.artifact_name, PADDLE, 0, note="skipped: paddle is not installed (pip install -e .[export])")
         tick(progress, row)
         return [row]
     from ernie_deploy.export.static import PaddlePredictor
@@ -133,7 +133,7 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
         lat, seqs, wall, _ = _run_cell(
             run, encoded, [len(b) for b in batches], config.inproc_duration_s, config.warmup_s
         )
-        rows.append(summarize(Row(task.name, PADDLE, batch, note=f"{threads} math threads"), lat, seqs, wall))
+        rows.append(summarize(Row(task.artifact_name, PADDLE, batch, note=f"{threads} math threads"), lat, seqs, wall))
         tick(progress, rows[-1])
     predictor = None  # as above
     mark_best(rows)

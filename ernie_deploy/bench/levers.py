@@ -56,7 +56,7 @@ def measure_levers(
                         {
                             "lever": name,
                             "options": options,
-                            "task": item.task.name,
+                            "task": item.task.artifact_name,
                             "concurrency": concurrency,
                             "throughput": row.throughput,
                             "p50_ms": row.p50_ms,
@@ -67,7 +67,7 @@ def measure_levers(
                     )
                     if config.progress:
                         print(
-                            f"{name} | {item.task.name} c{concurrency}: {row.throughput:.1f} seq/s, "
+                            f"{name} | {item.task.artifact_name} c{concurrency}: {row.throughput:.1f} seq/s, "
                             f"p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms, errors {row.errors}"
                         )
     return out

@@ -137,7 +137,9 @@ def run_load(
 
 
 def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: LoadResult) -> Row:
-    row = summarize(Row(task.name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds)
+    row = summarize(
+        Row(task.artifact_name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds
+    )
     row.errors = result.errors
     if row.requests:
         row.client_cpu_ms = 1000 * result.client_cpu_s / row.requests
@@ -234,11 +236,11 @@ def run_perf_analyzer(
 ) -> Row:
     import subprocess
 
-    input_file = perf_analyzer_input(texts, workdir / f"{task.name}_input.json")
-    csv_file = workdir / f"{task.name}_{kind}_b{batch}_c{concurrency}.csv"
+    input_file = perf_analyzer_input(texts, workdir / f"{task.artifact_name}_input.json")
+    csv_file = workdir / f"{task.artifact_name}_{kind}_b{batch}_c{concurrency}.csv"
     argv = perf_analyzer_command(binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s)
     proc = subprocess.run(argv, capture_output=True, text=True)
-    row = Row(task.name, kind, batch, concurrency, tool="perf_analyzer")
+    row = Row(task.artifact_name, kind, batch, concurrency, tool="perf_analyzer")
     if proc.returncode != 0 or not csv_file.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         row.errors = 1

@@ -94,11 +94,11 @@ def bench_server(
                 facts["cold_ms"] = 1000 * (time.perf_counter() - t0)
                 check = item.texts[: config.check_texts]
                 served = decode_outputs(task, client.infer_all(check, batch_size=8, progress=False))
-                expected = references[task.name][: len(check)]
+                expected = references[task.artifact_name][: len(check)]
                 agree = sum(a == b for a, b in zip(served, expected))
                 facts["checked"] = len(check)
                 facts["agree"] = agree
-            info["tasks"][task.name] = facts
+            info["tasks"][task.artifact_name] = facts
             variants = [
                 (kind.key, config.client_batch if kind.batched else 1)
                 for kind in ROW_KINDS.values()
@@ -172,7 +172,7 @@ def run_benchmark(
         workdir = own_workdir.name
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    tokenizers = {i.task.name: build_tokenizer(i.static.vocab_file) for i in inputs}
+    tokenizers = {i.task.artifact_name: build_tokenizer(i.static.vocab_file) for i in inputs}
     results = {
         "schema": SCHEMA,
         "date": utc_stamp(started),
@@ -183,7 +183,7 @@ def run_benchmark(
             **dataclasses.asdict(config),
             "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or "onnxruntime default",
         },
-        "tasks": {i.task.name: {"texts": len(i.texts), "max_seq_len": i.task.max_seq_len} for i in inputs},
+        "tasks": {i.task.artifact_name: {"texts": len(i.texts), "max_seq_len": i.task.max_seq_len} for i in inputs},
         "servers": {},
         "rows": [],
     }
@@ -191,9 +191,9 @@ def run_benchmark(
     try:
         references = {}
         for item in inputs:
-            tokenizer = tokenizers[item.task.name]
-            references[item.task.name] = reference_predictions(item, item.texts[: config.check_texts])
-            int8_onnx = workdir / f"{item.task.name}_int8.onnx" if config.int8 else None
+            tokenizer = tokenizers[item.task.artifact_name]
+            references[item.task.artifact_name] = reference_predictions(item, item.texts[: config.check_texts])
+            int8_onnx = workdir / f"{item.task.artifact_name}_int8.onnx" if config.int8 else None
             if int8_onnx:
                 from ernie_deploy.export.precision import quantize_int8
 

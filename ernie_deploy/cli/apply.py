@@ -11,8 +11,7 @@ import argparse
 import shlex
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import artifact_name, get_task
+from ernie_deploy.core.tasks import get_task
 
 # Flags apply sets itself from the model's fields; the file may not set them per stage.
 _RESERVED = {"name", "task", "source", "sha256", "bootstrap", "out", "checkpoint", "static", "onnx", "repository"}
@@ -72,18 +71,7 @@ def commands(deployment, subparsers: dict[str, argparse.ArgumentParser]) -> list
         source = ["--bootstrap"] if model.source == "bootstrap" else [model.source]
         sha = ["--sha256", model.sha256] if model.sha256 else []
         plan.append(["fetch", *source, *sha, "--task", model.task, "--name", model.name, *opts["fetch"]])
-        plan.append(
-            [
-                "export",
-                "--task",
-                model.task,
-                "--checkpoint",
-                str(artifact_dir("checkpoints", artifact_name(model.name))),
-                "--out",
-                str(artifact_dir("static", artifact_name(model.name))),
-                *opts["export"],
-            ]
-        )
+        plan.append(["export", "--task", model.task, "--name", model.name, *opts["export"]])
         plan.append(["convert", "--name", model.name, *opts["convert"]])
     names = [a for m in deployment.models for a in ("--name", m.name)]
     build = _flags(subparsers["build"], f"{deployment.path.name}: build", deployment.build)

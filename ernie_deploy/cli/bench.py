@@ -34,6 +34,12 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--task", action="append", choices=list(task_choices), help="default: every task")
+    p.add_argument(
+        "--name",
+        action="append",
+        help="a named model's artifacts (artifacts/static/<name>, artifacts/onnx/<name>) instead of a task's demo "
+        "model (repeatable; its rows are labelled with the name)",
+    )
     p.add_argument("--concurrency", help="served cells, comma-separated (default 1,4,8,16; --smoke: 1,2)")
     p.add_argument("--batch-sizes", help="in-process cells (default 1,8,16,32,64; --smoke: 1,8)")
     p.add_argument("--duration", type=float, help="seconds per served cell (default 10; --smoke: 1)")
@@ -125,12 +131,21 @@ def config_from_args(args) -> BenchConfig:
 
 
 def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:
-    names = args.task or sorted(TASKS)
-    if (args.static or args.onnx or args.data) and len(names) != 1:
-        raise ErnieDeployError("--static, --onnx and --data name one task's files", "pass exactly one --task with them")
+    if getattr(args, "name", None):
+        from ernie_deploy.cli.inputs import static_model
+
+        if args.task:
+            raise ErnieDeployError("--task and --name pick the models two ways", "pass one of them")
+        tasks = [static_model(None, None, name).task.named(name) for name in args.name]
+    else:
+        tasks = [get_task(name) for name in args.task or sorted(TASKS)]
+    if (args.static or args.onnx or args.data) and len(tasks) != 1:
+        raise ErnieDeployError(
+            "--static, --onnx and --data name one model's files", "pass exactly one --task or --name with them"
+        )
     return [
-        TaskInputs.load(get_task(name), static=args.static, onnx=args.onnx, data=args.data, max_texts=config.max_texts)
-        for name in names
+        TaskInputs.load(task, static=args.static, onnx=args.onnx, data=args.data, max_texts=config.max_texts)
+        for task in tasks
     ]
 
 

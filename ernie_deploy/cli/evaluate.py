@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.cli.inputs import TASK_HELP, onnx_file, static_model
+from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, onnx_file, static_model
 from ernie_deploy.core.tasks import TASKS
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
+    p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument("--data", help="a split file (.tsv for seq_cls, .jsonl for token_cls) instead of --split")
-    p.add_argument("--static", help="default: artifacts/static/<task>")
-    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+    p.add_argument("--static", help="default: artifacts/static/<name or task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<name or task>/model.onnx")
     p.add_argument("--report", help="write the scores as JSON here")
     p.set_defaults(func=run)
 
@@ -24,9 +25,9 @@ def run(args) -> None:
     from ernie_deploy.evaluate.offline import evaluate
     from ernie_deploy.fetch.data import data_dir, split_file
 
-    static = static_model(args.task, args.static)
+    static = static_model(args.task, args.static, args.name)
     task = static.task
-    onnx_path = onnx_file(static, args.onnx)
+    onnx_path = onnx_file(static, args.onnx, args.name)
     split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
     results = evaluate(task, static, onnx_path, split)
     if args.report:

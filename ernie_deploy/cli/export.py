@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ernie_deploy.cli.inputs import DEFAULT_TASK
+from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, artifact_name
 from ernie_deploy.core.layout import artifact_dir
 from ernie_deploy.core.tasks import TASKS, get_task
 
@@ -13,9 +13,16 @@ from ernie_deploy.core.tasks import TASKS, get_task
 def register(sub) -> None:
     p = sub.add_parser("export", help="checkpoint -> Paddle static inference model")
     p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
-    p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<task>")
+    p.add_argument("--name", help=NAME_HELP)
+    p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<name or task>")
     p.add_argument("--labels", help="JSON list of label names, when the checkpoint config has none")
-    p.add_argument("--out", help="default: artifacts/static/<task>")
+    p.add_argument("--out", help="default: artifacts/static/<name or task>")
+    p.add_argument(
+        "--max-seq-len",
+        type=int,
+        help="the longest input in tokens, [CLS] and [SEP] included, that convert, build and serve tokenize to "
+        "(default: the task's 128, at most the model's max_position_embeddings)",
+    )
     p.set_defaults(func=run)
 
 
@@ -24,7 +31,9 @@ def run(args) -> None:
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint
 
     task = get_task(args.task)
-    checkpoint = inspect_checkpoint(Path(args.checkpoint or artifact_dir("checkpoints", task.name)))
+    folder = artifact_name(task.name, args.name)
+    checkpoint = inspect_checkpoint(Path(args.checkpoint or artifact_dir("checkpoints", folder)))
     labels = json.loads(Path(args.labels).read_text()) if args.labels else None
-    static = export(checkpoint, task, args.out or artifact_dir("static", task.name), labels=labels)
-    print(f"{task.name}: static model {static.model_file}")
+    out = args.out or artifact_dir("static", folder)
+    static = export(checkpoint, task, out, labels=labels, max_seq_len=args.max_seq_len)
+    print(f"{args.name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len})")

@@ -52,6 +52,10 @@ def run(args) -> None:
         raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
     with atomic_path(out) as tmp:
         shutil.copytree(checkpoint.root, tmp)
-        if not (tmp / "vocab.txt").exists():
-            shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
+        # A static model may keep its vocabulary and configs in the folder above it: they travel with it
+        # (lowercasing, the model's positions and its label names are read from them later).
+        for name in ("vocab.txt", "tokenizer_config.json", "config.json"):
+            source = Path(checkpoint.vocab_file).parent / name
+            if not (tmp / name).exists() and source.is_file():
+                shutil.copy2(source, tmp / name)
     print(f"{args.name or task.name}: {checkpoint.kind} checkpoint at {out}")
