@@ -116,10 +116,11 @@ def served_models(repository: str | Path) -> dict[str, TaskSpec]:
 
 def tokenizer_steps(
     entries: list[TaskArtifacts], options: BuildOptions = BuildOptions(), existing: _Existing | None = None
-) -> dict[str, tuple[str, str]]:
-    """model name -> (tokenizer step name, fingerprint). Models whose tokenizer models would be identical share
-    one (real ERNIE 3.0 checkpoints of one size share a vocabulary). A tokenizer the repository already has keeps
-    its name; a new one is `ernie_tokenizer` while that name is free, else `ernie_tokenizer_<fingerprint>`."""
+) -> dict[str, tuple[str, str, bytes]]:
+    """model name -> (tokenizer step name, fingerprint, tokenizer.json). Models whose tokenizer models would be
+    identical share one (real ERNIE 3.0 checkpoints of one size share a vocabulary). A tokenizer the repository
+    already has keeps its name; a new one is `ernie_tokenizer` while that name is free, else
+    `ernie_tokenizer_<fingerprint>`."""
     existing = existing or _Existing({})
     replaced = {e.task.ensemble for e in entries}
     kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
@@ -127,12 +128,13 @@ def tokenizer_steps(
     taken = set(existing.configs) - set().union(*(existing.members(m) for m in replaced)) | kept
     out = {}
     for entry in sorted(entries, key=lambda e: e.task.ensemble):
-        fingerprint = _fingerprint(entry, options, _tokenizer_json(entry.vocab_file))
+        payload = _tokenizer_json(entry.vocab_file)
+        fingerprint = _fingerprint(entry, options, payload)
         if fingerprint not in known:
             name = TOKENIZER_STEP if TOKENIZER_STEP not in taken else f"{TOKENIZER_STEP}_{fingerprint[:8]}"
             known[fingerprint] = name
             taken.add(name)
-        out[entry.task.ensemble] = (known[fingerprint], fingerprint)
+        out[entry.task.ensemble] = (known[fingerprint], fingerprint, payload)
     return out
 
 
@@ -225,12 +227,12 @@ def build(
 
 
 def _write_models(
-    plans, repository: Path, options: BuildOptions, tokenizers: dict[str, tuple[str, str]], skip: set[str]
+    plans, repository: Path, options: BuildOptions, tokenizers: dict[str, tuple[str, str, bytes]], skip: set[str]
 ) -> list[Path]:
     written = []
     repository.mkdir(parents=True, exist_ok=True)
     for entry, configs in plans:
-        tokenizer, fingerprint = tokenizers[entry.task.ensemble]
+        tokenizer, fingerprint, payload = tokenizers[entry.task.ensemble]
         for config in configs:
             if config.name in skip:
                 continue
@@ -256,7 +258,7 @@ def _write_models(
         )
         if homes["tokenizer"] not in skip:
             with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
-                tmp.write_bytes(_tokenizer_json(entry.vocab_file))
+                tmp.write_bytes(payload)
         with atomic_path(repository / homes["model"] / VERSION / "model.onnx", suffix=".onnx") as tmp:
             shutil.copyfile(entry.onnx, tmp)
         write_json(entry.labels, repository / homes["labels"] / VERSION / "labels.json")
