@@ -21,7 +21,9 @@ from ernie_deploy.serving.tokenizer import (
     UNK,
     build_tokenizer,
     encode_batch,
+    encode_pairs,
     load_tokenizer,
+    pair_lengths,
     save_tokenizer,
 )
 
@@ -406,3 +408,70 @@ def test_module_imports_no_paddle():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Text pairs
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "budget", "kept"),
+    [
+        (3, 4, 10, (3, 4)),  # both fit
+        (19, 20, 5, (3, 2)),  # level first, then the second gives first: the first keeps the odd token
+        (20, 20, 6, (3, 3)),
+        (30, 2, 10, (8, 2)),  # only the longer loses
+        (2, 30, 10, (2, 8)),
+        (0, 7, 3, (0, 3)),
+    ],
+)
+def test_pair_lengths_cut_the_longer_text_first_and_the_second_on_a_tie(first, second, budget, kept):
+    assert pair_lengths(first, second, budget) == kept
+
+
+@pytest.mark.parametrize("max_seq_len", [3, 5, 8, 16, 32, MAX_SEQ_LEN])
+def test_pairs_match_paddlenlp(thucnews, vocabs, max_seq_len):
+    """Random title pairs (some a prefix of the other, some repeated to be long, so that ties and odd budgets
+    occur): ids and token types equal ErnieTokenizer(text, text_pair), and `truncated` says when either was cut."""
+    import random
+
+    rng = random.Random(max_seq_len)
+    texts, pairs = [], []
+    for _ in range(300):
+        a, b = rng.choice(thucnews["test"]), rng.choice(thucnews["test"])
+        if rng.random() < 0.3:
+            b = a[: rng.randint(1, len(a))]
+        if rng.random() < 0.2:
+            a = a * 3
+        texts.append(a)
+        pairs.append(b)
+    tok, ref = build_tokenizer(vocabs["full"]), paddle_tokenizer(vocabs["full"])
+    enc = encode_pairs(tok, texts, pairs, max_seq_len)
+    for i, (a, b) in enumerate(zip(texts, pairs)):
+        want = ref(a, b, max_length=max_seq_len, truncation=True)
+        n = enc.lengths[i]
+        assert enc.input_ids[i, :n].tolist() == want["input_ids"], (a, b)
+        assert enc.token_type_ids[i, :n].tolist() == want["token_type_ids"], (a, b)
+        assert enc.truncated[i] == (len(ref(a, b)["input_ids"]) > max_seq_len)
+    assert (enc.input_ids[enc.attention_mask == 0] == tok.token_to_id(PAD)).all()
+    # The single-text path is untouched by a pair call on the same tokenizer.
+    assert_same_as_paddle(tok, ref, thucnews["test"][:100], max_seq_len)
+
+
+def test_pair_offsets_index_each_text(full_tok):
+    enc = encode_pairs(full_tok, ["国足公布"], ["世预赛名单"], MAX_SEQ_LEN)
+    n, types = enc.lengths[0], enc.token_type_ids[0]
+    spans = [tuple(x) for x in enc.offsets[0, :n].tolist()]
+    firsts = [spans[i] for i in range(1, n - 1) if types[i] == 0 and spans[i] != (0, 0)]
+    seconds = [spans[i] for i in range(n - 1) if types[i] == 1 and spans[i] != (0, 0)]
+    assert ["国足公布"[a:b] for a, b in firsts] == list("国足公布")
+    assert ["世预赛名单"[a:b] for a, b in seconds] == list("世预赛名单")
+
+
+def test_pair_errors_name_the_problem(full_tok):
+    with pytest.raises(ErnieDeployError, match="2 texts but 1 pairs"):
+        encode_pairs(full_tok, ["a", "b"], ["c"], MAX_SEQ_LEN)
+    with pytest.raises(ErnieDeployError, match="at least 3 for a pair"):
+        encode_pairs(full_tok, ["a"], ["b"], 2)
+    with pytest.raises(ErnieDeployError, match="not str"):
+        encode_pairs(full_tok, ["a"], [b"b"], MAX_SEQ_LEN)
