@@ -154,7 +154,9 @@ def test_build_command_takes_models_by_name(tiny_pipeline, tiny_token_pipeline, 
 
 
 @pytest.mark.integration
-def test_named_models_are_served_side_by_side_and_clients_pick_them(tiny_pipeline, tiny_token_pipeline, tmp_path):
+def test_named_models_are_served_side_by_side_and_clients_pick_them(
+    tiny_pipeline, tiny_token_pipeline, tmp_path, capsys
+):
     from ernie_deploy.client.grpc_client import Client, decode_outputs
     from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.evaluate.served import main as client_main
@@ -164,7 +166,11 @@ def test_named_models_are_served_side_by_side_and_clients_pick_them(tiny_pipelin
     build([_entry(tiny_pipeline, "news"), _entry(tiny_pipeline, "sentiment")], repo, PYTHON)
     build(_entry(tiny_token_pipeline, "people"), repo, PYTHON)
     texts = ["国足公布世预赛名单", "股市大涨 abc 123", "张三在北京大学读书"]
-    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
+    # Keyed as `ernie-deploy serve` runs it: the clients must not need the restricted model-config API.
+    key = "named-models-test-key-0123"
+    with TritonServer(
+        repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log", admin_key=key
+    ) as server:
         for name, pipeline in (("news", tiny_pipeline), ("sentiment", tiny_pipeline), ("people", tiny_token_pipeline)):
             task = pipeline.task.named(name)
             with Client(task, server.grpc_url) as client:
@@ -174,5 +180,6 @@ def test_named_models_are_served_side_by_side_and_clients_pick_them(tiny_pipelin
             assert served == expected, name
         # The seq_cls client pointed at a token_cls model says so, instead of misreading its answers.
         assert client_main(SEQ_CLS, ["--url", server.grpc_url, "--model", "people", "--text", "张三"]) == 2
+        assert "this client reads seq_cls answers" in capsys.readouterr().err
         assert client_main(SEQ_CLS, ["--url", server.grpc_url, "--model", "news", "--text", "股市大涨"]) == 0
     assert np.all([name in served_models(repo) for name in ("news", "sentiment", "people")])

@@ -11,7 +11,7 @@ import numpy as np
 
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import TASK_PARAMETER, TEXT_INPUT, TaskSpec
+from ernie_deploy.core.tasks import TEXT_INPUT, TaskSpec
 from ernie_deploy.serving.steps import text_problem
 
 DEFAULT_URL = GRPC_URL
@@ -90,13 +90,15 @@ class Client:
                 f"model {model!r} is not ready on {self.url}",
                 "check the server log; build it with `scripts/convert.sh`",
             )
-        # The repository records each model's task: a model of another task would be read wrongly, not fail.
-        parameters = self.client.get_model_config(model).config.parameters
-        served = parameters[TASK_PARAMETER].string_value if TASK_PARAMETER in parameters else self.task.name
-        if served != self.task.name:
+        # A model of another task would be read wrongly, not fail: its outputs say which it is. (Metadata, not the
+        # config: the model-config API may be restricted to the admin key, the metadata never is.)
+        served = {o.name for o in self.client.get_model_metadata(model).outputs}
+        wanted = {o.name for o in self.task.outputs}
+        if not wanted <= served:
             raise ErnieDeployError(
-                f"model {model!r} on {self.url} is a {served} model; this client reads {self.task.name} answers",
-                f"use the {served} client, or pass the name of a {self.task.name} model",
+                f"model {model!r} on {self.url} answers with {sorted(served)}; this client reads {self.task.name} "
+                f"answers ({sorted(wanted)})",
+                f"use the client of that model's task, or pass the name of a {self.task.name} model",
             )
 
     def infer(self, texts: list[str]) -> dict[str, np.ndarray]:
