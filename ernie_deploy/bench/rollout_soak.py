@@ -19,7 +19,7 @@ from pathlib import Path
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.operate.rollout import rollout
+from ernie_deploy.operate.rollout import canary_probe, rollout
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
 
@@ -87,11 +87,6 @@ def rollout_soak(
             with lock:
                 report.resent += client.retries
 
-    def probe(canary: TaskSpec, probe_texts) -> None:
-        with Client(canary, url) as client:
-            client.check_ready()
-            decode_outputs(canary, client.infer(list(probe_texts)))
-
     threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in range(concurrency)]
     start = time.monotonic()
     for thread in threads:
@@ -100,7 +95,7 @@ def rollout_soak(
     time.sleep(settle_s)
     windows.append((start, time.monotonic(), old))
     for target in (new, old):
-        report.switches.append(rollout(repository, task, target, admin, probe).to_dict())
+        report.switches.append(rollout(repository, task, target, admin, canary_probe(url)).to_dict())
         switched = time.monotonic()
         time.sleep(settle_s)
         windows.append((switched, time.monotonic(), target))

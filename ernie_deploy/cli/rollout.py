@@ -29,23 +29,9 @@ def register(sub) -> None:
     p.set_defaults(func=run_rollback)
 
 
-def _probe(url: str):
-    from ernie_deploy.client.grpc_client import Client, decode_outputs
-    from ernie_deploy.core.errors import ErnieDeployError
-
-    def probe(task, texts):
-        with Client(task, url) as client:
-            client.check_ready()
-            answers = decode_outputs(task, client.infer(list(texts)))
-        if len(answers) != len(texts):
-            raise ErnieDeployError(f"the canary {task.ensemble} answered {len(answers)} of {len(texts)} texts")
-
-    return probe
-
-
 def run(args, to_version: int | None = None) -> None:
     from ernie_deploy.client.admin import RepositoryAdmin
-    from ernie_deploy.operate.rollout import PROBE_TEXTS, rollout
+    from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe, rollout
     from ernie_deploy.repository.build import served_models
 
     models = served_models(args.repository)
@@ -61,7 +47,7 @@ def run(args, to_version: int | None = None) -> None:
             models[args.name],
             to_version or args.to,
             admin,
-            _probe(args.url),
+            canary_probe(args.url),
             probe_texts=args.probe_text or PROBE_TEXTS,
             log=print,
         )

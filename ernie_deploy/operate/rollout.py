@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ernie_deploy.client.admin import RepositoryAdmin
+from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.repository.versions import VersionedModel
@@ -115,6 +116,19 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
             admin.load(step)
         except ErnieDeployError as exc:  # the configs on disk are right; a restart or the next load applies them
             log(f"{model.name}: could not reload {step}: {exc.problem}")
+
+
+def canary_probe(url: str) -> Callable[[TaskSpec, Sequence[str]], None]:
+    """The probe `rollout` takes: every text sent to the canary over gRPC must come back as a well-formed answer."""
+
+    def probe(canary: TaskSpec, texts: Sequence[str]) -> None:
+        with Client(canary, url) as client:
+            client.check_ready()
+            answers = decode_outputs(canary, client.infer(list(texts)))
+        if len(answers) != len(texts):
+            raise ErnieDeployError(f"the canary {canary.ensemble} answered {len(answers)} of {len(texts)} texts")
+
+    return probe
 
 
 def previous_version(repository: str | Path, name: str) -> int:
