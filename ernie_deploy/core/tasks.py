@@ -23,6 +23,10 @@ class TensorSpec:
     dims: tuple[int, ...]
 
 
+# The ensemble's inputs: one text per item, and for text pairs its second text.
+TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
+TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
+
 # What one prediction is, per kind: a label per text ("sequence"), or a label per token that the postprocess
 # turns into entities with character offsets ("token"). The rank of the logits per text follows from it.
 KINDS = {"sequence": 1, "token": 2}
@@ -44,6 +48,8 @@ class TaskSpec:
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
     postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    # What the ensemble takes, per request item: the text, or a text and its pair.
+    inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
     max_seq_len: int = 128
     # The data split format: "tsv" (label<TAB>text) or "jsonl" ({"text", "labels"} per character).
     split_format: str = "tsv"
@@ -97,7 +103,6 @@ TASK_PARAMETER = "task"
 
 # One tokenizer step serves every task that shares a vocabulary.
 TOKENIZER_STEP = "ernie_tokenizer"
-TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 # Inputs of the exported ERNIE graph; paddlenlp derives the attention mask from pad ids.
 MODEL_INPUTS = ("input_ids", "token_type_ids")
 LOGITS = "logits"

@@ -98,8 +98,20 @@ def training_threads() -> int:
 
 def checkpoint_dir(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = None) -> Path:
     """Where `train` puts (or finds) the checkpoint for this task, data and recipe."""
-    full = recipe_for(task, recipe)
+    full = _with_base(recipe_for(task, recipe), Path(data_dir), lambda t, d: checkpoint_dir(t, d))
     return cache_dir() / "bootstrap" / cache_key(Path(data_dir), full)
+
+
+def _with_base(recipe: dict[str, Any], data_dir: Path, base_checkpoint) -> dict[str, Any]:
+    """The recipe with the checkpoint it starts from (`init_from`) resolved by `base_checkpoint(task, data_dir)`
+    (found, or trained): its folder name is its cache key, so a retrained base retrains this model too."""
+    if not recipe.get("init_from"):
+        return recipe
+    from ernie_deploy.core.tasks import get_task
+
+    base_task = get_task(recipe["init_from"])
+    base_data = data_mod.prepare(base_task.dataset, data_dir.parent)
+    return {**recipe, "init_checkpoint": base_checkpoint(base_task, base_data).name}
 
 
 def is_complete(ckpt: Path) -> bool:
@@ -181,7 +193,7 @@ def train(
     `recipe` overrides entries of DEFAULT_RECIPE (tests use a tiny one); it is part of the cache key.
     """
     data_dir = Path(data_dir)
-    full = recipe_for(task, recipe)
+    full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress))
     final = cache_dir() / "bootstrap" / cache_key(data_dir, full)
     if is_complete(final) and not force:
         return final
@@ -226,10 +238,14 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
 
     # Vocabulary from train splits only (this task's and the recipe's vocab_datasets'), then the Paddle-native
     # tokenizer over it. The whole train split counts toward the vocabulary even when training uses a subset.
-    vocab_texts = []
-    for name, path in vocab_sources(data_dir, recipe).items():
-        vocab_texts += train_texts if name == recipe["dataset"] else data_mod.read_split_file(path)[0]
-    vocab = build_vocab(vocab_texts, recipe["min_word_freq"])
+    base = cache_dir() / "bootstrap" / recipe["init_checkpoint"] if recipe.get("init_from") else None
+    if base is not None:
+        vocab = (base / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    else:
+        vocab_texts = []
+        for name, path in vocab_sources(data_dir, recipe).items():
+            vocab_texts += train_texts if name == recipe["dataset"] else data_mod.read_split_file(path)[0]
+        vocab = build_vocab(vocab_texts, recipe["min_word_freq"])
     if recipe["max_train_rows"] and recipe["max_train_rows"] < len(train_texts):
         keep = sorted(np.random.RandomState(recipe["seed"]).permutation(len(train_texts))[: recipe["max_train_rows"]])
         splits["train"] = ([train_texts[i] for i in keep], [train_labels[i] for i in keep])
@@ -268,6 +284,8 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
     )
     _seed_everything(recipe["seed"])
     model = model_cls(config)
+    if base is not None:
+        _load_encoder(model, base)
     model.train()
 
     rng = np.random.RandomState(recipe["seed"])
@@ -381,6 +399,22 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(meta, out / META_FILE)
+
+
+def _load_encoder(model, base: Path) -> None:
+    """The base checkpoint's encoder (every `ernie.` weight) into `model`; the task head keeps its fresh init."""
+    import paddle
+
+    state = paddle.load(str(base / "model_state.pdparams"))
+    encoder = {k: v for k, v in state.items() if k.startswith("ernie.")}
+    own = model.state_dict()
+    wrong = sorted(k for k, v in encoder.items() if k not in own or list(own[k].shape) != list(v.shape))
+    if wrong or not encoder:
+        raise ErnieDeployError(
+            f"the base checkpoint {base} does not fit this model's encoder ({', '.join(wrong[:3]) or 'no weights'})",
+            "give the recipe the base task's model shape (hidden_size, layers, heads), or drop init_from",
+        )
+    model.set_state_dict(encoder)
 
 
 class _Plan:

