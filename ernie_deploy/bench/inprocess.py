@@ -56,7 +56,7 @@ def bench_inprocess(
     """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
     row shown), each model freed before the next so that no idle thread pool competes with the servers."""
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import encode_batch
+    from ernie_deploy.serving.tokenizer import encode_items
 
     task = inputs.task
     max_len = task.max_seq_len
@@ -66,7 +66,7 @@ def bench_inprocess(
     for batch in config.batch_sizes:
         batches = chunks(inputs.texts, batch)
         sizes = [len(b) for b in batches]
-        encoded = [encode_batch(tokenizer, b, max_len) for b in batches]  # once: tokenization excluded
+        encoded = [encode_items(tokenizer, b, max_len) for b in batches]  # once: tokenization excluded
 
         # The INT8 cell right after its FP32 cell, on the same batches, so that the two see the same machine.
         for kind, session in ((LIMIT, model), (LIMIT_INT8, int8)):
@@ -83,7 +83,7 @@ def bench_inprocess(
 
         def run_texts(texts) -> float:
             t0 = time.perf_counter()
-            enc = encode_batch(tokenizer, texts, max_len)
+            enc = encode_items(tokenizer, texts, max_len)
             t1 = time.perf_counter()
             model(enc.input_ids, enc.token_type_ids)
             return t1 - t0
@@ -110,7 +110,7 @@ def paddle_available() -> bool:
 def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
     """Paddle Inference on the serving tokenizer's ids (identical to paddlenlp's), with as many math threads as
     onnxruntime gets. One row per batch size; the best is marked."""
-    from ernie_deploy.serving.tokenizer import encode_batch
+    from ernie_deploy.serving.tokenizer import encode_items
 
     task = inputs.task
     if not paddle_available():
@@ -124,7 +124,7 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
     rows = []
     for batch in config.batch_sizes:
         batches = chunks(inputs.texts, batch)
-        encoded = [encode_batch(tokenizer, b, task.max_seq_len) for b in batches]
+        encoded = [encode_items(tokenizer, b, task.max_seq_len) for b in batches]
 
         def run(enc) -> float:
             predictor(enc.input_ids, enc.token_type_ids)

@@ -129,7 +129,7 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
     from ernie_deploy.evaluate.offline import predictions
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import encode_batch, load_tokenizer
+    from ernie_deploy.serving.tokenizer import encode_items, load_tokenizer
 
     repository = Path(repository)
     model = VersionedModel.read(repository, task.ensemble)
@@ -142,7 +142,7 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
-        enc = encode_batch(tokenizer, batch, max_seq_len)
+        enc = encode_items(tokenizer, batch, max_seq_len)
         out += predictions(task, labels, onnx(enc.input_ids, enc.token_type_ids), enc, batch)
     return out
 

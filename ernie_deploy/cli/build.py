@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
@@ -20,7 +20,7 @@ def register(sub) -> None:
         "--task",
         action="append",
         choices=sorted(TASKS),
-        help="default: the task of the --static model, else every task",
+        help=f"default: the task of the --static model, else {' and '.join(DEFAULT_TASKS)}",
     )
     p.add_argument(
         "--name",
@@ -129,7 +129,7 @@ def run(args) -> None:
             raise ErnieDeployError("--task with --name checks one model's task", "pass at most one --task")
         wanted = [(args.task[0] if args.task else None, name) for name in args.name]
     else:
-        wanted = [(task, None) for task in args.task or ([None] if args.static else sorted(TASKS))]
+        wanted = [(task, None) for task in args.task or ([None] if args.static else DEFAULT_TASKS)]
     if args.version is not None and len(args.name or []) != 1:
         raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
     if (args.static or args.onnx) and len(wanted) != 1:

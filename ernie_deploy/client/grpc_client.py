@@ -11,7 +11,7 @@ import numpy as np
 
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import TEXT_INPUT, TaskSpec
+from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.serving.steps import text_problem
 
 DEFAULT_URL = GRPC_URL
@@ -101,23 +101,25 @@ class Client:
                 f"use the client of that model's task, or pass the name of a {self.task.name} model",
             )
 
-    def infer(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """One request holding `texts`; returns every output of the ensemble, first axis = texts.
+    def infer(self, texts: list) -> dict[str, np.ndarray]:
+        """One request holding `texts` (for a pair model, (text, text_pair) tuples); returns every output of the
+        ensemble, first axis = texts.
 
         Transient failures are retried with backoff (see `Retry`); a bad request raises `BadRequest` at once."""
         from tritonclient.utils import InferenceServerException
 
-        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=np.object_).reshape(
-            -1, 1
-        )
-        tensor = self._grpc.InferInput(TEXT_INPUT.name, list(data.shape), "BYTES")
-        tensor.set_data_from_numpy(data)
+        tensors = []
+        for spec, column in zip(self.task.inputs, input_columns(self.task, texts)):
+            data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in column], dtype=np.object_)
+            tensor = self._grpc.InferInput(spec.name, [len(column), 1], "BYTES")
+            tensor.set_data_from_numpy(data.reshape(-1, 1))
+            tensors.append(tensor)
         outputs = [self._grpc.InferRequestedOutput(o.name) for o in self.task.outputs]
         t0, tries, delays = time.monotonic(), 0, self.retry.delays()
         while True:
             tries += 1
             try:
-                result = self.client.infer(self.task.ensemble, [tensor], outputs=outputs, client_timeout=self.timeout_s)
+                result = self.client.infer(self.task.ensemble, tensors, outputs=outputs, client_timeout=self.timeout_s)
                 return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
             except InferenceServerException as exc:
                 status, message = str(exc.status()), exc.message() or str(exc)
@@ -167,10 +169,15 @@ class Client:
             return decode_outputs(self.task, self.infer_all(texts, batch_size, progress))
         results: list = [None] * len(texts)
         good = []
-        for i, text in enumerate(texts):
-            problem = text_problem(text.encode("utf-8") if isinstance(text, str) else text)
-            if problem:
-                results[i] = TextError(i, problem)
+        columns = input_columns(self.task, texts)
+        for i in range(len(texts)):
+            problems = [
+                f"{spec.name} {problem}" if len(columns) > 1 else problem
+                for spec, column in zip(self.task.inputs, columns)
+                if (problem := text_problem(column[i].encode("utf-8") if isinstance(column[i], str) else column[i]))
+            ]
+            if problems:
+                results[i] = TextError(i, "; ".join(problems))
             else:
                 good.append(i)
         if good:
@@ -186,6 +193,27 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def input_columns(task: TaskSpec, items: list) -> list[list]:
+    """Items as the model's input tensors take them: one column of texts, or for a pair model the texts and their
+    pairs from (text, text_pair) tuples."""
+    if len(task.inputs) == 1:
+        bad = [i for i, item in enumerate(items) if isinstance(item, tuple | list)]
+        if bad:
+            raise ErnieDeployError(
+                f"item {bad[0]} is a {type(items[bad[0]]).__name__}, but model {task.ensemble!r} takes one text",
+                "send plain strings, or call a pair model",
+            )
+        return [list(items)]
+    names = [spec.name for spec in task.inputs]
+    bad = [i for i, item in enumerate(items) if not isinstance(item, tuple | list) or len(item) != len(names)]
+    if bad:
+        raise ErnieDeployError(
+            f"item {bad[0]} is {items[bad[0]]!r}; model {task.ensemble!r} takes {' and '.join(names)} per item",
+            f"send ({', '.join(names)}) tuples",
+        )
+    return [list(column) for column in zip(*items)] if items else [[] for _ in names]
 
 
 def _label(item: bytes) -> str:

@@ -150,7 +150,25 @@ TOKEN_CLS = TaskSpec(
     split_format="jsonl",
 )
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS)}
+# Two texts, one label: do they say the same thing, does one answer the other, do they belong together. The
+# tokenizer encodes `[CLS] text [SEP] text_pair [SEP]` with token types 0 and 1, as ERNIE was trained.
+PAIR_CLS = TaskSpec(
+    name="pair_cls",
+    kind="sequence",
+    dataset="thucnews_pairs",
+    paddle_class="ErnieForSequenceClassification",
+    ensemble="ernie_paircls",
+    metric="accuracy",
+    postprocess="seq_cls_postprocess",
+    prediction="label",
+    outputs=SEQ_CLS.outputs,
+    inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS)}
+# The demo models: what the quickstart, `scripts/convert.sh`, `build` and `bench` take when no task is named. The
+# other tasks are one `--task` away (their bootstraps start from these two and add minutes the quickstart skips).
+DEFAULT_TASKS = ("seq_cls", "token_cls")
 
 
 def artifact_name(model: str) -> str:

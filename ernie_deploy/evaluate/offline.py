@@ -18,9 +18,14 @@ from ernie_deploy.export.static import StaticModel
 from ernie_deploy.serving.tokenizer import Encoded
 
 
-def _batches(texts: list[str], batch_size: int):
+def _chars(item) -> int:
+    """Characters in a text, or in both texts of a (text, text_pair) tuple."""
+    return sum(map(len, item)) if isinstance(item, tuple) else len(item)
+
+
+def _batches(texts: list, batch_size: int):
     """Length-sorted batches (less padding), yielded with their original positions."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    order = sorted(range(len(texts)), key=lambda i: _chars(texts[i]))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         yield idx, [texts[i] for i in idx]
@@ -73,9 +78,15 @@ def paddle_encoder(
 
     tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=do_lower_case)
 
-    def encode(batch: list[str]) -> Encoded:
+    def encode(batch: list) -> Encoded:
+        # A batch of (text, text_pair) tuples goes in as paddlenlp takes pairs: the texts, then their pairs.
+        columns = list(zip(*batch)) if batch and isinstance(batch[0], tuple) else [batch]
         enc = tokenizer(
-            batch, max_length=max_seq_len, truncation=True, return_offsets_mapping=True, return_attention_mask=False
+            *map(list, columns),
+            max_length=max_seq_len,
+            truncation=True,
+            return_offsets_mapping=True,
+            return_attention_mask=False,
         )
         lengths = np.array([len(ids) for ids in enc["input_ids"]], np.int64)
         width = int(lengths.max())
@@ -111,14 +122,14 @@ def onnx_predictions(
 ) -> list:
     """What the server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
 
     tokenizer = build_tokenizer(vocab_file)
     return predict(
         task,
         labels,
         texts,
-        lambda batch: encode_batch(tokenizer, batch, task.max_seq_len),
+        lambda batch: encode_items(tokenizer, batch, task.max_seq_len),
         OnnxModel(onnx_path),
         desc="onnx",
     )

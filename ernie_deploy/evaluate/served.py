@@ -14,8 +14,9 @@ from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 
 
-def _print_label(text: str, prediction: str, out: dict, i: int) -> None:
-    print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{text}")
+def _print_label(text, prediction: str, out: dict, i: int) -> None:
+    shown = "\t".join(text) if isinstance(text, tuple) else text  # a pair: both texts
+    print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{shown}")
 
 
 def _print_entities(text: str, prediction: list[dict], out: dict, i: int) -> None:
@@ -38,6 +39,8 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         "--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} test split)"
     )
     parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
+    if len(task.inputs) > 1:
+        parser.add_argument("--text-pair", action="append", help="the second text of each --text, in order")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")
     args = parser.parse_args(argv)
@@ -46,9 +49,17 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         with Client(task, args.url) as client:
             client.check_ready()
             if args.text:
-                out = client.infer(args.text)
+                items = args.text
+                if len(task.inputs) > 1:
+                    pairs = args.text_pair or []
+                    if len(pairs) != len(items):
+                        raise ErnieDeployError(
+                            f"{len(items)} --text but {len(pairs)} --text-pair", "give each --text its --text-pair"
+                        )
+                    items = list(zip(items, pairs))
+                out = client.infer(items)
                 show = PRINTERS[task.kind]
-                for i, (text, prediction) in enumerate(zip(args.text, decode_outputs(task, out))):
+                for i, (text, prediction) in enumerate(zip(items, decode_outputs(task, out))):
                     show(text, prediction, out, i)
                 return 0
             from ernie_deploy.evaluate.metrics import format_report, score

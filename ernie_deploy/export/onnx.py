@@ -98,7 +98,7 @@ def check_parity(
     """Run the same batches through Paddle Inference and onnxruntime and compare logits."""
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
 
     if not texts:
         raise ErnieDeployError("parity check needs at least one text")
@@ -112,7 +112,7 @@ def check_parity(
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
     for start in range(0, len(texts), batch_size):
-        enc = encode_batch(tokenizer, texts[start : start + batch_size], max_seq_len)
+        enc = encode_items(tokenizer, texts[start : start + batch_size], max_seq_len)
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, static.model_file)

@@ -239,7 +239,7 @@ def check_drift(
     logits. The gate is the precision's, read from `gates`; labels are per text or per token, as the static
     model's task says."""
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
 
     tolerance, min_labels_agree = reduced(precision).gate(gates or Gates())
     if not texts:
@@ -250,7 +250,7 @@ def check_drift(
     reference, candidate = OnnxModel(fp32_onnx), OnnxModel(candidate_onnx)
     worst, agree, tokens_same, tokens = 0.0, 0, 0, 0
     for start in range(0, len(texts), batch_size):
-        enc = encode_batch(tokenizer, texts[start : start + batch_size], max_seq_len)
+        enc = encode_items(tokenizer, texts[start : start + batch_size], max_seq_len)
         a, b = reference(enc.input_ids, enc.token_type_ids), candidate(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, fp32_onnx)
         require_logits_rank(task, b, candidate_onnx)

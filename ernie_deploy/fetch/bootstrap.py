@@ -143,19 +143,26 @@ def _batches(lengths: list[int], batch_size: int, bucket: int, rng) -> list[list
     return batches
 
 
-def _collate(rows: list[tuple[list[int], Any]], idx: list[int], kind: KindRecipe, pad_id: int):
-    """Pad to the longest sequence of the batch; token_type_ids are all 0 (single sentence)."""
+def _collate(rows: list[tuple[list[int], Any]], idx: list[int], kind: KindRecipe, pad_id: int, sep_id: int):
+    """Pad to the longest sequence of the batch. token_type_ids: 1 on a pair's second text and its [SEP] (the
+    real tokens after the first [SEP]), 0 elsewhere, as ErnieTokenizer gives them; all 0 for single texts."""
     import numpy as np
 
     width = max(len(rows[i][0]) for i in idx)
     ids = np.full((len(idx), width), pad_id, dtype="int64")
+    types = np.zeros_like(ids)
     for r, i in enumerate(idx):
-        ids[r, : len(rows[i][0])] = rows[i][0]
+        row = rows[i][0]
+        ids[r, : len(row)] = row
+        first_sep = row.index(sep_id) if sep_id in row else len(row)
+        types[r, first_sep + 1 : len(row)] = 1
     labels = kind.collate_labels([rows[i][1] for i in idx], width)
-    return ids, np.zeros_like(ids), labels
+    return ids, types, labels
 
 
-def _evaluate(model, rows, kind: KindRecipe, pad_id: int, batch_size: int, names: list[str]) -> tuple[float, list]:
+def _evaluate(
+    model, rows, kind: KindRecipe, pad_id: int, sep_id: int, batch_size: int, names: list[str]
+) -> tuple[float, list]:
     import paddle
 
     model.eval()
@@ -164,7 +171,7 @@ def _evaluate(model, rows, kind: KindRecipe, pad_id: int, batch_size: int, names
     with paddle.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            ids, types, labels = _collate(rows, idx, kind, pad_id)
+            ids, types, labels = _collate(rows, idx, kind, pad_id, sep_id)
             logits = model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types))
             logits_out.append(logits.numpy())
             labels_out.append(labels)
@@ -259,7 +266,9 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         for split in data_mod.SPLITS
     }
     tokenize_s = time.time() - t_tok
-    unk = unk_rate(tokenizer, splits["test"][0])
+    # Both texts of a pair count toward the [UNK] rate.
+    unk = unk_rate(tokenizer, [t for item in splits["test"][0] for t in (item if isinstance(item, tuple) else (item,))])
+    sep_id = tokenizer.convert_tokens_to_ids("[SEP]")
 
     model_cls = getattr(ppt, task.paddle_class, None)
     if model_cls is None:
@@ -316,7 +325,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
         for idx in _batches(lengths, recipe["batch_size"], recipe["bucket_batches"], rng):
             if step >= plan.total:
                 break
-            ids, types, y = _collate(encoded["train"], idx, kind, 0)
+            ids, types, y = _collate(encoded["train"], idx, kind, 0, sep_id)
             if recipe["token_dropout"]:
                 # Specials are ids 0..4; [UNK] also learns an embedding this way (train has no [UNK]).
                 drop = (aug_rng.random_sample(ids.shape) < recipe["token_dropout"]) & (ids >= len(SPECIAL_TOKENS))
@@ -336,7 +345,7 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
             if len(losses) % 20 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{max(best['dev'], 0):.3f}")
         epoch_s = time.time() - t_epoch
-        dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, recipe["eval_batch_size"], labels)
+        dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, sep_id, recipe["eval_batch_size"], labels)
         history.append(
             {
                 "epoch": epoch,
@@ -360,8 +369,8 @@ def _train_into(out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any
 
     model.set_state_dict({k: paddle.to_tensor(v) for k, v in best["state"].items()})
     model.eval()
-    dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, recipe["eval_batch_size"], labels)
-    test_metric, _ = _evaluate(model, encoded["test"], kind, 0, recipe["eval_batch_size"], labels)
+    dev_metric, _ = _evaluate(model, encoded["dev"], kind, 0, sep_id, recipe["eval_batch_size"], labels)
+    test_metric, _ = _evaluate(model, encoded["test"], kind, 0, sep_id, recipe["eval_batch_size"], labels)
 
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))

@@ -177,16 +177,23 @@ def split_rows(rows: list, labels: list, seed: int, dev: int, test: int) -> dict
     return {"train": train_rows, "dev": dev_rows, "test": test_rows}
 
 
-def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
+# The TSV headers: a label and a text, or a label and a text pair (read back as (text, text_pair) tuples).
+TSV_HEADERS = (["label", "text"], ["label", "text", "text_pair"])
+
+
+def write_tsv(path: Path, rows: list[tuple[str, ...]]) -> None:
+    """(label, text) or (label, text, text_pair) rows under their header, atomically."""
+    width = len(rows[0]) if rows else 2
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
-            writer.writerow(["label", "text"])
+            writer.writerow(TSV_HEADERS[width - 2])
             writer.writerows(rows)
 
 
-def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read a `label<TAB>text` file with a header; returns (texts, labels)."""
+def read_tsv(path: str | Path) -> tuple[list, list[str]]:
+    """Read a `label<TAB>text` (or `label<TAB>text<TAB>text_pair`) file with its header; returns (texts, labels),
+    each text a str, or a (text, text_pair) tuple."""
     path = Path(path)
     if not path.exists():
         raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
@@ -194,13 +201,18 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
         header = next(reader, None)
-        if header != ["label", "text"]:
-            raise ErnieDeployError(f"{path}: expected a `label<TAB>text` header, got {header}")
+        if header not in TSV_HEADERS:
+            raise ErnieDeployError(
+                f"{path}: expected a `label<TAB>text` or `label<TAB>text<TAB>text_pair` header, got {header}",
+                "write the header line first, fields separated by tabs",
+            )
         for row in reader:
-            if len(row) != 2:
-                raise ErnieDeployError(f"{path}:{reader.line_num}: expected 2 tab-separated fields, got {len(row)}")
+            if len(row) != len(header):
+                raise ErnieDeployError(
+                    f"{path}:{reader.line_num}: expected {len(header)} tab-separated fields, got {len(row)}"
+                )
             labels.append(row[0])
-            texts.append(row[1])
+            texts.append(row[1] if len(row) == 2 else (row[1], row[2]))
     return texts, labels
 
 
@@ -284,6 +296,40 @@ def _msra_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, 
     }
 
 
+PAIR_SAME, PAIR_DIFFERENT = "same", "different"
+
+
+def title_pairs(rows: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str, str]]:
+    """(label, title) rows -> as many (same|different, title, other title) pairs, half of each: every title is a
+    first text once, in a seeded order; its partner is another title of the same class (even positions) or of
+    another class (odd positions), drawn from the same rows, so a split's pairs never use another split's titles."""
+    by_label: dict[str, list[str]] = {}
+    for label, title in rows:
+        by_label.setdefault(label, []).append(title)
+    order = list(rows)
+    rng.shuffle(order)
+    pairs = []
+    for i, (label, title) in enumerate(order):
+        if i % 2 == 0:
+            pool = [t for t in by_label[label] if t != title]
+            if pool:
+                pairs.append((PAIR_SAME, title, rng.choice(pool)))
+                continue
+        other = rng.choice(sorted(set(by_label) - {label}))
+        pairs.append((PAIR_DIFFERENT, title, rng.choice(by_label[other])))
+    return pairs
+
+
+def _thucnews_pair_splits(spec: DatasetSpec, source: Path) -> dict[str, list[tuple[str, str, str]]]:
+    """THUCNews title pairs labelled by whether both titles have one class, each split from its own split's titles."""
+    rng = random.Random(spec.seed)
+    splits = {}
+    for split in SPLITS:
+        texts, labels = read_tsv(split_file(source, split, "tsv"))
+        splits[split] = title_pairs(list(zip(labels, texts)), rng)
+    return splits
+
+
 THUCNEWS = DatasetSpec(
     name="thucnews",
     archive=ArchiveSpec(
@@ -309,7 +355,15 @@ MSRA_NER = DatasetSpec(
     split_format="jsonl",
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER)}
+THUCNEWS_PAIRS = DatasetSpec(
+    name="thucnews_pairs",
+    archive=None,
+    members={},
+    split=_thucnews_pair_splits,
+    source="thucnews",
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, THUCNEWS_PAIRS)}
 
 _WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl}
 

@@ -36,10 +36,6 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "vocab_datasets": ["msra_ner", "thucnews"],
     "min_word_freq": 2,  # whole non-CJK words (numbers, Latin words) kept as one token from this count
     "max_train_rows": None,  # train on a seeded subset of this many rows (None: all)
-    # Start from another task's bootstrap checkpoint (a TASKS name): its encoder weights and its vocabulary (the
-    # task head starts fresh). That checkpoint is trained first if the cache lacks it, and its cache key is part
-    # of this one's. None: random init, a vocabulary built here.
-    "init_from": None,
     # optimisation
     "epochs": 8,  # at most; fewer where the budget runs out first
     # Minutes of training (the loop, dev passes included) on this machine; None: every epoch. The number of
@@ -56,13 +52,20 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "seed": 42,
 }
 
-# Per task: the recipe entries it changes from DEFAULT_RECIPE.
+# Per task: the recipe entries it changes from DEFAULT_RECIPE, and `init_from`: start from another task's bootstrap
+# checkpoint (a TASKS name), its encoder weights and its vocabulary (the task head starts fresh). That checkpoint is
+# trained first if the cache lacks it, and its cache key is part of this one's. Without it: random init, and a
+# vocabulary built here. (Not a DEFAULT_RECIPE key: the recipe is the cache key, and the existing bootstraps keep
+# theirs.)
 TASK_RECIPES: dict[str, dict[str, Any]] = {
     "seq_cls": {},
     # Measured on 2 cores (dev entity F1 over word pieces, per epoch): 2 x 256 with the classifier's
     # regularisation, 20,000 rows, 3 epochs: 0.42 / 0.59 / 0.64 (9.5 min); 2 x 128, lr 2e-3, all 48,289
     # rows: 0.48 after one epoch (3.4 min). The run is short enough that the model underfits, so
     # dropout and [UNK] dropout only slow it: without them, lr 1e-3: 0.52 / 0.61 / 0.69 (8.5 min).
+    # Pairs start from the classifier, whose encoder already tells the classes apart; the pair head learns to
+    # compare two titles. Measured on 2 cores: see tests/baselines/pair_cls.json.
+    "pair_cls": {"init_from": "seq_cls", "epochs": 3},
     "token_cls": {
         "max_train_rows": 20000,
         "epochs": 3,
@@ -129,8 +132,11 @@ class KindRecipe:
     metric_name: str
 
 
-def _sequence_encode(tokenizer, text: str, label: str, label2id: dict[str, int], max_seq_len: int):
-    ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
+def _sequence_encode(tokenizer, text, label: str, label2id: dict[str, int], max_seq_len: int):
+    """A text, or a (text, text_pair) tuple (`[CLS] a [SEP] b [SEP]`, cut as ErnieTokenizer cuts pairs)."""
+    ids = tokenizer(*(text if isinstance(text, tuple) else (text,)), max_length=max_seq_len, truncation=True)[
+        "input_ids"
+    ]
     if label not in label2id:
         raise ErnieDeployError(f"label {label!r} is not among the train labels", "re-run data preparation")
     return ids, label2id[label]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
@@ -51,20 +51,47 @@ _FIXES = {
 }
 
 
-def decode_texts(array: np.ndarray) -> list[str]:
+def decode_texts(array: np.ndarray, name: str = "text") -> list[str]:
     """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that names
-    every bad text of the request by its index (so a caller can resend the good ones)."""
+    every bad text of the request by its input and index (so a caller can resend the good ones)."""
     if array.dtype != np.object_:
         raise BadRequest(
-            f"input 'text' has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
+            f"input {name!r} has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
             "send UTF-8 strings as a BYTES tensor of shape [batch, 1]",
         )
     items = array.reshape(-1)
     problems = [(i, p) for i, p in enumerate(map(text_problem, items)) if p]
     if problems:
         fixes = dict.fromkeys(fix for key, fix in _FIXES.items() for _, p in problems if p.startswith(key))
-        raise BadRequest("; ".join(f"text {i} {p}" for i, p in problems), "; ".join(fixes))
+        raise BadRequest("; ".join(f"{name} {i} {p}" for i, p in problems), "; ".join(fixes))
     return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in items]
+
+
+def decode_inputs(inputs: dict[str, np.ndarray], names: list[str]) -> list:
+    """The request's texts (one input) or (text, text_pair) tuples (two inputs), every input checked and named in
+    the error: a pair with an empty side fails with that side's name and index."""
+    missing = [n for n in names if inputs.get(n) is None]
+    if missing:
+        raise BadRequest(
+            f"the request has no {' and no '.join(repr(n) for n in missing)} input",
+            f"this model takes {' and '.join(repr(n) for n in names)}, one element per item each",
+        )
+    columns, problems = [], []
+    for name in names:
+        try:
+            columns.append(decode_texts(inputs[name], name))
+        except BadRequest as exc:
+            problems.append(exc)
+    if problems:
+        raise BadRequest("; ".join(e.problem for e in problems), "; ".join(dict.fromkeys(e.fix for e in problems)))
+    if len(columns) == 1:
+        return columns[0]
+    if len({len(c) for c in columns}) != 1:
+        raise BadRequest(
+            f"{' and '.join(f'{len(c)} {n}' for c, n in zip(columns, names))} elements",
+            "send one text_pair per text",
+        )
+    return list(zip(*columns))
 
 
 class Step:
@@ -137,6 +164,8 @@ class TokenizerStep(Step):
         from ernie_deploy.serving.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
+        # What it reads: the text, or a text and its pair (from its config's inputs).
+        self.inputs = [i["name"] for i in config.get("input", [])] or [TEXT_INPUT.name]
         self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
         self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
@@ -148,12 +177,12 @@ class TokenizerStep(Step):
             )
 
     def check(self, inputs):
-        return decode_texts(inputs["text"])
+        return decode_inputs(inputs, self.inputs)
 
-    def run(self, items: list[list[str]], requested=None) -> list[dict[str, np.ndarray]]:
-        from ernie_deploy.serving.tokenizer import encode_batch, padded_width
+    def run(self, items: list[list], requested=None) -> list[dict[str, np.ndarray]]:
+        from ernie_deploy.serving.tokenizer import encode_items, padded_width
 
-        enc = encode_batch(
+        enc = encode_items(
             self.tokenizer,
             [t for texts in items for t in texts],
             self.max_seq_len,
@@ -304,7 +333,7 @@ class PipelineStep(Step):
     docs/BENCHMARKS.md); it needs onnxruntime inside the python backend, so it is a pip-only layout."""
 
     def __init__(self, config: dict, version_dir: Path):
-        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)
+        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the pipeline's inputs
         self.model = OnnxStep(config, version_dir)
         self.post = STEPS[parameter(config, "postprocess")](config, version_dir)
         self.outputs = [o["name"] for o in config.get("output", [])]

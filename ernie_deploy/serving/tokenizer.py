@@ -411,3 +411,20 @@ def encode_pairs(
         rows.append((ids, spans, [0] * (keep_a + 2) + [1] * (keep_b + 1)))
         truncated.append(keep_a < len(a.ids) or keep_b < len(b.ids))
     return _padded(tokenizer, rows, truncated, max_seq_len, pad_to_multiple_of)
+
+
+def encode_items(
+    tokenizer: Tokenizer, items: Sequence[str | tuple[str, str]], max_seq_len: int, *, pad_to_multiple_of: int = 1
+) -> Encoded:
+    """A model's inputs as its tasks read them: texts (`encode_batch`), or (text, text_pair) tuples
+    (`encode_pairs`). One batch is all texts or all pairs."""
+    items = list(items)
+    pairs = [isinstance(item, tuple) for item in items]
+    if not any(pairs):
+        return encode_batch(tokenizer, items, max_seq_len, pad_to_multiple_of=pad_to_multiple_of)
+    if not all(pairs) or any(len(item) != 2 for item in items):
+        raise ErnieDeployError(
+            "a batch mixes texts and text pairs", "send (text, text_pair) tuples to a pair model, strings otherwise"
+        )
+    texts, second = zip(*items)
+    return encode_pairs(tokenizer, texts, second, max_seq_len, pad_to_multiple_of=pad_to_multiple_of)

@@ -35,7 +35,9 @@ class StepModel:
         pb = self.pb
         inputs, wanted = [], []
         for request in requests:
-            inputs.append({name: pb.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs})
+            tensors = {name: pb.get_input_tensor_by_name(request, name) for name in self.inputs}
+            # An optional input the request left out is None: the step names it in its error.
+            inputs.append({name: None if t is None else t.as_numpy() for name, t in tensors.items()})
             # Compute and send only what the ensemble reads from this step (e.g. no offsets for seq_cls).
             wanted.append(set(request.requested_output_names()) or set(self.outputs))
         # All requests of this execute run as one batch; a bad request fails alone, with its message,
