@@ -347,3 +347,67 @@ def test_training_is_deterministic(trained, tmp_path, monkeypatch):
         {**h, "seconds": g["seconds"]}
         for h, g in zip(bootstrap.load_meta(trained["ckpt"])["history"], bootstrap.load_meta(again)["history"])
     ]
+
+
+def test_pair_rows_get_erniess_token_types(tmp_path):
+    """Batches of pairs carry token type 1 on the second text and its [SEP], as ErnieTokenizer gives them."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from ernie_deploy.core.tasks import PAIR_CLS
+    from ernie_deploy.fetch.recipes import KIND_RECIPES
+
+    write_vocab(build_vocab([t for _, t in _rows(50, 1)], 2), tmp_path / "vocab.txt")
+    tokenizer = ErnieTokenizer(str(tmp_path / "vocab.txt"))
+    kind = KIND_RECIPES[PAIR_CLS.kind]
+    items = [("股市大涨的", "冠军 nba"), "球赛冠军", ("玩家", "网游基金 2010 的的的")]
+    rows = [kind.encode(tokenizer, item, "a", {"a": 0}, 16) for item in items]
+    sep = tokenizer.convert_tokens_to_ids("[SEP]")
+    ids, types, _ = bootstrap._collate(rows, [0, 1, 2], kind, 0, sep)
+    for r, item in enumerate(items):
+        want = tokenizer(*(item if isinstance(item, tuple) else (item,)), max_length=16, truncation=True)
+        n = len(want["input_ids"])
+        assert ids[r, :n].tolist() == want["input_ids"] and types[r, :n].tolist() == want["token_type_ids"]
+        assert not types[r, n:].any()
+
+
+def test_a_warm_start_takes_the_encoder_and_keys_on_the_base(tmp_path, monkeypatch):
+    """init_from: the base checkpoint's name is part of the cache key (a retrained base retrains this model), its
+    encoder weights are loaded, the head stays fresh, and an encoder of another shape is refused."""
+    import numpy as np
+    import paddle
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+
+    from ernie_deploy.core.tasks import PAIR_CLS
+
+    data = _write_data(tmp_path / "data" / "pairs")
+    monkeypatch.setattr(bootstrap.data_mod, "prepare", lambda name, root=None: data)
+    recipe = recipe_for(PAIR_CLS, {"vocab_datasets": []})
+    keys = {
+        name: bootstrap.cache_key(data, bootstrap._with_base(recipe, data, lambda task, d, n=name: Path(n)))
+        for name in ("base-a", "base-b")
+    }
+    assert len(set(keys.values())) == 2
+
+    def model(hidden, seed):
+        paddle.seed(seed)
+        config = ErnieConfig(
+            vocab_size=50,
+            hidden_size=hidden,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_labels=2,
+        )
+        return ErnieForSequenceClassification(config)
+
+    base = model(16, 1)
+    paddle.save(base.state_dict(), str(tmp_path / "model_state.pdparams"))
+    warm = model(16, 2)
+    head = warm.classifier.weight.numpy().copy()
+    bootstrap._load_encoder(warm, tmp_path)
+    encoder = [name for name in base.state_dict() if name.startswith("ernie.")]
+    assert encoder and all(np.array_equal(base.state_dict()[n].numpy(), warm.state_dict()[n].numpy()) for n in encoder)
+    assert np.array_equal(warm.classifier.weight.numpy(), head)  # the head: its own fresh init, not the base's
+    assert not np.array_equal(head, base.classifier.weight.numpy())
+    with pytest.raises(ErnieDeployError, match="does not fit this model's encoder"):
+        bootstrap._load_encoder(model(32, 3), tmp_path)
