@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS, TOKEN_CLS
 
 ROOT = Path(__file__).resolve().parents[1]
 THUCNEWS_LABELS = [
@@ -95,13 +95,25 @@ def thucnews() -> Path:
     return prepare("thucnews")
 
 
+def bootstrap_pipeline(task, tmp_path_factory) -> Pipeline:
+    """The real path for a task: its bootstrap model (trained once, then cached) exported and converted."""
+    from ernie_deploy.fetch.bootstrap import train
+    from ernie_deploy.fetch.data import prepare
+
+    data = prepare(task.dataset)
+    return run_stages(task, train(task, data, progress=False), tmp_path_factory.mktemp(task.name), data)
+
+
 @pytest.fixture(scope="session")
 def seq_cls_pipeline(tmp_path_factory, thucnews) -> Pipeline:
-    """The real path: the bootstrap classifier (trained once, then cached) exported and converted."""
-    from ernie_deploy.fetch.bootstrap import train
+    """The bootstrap classifier."""
+    return bootstrap_pipeline(SEQ_CLS, tmp_path_factory)
 
-    work = tmp_path_factory.mktemp("seq_cls")
-    return run_stages(SEQ_CLS, train(SEQ_CLS, thucnews, progress=False), work, thucnews)
+
+@pytest.fixture(scope="session")
+def pair_cls_pipeline(tmp_path_factory) -> Pipeline:
+    """The bootstrap pair classifier (started from the classifier's encoder)."""
+    return bootstrap_pipeline(PAIR_CLS, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -113,11 +125,8 @@ def msra_ner() -> Path:
 
 @pytest.fixture(scope="session")
 def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
-    """The bootstrap NER model (trained once, then cached) exported and converted."""
-    from ernie_deploy.fetch.bootstrap import train
-
-    work = tmp_path_factory.mktemp("token_cls")
-    return run_stages(TOKEN_CLS, train(TOKEN_CLS, msra_ner, progress=False), work, msra_ner)
+    """The bootstrap NER model."""
+    return bootstrap_pipeline(TOKEN_CLS, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -132,6 +141,20 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     ]
     build(entries, repo, BuildOptions(runtime="python"))
     return repo
+
+
+@pytest.fixture(scope="session")
+def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline):
+    """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
+    models of several kinds runs)."""
+    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.server.process import TritonServer
+
+    repo = tmp_path_factory.mktemp("every_kind")
+    pipelines = (seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline)
+    build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels) for p in pipelines], repo)
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "every_kind.log") as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

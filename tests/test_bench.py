@@ -331,12 +331,18 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_perf_analyzer_command_and_input_file(tmp_path):
-    data = perf_analyzer_input(["国足公布名单", "股市大涨"], tmp_path / "input.json")
+    from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS
+
+    data = perf_analyzer_input(SEQ_CLS, ["国足公布名单", "股市大涨"], tmp_path / "input.json")
     assert json.loads(data.read_text(encoding="utf-8")) == {
         "data": [
             {"text": {"content": ["国足公布名单"], "shape": [1]}},
             {"text": {"content": ["股市大涨"], "shape": [1]}},
         ]
+    }
+    pairs = perf_analyzer_input(PAIR_CLS, [("国足", "名单")], tmp_path / "pairs.json")
+    assert json.loads(pairs.read_text(encoding="utf-8")) == {
+        "data": [{"text": {"content": ["国足"], "shape": [1]}, "text_pair": {"content": ["名单"], "shape": [1]}}]
     }
     argv = perf_analyzer_command(
         "/opt/pa/perf_analyzer",

@@ -17,11 +17,10 @@ from .conftest import ROOT, load_baseline
 
 pytestmark = pytest.mark.integration
 
-CLIENTS = {"seq_cls": "seq_cls_grpc_client.py", "token_cls": "token_cls_grpc_client.py"}
-TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000}
+TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000, "pair_cls": 1000}
 
 
-@pytest.fixture(scope="module", params=["seq_cls", "token_cls"])
+@pytest.fixture(scope="module", params=sorted(TEST_SIZE))
 def task_run(request):
     """(pipeline, offline scores) of one task; the pipeline fixture trains or loads the cached bootstrap."""
     from ernie_deploy.evaluate.offline import evaluate
@@ -37,16 +36,17 @@ def test_offline_onnx_score_equals_paddle(task_run):
     assert abs(scores["onnx"][metric] - scores["paddle"][metric]) <= 0.001, scores
 
 
-def test_served_score_equals_paddle_and_beats_baseline(task_run, server, tmp_path):
+def test_served_score_equals_paddle_and_beats_baseline(task_run, every_kind_server, tmp_path):
+    """Each kind's client script against one server that serves every kind."""
     pipeline, test, scores = task_run
     task = pipeline.task
     report = tmp_path / "served.json"
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "clients" / CLIENTS[task.name]),
+            str(ROOT / "clients" / f"{task.name}_grpc_client.py"),
             "--url",
-            server.grpc_url,
+            every_kind_server.grpc_url,
             "--data",
             str(test),
             "--report",

@@ -166,4 +166,7 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
             with pytest.raises(Exception, match="missing required input.*text_pair"):
                 client.client.infer(PAIR_CLS.ensemble, [text])
             assert client.predict(items[:1], progress=False) == served[:1]  # the server is still up
+        from ernie_deploy.server.probe import probe
+
+        assert [(r.model, r.ok) for r in probe(server.http_url)] == [(PAIR_CLS.ensemble, True)]  # liveness
     assert served == onnx_predictions(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels, items)

@@ -409,7 +409,7 @@ def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
     assert cli.returncode == 0 and cli.stdout.startswith("ok ernie_seqcls"), cli.stdout + cli.stderr
     # A model the probe cannot feed one text to is a failure that says why, not a crash.
     (step,) = probe(server.http_url, models=["ernie_seqcls_model"])
-    assert not step.ok and "not the one text input a probe can send" in step.message
+    assert not step.ok and "not the text inputs a probe can send" in step.message
     url = f"http://127.0.0.1:{free_ports(1)[0]}"
     cli = probe_cli("--url", url, "--timeout", "2")
     assert cli.returncode != 0 and f"cannot probe {url}: no answer" in cli.stderr

@@ -40,7 +40,7 @@ def measure_levers(
         repo = build_layout(inputs, workdir / f"lever{n}", **options)
         with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"lever{n}.log") as server:
             for item in inputs:
-                requests = prepare_requests(item.texts, 1)
+                requests = prepare_requests(item.task, item.texts, 1)
                 for concurrency in config.concurrency:
                     result = run_load(
                         server.grpc_url,

@@ -14,7 +14,7 @@ import numpy as np
 from ernie_deploy.bench.machine import self_cpu_seconds
 from ernie_deploy.bench.rows import Row, chunks, summarize
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TEXT_INPUT, TaskSpec
+from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.server.procs import group_cpu_seconds
 
 # -- the asyncio load generator ---------------------------------------------------------------------
@@ -26,17 +26,22 @@ class PreparedRequest:
     size: int  # texts in it
 
 
-def prepare_requests(texts: Sequence[str], batch: int) -> list[PreparedRequest]:
+def prepare_requests(task: TaskSpec, texts: Sequence, batch: int) -> list[PreparedRequest]:
     """Every request serialized once, up front, so that the load generator (which shares the cores with the
-    server) spends its time sending, not encoding."""
+    server) spends its time sending, not encoding. Pair models get (text, text_pair) items as two tensors."""
     from tritonclient.grpc import InferInput
+
+    from ernie_deploy.client.grpc_client import input_columns
 
     requests = []
     for chunk in chunks(texts, batch):
-        data = np.array([t.encode("utf-8") for t in chunk], dtype=np.object_).reshape(-1, 1)
-        tensor = InferInput(TEXT_INPUT.name, list(data.shape), "BYTES")
-        tensor.set_data_from_numpy(data)
-        requests.append(PreparedRequest([tensor], len(chunk)))
+        tensors = []
+        for spec, column in zip(task.inputs, input_columns(task, chunk)):
+            data = np.array([t.encode("utf-8") for t in column], dtype=np.object_).reshape(-1, 1)
+            tensor = InferInput(spec.name, list(data.shape), "BYTES")
+            tensor.set_data_from_numpy(data)
+            tensors.append(tensor)
+        requests.append(PreparedRequest(tensors, len(chunk)))
     return requests
 
 
@@ -153,10 +158,14 @@ def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: Lo
 # -- perf_analyzer ----------------------------------------------------------------------------------
 
 
-def perf_analyzer_input(texts: Sequence[str], path: str | Path) -> Path:
-    """The texts as perf_analyzer real input data: one entry per text, each a BYTES [1] tensor."""
+def perf_analyzer_input(task: TaskSpec, texts: Sequence, path: str | Path) -> Path:
+    """The texts as perf_analyzer real input data: one entry per text (or pair), each input a BYTES [1] tensor."""
+    from ernie_deploy.client.grpc_client import input_columns
+
     path = Path(path)
-    data = {"data": [{TEXT_INPUT.name: {"content": [t], "shape": [1]}} for t in texts]}
+    columns = input_columns(task, list(texts))
+    names = [spec.name for spec in task.inputs]
+    data = {"data": [{n: {"content": [t], "shape": [1]} for n, t in zip(names, item)} for item in zip(*columns)]}
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     return path
 
@@ -236,7 +245,7 @@ def run_perf_analyzer(
 ) -> Row:
     import subprocess
 
-    input_file = perf_analyzer_input(texts, workdir / f"{task.artifact_name}_input.json")
+    input_file = perf_analyzer_input(task, texts, workdir / f"{task.artifact_name}_input.json")
     csv_file = workdir / f"{task.artifact_name}_{kind}_b{batch}_c{concurrency}.csv"
     argv = perf_analyzer_command(binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s)
     proc = subprocess.run(argv, capture_output=True, text=True)

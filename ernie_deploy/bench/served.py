@@ -105,7 +105,7 @@ def bench_server(
                 if kind.layout == name and (not kind.batched or config.client_batch > 1)
             ]
             for kind, batch in variants:
-                requests = None if config.perf_analyzer else prepare_requests(item.texts, batch)
+                requests = None if config.perf_analyzer else prepare_requests(item.task, item.texts, batch)
                 for concurrency in config.concurrency:
                     if config.perf_analyzer:
                         row = run_perf_analyzer(

@@ -86,7 +86,7 @@ def _plan(cases: list[SoakCase], requests: int, bad_fraction: float, seed: int) 
         if rng.random() < bad_fraction:
             for _ in range(rng.randint(1, len(rows))):
                 at = rng.randrange(len(rows))
-                rows[at] = (rng.choice(BAD_TEXTS)[0], None)
+                rows[at] = (_with_text(rows[at][0], rng.choice(BAD_TEXTS)[0]), None)
             bad = [i for i, (_, want) in enumerate(rows) if want is None]
         plan.append((c, rows, bad))
     return plan
@@ -94,7 +94,19 @@ def _plan(cases: list[SoakCase], requests: int, bad_fraction: float, seed: int) 
 
 def _check_refusal(message: str, rows, bad: list[int]) -> bool:
     named = sorted(int(i) for i in re.findall(r"text (\d+) (?:is|has)", message))
-    return named == bad and all(problem in message for text, problem in BAD_TEXTS for i in bad if rows[i][0] == text)
+    return named == bad and all(
+        problem in message for text, problem in BAD_TEXTS for i in bad if _text(rows[i][0]) == text
+    )
+
+
+def _text(item):
+    """The (first) text of an item: a text, or a (text, text_pair) tuple."""
+    return item[0] if isinstance(item, tuple) else item
+
+
+def _with_text(item, text):
+    """`item` with its (first) text replaced by `text`: a bad pair keeps its good second text."""
+    return (text, *item[1:]) if isinstance(item, tuple) else text
 
 
 def soak(

@@ -68,20 +68,21 @@ def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0) -> list[str]:
     return [name for name in names if _request(f"{url}/v2/models/{name}", timeout).get("platform") == "ensemble"]
 
 
+def _text_tensor(spec: dict, text: str) -> dict:
+    shape = [1 if d < 0 else d for d in spec["shape"]]  # -1: the batch (or a variable) dim
+    return {"name": spec["name"], "datatype": "BYTES", "shape": shape, "data": [text] * math.prod(shape)}
+
+
 def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0) -> ProbeResult:
-    """One inference of `text` through model `name`, its text input found from the model's metadata."""
+    """One inference of `text` through model `name`, its text inputs found from the model's metadata."""
     t0 = time.monotonic()
     try:
         meta = _request(f"{url}/v2/models/{name}", timeout)
         inputs = meta.get("inputs", [])
-        if len(inputs) != 1 or inputs[0].get("datatype") != "BYTES":
-            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, not the one text input a probe can send")
-        shape = [1 if d < 0 else d for d in inputs[0]["shape"]]  # -1: the batch (or a variable) dim
-        body = {
-            "inputs": [
-                {"name": inputs[0]["name"], "datatype": "BYTES", "shape": shape, "data": [text] * math.prod(shape)}
-            ]
-        }
+        if not inputs or any(i.get("datatype") != "BYTES" for i in inputs):
+            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, not the text inputs a probe can send")
+        # The same text in every text input: a pair model is probed with the text paired with itself.
+        body = {"inputs": [_text_tensor(i, text) for i in inputs]}
         answer = _request(f"{url}/v2/models/{name}/infer", timeout, body)
         if not answer.get("outputs"):
             raise ProbeFailed("answered with no outputs")
