@@ -24,11 +24,28 @@ from ernie_deploy.cli import (
     rollout,
     serve,
     soak,
+    stats,
 )
 from ernie_deploy.core.errors import ErnieDeployError
 
 # In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
-COMMANDS = (data, fetch, export, convert, build, apply, serve, rollout, check, soak, probe, manifests, evaluate, bench)
+COMMANDS = (
+    data,
+    fetch,
+    export,
+    convert,
+    build,
+    apply,
+    serve,
+    rollout,
+    check,
+    soak,
+    probe,
+    stats,
+    manifests,
+    evaluate,
+    bench,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

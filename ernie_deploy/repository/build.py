@@ -114,6 +114,16 @@ def served_models(repository: str | Path) -> dict[str, TaskSpec]:
     return out
 
 
+def served_steps(repository: str | Path) -> dict[str, list[str]]:
+    """The models users can call in `repository`, each with the models its requests run through: an ensemble's
+    steps in order, or a fused model alone."""
+    existing = _Existing.read(Path(repository))
+    return {
+        name: [step.model_name for step in existing.configs[name].ensemble_scheduling.step] or [name]
+        for name in sorted(existing.served())
+    }
+
+
 def tokenizer_steps(
     entries: list[TaskArtifacts], options: BuildOptions = BuildOptions(), existing: _Existing | None = None
 ) -> dict[str, tuple[str, str, bytes]]:
