@@ -124,7 +124,9 @@ def canary_probe(url: str) -> Callable[[TaskSpec, Sequence[str]], None]:
     def probe(canary: TaskSpec, texts: Sequence[str]) -> None:
         with Client(canary, url) as client:
             client.check_ready()
-            answers = decode_outputs(canary, client.infer(list(texts)))
+            # A pair model gets each text paired with itself, as `ernie-deploy probe` sends it.
+            items = [t if len(canary.inputs) == 1 else (t,) * len(canary.inputs) for t in texts]
+            answers = decode_outputs(canary, client.infer(items))
         if len(answers) != len(texts):
             raise ErnieDeployError(f"the canary {canary.ensemble} answered {len(answers)} of {len(texts)} texts")
 
