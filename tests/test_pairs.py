@@ -169,4 +169,7 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
         from ernie_deploy.server.probe import probe
 
         assert [(r.model, r.ok) for r in probe(server.http_url)] == [(PAIR_CLS.ensemble, True)]  # liveness
+        from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe
+
+        canary_probe(server.grpc_url)(PAIR_CLS, PROBE_TEXTS)  # a rollout's probe of a pair model passes
     assert served == onnx_predictions(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels, items)
