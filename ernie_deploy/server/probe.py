@@ -4,7 +4,7 @@ Triton's health endpoints report the server, not its python-backend stubs. A stu
 of memory, a native crash) is never restarted by Triton 2.51, every request to its model fails, and
 /v2/health/live and /v2/health/ready keep answering 200 (see watchdog.py). The pip launcher repairs that
 itself; where tritonserver runs on its own (the NGC container), `ernie-deploy probe` is the container's
-liveness check: it sends one short text through every loaded ensemble, and exits non-zero if any fails,
+liveness check: it sends one short text through every loaded ensemble (or fused model), and exits non-zero if any fails,
 so the orchestrator restarts the container.
 
 Standard library only, over HTTP: it runs every few seconds as its own process, so it must start fast
@@ -58,14 +58,22 @@ def _request(url: str, timeout: float, body: dict | None = None) -> dict:
 
 
 def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0) -> list[str]:
-    """Names of the ready ensembles: each covers every step it wires, so probing them covers the server.
+    """Names of the ready models users call: ensembles, each covering every step it wires, and fused models
+    (python models that take only texts and do not answer with token ids, as a tokenizer step does).
 
-    Read from the statistics (loaded models) and metadata (platform) APIs, which stay open where the server
-    puts its repository index and model configs behind the admin key: a liveness check holds no secret.
+    Read from the statistics (loaded models) and metadata (platform, tensors) APIs, which stay open where the
+    server puts its repository index and model configs behind the admin key: a liveness check holds no secret.
     """
     stats = _request(f"{url}/v2/models/stats", timeout)
     names = sorted({entry["name"] for entry in stats.get("model_stats", [])})
-    return [name for name in names if _request(f"{url}/v2/models/{name}", timeout).get("platform") == "ensemble"]
+    return [name for name in names if _served(_request(f"{url}/v2/models/{name}", timeout))]
+
+
+def _served(meta: dict) -> bool:
+    if meta.get("platform") == "ensemble":
+        return True
+    inputs, outputs = meta.get("inputs", []), {o.get("name") for o in meta.get("outputs", [])}
+    return bool(inputs) and all(i.get("datatype") == "BYTES" for i in inputs) and "input_ids" not in outputs
 
 
 def _text_tensor(spec: dict, text: str) -> dict:
