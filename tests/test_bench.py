@@ -514,6 +514,31 @@ def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipe
 
 
 @pytest.mark.integration
+def test_overload_offers_multiples_of_capacity_and_a_bounded_queue_refuses(tiny_pipeline, tmp_path):
+    """Open-loop load at 1x and 4x the measured capacity: without a bound every request is answered; with a queue
+    of one request, past capacity the server refuses (UNAVAILABLE, counted as refused, never as an error)."""
+    from ernie_deploy.bench.overload import measure_overload, render_overload
+    from ernie_deploy.core.tasks import SEQ_CLS
+
+    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    config = BenchConfig.smoke(duration_s=0.5, warmup_s=0.1, progress=False)
+    policies = {"unbounded": {}, "queue of 1": {"max_queue_size": 1}}
+    rows = measure_overload(inputs, config, tmp_path, policies, multiples=(1.0, 4.0))
+    assert [(r["policy"], r["multiple"]) for r in rows] == [
+        ("unbounded", 1.0),
+        ("unbounded", 4.0),
+        ("queue of 1", 1.0),
+        ("queue of 1", 4.0),
+    ]
+    assert rows[0]["offered_per_s"] * 4 == pytest.approx(rows[1]["offered_per_s"]) == rows[3]["offered_per_s"]
+    assert all(r["errors"] == 0 and r["offered"] > 0 for r in rows), [r["error_messages"] for r in rows]
+    assert rows[1]["answered_share"] == 1.0 and rows[1]["refused_share"] == 0.0
+    assert rows[3]["refused_share"] > 0 and rows[3]["answered_share"] + rows[3]["refused_share"] == pytest.approx(1)
+    table = render_overload(rows).splitlines()
+    assert len(table) == 6 and table[2].startswith("| unbounded | seq_cls | 1x") and table[2].endswith("| 1.00 |")
+
+
+@pytest.mark.integration
 def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tmp_path):
     """Rows and served-answer checks are kept per model, labelled with its name, even for one task."""
     from ernie_deploy.core.tasks import SEQ_CLS

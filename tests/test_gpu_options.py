@@ -108,6 +108,8 @@ def test_gpu_options_leave_the_tensors_alone(tiny_pipeline):
         (dict(runtime="onnxruntime", device="tpu"), "unknown device 'tpu'"),
         (dict(runtime="onnxruntime", ort_graph_level="max"), "unknown ORT graph optimization level 'max'"),
         (dict(runtime="onnxruntime", ort_inter_op_threads=-1), "cannot be negative"),
+        (dict(max_queue_size=-1), "--max-queue-size and --queue-timeout-us cannot be negative"),
+        (dict(classic=True, queue_timeout_us=1000), "--classic has no dynamic batcher"),
     ],
 )
 def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
@@ -493,3 +495,18 @@ def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, 
     print(f"{task.name} {task.metric}: FP32 {scores['fp32']:.4f}  FP16 {scores['fp16']:.4f}")
     assert scores["fp32"] > (0.7 if task.metric == "accuracy" else 0.5), scores
     assert abs(scores["fp16"] - scores["fp32"]) <= 0.001, scores
+
+
+def test_a_queue_bound_rejects_on_every_batching_step(tiny_pipeline):
+    """--max-queue-size / --queue-timeout-us: each step with a dynamic batcher refuses past the bound; the ensemble,
+    which has no queue of its own, carries none."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(max_queue_size=48, queue_timeout_us=20000))
+    for config in configs[:-1]:
+        policy = config.dynamic_batching.default_queue_policy
+        assert (policy.max_queue_size, policy.default_timeout_microseconds) == (48, 20000), config.name
+        assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
+    assert not configs[-1].HasField("dynamic_batching")
+    plain = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())
+    assert not any(c.dynamic_batching.HasField("default_queue_policy") for c in plain)

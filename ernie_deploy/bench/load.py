@@ -141,6 +141,72 @@ def run_load(
     return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid))
 
 
+@dataclass
+class OpenLoopResult:
+    """Requests sent at a fixed rate whatever the answers: accepted ones with their latencies, refused ones."""
+
+    offered: int = 0
+    seconds: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+    refused: int = 0  # UNAVAILABLE: a step's queue was full or its queue timeout passed
+    errors: int = 0  # anything else
+    error_messages: list[str] = field(default_factory=list)
+
+
+# Triton's words when a queue policy refuses a request (status UNAVAILABLE), measured on the pip server 2.51.
+REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
+
+
+async def _open_loop(url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float):
+    import asyncio
+
+    from tritonclient.grpc import InferRequestedOutput
+    from tritonclient.grpc.aio import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    outputs = [InferRequestedOutput(o.name) for o in task.outputs]
+    result = OpenLoopResult()
+
+    async def one(client, request: PreparedRequest) -> None:
+        t0 = time.perf_counter()
+        try:
+            await client.infer(task.ensemble, request.inputs, outputs=outputs, client_timeout=60)
+        except InferenceServerException as exc:
+            message = exc.message() or str(exc)
+            if any(words in message for words in REFUSALS):
+                result.refused += 1
+            else:
+                result.errors += 1
+                if len(result.error_messages) < 3:
+                    result.error_messages.append(message)
+            return
+        result.latencies_s.append(time.perf_counter() - t0)
+
+    async with InferenceServerClient(url=url) as client:
+        pending = []
+        start = time.perf_counter()
+        n = max(1, int(rate * duration_s))
+        for i in range(n):
+            # Arrivals on a fixed schedule: a late loop catches up at once instead of lowering the rate.
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            pending.append(asyncio.ensure_future(one(client, requests[i % len(requests)])))
+        await asyncio.gather(*pending)
+        result.offered, result.seconds = n, time.perf_counter() - start
+    return result
+
+
+def run_open_loop(
+    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float
+) -> OpenLoopResult:
+    """Send `rate` requests a second for `duration_s`, each without waiting for earlier answers (an open loop: how
+    traffic arrives from many independent users), and wait for every answer."""
+    import asyncio
+
+    return asyncio.run(_open_loop(url, task, requests, rate, duration_s))
+
+
 def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: LoadResult) -> Row:
     row = summarize(
         Row(task.artifact_name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds

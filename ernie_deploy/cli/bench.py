@@ -85,6 +85,12 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     )
     p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
     p.add_argument(
+        "--overload",
+        action="store_true",
+        help="instead: offer 1x, 2x and 4x the served capacity in an open loop, without and with a bound on the "
+        "queues (build --max-queue-size), and report answered and refused shares and latency; writes overload.json",
+    )
+    p.add_argument(
         "--levers",
         action="store_true",
         help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
@@ -156,7 +162,12 @@ def _out(args) -> Path:
 
 
 def run(args) -> None:
-    if args.levers:
+    if args.overload:
+        from ernie_deploy.bench.overload import run_overload
+
+        config = config_from_args(args)
+        run_overload(inputs_from_args(args, config), config, _out(args))
+    elif args.levers:
         from ernie_deploy.bench.levers import run_levers
 
         config = config_from_args(args)

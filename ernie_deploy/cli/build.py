@@ -61,6 +61,19 @@ def register(sub) -> None:
         help="dynamic batcher queue delay; 0 adds no latency to a lone request",
     )
     p.add_argument(
+        "--max-queue-size",
+        type=int,
+        default=0,
+        help="refuse a request (UNAVAILABLE, which the client retries with backoff) when this many wait in a "
+        "step's queue, so latency stays bounded past capacity (0: no bound)",
+    )
+    p.add_argument(
+        "--queue-timeout-us",
+        type=int,
+        default=0,
+        help="refuse a request (UNAVAILABLE) that waited this long in a step's queue (0: no timeout)",
+    )
+    p.add_argument(
         "--ort-threads",
         type=int,
         default=0,
@@ -148,6 +161,8 @@ def run(args) -> None:
         max_batch_size=args.max_batch_size,
         instances=args.instances,
         max_queue_delay_us=args.max_queue_delay_us,
+        max_queue_size=args.max_queue_size,
+        queue_timeout_us=args.queue_timeout_us,
         ort_threads=args.ort_threads,
         classic=args.classic,
         ragged=not args.no_ragged,

@@ -53,6 +53,11 @@ def _base(
         _tensor(config.output.add(), spec)
     if batching:
         config.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
+        if options.max_queue_size or options.queue_timeout_us:
+            policy = config.dynamic_batching.default_queue_policy
+            policy.timeout_action = mc.ModelQueuePolicy.REJECT
+            policy.max_queue_size = options.max_queue_size
+            policy.default_timeout_microseconds = options.queue_timeout_us
     if platform != "ensemble":
         count = 1 if options.classic else options.instances
         config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=count)

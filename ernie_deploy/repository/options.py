@@ -22,6 +22,12 @@ class BuildOptions:
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     instances: int = 1
     max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
+    # The dynamic batcher's queue policy on every batching step: past this many queued requests a step refuses new
+    # ones at once with UNAVAILABLE (the client backs off and retries), so past capacity latency stays bounded
+    # instead of growing with the queue. 0: no bound.
+    max_queue_size: int = 0
+    # ... and a request that waited this long in a step's queue is refused (UNAVAILABLE). 0: no timeout.
+    queue_timeout_us: int = 0
     ort_threads: int = 0  # onnxruntime intra-op threads of the model step; 0: onnxruntime's default (all cores)
     ort_spinning: bool = False  # python model step: let onnxruntime's idle threads busy-wait (measured slower)
     # Let python steps take requests of different lengths in one batch (they pad them together).
@@ -61,6 +67,16 @@ def check_options(options: BuildOptions) -> None:
         raise ErnieDeployError(
             f"unknown ORT graph optimization level {options.ort_graph_level!r}",
             f"use one of {', '.join(ORT_GRAPH_LEVELS)}",
+        )
+    if options.max_queue_size < 0 or options.queue_timeout_us < 0:
+        raise ErnieDeployError(
+            "--max-queue-size and --queue-timeout-us cannot be negative", "pass 0 (no bound) or more"
+        )
+    if options.classic and (options.max_queue_size or options.queue_timeout_us):
+        raise ErnieDeployError(
+            "--max-queue-size and --queue-timeout-us bound the dynamic batcher's queue; --classic has no dynamic "
+            "batcher",
+            "drop --classic, or drop the queue options",
         )
     if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
         raise ErnieDeployError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
