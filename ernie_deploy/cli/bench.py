@@ -9,7 +9,7 @@ from pathlib import Path
 from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig, TaskInputs
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifacts_dir
-from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS, get_task
 
 
 def register(sub) -> None:
@@ -138,7 +138,7 @@ def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:
             raise ErnieDeployError("--task and --name pick the models two ways", "pass one of them")
         tasks = [static_model(None, None, name).task.named(name) for name in args.name]
     else:
-        tasks = [get_task(name) for name in args.task or sorted(TASKS)]
+        tasks = [get_task(name) for name in args.task or DEFAULT_TASKS]
     if (args.static or args.onnx or args.data) and len(tasks) != 1:
         raise ErnieDeployError(
             "--static, --onnx and --data name one model's files", "pass exactly one --task or --name with them"

