@@ -335,6 +335,6 @@ def test_served_answer_for_one_text_and_bad_input(multi_label_pipeline, multi_la
             client.infer(["李鹏", ""])
         assert client.predict(["李鹏"], progress=False), "the server still answers"
     assert out["scores"].shape == (2, 3)
-    files = model_files(MULTI_LABEL, p.onnx, p.static.labels)
+    files = model_files(MULTI_LABEL, p.onnx.parent, p.static.labels)
     assert predicted == onnx_predictions(MULTI_LABEL, p.onnx, p.static.vocab_file, p.static.labels, texts, **files)
     assert {x["label"] for x in predicted[0]} >= {"PER", "LOC"}, predicted

@@ -145,7 +145,7 @@ def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_f
     from ernie_deploy.fetch.data import read_split_file
 
     texts, gold = read_split_file(split_file)
-    files = model_files(task, onnx_path, static.labels)
+    files = model_files(task, Path(onnx_path).parent, static.labels)
     return {
         "paddle": score(task, texts, gold, paddle_predictions(task, static, texts, **files), static.labels),
         "onnx": score(
@@ -158,9 +158,10 @@ def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_f
     }
 
 
-def model_files(task: TaskSpec, onnx_path: str | Path, labels: list[str]) -> dict:
-    """What the postprocess reads besides labels.json, from beside the converted model: a multi-label model's
-    thresholds (`convert` wrote them there), so the offline scores decide as the server does."""
+def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
+    """What the postprocess reads besides labels.json, from `folder` (the converted model's, where `convert` wrote
+    them, or a postprocess step's version folder): a multi-label model's thresholds, so that offline predictions
+    decide as the server does."""
     from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
 
-    return {"thresholds": read_thresholds(Path(onnx_path).parent / THRESHOLDS_FILE, labels)} if task.thresholds else {}
+    return {"thresholds": read_thresholds(Path(folder) / THRESHOLDS_FILE, labels)} if task.thresholds else {}
