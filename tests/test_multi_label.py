@@ -229,6 +229,22 @@ def test_convert_writes_thresholds_beside_the_model(tiny_multi_label):
     assert (onnx.parent / "parity.json").exists()
 
 
+def test_convert_whose_dev_split_does_not_fit_keeps_the_previous_model_and_thresholds(tiny_multi_label, tmp_path):
+    from ernie_deploy.export.gates import Gates
+    from ernie_deploy.export.onnx import convert_checked
+    from ernie_deploy.fetch.data import write_label_sets
+
+    pipeline, onnx = tiny_multi_label
+    before = {name: (onnx.parent / name).read_bytes() for name in ("model.onnx", "thresholds.json", "parity.json")}
+    dev = tmp_path / "dev.labels.tsv"
+    write_label_sets(dev, [(["MISC"], "中国")])
+    with pytest.raises(ErnieDeployError, match=r"labels \['MISC'\] the model does not know"):
+        convert_checked(
+            pipeline.static, onnx, max_seq_len=128, gates=Gates(tuple(PARITY_TEXTS)), thresholds_dev=dev, log=print
+        )
+    assert {name: (onnx.parent / name).read_bytes() for name in before} == before
+
+
 def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi_label, tmp_path, capsys):
     from ernie_deploy.cli import main
     from ernie_deploy.serving.steps import STEPS, OnnxStep, PipelineStep, TokenizerStep
