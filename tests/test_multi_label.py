@@ -86,7 +86,7 @@ def test_a_thresholds_file_that_does_not_fit_is_refused(tmp_path, content, messa
     path.write_text(json.dumps(content))
     with pytest.raises(ErnieDeployError, match=message) as refused:
         read_thresholds(path, LABELS)
-    assert "per label of labels.json (LOC, ORG, PER)" in refused.value.fix
+    assert 'per label of labels.json, e.g. {"LOC": 0.5, "ORG": 0.5, "PER": 0.5}' in refused.value.fix
 
 
 def test_thresholds_file_not_json_or_missing(tmp_path):

@@ -30,9 +30,9 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 def check_thresholds(thresholds, labels: list[str], source: str) -> dict[str, float]:
     """{label: threshold} for exactly the model's labels, each a number in [0, 1]; else a clear error."""
     fix = (
-        f"give {source} one threshold in [0, 1] per label of labels.json ({', '.join(labels)}), e.g. "
-        + json.dumps({label: DEFAULT_THRESHOLD for label in labels[:2]})
-        + "; or drop --thresholds to use the ones `ernie-deploy convert` chose"
+        f"give {source} one threshold in [0, 1] per label of labels.json, e.g. "
+        + json.dumps(dict.fromkeys(labels, DEFAULT_THRESHOLD))
+        + "; or build without --thresholds, which uses the ones `ernie-deploy convert` chose"
     )
     if not isinstance(thresholds, dict):
         raise ErnieDeployError(f"{source} holds {type(thresholds).__name__}, not a {{label: threshold}} object", fix)
