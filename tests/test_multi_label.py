@@ -269,6 +269,14 @@ def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi
     err = capsys.readouterr().err
     assert "does not match the model's labels: it lacks ORG and names unknown MISC" in err and "Traceback" not in err
     assert json.loads((post_dir / "thresholds.json").read_text())["ORG"] == 0.7
+    # `ernie-deploy check` finds a thresholds file edited after the build, as the step would refuse it.
+    from ernie_deploy.repository.check import check_repository
+
+    assert check_repository(repo) == []
+    (post_dir / "thresholds.json").write_text(json.dumps({"LOC": 0.3, "ORG": 2, "PER": 0.5}))
+    problems = [str(p) for p in check_repository(repo)]
+    assert len(problems) == 1 and r"thresholds must be numbers in [0, 1], got ORG: 2" in problems[0], problems
+    (post_dir / "thresholds.json").write_text(json.dumps({"LOC": 0.3, "ORG": 0.7, "PER": 0.5}))
     # The same texts through the three steps and through the fused pipeline: the same labels and scores.
     texts = np.array([t.encode() for t in PARITY_TEXTS], dtype=np.object_).reshape(-1, 1)
     tok = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "128"}}}, repo / "ernie_tokenizer" / "1")
