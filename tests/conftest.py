@@ -130,6 +130,39 @@ def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def msra_multilabel() -> Path:
+    from ernie_deploy.fetch.data import prepare
+
+    return prepare("msra_multilabel")
+
+
+@pytest.fixture(scope="session")
+def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
+    """The bootstrap multi-label model (trained once from the token_cls encoder, then cached) exported and
+    converted the way `ernie-deploy convert` does it: parity-gated, thresholds chosen on the dev split beside it."""
+    from ernie_deploy.core.tasks import MULTI_LABEL
+    from ernie_deploy.export.gates import Gates
+    from ernie_deploy.export.onnx import convert_checked
+    from ernie_deploy.export.static import export
+    from ernie_deploy.fetch.bootstrap import train
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+    from ernie_deploy.fetch.data import split_file
+
+    work = tmp_path_factory.mktemp("multi_label")
+    checkpoint = train(MULTI_LABEL, msra_multilabel, progress=False)
+    static = export(inspect_checkpoint(checkpoint), MULTI_LABEL, work / "static")
+    onnx_path = convert_checked(
+        static,
+        work / "onnx" / "model.onnx",
+        max_seq_len=MULTI_LABEL.max_seq_len,
+        gates=Gates(tuple(PARITY_TEXTS)),
+        thresholds_dev=split_file(msra_multilabel, "dev", MULTI_LABEL.split_format),
+        log=lambda line: None,
+    )
+    return Pipeline(MULTI_LABEL, checkpoint, static, onnx_path, msra_multilabel)
+
+
+@pytest.fixture(scope="session")
 def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     """Both tasks built the way `scripts/convert.sh` builds models/ on a pip-only machine."""
     from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
@@ -144,14 +177,14 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 
 
 @pytest.fixture(scope="session")
-def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline):
+def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline):
     """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
     models of several kinds runs)."""
     from ernie_deploy.repository.build import TaskArtifacts, build
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("every_kind")
-    pipelines = (seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline)
+    pipelines = (seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline)
     build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels) for p in pipelines], repo)
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "every_kind.log") as s:
         yield s

@@ -52,7 +52,7 @@ def test_pair_tsv_round_trip_and_bad_rows(tmp_path):
     with pytest.raises(ErnieDeployError, match="pairs.tsv:2: expected 3 tab-separated fields, got 2"):
         data.read_split_file(path)
     path.write_text("label\ttext\tpair\n", encoding="utf-8")
-    with pytest.raises(ErnieDeployError, match="text_pair` header"):
+    with pytest.raises(ErnieDeployError, match="expected a `label<TAB>text`, `label<TAB>text<TAB>text_pair`"):
         data.read_split_file(path)
 
 

@@ -143,6 +143,8 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
 def reference_predictions(inputs: TaskInputs, texts: list[str]) -> list:
     """What the ensemble must answer for `texts`: in-process ONNX with the serving tokenizer and the
     postprocess logic."""
-    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.evaluate.offline import model_files, onnx_predictions
 
-    return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, inputs.static.labels, texts)
+    labels = inputs.static.labels
+    files = model_files(inputs.task, Path(inputs.onnx).parent, labels)  # a multi-label model's thresholds
+    return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, **files)

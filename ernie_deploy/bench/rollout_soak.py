@@ -127,7 +127,7 @@ def rollout_soak(
 def version_predictions(repository: str | Path, task: TaskSpec, version: int, texts: Sequence[str]) -> list:
     """What `version` of served model `task.ensemble` answers, computed in-process from the repository's own files
     (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
-    from ernie_deploy.evaluate.offline import predictions
+    from ernie_deploy.evaluate.offline import model_files, predictions
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import encode_items, load_tokenizer
 
@@ -139,11 +139,13 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     tokenizer = load_tokenizer(repository / tokenizer_step / "1" / "tokenizer.json")
     onnx = OnnxModel(repository / task.model_step / str(version) / "model.onnx")
     labels = json.loads((repository / task.postprocess_step / str(version) / "labels.json").read_text("utf-8"))
+    # What else that version's postprocess reads: a multi-label model's thresholds.
+    files = model_files(task, repository / task.postprocess_step / str(version), labels)
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
         enc = encode_items(tokenizer, batch, max_seq_len)
-        out += predictions(task, labels, onnx(enc.input_ids, enc.token_type_ids), enc, batch)
+        out += predictions(task, labels, onnx(enc.input_ids, enc.token_type_ids), enc, batch, **files)
     return out
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
@@ -32,6 +35,11 @@ def register(sub) -> None:
         type=int,
         help="with one --name: add this version of the model beside the one serving (the serving one stays; "
         "`ernie-deploy rollout` switches)",
+    )
+    p.add_argument(
+        "--thresholds",
+        help="a multi-label model's per-label thresholds ({label: threshold} JSON, every label, each in [0, 1]) "
+        "instead of the ones `convert` chose on the dev split; with exactly one model",
     )
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
@@ -181,6 +189,14 @@ def run(args) -> None:
         entries.append(
             TaskArtifacts(static.task.named(name), onnx_file(static, args.onnx, name), static.vocab_file, static.labels)
         )
+    if args.thresholds:
+        if len(entries) != 1 or not entries[0].task.thresholds:
+            raise ErnieDeployError(
+                "--thresholds replaces one multi-label model's thresholds; this build has "
+                + ", ".join(f"{e.task.ensemble} ({e.task.name})" for e in entries),
+                "build exactly one multi_label model with it (--task multi_label or --name N)",
+            )
+        entries[0] = replace(entries[0], thresholds=Path(args.thresholds))
     if args.version is not None:
         from ernie_deploy.repository.build import build_version
 

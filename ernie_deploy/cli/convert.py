@@ -27,6 +27,11 @@ def register(sub) -> None:
         help="a split file (.tsv or .jsonl) of texts for the parity check (default: the task's test split)",
     )
     p.add_argument("--parity-n", type=int, default=256, help="texts used for the parity check")
+    p.add_argument(
+        "--dev",
+        help="multi-label models: the split file (labels<TAB>text) whose F1 chooses each label's threshold "
+        "(default: the task's dev split); written beside the model as thresholds.json",
+    )
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument(
         "--quantize",
@@ -71,7 +76,7 @@ def register(sub) -> None:
 def run(args) -> None:
     from ernie_deploy.export.gates import Gates
     from ernie_deploy.export.onnx import convert_checked
-    from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
+    from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file
 
     if args.quantize == "int8" and args.fp16:
         raise ErnieDeployError(
@@ -81,6 +86,11 @@ def run(args) -> None:
         )
     static = static_model(args.task, args.static, args.name)
     task = static.task
+    if args.dev and not task.thresholds:
+        raise ErnieDeployError(
+            f"--dev chooses a multi-label model's thresholds; {args.name or task.name} is a {task.name} model",
+            "drop --dev",
+        )
     texts: list[str] = []
     if not args.skip_parity:
         if args.parity_data:
@@ -102,5 +112,8 @@ def run(args) -> None:
         precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32",
         gates=gates,
         opset=args.opset,
+        thresholds_dev=(args.dev or split_file(data_dir(task.dataset), "dev", task.split_format))
+        if task.thresholds
+        else None,
         log=lambda line: print(f"{args.name or task.name}: {line}"),
     )

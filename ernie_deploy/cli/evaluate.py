@@ -13,7 +13,10 @@ def register(sub) -> None:
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
     p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    p.add_argument("--data", help="a split file (.tsv for seq_cls, .jsonl for token_cls) instead of --split")
+    p.add_argument(
+        "--data",
+        help="a split file (.tsv for seq_cls, .jsonl for token_cls, .labels.tsv for multi_label) instead of --split",
+    )
     p.add_argument("--static", help="default: artifacts/static/<name or task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<name or task>/model.onnx")
     p.add_argument("--report", help="write the scores as JSON here")

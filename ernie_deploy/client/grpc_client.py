@@ -160,7 +160,8 @@ class Client:
     def predict(
         self, texts: list[str], batch_size: int = 32, progress: bool = True, *, keep_going: bool = False
     ) -> list:
-        """Per-text predictions as `evaluate` makes them offline: label names or entity lists (DECODERS).
+        """Per-text predictions as `evaluate` makes them offline: label names, entity lists or lists of
+        {"label", "score"} (DECODERS).
 
         A bad text fails its whole request on the server (Triton answers per request). With keep_going,
         texts the server would refuse are found here first, with the server's own rules, and come back as
@@ -226,8 +227,14 @@ def _entities(item: bytes) -> list[dict]:
     return entities_from_json(item)
 
 
+def _label_set(item: bytes) -> list[dict]:
+    from ernie_deploy.serving.multi_label import predictions_from_json
+
+    return predictions_from_json(item)
+
+
 # How one element of a task's prediction output becomes what `evaluate` predicts offline, per task kind.
-DECODERS = {"sequence": _label, "token": _entities}
+DECODERS = {"sequence": _label, "token": _entities, "multi_label": _label_set}
 
 
 def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:

@@ -27,9 +27,10 @@ class TensorSpec:
 TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
 
-# What one prediction is, per kind: a label per text ("sequence"), or a label per token that the postprocess
-# turns into entities with character offsets ("token"). The rank of the logits per text follows from it.
-KINDS = {"sequence": 1, "token": 2}
+# What one prediction is, per kind: a label per text ("sequence"), a label per token that the postprocess
+# turns into entities with character offsets ("token"), or a set of labels per text, each label scored on its own
+# ("multi_label"). The rank of the logits per text follows from it.
+KINDS = {"sequence": 1, "token": 2, "multi_label": 1}
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,12 @@ class TaskSpec:
     # What the ensemble takes, per request item: the text, or a text and its pair.
     inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
     max_seq_len: int = 128
-    # The data split format: "tsv" (label<TAB>text) or "jsonl" ({"text", "labels"} per character).
+    # The data split format: "tsv" (label<TAB>text), "jsonl" ({"text", "labels"} per character) or "labels.tsv"
+    # (labels<TAB>text, a text's labels joined by "|").
     split_format: str = "tsv"
+    # Per-label decision thresholds stored with the model (thresholds.json beside model.onnx): `convert` chooses
+    # them on the dev split, `build` puts them beside labels.json (or takes --thresholds FILE).
+    thresholds: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -165,7 +170,24 @@ PAIR_CLS = TaskSpec(
     inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),
 )
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS)}
+MULTI_LABEL = TaskSpec(
+    name="multi_label",
+    kind="multi_label",
+    dataset="msra_multilabel",
+    paddle_class="ErnieForSequenceClassification",
+    ensemble="ernie_multilabel",
+    metric="micro_f1",
+    postprocess="multi_label_postprocess",
+    prediction="labels",
+    outputs=(
+        TensorSpec("labels", "BYTES", (1,)),  # JSON list of {"label", "score"} over each label's threshold, best first
+        TensorSpec("scores", "FP32", (-1,)),  # every label's sigmoid score, in labels.json order
+    ),
+    split_format="labels.tsv",
+    thresholds=True,
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL)}
 # The demo models: what the quickstart, `scripts/convert.sh`, `build` and `bench` take when no task is named. The
 # other tasks are one `--task` away (their bootstraps start from these two and add minutes the quickstart skips).
 DEFAULT_TASKS = ("seq_cls", "token_cls")

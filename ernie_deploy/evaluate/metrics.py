@@ -1,5 +1,6 @@
 """Scores and reports: accuracy with per-class P/R/F1 and a confusion matrix (scikit-learn) for label-per-text
-tasks; entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token tasks."""
+tasks; entity-level P/R/F1 per type and overall (seqeval, strict IOB2) for token tasks; micro and macro F1 with
+per-label P/R/F1 (scikit-learn, over the texts x labels decisions) for multi-label tasks."""
 
 from __future__ import annotations
 
@@ -53,6 +54,36 @@ def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -
     }
 
 
+def multi_label_report(y_true: list[list[str]], y_pred: list[list[str]], labels: list[str]) -> dict:
+    """Multi-label scores: each (text, label) is one yes/no decision. Micro F1 pools every decision; macro F1 is
+    the mean of the per-label F1s. A text with no labels is a valid answer (and a valid gold)."""
+    from sklearn.metrics import precision_recall_fscore_support
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"{len(y_true)} gold label sets but {len(y_pred)} predicted")
+    binarizer = MultiLabelBinarizer(classes=labels).fit([labels])
+    gold, pred = binarizer.transform(y_true), binarizer.transform(y_pred)
+    scores = {
+        average: precision_recall_fscore_support(gold, pred, average=average, zero_division=0)[:3]
+        for average in ("micro", "macro")
+    }
+    precision, recall, f1, support = precision_recall_fscore_support(gold, pred, average=None, zero_division=0)
+    return {
+        "metric": "micro_f1",
+        "micro_f1": float(scores["micro"][2]),
+        "micro_precision": float(scores["micro"][0]),
+        "micro_recall": float(scores["micro"][1]),
+        "macro_f1": float(scores["macro"][2]),
+        "n": len(y_true),
+        "labels": labels,
+        "per_label": {
+            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support)
+        },
+    }
+
+
 def _score_labels(texts: list[str], gold: list[str], predicted: list[str], labels: list[str]) -> dict:
     return classification_report(gold, predicted, sorted(set(labels) | set(gold) | set(predicted)))
 
@@ -63,9 +94,14 @@ def _score_entities(texts: list[str], gold: list[list[str]], predicted: list[lis
     return entity_report(gold, [entities_to_char_bio(ents, len(text)) for ents, text in zip(predicted, texts)])
 
 
-# How per-text predictions are scored, per task kind: label names against gold labels, or entity lists against
-# per-character BIO tags.
-SCORERS = {"sequence": _score_labels, "token": _score_entities}
+def _score_label_sets(texts: list[str], gold: list[list[str]], predicted: list[list[dict]], labels: list[str]) -> dict:
+    names = [[p["label"] for p in prediction] for prediction in predicted]
+    return multi_label_report(gold, names, sorted(set(labels) | {n for row in (*gold, *names) for n in row}))
+
+
+# How per-text predictions are scored, per task kind: label names against gold labels, entity lists against
+# per-character BIO tags, or {"label", "score"} lists against gold label sets.
+SCORERS = {"sequence": _score_labels, "token": _score_entities, "multi_label": _score_label_sets}
 
 
 def score(task, texts: list[str], gold: list, predicted: list, labels: list[str] = ()) -> dict:
@@ -109,5 +145,21 @@ def _format_entity_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _format_multi_label_report(report: dict) -> str:
+    width = max(8, *(len(label) for label in report["labels"]))
+    lines = [f"{'label':<{width}} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for name, row in report["per_label"].items():
+        lines.append(
+            f"{name:<{width}} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}"
+        )
+    support = sum(row["support"] for row in report["per_label"].values())
+    lines.append(
+        f"{'micro':<{width}} {report['micro_precision']:>9.4f} {report['micro_recall']:>9.4f} "
+        f"{report['micro_f1']:>9.4f} {support:>8}"
+    )
+    lines.append(f"{'macro f1':<{width}} {'':>9} {'':>9} {report['macro_f1']:>9.4f} {report['n']:>8}")
+    return "\n".join(lines)
+
+
 # A report names its metric; each kind of report has its own table.
-FORMATTERS = {"accuracy": _format_class_report, "f1": _format_entity_report}
+FORMATTERS = {"accuracy": _format_class_report, "f1": _format_entity_report, "micro_f1": _format_multi_label_report}

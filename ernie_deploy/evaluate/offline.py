@@ -42,12 +42,23 @@ def _entities(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[s
     return [decode_entities(text, ids[i], enc.offsets[i], int(enc.lengths[i]), labels) for i, text in enumerate(texts)]
 
 
+def _label_sets(
+    labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], thresholds: dict[str, float] | None = None
+) -> list:
+    from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, labels_over, sigmoid
+
+    return labels_over(sigmoid(logits), labels, thresholds or dict.fromkeys(labels, DEFAULT_THRESHOLD))
+
+
 # Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic), per task kind.
-PREDICTORS = {"sequence": _labels, "token": _entities}
+PREDICTORS = {"sequence": _labels, "token": _entities, "multi_label": _label_sets}
 
 
-def predictions(task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
-    return PREDICTORS[task.kind](labels, logits, enc, texts)
+def predictions(
+    task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], **model_files
+) -> list:
+    """`model_files`: what a model stores beside its labels, for the kinds that read it (thresholds=...)."""
+    return PREDICTORS[task.kind](labels, logits, enc, texts, **model_files)
 
 
 def predict(
@@ -59,11 +70,13 @@ def predict(
     *,
     batch_size: int = 64,
     desc: str = "",
+    **model_files,
 ) -> list:
     out: list = [None] * len(texts)
     for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         enc = encode(batch)
-        for i, value in zip(idx, predictions(task, labels, run(enc.input_ids, enc.token_type_ids), enc, batch)):
+        logits = run(enc.input_ids, enc.token_type_ids)
+        for i, value in zip(idx, predictions(task, labels, logits, enc, batch, **model_files)):
             out[i] = value
     return out
 
@@ -103,7 +116,7 @@ def paddle_encoder(
     return encode
 
 
-def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str]) -> list:
+def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str], **model_files) -> list:
     """The Paddle-native reference."""
     from ernie_deploy.export.static import PaddlePredictor
 
@@ -114,11 +127,12 @@ def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str]) ->
         paddle_encoder(static.vocab_file, task.max_seq_len, static.do_lower_case),
         PaddlePredictor(static),
         desc="paddle",
+        **model_files,
     )
 
 
 def onnx_predictions(
-    task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str]
+    task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str], **model_files
 ) -> list:
     """What the server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.runtime import OnnxModel
@@ -132,6 +146,7 @@ def onnx_predictions(
         lambda batch: encode_items(tokenizer, batch, task.max_seq_len),
         OnnxModel(onnx_path),
         desc="onnx",
+        **model_files,
     )
 
 
@@ -141,9 +156,23 @@ def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_f
     from ernie_deploy.fetch.data import read_split_file
 
     texts, gold = read_split_file(split_file)
+    files = model_files(task, Path(onnx_path).parent, static.labels)
     return {
-        "paddle": score(task, texts, gold, paddle_predictions(task, static, texts), static.labels),
+        "paddle": score(task, texts, gold, paddle_predictions(task, static, texts, **files), static.labels),
         "onnx": score(
-            task, texts, gold, onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts), static.labels
+            task,
+            texts,
+            gold,
+            onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **files),
+            static.labels,
         ),
     }
+
+
+def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
+    """What the postprocess reads besides labels.json, from `folder` (the converted model's, where `convert` wrote
+    them, or a postprocess step's version folder): a multi-label model's thresholds, so that offline predictions
+    decide as the server does."""
+    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+
+    return {"thresholds": read_thresholds(Path(folder) / THRESHOLDS_FILE, labels)} if task.thresholds else {}

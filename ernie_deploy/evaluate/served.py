@@ -25,8 +25,13 @@ def _print_entities(text: str, prediction: list[dict], out: dict, i: int) -> Non
     print(json.dumps(prediction, ensure_ascii=False, indent=2))
 
 
+def _print_label_set(text: str, prediction: list[dict], out: dict, i: int) -> None:
+    kept = ", ".join(f"{p['label']} {p['score']:.4f}" for p in prediction) or "(no label over its threshold)"
+    print(f"{kept}\t{text}")
+
+
 # How `--text` shows one answer, per task kind.
-PRINTERS = {"sequence": _print_label, "token": _print_entities}
+PRINTERS = {"sequence": _print_label, "token": _print_entities, "multi_label": _print_label_set}
 
 
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:

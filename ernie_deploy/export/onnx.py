@@ -18,6 +18,7 @@ from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.gates import Gates, require_logits_rank
 from ernie_deploy.export.precision import REDUCED, check_drift, require_drift
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 DEFAULT_OPSET = 14  # ORT 1.32 and the NGC containers' ORT backend both run it; 13 lacks some fusions.
 
@@ -148,9 +149,13 @@ def convert_checked(
     precision: str = "fp32",
     gates: Gates | None = None,
     opset: int = DEFAULT_OPSET,
+    thresholds_dev: str | Path | None = None,
     log=print,
 ) -> Path:
     """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
+
+    With `thresholds_dev` (a multi-label model's dev split), the per-label thresholds chosen on it with the model
+    `build` serves go beside it as thresholds.json, in the same move as the model.
 
     With precision int8 or fp16, `out` is the reduced model and the FP32 model it came from stays beside it as
     model.fp32.onnx. Everything is made in a staging folder next to `out` and moved in only after every gate
@@ -191,6 +196,19 @@ def convert_checked(
                     write_json({**report.to_dict(), precision: {**drift.to_dict(), **info}}, s_parity)
                     log(drift.summary())
                     require_drift(drift, out)
+            if thresholds_dev is not None:
+                from ernie_deploy.export.thresholds import dev_thresholds
+
+                thresholds = dev_thresholds(
+                    s_out,
+                    static.vocab_file,
+                    static.labels,
+                    thresholds_dev,
+                    max_seq_len=max_seq_len,
+                    lowercase=static.do_lower_case,
+                )
+                write_json(thresholds, staging / THRESHOLDS_FILE)
+                log(f"thresholds chosen on {thresholds_dev}: {thresholds}")
         except ErnieDeployError:
             if s_parity.exists():
                 os.replace(s_parity, out.parent / REJECTED_REPORT)
@@ -198,7 +216,7 @@ def convert_checked(
             raise
         # A file this run did not make (the FP32 twin of a now-FP32 model, the report of an unchecked one) no
         # longer describes `out`, so it goes rather than stays.
-        names = (fp32.name, "parity.json", out.name)
+        names = (fp32.name, "parity.json", THRESHOLDS_FILE, out.name)
         made = [name for name in names if (staging / name).exists()]
         for name in made:  # `out` last: `build` never sees a model whose report is not beside it yet
             os.replace(staging / name, out.parent / name)

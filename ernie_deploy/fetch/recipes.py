@@ -75,6 +75,19 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
     },
+    # Which entity types a sentence holds: the token_cls encoder already tells entities apart, so a short run on
+    # a subset teaches the new head (the shape must stay token_cls's, whose encoder it loads). The step rate
+    # measured at this shape on the shared 2-core host (busy): 60 steps of 32 in 44.6 s, 1.34 steps/s; 12,000 rows
+    # for one epoch (375 steps) keeps the loop under 5 minutes there.
+    "multi_label": {
+        "init_from": "token_cls",
+        "max_train_rows": 12000,
+        "epochs": 1,
+        "learning_rate": 5e-4,
+        "token_dropout": 0.0,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
 }
 
 
@@ -209,6 +222,39 @@ def _token_entity_f1(logits: list, labels: list, names: list[str]) -> float:
     return float(f1_score(gold, pred, mode="strict", scheme=IOB2, zero_division=0))
 
 
+def _multi_hot_encode(tokenizer, text: str, labels: list[str], label2id: dict[str, int], max_seq_len: int):
+    ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
+    unknown = sorted(set(labels) - set(label2id))
+    if unknown:
+        raise ErnieDeployError(f"labels {unknown} are not among the train labels", "re-run data preparation")
+    hot = [0.0] * len(label2id)
+    for label in labels:
+        hot[label2id[label]] = 1.0
+    return ids, hot
+
+
+def _multi_hot_collate(labels: list, _padded_len: int):
+    import numpy as np
+
+    return np.asarray(labels, dtype="float32")
+
+
+def _multi_label_loss(logits, labels):
+    import paddle.nn.functional as F
+
+    return F.binary_cross_entropy_with_logits(logits, labels)
+
+
+def _micro_f1(logits: list, labels: list, _names: list[str]) -> float:
+    """Micro F1 over every (text, label) decision at the untuned threshold 0.5 (logit 0): the model-selection
+    signal; the served thresholds are chosen per label on the dev split by `convert`."""
+    import numpy as np
+    from sklearn.metrics import f1_score
+
+    gold = np.concatenate(labels).astype(int)
+    return float(f1_score(gold, (np.concatenate(logits) > 0).astype(int), average="micro", zero_division=0))
+
+
 KIND_RECIPES: dict[str, KindRecipe] = {
     "sequence": KindRecipe(
         label_list=data_mod.label_names,
@@ -225,5 +271,13 @@ KIND_RECIPES: dict[str, KindRecipe] = {
         loss=_token_loss,
         metric=_token_entity_f1,
         metric_name="token-level entity f1",
+    ),
+    "multi_label": KindRecipe(
+        label_list=data_mod.label_set_names,
+        encode=_multi_hot_encode,
+        collate_labels=_multi_hot_collate,
+        loss=_multi_label_loss,
+        metric=_micro_f1,
+        metric_name="micro f1 (threshold 0.5)",
     ),
 }

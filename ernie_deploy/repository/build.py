@@ -29,6 +29,7 @@ from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
 from ernie_deploy.repository.configs import parse, render, task_configs, tokenizer_config, warmup_files
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 VERSION = "1"
 # A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
@@ -39,12 +40,22 @@ SETTINGS_PARAMETER = "settings_sha256"
 @dataclass(frozen=True)
 class TaskArtifacts:
     """What `build` needs of one model: its task under the model's name (`task.ensemble`; see TaskSpec.named),
-    the converted model, the vocabulary and the label names."""
+    the converted model, the vocabulary and the label names; for a task with per-label thresholds, the thresholds
+    file (default: thresholds.json beside the ONNX model, as `convert` writes it)."""
 
     task: TaskSpec
     onnx: Path
     vocab_file: Path
     labels: list[str]
+    thresholds: Path | None = None
+
+    def checked_thresholds(self) -> dict[str, float] | None:
+        """The model's thresholds, checked against its labels (None: its task has none)."""
+        if not self.task.thresholds:
+            return None
+        from ernie_deploy.serving.multi_label import read_thresholds
+
+        return read_thresholds(self.thresholds or Path(self.onnx).parent / THRESHOLDS_FILE, self.labels)
 
 
 def _tokenizer_json(vocab_file: Path) -> bytes:
@@ -200,6 +211,7 @@ def build(
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ErnieDeployError(f"model {', '.join(twice)} is listed twice", "give each model its own --name")
+    thresholds = {e.task.ensemble: e.checked_thresholds() for e in entries}  # a bad file fails before any write
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
     existing = _Existing.read(repository)
@@ -220,7 +232,7 @@ def build(
                 "give the model another --name",
             )
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
-        written = _write_models(plans, staging / "new", options, tokenizers, skip=shared)
+        written = _write_models(plans, staging / "new", options, tokenizers, skip=shared, thresholds=thresholds)
         new = {path.name for path in (staging / "new").iterdir()}
         (staging / "old").mkdir()
         for model_dir in sorted((staging / "new").iterdir()):
@@ -237,7 +249,12 @@ def build(
 
 
 def _write_models(
-    plans, repository: Path, options: BuildOptions, tokenizers: dict[str, tuple[str, str, bytes]], skip: set[str]
+    plans,
+    repository: Path,
+    options: BuildOptions,
+    tokenizers: dict[str, tuple[str, str, bytes]],
+    skip: set[str],
+    thresholds: dict[str, dict[str, float] | None],
 ) -> list[Path]:
     written = []
     repository.mkdir(parents=True, exist_ok=True)
@@ -272,6 +289,8 @@ def _write_models(
         with atomic_path(repository / homes["model"] / VERSION / "model.onnx", suffix=".onnx") as tmp:
             shutil.copyfile(entry.onnx, tmp)
         write_json(entry.labels, repository / homes["labels"] / VERSION / "labels.json")
+        if thresholds.get(task.ensemble) is not None:
+            write_json(thresholds[task.ensemble], repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
     for version_dir in repository.glob(f"*/{VERSION}"):
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()
@@ -287,6 +306,7 @@ def build_version(
     from ernie_deploy.repository.versions import VersionedModel, without_versions
 
     name = entry.task.ensemble
+    thresholds = entry.checked_thresholds()
     if version < 1:
         raise ErnieDeployError(f"version {version} is not a version number", "use a whole number from 1")
     if options.fused:
@@ -326,6 +346,8 @@ def build_version(
                 shutil.copyfile(source, folder / filename)
             if step == task.postprocess_step:
                 write_json(entry.labels, folder / "labels.json")
+                if thresholds is not None:
+                    write_json(thresholds, folder / THRESHOLDS_FILE)
             python_step = _python_step(configs[step], task)
             if python_step:
                 (folder / "model.py").write_text(MODEL_PY.format(name=step, step=python_step), encoding="utf-8")

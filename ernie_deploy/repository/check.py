@@ -218,7 +218,25 @@ def _check_python(name: str, config: mc.ModelConfig, versions: list[Path]) -> li
                     name, f"{version.name}/{file_name} does not compile: {exc}", f"fix {path} or rebuild the repository"
                 )
             )
+        problems.extend(_check_thresholds(name, version))
     return problems
+
+
+def _check_thresholds(name: str, version: Path) -> list[Problem]:
+    """A multi-label postprocess's thresholds.json must fit its labels.json, or the step does not load."""
+    import json
+
+    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+
+    if not (version / THRESHOLDS_FILE).is_file() or not (version / "labels.json").is_file():
+        return []
+    try:
+        read_thresholds(version / THRESHOLDS_FILE, json.loads((version / "labels.json").read_text(encoding="utf-8")))
+    except ErnieDeployError as exc:
+        return [Problem(name, exc.problem, exc.fix or "rebuild the repository")]
+    except (UnicodeDecodeError, ValueError) as exc:
+        return [Problem(name, f"{version.name}/labels.json is not JSON: {exc}", "rebuild the repository")]
+    return []
 
 
 def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:

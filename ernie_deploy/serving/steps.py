@@ -327,6 +327,38 @@ class TokenClsPostprocess(Step):
         return results
 
 
+class MultiLabelPostprocess(Step):
+    """logits [B, C] -> labels [B, 1] BYTES: a JSON list of {"label", "score"} for each label whose sigmoid score
+    reaches its threshold (thresholds.json), best first; scores [B, C] FP32: every label's sigmoid score."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+
+        version_dir = Path(version_dir)
+        self.labels = _read_labels(version_dir / parameter(config, "labels_file", "labels.json"))
+        thresholds_file = version_dir / parameter(config, "thresholds_file", THRESHOLDS_FILE)
+        self.thresholds = read_thresholds(thresholds_file, self.labels)
+
+    def check(self, inputs):
+        logits = inputs[LOGITS]
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, {len(self.labels)}] for the labels in "
+                "labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        return logits
+
+    def run(self, items, requested=None):
+        from ernie_deploy.serving.multi_label import labels_over, sigmoid
+
+        scores = sigmoid(np.concatenate(items))
+        kept = labels_over(scores, self.labels, self.thresholds)
+        labels = np.array([json.dumps(k, ensure_ascii=False) for k in kept], dtype=np.object_).reshape(-1, 1)
+        scores = scores.astype(np.float32)
+        return [{"labels": labels[rows], "scores": scores[rows]} for rows in _split_rows([len(i) for i in items])]
+
+
 class PipelineStep(Step):
     """Tokenizer, model and postprocess in one python model: text -> the task's outputs, the same tensors
     as the ensemble. It saves the ensemble's two hops between processes per request (measured in
@@ -364,5 +396,6 @@ STEPS = {
     "onnx": OnnxStep,
     "seq_cls_postprocess": SeqClsPostprocess,
     "token_cls_postprocess": TokenClsPostprocess,
+    "multi_label_postprocess": MultiLabelPostprocess,
     "pipeline": PipelineStep,
 }
