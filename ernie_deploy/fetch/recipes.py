@@ -36,10 +36,6 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "vocab_datasets": ["msra_ner", "thucnews"],
     "min_word_freq": 2,  # whole non-CJK words (numbers, Latin words) kept as one token from this count
     "max_train_rows": None,  # train on a seeded subset of this many rows (None: all)
-    # Start from another task's bootstrap checkpoint (a TASKS name): its encoder weights and its vocabulary (the
-    # task head starts fresh). That checkpoint is trained first if the cache lacks it, and its cache key is part
-    # of this one's. None: random init, a vocabulary built here.
-    "init_from": None,
     # optimisation
     "epochs": 8,  # at most; fewer where the budget runs out first
     # Minutes of training (the loop, dev passes included) on this machine; None: every epoch. The number of
@@ -56,7 +52,11 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "seed": 42,
 }
 
-# Per task: the recipe entries it changes from DEFAULT_RECIPE.
+# Per task: the recipe entries it changes from DEFAULT_RECIPE, and `init_from`: start from another task's bootstrap
+# checkpoint (a TASKS name), its encoder weights and its vocabulary (the task head starts fresh). That checkpoint is
+# trained first if the cache lacks it, and its cache key is part of this one's. Without it: random init, and a
+# vocabulary built here. (Not a DEFAULT_RECIPE key: the recipe is the cache key, and the existing bootstraps keep
+# theirs.)
 TASK_RECIPES: dict[str, dict[str, Any]] = {
     "seq_cls": {},
     # Measured on 2 cores (dev entity F1 over word pieces, per epoch): 2 x 256 with the classifier's
