@@ -16,7 +16,6 @@ from ernie_deploy.core.tasks import (
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     TOKENIZER_STEP,
-    WINDOW_INPUTS,
     TaskSpec,
     TensorSpec,
 )
@@ -233,8 +232,9 @@ def task_configs(
     if long_text_mode(task, options) == "window":
         # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
         # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
-        ordered = [TensorSpec(name, spec.data_type, (-1, *spec.dims)) for name, spec in zip(WINDOW_INPUTS, ordered)]
-        outputs = [TensorSpec(LOGITS, outputs[0].data_type, (-1, *outputs[0].dims))]
+        from ernie_deploy.repository.windows import windowed_signature
+
+        ordered, outputs = windowed_signature(ordered, outputs)
     steps = [
         tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs),
         model_config(task, ordered, outputs, options, pad_token_id),

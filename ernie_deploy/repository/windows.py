@@ -67,3 +67,17 @@ def window_model(onnx_path: str | Path, out_path: str | Path) -> Path:
     with atomic_path(out, suffix=".onnx") as tmp:
         onnx.save(model, str(tmp))
     return out
+
+
+def windowed_signature(inputs: list, outputs: list) -> tuple[list, list]:
+    """The converted model's tensors (MODEL_INPUTS -> LOGITS) as the windowed model step takes and returns them:
+    window_ids / window_type_ids with a windows dim, and logits with one. What `window_model` writes, and what a
+    python model step feeds the unwrapped file window by window."""
+    from ernie_deploy.core.tasks import TensorSpec
+
+    by_name = {s.name: s for s in inputs}
+    windowed = [
+        TensorSpec(window, by_name[flat].data_type, (-1, *by_name[flat].dims))
+        for window, flat in zip(WINDOW_INPUTS, MODEL_INPUTS)
+    ]
+    return windowed, [TensorSpec(o.name, o.data_type, (-1, *o.dims)) for o in outputs]

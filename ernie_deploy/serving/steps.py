@@ -346,9 +346,11 @@ class TokenClsPostprocess(Step):
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        # build --long-text window: the logits of each text's windows, merged here
+        self.windowed = parameter(config, "long_text", "") == "window"
 
     def check(self, inputs):
-        if "window_starts" in inputs:
+        if self.windowed:
             return self._check_windows(inputs)
         logits, offsets = inputs[LOGITS], inputs["offsets"]
         if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
