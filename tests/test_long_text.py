@@ -339,3 +339,32 @@ def test_head_tail_classifier_says_when_a_text_was_cut(tiny_pipeline, tmp_path):
         SEQ_CLS.postprocess_step,
         SEQ_CLS.ensemble,
     ]
+
+
+# ----------------------------------------------------------------------------------------------------
+# msra_docs
+
+
+def test_documents_join_consecutive_sentences_with_their_tags():
+    from ernie_deploy.fetch.data import join_sentences
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(3000):
+        n = int(rng.integers(5, 120))
+        text = "".join(chr(0x4E00 + int(c)) for c in rng.integers(0, 500, n))
+        rows.append((text, [f"B-T{i}"] + ["O"] * (n - 1)))
+    rows.insert(100, ("长" * 3001, ["O"] * 3001))  # longer than any document: left out
+    docs = join_sentences(rows, seed=42)
+    assert docs and all(300 <= len(text) <= 3000 and len(tags) == len(text) for text, tags in docs)
+    assert len({len(text) for text, _ in docs}) > len(docs) // 2  # seeded target lengths, not one size
+    # In order, and each document's tags are its sentences' tags: the B- tags name the sentences it joined.
+    joined = [int(tag[3:]) for _, tags in docs for tag in tags if tag.startswith("B-")]
+    assert joined == sorted(joined) and len(set(joined)) == len(joined)
+    by_index = {i: text for i, (text, _) in enumerate(r for r in rows if len(r[0]) <= 3000)}
+    first_doc = docs[0]
+    starts = [k for k, tag in enumerate(first_doc[1]) if tag.startswith("B-")]
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(first_doc[0])
+        assert first_doc[0][start:end] == by_index[int(first_doc[1][start][3:])]
+    assert join_sentences(rows, seed=42) == docs

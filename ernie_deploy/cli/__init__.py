@@ -19,6 +19,7 @@ from ernie_deploy.cli import (
     evaluate,
     export,
     fetch,
+    long_texts,
     manifests,
     probe,
     rollout,
@@ -29,6 +30,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 
 # In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
 COMMANDS = (data, fetch, export, convert, build, apply, serve, rollout, check, soak, probe, manifests, evaluate, bench)
+COMMANDS += (long_texts,)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -124,17 +124,29 @@ def onnx_predictions(
     )
 
 
-def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
-    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines)."""
+def evaluate(
+    task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path, long_text: str | None = None
+) -> dict:
+    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines). long_text: how
+    a text longer than max_seq_len is read, "window" or a cut ("head"; head_tail is the tokenizer step's alone);
+    None: as `build` serves the task by default (tasks.LONG_TEXT_MODES), so the scores are the served ones."""
+    from ernie_deploy.core.tasks import LONG_TEXT_MODES
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
+    from ernie_deploy.serving.windows import default_stride
 
     texts, gold = read_split_file(split_file)
+    mode = long_text or LONG_TEXT_MODES.get(task.kind, ("head",))[0]
+    if mode == "window":
+        stride = default_stride(task.max_seq_len)
+        paddle = paddle_window_predictions(task, static, texts, stride)
+        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, stride)
+    else:
+        paddle = paddle_predictions(task, static, texts)
+        onnx = onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts)
     return {
-        "paddle": score(task, texts, gold, paddle_predictions(task, static, texts), static.labels),
-        "onnx": score(
-            task, texts, gold, onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts), static.labels
-        ),
+        "paddle": score(task, texts, gold, paddle, static.labels),
+        "onnx": score(task, texts, gold, onnx, static.labels),
     }
 
 
@@ -156,16 +168,15 @@ def window_predict(
 ) -> list:
     """Entities of each text read in windows, as the served windowed model returns them: `whole` tokenizes texts
     untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
-    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids.
-    batch_size counts windows per run."""
+    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids."""
     from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
     from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
 
     check_stride(stride, max_seq_len)
     cls_id, sep_id, pad_id = specials
     out: list = [None] * len(texts)
-    # A batch of texts whose windows make about one run of batch_size windows.
-    for idx, batch in tqdm(list(_batches(texts, max(1, batch_size // 8))), desc=desc, unit="batch", leave=False):
+    # batch_size texts at a time (length-sorted), their windows run batch_size at a time.
+    for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         tokens = whole(batch)
         win = windows_from_tokens(
             [ids for ids, _ in tokens], [o for _, o in tokens], max_seq_len - 2, stride, cls_id, sep_id, pad_id
