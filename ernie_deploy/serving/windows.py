@@ -243,7 +243,16 @@ def merge_windows(window_logits: np.ndarray, window_starts: np.ndarray, text_len
     starts = np.asarray(window_starts).reshape(len(lengths), -1)
     longest = int(lengths.max()) if len(lengths) else 0
     merged = np.zeros((len(lengths), longest, window_logits.shape[-1]), dtype=window_logits.dtype)
+    # A text of one window (most texts) is its window: copied for all of them at once.
+    single = (starts[:, 1:] < 0).all(axis=1) if starts.shape[1] > 1 else np.ones(len(lengths), dtype=bool)
+    rows = np.flatnonzero(single & (starts[:, 0] == 0))
+    width = min(longest, window_logits.shape[2])
+    merged[rows, :width] = window_logits[rows, 0, :width]
+    merged[rows] *= (np.arange(longest)[None, :] < lengths[rows, None])[..., None]
+    done = set(rows.tolist())
     for b, length in enumerate(lengths.tolist()):
+        if b in done:
+            continue
         own = [int(s) for s in starts[b] if s >= 0]
         if not own:
             raise ErnieDeployError(f"text {b} has no window", "send the tokenizer's window_starts unchanged")
