@@ -194,9 +194,17 @@ def test_long_text_defaults_per_kind_and_refusals(tiny_pipeline):
         long_text_mode(TOKEN_CLS, BuildOptions(window_stride=127))
     with pytest.raises(ErnieDeployError, match="--head-tokens 127 does not fit"):
         long_text_mode(SEQ_CLS, BuildOptions(long_text="head_tail", head_tokens=127))
+    for size in (2, 129):
+        with pytest.raises(ErnieDeployError, match=f"--window-size {size} does not fit") as err:
+            long_text_mode(TOKEN_CLS, BuildOptions(window_size=size))
+        assert "from 3 to 128" in err.value.fix
+    with pytest.raises(ErnieDeployError, match="--window-stride from 1 to 30"):
+        long_text_mode(TOKEN_CLS, BuildOptions(window_size=32, window_stride=31))
+    assert long_text_mode(TOKEN_CLS, BuildOptions(window_size=32, window_stride=30)) == "window"
     for options, problem in [
         (BuildOptions(window_stride=0), "never reach"),
         (BuildOptions(long_text="head", window_stride=32), "has none"),
+        (BuildOptions(long_text="head", window_size=32), "--window-size sets"),
         (BuildOptions(head_tokens=10), "--head-tokens sets"),
         (BuildOptions(long_text="tail"), "unknown --long-text"),
     ]:
@@ -218,11 +226,16 @@ def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipe
     assert default[SEQ_CLS.ensemble][1] == default[TOKEN_CLS.ensemble][1]  # one tokenizer serves head and window
     fingerprints = {
         tokenizer_steps([entries[1]], options)[TOKEN_CLS.ensemble][1]
-        for options in (BuildOptions(), BuildOptions(window_stride=32), BuildOptions(long_text="head"))
+        for options in (
+            BuildOptions(),
+            BuildOptions(window_stride=32),
+            BuildOptions(window_size=32),
+            BuildOptions(long_text="head"),
+        )
     }
     fingerprints |= {tokenizer_steps([entries[0]], BuildOptions(long_text="head_tail"))[SEQ_CLS.ensemble][1]}
-    # head and window read different outputs of one tokenizer config; stride and head_tail change the config.
-    assert len(fingerprints) == 3
+    # head and window read different outputs of one tokenizer config; window size, stride and head_tail change it.
+    assert len(fingerprints) == 4
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -368,3 +381,28 @@ def test_documents_join_consecutive_sentences_with_their_tags():
         end = starts[k + 1] if k + 1 < len(starts) else len(first_doc[0])
         assert first_doc[0][start:end] == by_index[int(first_doc[1][start][3:])]
     assert join_sentences(rows, seed=42) == docs
+
+
+def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
+    from ernie_deploy.evaluate.offline import onnx_window_predictions, paddle_window_predictions
+    from ernie_deploy.serving.entities import entities_from_json
+
+    p = tiny_token_pipeline
+    repo = tmp_path / "models"
+    build([_artifacts(p)], repo, BuildOptions(runtime="python", window_size=32))
+    config = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text())
+    assert (config.parameters["window_size"].string_value, config.parameters["window_stride"].string_value) == (
+        "32",
+        "15",
+    )
+    load = _steps(repo)
+    tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN_CLS.model_step, "onnx")
+    post = load(TOKEN_CLS.postprocess_step, "token_cls_postprocess")
+    text = np.array(TEXTS, dtype=object).reshape(-1, 1)
+    tokens = tok({"text": text}, {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"})
+    assert tokens["window_ids"].shape[2] == 32 and tokens["window_starts"][4, :3].tolist() == [0, 15, 30]
+    answer = post({**tokens, **model({n: tokens[n] for n in WINDOW_INPUTS}), "text": text})
+    served = [entities_from_json(e) for e in answer["entities"][:, 0]]
+    want = onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS, window=32)
+    assert served == want
+    assert paddle_window_predictions(TOKEN_CLS, p.static, TEXTS, window=32) == want

@@ -24,7 +24,9 @@ def _timed(fn) -> Timed:
     return Timed(out, time.perf_counter() - t0)
 
 
-def _served(task: TaskSpec, static: StaticModel, onnx_path: Path, docs: list[str], stride: int, workdir: Path):
+def _served(
+    task: TaskSpec, static: StaticModel, onnx_path: Path, docs: list[str], window: int, stride: int, workdir: Path
+):
     """One repository with the model twice, windowed (`task.ensemble`) and cut at the head (`<ensemble>_head`), on
     one tritonserver: each document sent alone, in order, through each (one tokenizer serves both)."""
     from ernie_deploy.client.grpc_client import Client
@@ -34,9 +36,9 @@ def _served(task: TaskSpec, static: StaticModel, onnx_path: Path, docs: list[str
 
     repo = workdir / "models"
     head = task.named(f"{task.ensemble}_head")
-    for model, long_text in ((task, "window"), (head, "head")):
-        entry = TaskArtifacts(model, onnx_path, static.vocab_file, static.labels)
-        build(entry, repo, BuildOptions(runtime="python", long_text=long_text, window_stride=stride))
+    windowed = BuildOptions(window_size=window, window_stride=stride)
+    for model, options in ((task, windowed), (head, BuildOptions(long_text="head"))):
+        build(TaskArtifacts(model, onnx_path, static.vocab_file, static.labels), repo, options)
     out = {}
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "tritonserver.log") as server:
         for key, model in (("window", task), ("head", head)):
@@ -54,12 +56,15 @@ def measure(
     sentences: tuple[list[str], list],
     docs: tuple[list[str], list],
     *,
+    window: int | None = None,
     stride: int | None = None,
+    sweep: tuple[int, ...] = (),
     served: bool = True,
     workdir: Path | None = None,
 ) -> dict:
     """The long-text table's numbers: F1 of Paddle-native predictions (sentences; documents cut at the head;
-    documents in windows), the ONNX and served document F1 alike, and seconds per document of each way."""
+    documents in windows of `window` tokens), the ONNX and served document F1 alike, and seconds per document of
+    each way; with `sweep`, ONNX document F1 and time for each of those window sizes (stride half a window)."""
     import tempfile
 
     from ernie_deploy.evaluate.metrics import score
@@ -71,14 +76,18 @@ def measure(
     )
     from ernie_deploy.serving.windows import default_stride
 
-    stride = stride or default_stride(task.max_seq_len)
+    window = window or task.max_seq_len
+    stride = stride or default_stride(window)
     onnx_path = Path(onnx_path)
     doc_texts, doc_gold = docs
     chars = sum(len(t) for t in doc_texts)
     runs = {
         "paddle sentences": (sentences, _timed(lambda: paddle_predictions(task, static, sentences[0]))),
         "paddle head": (docs, _timed(lambda: paddle_predictions(task, static, doc_texts))),
-        "paddle window": (docs, _timed(lambda: paddle_window_predictions(task, static, doc_texts, stride))),
+        "paddle window": (
+            docs,
+            _timed(lambda: paddle_window_predictions(task, static, doc_texts, stride, window=window)),
+        ),
         "onnx head": (
             docs,
             _timed(lambda: onnx_predictions(task, onnx_path, static.vocab_file, static.labels, doc_texts)),
@@ -86,20 +95,34 @@ def measure(
         "onnx window": (
             docs,
             _timed(
-                lambda: onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, doc_texts, stride)
+                lambda: onnx_window_predictions(
+                    task, onnx_path, static.vocab_file, static.labels, doc_texts, stride, window=window
+                )
             ),
         ),
     }
+    for size in sweep:
+        runs[f"onnx window {size}"] = (
+            docs,
+            _timed(
+                lambda size=size: onnx_window_predictions(
+                    task, onnx_path, static.vocab_file, static.labels, doc_texts, window=size
+                )
+            ),
+        )
     if served:
         with tempfile.TemporaryDirectory() as tmp:
-            for key, timed in _served(task, static, onnx_path, doc_texts, stride, Path(workdir or tmp)).items():
+            served_runs = _served(task, static, onnx_path, doc_texts, window, stride, Path(workdir or tmp))
+            for key, timed in served_runs.items():
                 runs[f"served {key}"] = (docs, timed)
     report = {
+        "window": window,
         "stride": stride,
         "max_seq_len": task.max_seq_len,
         "documents": len(doc_texts),
         "characters": chars,
         "sentences": len(sentences[0]),
+        "sweep": list(sweep),
         "runs": {},
     }
     for name, ((texts, gold), timed) in runs.items():
@@ -127,12 +150,14 @@ def table(report: dict) -> str:
     labels = {
         "paddle sentences": "Paddle, MSRA test sentences (each fits)",
         "paddle head": "Paddle, documents cut at 128 tokens",
-        "paddle window": "Paddle, documents in windows",
+        "paddle window": f"Paddle, documents in windows of {report['window']} (stride {report['stride']})",
         "onnx head": "ONNX in-process, documents cut at 128 tokens",
-        "onnx window": "ONNX in-process, documents in windows",
+        "onnx window": f"ONNX in-process, documents in windows of {report['window']}",
         "served head": "served (gRPC, one document a request), cut",
-        "served window": "served (gRPC, one document a request), windows",
+        "served window": f"served (gRPC, one document a request), windows of {report['window']}",
     }
+    for size in report.get("sweep", ()):
+        labels[f"onnx window {size}"] = f"ONNX in-process, windows of {size} (stride {(size - 2) // 2})"
     for name, run in runs.items():
         texts = report["sentences"] if name == "paddle sentences" else report["documents"]
         lines.append(

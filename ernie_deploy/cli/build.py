@@ -126,6 +126,12 @@ def register(sub) -> None:
         "whole text in overlapping windows), head (cut the end), head_tail (classifiers: keep the head and the tail)",
     )
     p.add_argument(
+        "--window-size",
+        type=int,
+        help="window: tokens per window, [CLS] and [SEP] included, 3 to max_seq_len (default: max_seq_len); a model "
+        "trained on short texts reads long ones best in windows of about its training lengths",
+    )
+    p.add_argument(
         "--window-stride",
         type=int,
         help="window: tokens from one window's start to the next, 1 to max_seq_len - 2 (default: half a window)",
@@ -177,6 +183,7 @@ def run(args) -> None:
         device=args.device,
         trt_fp16=args.trt_fp16,
         long_text=args.long_text,
+        window_size=args.window_size,
         window_stride=args.window_stride,
         head_tokens=args.head_tokens,
     )

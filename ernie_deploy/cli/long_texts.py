@@ -13,7 +13,11 @@ def register(sub) -> None:
     p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--static", help="default: artifacts/static/<name or token_cls>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<name or token_cls>/model.onnx")
+    p.add_argument("--window-size", type=int, help="tokens per window, [CLS] and [SEP] included (default: max_seq_len)")
     p.add_argument("--window-stride", type=int, help="default: half a window")
+    p.add_argument(
+        "--sweep", type=int, nargs="*", default=[], help="also ONNX document F1 and time at these window sizes"
+    )
     p.add_argument("--no-served", action="store_true", help="offline rows only (no tritonserver)")
     p.add_argument("--report", help="write the numbers as JSON here")
     p.set_defaults(func=run)
@@ -39,7 +43,9 @@ def run(args) -> None:
         onnx_file(static, args.onnx, args.name),
         sentences,
         docs,
+        window=args.window_size,
         stride=args.window_stride,
+        sweep=tuple(args.sweep),
         served=not args.no_served,
     )
     if args.report:

@@ -133,14 +133,12 @@ def evaluate(
     from ernie_deploy.core.tasks import LONG_TEXT_MODES
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
-    from ernie_deploy.serving.windows import default_stride
 
     texts, gold = read_split_file(split_file)
     mode = long_text or LONG_TEXT_MODES.get(task.kind, ("head",))[0]
     if mode == "window":
-        stride = default_stride(task.max_seq_len)
-        paddle = paddle_window_predictions(task, static, texts, stride)
-        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, stride)
+        paddle = paddle_window_predictions(task, static, texts)
+        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts)
     else:
         paddle = paddle_predictions(task, static, texts)
         onnx = onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts)
@@ -215,38 +213,51 @@ def _specials(vocab_file: str | Path) -> tuple[int, int, int]:
     return vocab[CLS], vocab[SEP], vocab[PAD]
 
 
-def paddle_window_predictions(task: TaskSpec, static: StaticModel, texts: list[str], stride: int) -> list:
-    """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits."""
+def paddle_window_predictions(
+    task: TaskSpec, static: StaticModel, texts: list[str], stride: int | None = None, *, window: int | None = None
+) -> list:
+    """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
+    per window, [CLS] and [SEP] included (default max_seq_len); stride: default half a window."""
     from ernie_deploy.export.static import PaddlePredictor
+    from ernie_deploy.serving.windows import default_stride
 
+    window = window or task.max_seq_len
     return window_predict(
         static.labels,
         texts,
         paddle_whole(static.vocab_file, static.do_lower_case),
         PaddlePredictor(static),
         _specials(static.vocab_file),
-        task.max_seq_len,
-        stride,
+        window,
+        stride or default_stride(window),
         desc="paddle windows",
     )
 
 
 def onnx_window_predictions(
-    task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str], stride: int
+    task: TaskSpec,
+    onnx_path: str | Path,
+    vocab_file: str | Path,
+    labels: list[str],
+    texts: list[str],
+    stride: int | None = None,
+    *,
+    window: int | None = None,
 ) -> list:
     """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer
-    from ernie_deploy.serving.windows import encode_whole
+    from ernie_deploy.serving.windows import default_stride, encode_whole
 
     tokenizer = build_tokenizer(vocab_file)
+    window = window or task.max_seq_len
     return window_predict(
         labels,
         texts,
         lambda batch: encode_whole(tokenizer, batch),
         OnnxModel(onnx_path),
         _specials(vocab_file),
-        task.max_seq_len,
-        stride,
+        window,
+        stride or default_stride(window),
         desc="onnx windows",
     )

@@ -25,6 +25,7 @@ from ernie_deploy.repository.options import (
     check_options,
     head_tokens,
     long_text_mode,
+    window_size,
     window_stride,
 )
 from ernie_deploy.repository.signature import onnx_signature, spec_of
@@ -109,6 +110,8 @@ def tokenizer_config(
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
     # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
     params["window_stride"] = window_stride(options, max_seq_len)
+    if window_size(options, max_seq_len) != max_seq_len:
+        params["window_size"] = window_size(options, max_seq_len)
     if head_tokens(options, max_seq_len) is not None:
         params["head_tokens"] = head_tokens(options, max_seq_len)
     if multiple > 1:

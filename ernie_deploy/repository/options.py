@@ -51,6 +51,7 @@ class BuildOptions:
     # Texts longer than max_seq_len (LONG_TEXT): NER reads them in overlapping windows, a classifier keeps the head,
     # or the head and the tail (ernie_deploy.serving.windows).
     long_text: str = "auto"
+    window_size: int | None = None  # tokens per window, [CLS] and [SEP] included; None: the model's max_seq_len
     window_stride: int | None = None  # tokens from one window's start to the next; None: half a window
     head_tokens: int | None = None  # head_tail: tokens kept from the head; None: a quarter of the kept tokens
 
@@ -103,11 +104,12 @@ def check_options(options: BuildOptions) -> None:
         )
     if options.long_text not in LONG_TEXT:
         raise ErnieDeployError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
-    if options.window_stride is not None and options.long_text not in ("auto", "window"):
-        raise ErnieDeployError(
-            f"--window-stride sets the windows of --long-text window; --long-text {options.long_text} has none",
-            "drop --window-stride, or build with --long-text window (or auto)",
-        )
+    for flag, value in (("--window-size", options.window_size), ("--window-stride", options.window_stride)):
+        if value is not None and options.long_text not in ("auto", "window"):
+            raise ErnieDeployError(
+                f"{flag} sets the windows of --long-text window; --long-text {options.long_text} has none",
+                f"drop {flag}, or build with --long-text window (or auto)",
+            )
     if options.window_stride is not None and options.window_stride < 1:
         raise ErnieDeployError(
             f"--window-stride {options.window_stride}: windows that do not move never reach the text's end",
@@ -144,14 +146,27 @@ def long_text_mode(task: TaskSpec, options: BuildOptions) -> str:
     if options.head_tokens is not None:
         check_head_tokens(options.head_tokens, task.max_seq_len)
     if options.long_text in ("auto", "window"):
-        check_stride(window_stride(options, task.max_seq_len), task.max_seq_len)
+        window = window_size(options, task.max_seq_len)
+        if not 3 <= window <= task.max_seq_len:
+            raise ErnieDeployError(
+                f"--window-size {window} does not fit model {task.ensemble!r}: a window holds [CLS], [SEP] and at "
+                f"least one token, and at most the model's max_seq_len ({task.max_seq_len}) tokens",
+                f"pass --window-size from 3 to {task.max_seq_len}, or leave it out for {task.max_seq_len}",
+            )
+        check_stride(window_stride(options, task.max_seq_len), window)
     return mode
+
+
+def window_size(options: BuildOptions, max_seq_len: int) -> int:
+    """Tokens per window, [CLS] and [SEP] included: --window-size, else the model's max_seq_len."""
+    return max_seq_len if options.window_size is None else options.window_size
 
 
 def window_stride(options: BuildOptions, max_seq_len: int) -> int:
     from ernie_deploy.serving.windows import default_stride
 
-    return default_stride(max_seq_len) if options.window_stride is None else options.window_stride
+    window = window_size(options, max_seq_len)
+    return default_stride(window) if options.window_stride is None else options.window_stride
 
 
 def head_tokens(options: BuildOptions, max_seq_len: int) -> int | None:

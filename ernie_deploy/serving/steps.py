@@ -144,7 +144,8 @@ class TokenizerStep(Step):
         self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
         # How texts longer than max_seq_len are cut (ernie_deploy.serving.windows): windows for the models that
         # read `window_*`, the head (or head and tail) for those that read `input_ids`.
-        self.stride = int(parameter(config, "window_stride", str(max(1, (self.max_seq_len - 2) // 2))))
+        self.window = int(parameter(config, "window_size", str(self.max_seq_len)))  # tokens, [CLS] and [SEP] too
+        self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
         head = parameter(config, "head_tokens", "")
         self.head_tokens = int(head) if head else None
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
@@ -179,12 +180,12 @@ class TokenizerStep(Step):
             else None
         )
         windowed = len(cut) < len(names)
-        win = encode_windows(self.tokenizer, flat, self.max_seq_len, self.stride, whole=whole) if windowed else None
+        win = encode_windows(self.tokenizer, flat, self.window, self.stride, whole=whole) if windowed else None
         results = []
         for rows in _split_rows([len(texts) for texts in items]):
             out = {}
             if win is not None:
-                own = _own_windows(win, rows, self.max_seq_len)
+                own = _own_windows(win, rows, self.window)
                 out.update({name: own[name] for name in names if name in own})
             if enc is None:
                 results.append(out)
@@ -201,11 +202,11 @@ class TokenizerStep(Step):
         return results
 
 
-def _own_windows(win, rows: slice, max_seq_len: int) -> dict[str, np.ndarray]:
+def _own_windows(win, rows: slice, window: int) -> dict[str, np.ndarray]:
     """One request's window tensors: its own window count, window width and text length, whoever shared the batch."""
     count = int((win.window_starts[rows] >= 0).sum(axis=1).max())
     longest = int(win.text_lengths[rows].max())
-    width = min(longest, max_seq_len)
+    width = min(longest, window)
     return {
         "window_ids": np.ascontiguousarray(win.window_ids[rows, :count, :width]),
         "window_type_ids": np.ascontiguousarray(win.window_type_ids[rows, :count, :width]),

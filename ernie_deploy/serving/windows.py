@@ -194,7 +194,8 @@ class Windowed:
 
 
 def encode_windows(tokenizer, texts: Sequence[str], max_seq_len: int, stride: int, *, whole=None) -> Windowed:
-    """Each text's whole token sequence as overlapping windows of max_seq_len (see the module docstring)."""
+    """Each text's whole token sequence as overlapping windows of max_seq_len tokens, [CLS] and [SEP] included (the
+    window size: the model's max_seq_len, or less; see the module docstring)."""
     from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
 
     check_stride(stride, max_seq_len)
