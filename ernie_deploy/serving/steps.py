@@ -134,7 +134,9 @@ def _split_rows(counts: list[int]) -> list[slice]:
 
 class TokenizerStep(Step):
     """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
-    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL (see tasks.TOKENIZER_OUTPUTS)."""
+    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL; or the whole text in windows:
+    window_ids, window_type_ids [B, W, L], window_starts [B, W], text_offsets [B, T, 2], text_lengths [B, 1]
+    (see tasks.TOKENIZER_OUTPUTS). Only the outputs a request asks for are computed."""
 
     def __init__(self, config: dict, version_dir: Path):
         from ernie_deploy.serving.tokenizer import load_tokenizer
@@ -271,7 +273,8 @@ class OnnxStep(Step):
         return results
 
     # Windows per onnxruntime run: bounds the activations of a batch of long texts (a 3,000-character document is
-    # ~25 windows of 128 tokens), at no cost per window once a run is this large.
+    # ~50 windows of 128 tokens at the default stride; 64 such documents, ~3,000 windows, in one run would hold
+    # every layer's activations for all of them at once).
     WINDOW_CHUNK = 256
 
     def _run_windows(self, items):
