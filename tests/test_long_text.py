@@ -406,3 +406,12 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
     want = onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS, window=32)
     assert served == want
     assert paddle_window_predictions(TOKEN_CLS, p.static, TEXTS, window=32) == want
+
+
+def test_windows_go_to_length_buckets_like_input_ids(tiny_token_pipeline, tmp_path):
+    repo = tmp_path / "models"
+    build([_artifacts(tiny_token_pipeline)], repo, BuildOptions(runtime="python", pad_to_multiple_of=16))
+    tok = _steps(repo)("ernie_tokenizer", "tokenizer")
+    out = tok({"text": np.array(["国足公布世预赛名单"], dtype=object).reshape(-1, 1)}, {"window_ids", "window_starts"})
+    assert out["window_ids"].shape == (1, 1, 16)
+    assert out["window_ids"][0, 0, 11:].tolist() == [tok.tokenizer.token_to_id("[PAD]")] * 5

@@ -187,7 +187,7 @@ class TokenizerStep(Step):
         for rows in _split_rows([len(texts) for texts in items]):
             out = {}
             if win is not None:
-                own = _own_windows(win, rows, self.window)
+                own = _own_windows(win, rows, self.window, self.pad_to_multiple_of, self.tokenizer)
                 out.update({name: own[name] for name in names if name in own})
             if enc is None:
                 results.append(out)
@@ -204,14 +204,23 @@ class TokenizerStep(Step):
         return results
 
 
-def _own_windows(win, rows: slice, window: int) -> dict[str, np.ndarray]:
-    """One request's window tensors: its own window count, window width and text length, whoever shared the batch."""
+def _own_windows(win, rows: slice, window: int, pad_to_multiple_of: int, tokenizer) -> dict[str, np.ndarray]:
+    """One request's window tensors: its own window count, window width and text length, whoever shared the batch.
+    The width goes to a length bucket with pad_to_multiple_of, as `input_ids` do (for model steps that batch only
+    requests of one shape)."""
+    from ernie_deploy.serving.tokenizer import PAD, padded_width
+
     count = int((win.window_starts[rows] >= 0).sum(axis=1).max())
     longest = int(win.text_lengths[rows].max())
-    width = min(longest, window)
+    width = padded_width(min(longest, window), window, pad_to_multiple_of)
+    ids, types = win.window_ids[rows, :count, :width], win.window_type_ids[rows, :count, :width]
+    if ids.shape[2] < width:
+        pad = ((0, 0), (0, 0), (0, width - ids.shape[2]))
+        ids = np.pad(ids, pad, constant_values=tokenizer.token_to_id(PAD) or 0)
+        types = np.pad(types, pad, constant_values=0)
     return {
-        "window_ids": np.ascontiguousarray(win.window_ids[rows, :count, :width]),
-        "window_type_ids": np.ascontiguousarray(win.window_type_ids[rows, :count, :width]),
+        "window_ids": np.ascontiguousarray(ids),
+        "window_type_ids": np.ascontiguousarray(types),
         "window_starts": np.ascontiguousarray(win.window_starts[rows, :count]),
         "text_offsets": np.ascontiguousarray(win.text_offsets[rows, :longest]),
         "text_lengths": win.text_lengths[rows].reshape(-1, 1),
