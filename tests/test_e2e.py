@@ -68,24 +68,29 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, every_kind_serv
 
 
 def test_served_entities_point_into_the_text(server, token_cls_pipeline):
-    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.evaluate.offline import onnx_window_predictions
+    from ernie_deploy.serving.windows import default_stride
 
+    sentence = "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
     texts = [
-        "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。",
+        sentence,
         "张三2008年在上海 iPhone 店工作",
         "王" * 400,
-    ]  # the last one is cut by max_seq_len: no entity may run past what was seen
+        sentence * 8,  # 240 characters: NER reads the whole text in windows, nothing is cut
+    ]
     with Client(TOKEN_CLS, server.grpc_url) as client:
         out = client.infer(texts)
         entities = client.predict(texts, progress=False)
-    assert out["truncated"][:, 0].tolist() == [False, False, True]
+    assert out["truncated"][:, 0].tolist() == [False] * len(texts)
     p = token_cls_pipeline
-    assert entities == onnx_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts)
+    stride = default_stride(TOKEN_CLS.max_seq_len)
+    assert entities == onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, stride)
     assert entities[0], "the bootstrap model finds entities in a plain news sentence"
     for text, found in zip(texts, entities):
         for e in found:
             assert 0 <= e["start"] < e["end"] <= len(text) and text[e["start"] : e["end"]] == e["text"], e
-    assert all(e["end"] <= TOKEN_CLS.max_seq_len - 2 for e in entities[2])
+    # Entities past the first window are found: the last copy of the sentence, at characters 210-240, has them.
+    assert any(e["start"] >= 7 * len(sentence) for e in entities[3]), entities[3]
 
 
 def test_server_answers_bad_input_with_an_error_and_stays_up(server):

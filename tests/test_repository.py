@@ -89,7 +89,7 @@ def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
 
 
 def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline):
-    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())
+    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(long_text="head"))
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
     assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths"}
     assert [o.name for o in post.output] == ["entities"]
@@ -100,6 +100,17 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
     assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "offsets", "lengths", "truncated"}
     assert parse(render(tokenizer)) == tokenizer
+    # The default for NER: the whole text in windows, merged in the postprocess, which says nothing was cut.
+    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())
+    assert [(i.name, tuple(i.dims)) for i in model.input] == [("window_ids", (-1, -1)), ("window_type_ids", (-1, -1))]
+    assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, -1, 7))]
+    assert {i.name for i in post.input} == {LOGITS, "text", "text_offsets", "text_lengths", "window_starts"}
+    assert [o.name for o in post.output] == ["entities", "truncated"]
+    assert [o.name for o in ensemble.output] == ["entities", "truncated"]
+    tokenizer_step = ensemble.ensemble_scheduling.step[0]
+    assert set(tokenizer_step.output_map) == {
+        "window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"
+    }  # fmt: skip
 
 
 def test_logits_rank_must_fit_the_task(tiny_pipeline, tiny_token_pipeline):
@@ -119,7 +130,8 @@ def test_build_refuses_a_model_of_another_task_and_writes_nothing(tiny_pipeline,
 def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
     ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())[-1]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
-    assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids"}
+    # and what the response passes on: whether the text was cut
+    assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "truncated"}
 
 
 def test_tasks_with_one_vocabulary_share_one_tokenizer(tiny_pipeline, tiny_token_pipeline, tmp_path):
@@ -177,8 +189,9 @@ def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_tok
     assert {i.name: i.allow_ragged_batch for i in post.input} == {
         LOGITS: True,
         "text": False,
-        "offsets": True,
-        "lengths": False,
+        "text_offsets": True,
+        "text_lengths": False,
+        "window_starts": True,
     }
     assert model.parameters["pad_token_id"].string_value == "3"
     ort_model = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]

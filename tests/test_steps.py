@@ -197,7 +197,8 @@ def _fused_config(pipeline, task):
     from ernie_deploy.repository.configs import task_configs
     from ernie_deploy.repository.options import BuildOptions
 
-    (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True))
+    # The head cut, as the three steps below run (the windowed fused model: tests/test_long_text.py).
+    (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True, long_text="head"))
     return MessageToDict(config, preserving_proto_field_name=True)
 
 

@@ -11,6 +11,7 @@ from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
+    LONG_TEXT,
     ORT_GRAPH_LEVELS,
     BuildOptions,
     check_options,
@@ -138,6 +139,29 @@ def register(sub) -> None:
         help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
         "no dynamic batching, one instance",
     )
+    p.add_argument(
+        "--long-text",
+        default="auto",
+        choices=list(LONG_TEXT),
+        help="texts longer than max_seq_len: auto (window for NER, head for classifiers), window (NER reads the "
+        "whole text in overlapping windows), head (cut the end), head_tail (classifiers: keep the head and the tail)",
+    )
+    p.add_argument(
+        "--window-size",
+        type=int,
+        help="window: tokens per window, [CLS] and [SEP] included, 3 to max_seq_len (default: max_seq_len); a model "
+        "trained on short texts reads long ones best in windows of about its training lengths",
+    )
+    p.add_argument(
+        "--window-stride",
+        type=int,
+        help="window: tokens from one window's start to the next, 1 to max_seq_len - 2 (default: half a window)",
+    )
+    p.add_argument(
+        "--head-tokens",
+        type=int,
+        help="head_tail: tokens kept from the head, the rest of max_seq_len - 2 from the tail (default: a quarter)",
+    )
     p.set_defaults(func=run)
 
 
@@ -181,6 +205,10 @@ def run(args) -> None:
         ort_inter_op_threads=args.ort_inter_op_threads,
         device=args.device,
         trt_fp16=args.trt_fp16,
+        long_text=args.long_text,
+        window_size=args.window_size,
+        window_stride=args.window_stride,
+        head_tokens=args.head_tokens,
     )
     check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []

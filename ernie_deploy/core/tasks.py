@@ -120,7 +120,18 @@ TOKENIZER_OUTPUTS = (
     TensorSpec("offsets", "INT64", (-1, 2)),  # [start, end) of each token in the text, in characters
     TensorSpec("lengths", "INT64", (1,)),  # real tokens, [CLS] and [SEP] included
     TensorSpec("truncated", "BOOL", (1,)),  # the text had more tokens than max_seq_len
+    # The whole text as overlapping windows of max_seq_len (build --long-text window; ernie_deploy.serving.windows)
+    TensorSpec("window_ids", "INT64", (-1, -1)),  # [windows, tokens]: [CLS] a slice of the text's tokens [SEP]
+    TensorSpec("window_type_ids", "INT64", (-1, -1)),
+    TensorSpec("window_starts", "INT64", (-1,)),  # each window's first token among the text's tokens; -1: padding
+    TensorSpec("text_offsets", "INT64", (-1, 2)),  # offsets of the whole, untruncated token sequence
+    TensorSpec("text_lengths", "INT64", (1,)),  # its tokens, [CLS] and [SEP] included
 )
+# The windowed model step reads the windows under their own names, so one tokenizer serves models of every mode.
+WINDOW_INPUTS = ("window_ids", "window_type_ids")
+# What a text longer than max_seq_len becomes, per kind; the first is the default (`build --long-text auto`). A
+# token model decides every token, so it reads the whole text in windows; a label per text needs one input.
+LONG_TEXT_MODES = {"sequence": ("head", "head_tail"), "token": ("window", "head")}
 
 SEQ_CLS = TaskSpec(
     name="seq_cls",
@@ -135,6 +146,7 @@ SEQ_CLS = TaskSpec(
         TensorSpec("label_id", "INT64", (1,)),
         TensorSpec("label", "BYTES", (1,)),
         TensorSpec("confidence", "FP32", (1,)),
+        TensorSpec("truncated", "BOOL", (1,)),  # the text was cut to max_seq_len (head, or head and tail)
     ),
 )
 
@@ -149,7 +161,8 @@ TOKEN_CLS = TaskSpec(
     prediction="entities",
     outputs=(
         TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
-        TensorSpec("truncated", "BOOL", (1,)),  # entities past the truncation point are not found
+        # head: entities past the cut are not found; window: always false, every token is decided
+        TensorSpec("truncated", "BOOL", (1,)),
     ),
     postprocess_extra_inputs=(TEXT_INPUT, TOKENIZER_OUTPUTS[2], TOKENIZER_OUTPUTS[3]),
     split_format="jsonl",

@@ -150,22 +150,28 @@ def onnx_predictions(
     )
 
 
-def evaluate(task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
-    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines)."""
+def evaluate(
+    task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path, long_text: str | None = None
+) -> dict:
+    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines). long_text: how
+    a text longer than max_seq_len is read, "window" or a cut ("head"; head_tail is the tokenizer step's alone);
+    None: as `build` serves the task by default (tasks.LONG_TEXT_MODES), so the scores are the served ones."""
+    from ernie_deploy.core.tasks import LONG_TEXT_MODES
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
 
     texts, gold = read_split_file(split_file)
-    files = model_files(task, Path(onnx_path).parent, static.labels)
+    mode = long_text or LONG_TEXT_MODES.get(task.kind, ("head",))[0]
+    if mode == "window":
+        paddle = paddle_window_predictions(task, static, texts)
+        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts)
+    else:
+        files = model_files(task, Path(onnx_path).parent, static.labels)
+        paddle = paddle_predictions(task, static, texts, **files)
+        onnx = onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **files)
     return {
-        "paddle": score(task, texts, gold, paddle_predictions(task, static, texts, **files), static.labels),
-        "onnx": score(
-            task,
-            texts,
-            gold,
-            onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **files),
-            static.labels,
-        ),
+        "paddle": score(task, texts, gold, paddle, static.labels),
+        "onnx": score(task, texts, gold, onnx, static.labels),
     }
 
 
@@ -176,3 +182,118 @@ def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
     from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
 
     return {"thresholds": read_thresholds(Path(folder) / THRESHOLDS_FILE, labels)} if task.thresholds else {}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Texts longer than the model's window: NER over overlapping windows (ernie_deploy.serving.windows)
+
+
+def window_predict(
+    labels: list[str],
+    texts: list[str],
+    whole: Callable[[list[str]], list[tuple[list[int], list]]],
+    run: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    specials: tuple[int, int, int],
+    max_seq_len: int,
+    stride: int,
+    *,
+    batch_size: int = 64,
+    desc: str = "",
+) -> list:
+    """Entities of each text read in windows, as the served windowed model returns them: `whole` tokenizes texts
+    untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
+    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids."""
+    from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
+    from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
+
+    check_stride(stride, max_seq_len)
+    cls_id, sep_id, pad_id = specials
+    out: list = [None] * len(texts)
+    # batch_size texts at a time (length-sorted), their windows run batch_size at a time.
+    for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
+        tokens = whole(batch)
+        win = windows_from_tokens(
+            [ids for ids, _ in tokens], [o for _, o in tokens], max_seq_len - 2, stride, cls_id, sep_id, pad_id
+        )
+        real = win.window_starts >= 0
+        ids, types = win.window_ids[real], win.window_type_ids[real]
+        logits = np.concatenate(
+            [run(ids[i : i + batch_size], types[i : i + batch_size]) for i in range(0, len(ids), batch_size)]
+        )
+        window_logits = np.zeros((*win.window_ids.shape, logits.shape[-1]), dtype=logits.dtype)
+        window_logits[real] = logits
+        merged = merge_windows(window_logits, win.window_starts, win.text_lengths)
+        predicted = constrained_label_ids(merged, win.text_lengths, labels)
+        for row, (i, text) in enumerate(zip(idx, batch)):
+            out[i] = decode_entities(text, predicted[row], win.text_offsets[row], int(win.text_lengths[row]), labels)
+    return out
+
+
+def paddle_whole(vocab_file: str | Path, do_lower_case: bool = True) -> Callable[[list[str]], list]:
+    """paddlenlp's ErnieTokenizer without truncation: (ids, offsets) of each text's real tokens."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=do_lower_case)
+
+    def whole(batch: list[str]) -> list:
+        enc = tokenizer(batch, truncation=False, return_offsets_mapping=True, return_attention_mask=False)
+        return [(ids[1:-1], spans[1:-1]) for ids, spans in zip(enc["input_ids"], enc["offset_mapping"])]
+
+    return whole
+
+
+def _specials(vocab_file: str | Path) -> tuple[int, int, int]:
+    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, read_vocab
+
+    vocab = read_vocab(vocab_file)
+    return vocab[CLS], vocab[SEP], vocab[PAD]
+
+
+def paddle_window_predictions(
+    task: TaskSpec, static: StaticModel, texts: list[str], stride: int | None = None, *, window: int | None = None
+) -> list:
+    """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
+    per window, [CLS] and [SEP] included (default max_seq_len); stride: default half a window."""
+    from ernie_deploy.export.static import PaddlePredictor
+    from ernie_deploy.serving.windows import default_stride
+
+    window = window or task.max_seq_len
+    return window_predict(
+        static.labels,
+        texts,
+        paddle_whole(static.vocab_file, static.do_lower_case),
+        PaddlePredictor(static),
+        _specials(static.vocab_file),
+        window,
+        stride or default_stride(window),
+        desc="paddle windows",
+    )
+
+
+def onnx_window_predictions(
+    task: TaskSpec,
+    onnx_path: str | Path,
+    vocab_file: str | Path,
+    labels: list[str],
+    texts: list[str],
+    stride: int | None = None,
+    *,
+    window: int | None = None,
+) -> list:
+    """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+    from ernie_deploy.serving.windows import default_stride, encode_whole
+
+    tokenizer = build_tokenizer(vocab_file)
+    window = window or task.max_seq_len
+    return window_predict(
+        labels,
+        texts,
+        lambda batch: encode_whole(tokenizer, batch),
+        OnnxModel(onnx_path),
+        _specials(vocab_file),
+        window,
+        stride or default_stride(window),
+        desc="onnx windows",
+    )

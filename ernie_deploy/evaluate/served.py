@@ -16,11 +16,17 @@ from ernie_deploy.core.tasks import TaskSpec
 
 def _print_label(text, prediction: str, out: dict, i: int) -> None:
     shown = "\t".join(text) if isinstance(text, tuple) else text  # a pair: both texts
-    print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{shown}")
+    cut = "\t(truncated: the model read max_seq_len tokens of it)" if _cut(out, i) else ""
+    print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{shown}{cut}")
+
+
+def _cut(out: dict, i: int) -> bool:
+    """Whether the server says text i was cut (a model built before classifiers said so has no `truncated`)."""
+    return "truncated" in out and bool(out["truncated"][i, 0])
 
 
 def _print_entities(text: str, prediction: list[dict], out: dict, i: int) -> None:
-    note = "  (truncated: entities past max_seq_len are not found)" if out["truncated"][i, 0] else ""
+    note = "  (truncated: entities past max_seq_len are not found)" if _cut(out, i) else ""
     print(f"{text}{note}")
     print(json.dumps(prediction, ensure_ascii=False, indent=2))
 

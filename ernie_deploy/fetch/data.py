@@ -393,6 +393,50 @@ THUCNEWS_PAIRS = DatasetSpec(
 )
 
 
+DOC_CHARS = (300, 3000)  # msra_docs: the length range of a document, in characters
+
+
+def join_sentences(rows: list[tuple[str, list[str]]], seed: int, chars: tuple[int, int] = DOC_CHARS) -> list:
+    """Consecutive (text, tags) sentences joined into documents of chars[0] to chars[1] characters: each document
+    draws a target length (seeded, uniform in the range) and takes sentences in order until it reaches it, or
+    until the next would pass chars[1]; its tags are its sentences' tags, concatenated. A sentence longer than
+    chars[1] is left out, and so is a last document shorter than chars[0]."""
+    low, high = chars
+    rng = random.Random(seed)
+    docs, text, tags, target = [], "", [], rng.randint(low, high)
+    for sentence, sentence_tags in rows:
+        if len(sentence) > high:
+            continue
+        if len(text) + len(sentence) > high and len(text) >= low:
+            docs.append((text, tags))
+            text, tags, target = "", [], rng.randint(low, high)
+        elif len(text) + len(sentence) > high:  # too short yet, and this one does not fit: start over with it
+            text, tags = "", []
+        text, tags = text + sentence, tags + list(sentence_tags)
+        if len(text) >= target:
+            docs.append((text, tags))
+            text, tags, target = "", [], rng.randint(low, high)
+    return docs
+
+
+def _msra_docs_splits(spec: DatasetSpec, source: Path) -> dict[str, list[tuple[str, list[str]]]]:
+    """Documents of consecutive msra_ner sentences, each split from the same split of msra_ner, so no test
+    sentence reaches train or dev. The test documents are what long-text NER is scored on; train and dev are
+    derived alike (dev documents, to tune the window stride without looking at test; no model trains on them)."""
+    out = {}
+    for index, name in enumerate(SPLITS):
+        texts, tags = read_jsonl(split_file(source, name, "jsonl"))
+        out[name] = join_sentences(list(zip(texts, tags)), spec.seed + index)
+    return out
+
+
+# Long texts for NER (README "Long texts"): MSRA's test sentences, joined in order into documents of 300 to 3,000
+# characters, scored against the union of their sentences' gold entities.
+MSRA_DOCS = DatasetSpec(
+    name="msra_docs", archive=None, members={}, split=_msra_docs_splits, split_format="jsonl", source="msra_ner"
+)
+
+
 MSRA_MULTILABEL = DatasetSpec(
     name="msra_multilabel",
     archive=None,
@@ -402,7 +446,7 @@ MSRA_MULTILABEL = DatasetSpec(
     source="msra_ner",
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, THUCNEWS_PAIRS, MSRA_MULTILABEL)}
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (THUCNEWS, MSRA_NER, THUCNEWS_PAIRS, MSRA_MULTILABEL, MSRA_DOCS)}
 
 _WRITERS = {"tsv": write_tsv, "jsonl": write_jsonl, "labels.tsv": write_label_sets}
 

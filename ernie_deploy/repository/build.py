@@ -28,7 +28,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
 from ernie_deploy.repository.configs import parse, render, task_configs, tokenizer_config, warmup_files
-from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.options import BuildOptions, long_text_mode
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 VERSION = "1"
@@ -286,8 +286,7 @@ def _write_models(
         if homes["tokenizer"] not in skip:
             with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
                 tmp.write_bytes(payload)
-        with atomic_path(repository / homes["model"] / VERSION / "model.onnx", suffix=".onnx") as tmp:
-            shutil.copyfile(entry.onnx, tmp)
+        _write_model_file(entry, options, repository / homes["model"] / VERSION / "model.onnx")
         write_json(entry.labels, repository / homes["labels"] / VERSION / "labels.json")
         if thresholds.get(task.ensemble) is not None:
             write_json(thresholds[task.ensemble], repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
@@ -295,6 +294,17 @@ def _write_models(
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()
     return written
+
+
+def _write_model_file(entry: TaskArtifacts, options: BuildOptions, path: Path) -> None:
+    """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens] (windows.py)."""
+    if options.runtime == "onnxruntime" and not options.fused and long_text_mode(entry.task, options) == "window":
+        from ernie_deploy.repository.windows import window_model
+
+        window_model(entry.onnx, path)
+        return
+    with atomic_path(path, suffix=".onnx") as tmp:
+        shutil.copyfile(entry.onnx, tmp)
 
 
 def build_version(
@@ -342,8 +352,8 @@ def build_version(
         for step, files in ((task.model_step, {"model.onnx": entry.onnx}), (task.postprocess_step, {})):
             folder = staging / step / str(version)
             folder.mkdir(parents=True)
-            for filename, source in files.items():
-                shutil.copyfile(source, folder / filename)
+            if files:
+                _write_model_file(entry, options, folder / "model.onnx")
             if step == task.postprocess_step:
                 write_json(entry.labels, folder / "labels.json")
                 if thresholds is not None:

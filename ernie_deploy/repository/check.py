@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.host import gpu_count
+from ernie_deploy.core.tasks import WINDOW_INPUTS
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
 from ernie_deploy.repository.signature import onnx_signature, spec_of
@@ -71,6 +72,11 @@ def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Proble
         return [Problem(name, exc.problem, exc.fix or "re-export the model")]
     except Exception as exc:  # noqa: BLE001 - a corrupt file is a finding here, not a crash
         return [Problem(name, f"{version.name}/{file_name} does not load: {exc}", "convert the model again")]
+    if config.backend == "python" and [t.name for t in config.input] == list(WINDOW_INPUTS):
+        # A windowed python model step feeds the converted file window by window (repository/windows.py).
+        from ernie_deploy.repository.windows import windowed_signature
+
+        inputs, outputs = windowed_signature(inputs, outputs)
     batched = config.max_batch_size > 0
     problems = []
     for kind, tensors, specs in (("input", config.input, inputs), ("output", config.output, outputs)):

@@ -19,7 +19,15 @@ from ernie_deploy.core.tasks import (
     TaskSpec,
     TensorSpec,
 )
-from ernie_deploy.repository.options import ORT_GRAPH_LEVELS, BuildOptions, check_options
+from ernie_deploy.repository.options import (
+    ORT_GRAPH_LEVELS,
+    BuildOptions,
+    check_options,
+    head_tokens,
+    long_text_mode,
+    window_size,
+    window_stride,
+)
 from ernie_deploy.repository.signature import onnx_signature, spec_of
 
 
@@ -105,6 +113,12 @@ def tokenizer_config(
     """The tokenizer model of the tasks that take `inputs` (a text, or a text and its pair)."""
     multiple = max_seq_len if options.classic else options.pad_to_multiple_of
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
+    # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
+    params["window_stride"] = window_stride(options, max_seq_len)
+    if window_size(options, max_seq_len) != max_seq_len:
+        params["window_size"] = window_size(options, max_seq_len)
+    if head_tokens(options, max_seq_len) is not None:
+        params["head_tokens"] = head_tokens(options, max_seq_len)
     if multiple > 1:
         params["pad_to_multiple_of"] = multiple
     return _base(name, list(inputs), list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
@@ -141,9 +155,15 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
 def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
     inputs = [logits, *task.postprocess_extra_inputs]
     outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
-    return _base(
-        task.postprocess_step, inputs, outputs, options, backend="python", params={"labels_file": "labels.json"}
-    )
+    params = {"labels_file": "labels.json"}
+    if long_text_mode(task, options) == "window":
+        # The windows' logits and where each window starts in the whole text; the postprocess merges them and
+        # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
+        tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
+        inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in ("text_offsets", "text_lengths", "window_starts"))]
+        outputs = [o for o in task.outputs if o.name not in set(tokenized) - {"truncated"}]
+        params["long_text"] = "window"
+    return _base(task.postprocess_step, inputs, outputs, options, backend="python", params=params)
 
 
 def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
@@ -162,6 +182,8 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     if missing:
         raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
     read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
+    # A tensor two steps produce (`truncated`, from a windowed postprocess) is taken from the later one.
+    source = {o.name: step.name for step in steps for o in step.output}
     config = _base(
         task.ensemble,
         list(task.inputs),
@@ -176,7 +198,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
         for tensor in step.input:
             entry.input_map[tensor.name] = tensor.name
         for tensor in step.output:
-            if tensor.name in read:
+            if tensor.name in read and source[tensor.name] == step.name:
                 entry.output_map[tensor.name] = tensor.name
     return config
 
@@ -215,6 +237,12 @@ def task_configs(
             f"export the checkpoint with --task {task.name}, or pick the task the model was trained for",
         )
     ordered = [by_name[n] for n in MODEL_INPUTS]
+    if long_text_mode(task, options) == "window":
+        # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
+        # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
+        from ernie_deploy.repository.windows import windowed_signature
+
+        ordered, outputs = windowed_signature(ordered, outputs)
     steps = [
         tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs),
         model_config(task, ordered, outputs, options, pad_token_id),

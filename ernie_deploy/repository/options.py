@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import LONG_TEXT_MODES, TaskSpec
 
 RUNTIMES = ("onnxruntime", "python")
 DEVICES = ("cpu", "gpu")
@@ -14,6 +15,8 @@ DEVICES = ("cpu", "gpu")
 # ORT_ENABLE_ALL, so "all" writes no block at all.
 ORT_GRAPH_LEVELS = {"all": 0, "extended": 1, "basic": -1, "disabled": 2}
 DEFAULT_MAX_BATCH_SIZE = 64
+# --long-text: "auto" takes each kind's default (tasks.LONG_TEXT_MODES: window for token models, head otherwise).
+LONG_TEXT = ("auto", "window", "head", "head_tail")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,12 @@ class BuildOptions:
     # ORT backend on a GPU: hand the graph to TensorRT in FP16 (the backend's TensorRT execution accelerator,
     # CUDA for what TensorRT cannot run). Independent of `convert --fp16`, which changes the ONNX weights.
     trt_fp16: bool = False
+    # Texts longer than max_seq_len (LONG_TEXT): NER reads them in overlapping windows, a classifier keeps the head,
+    # or the head and the tail (ernie_deploy.serving.windows).
+    long_text: str = "auto"
+    window_size: int | None = None  # tokens per window, [CLS] and [SEP] included; None: the model's max_seq_len
+    window_stride: int | None = None  # tokens from one window's start to the next; None: half a window
+    head_tokens: int | None = None  # head_tail: tokens kept from the head; None: a quarter of the kept tokens
 
     @property
     def batching(self) -> bool:
@@ -109,3 +118,77 @@ def check_options(options: BuildOptions) -> None:
             "--trt-fp16 is a GPU execution accelerator of the ONNX Runtime backend",
             "build with --runtime onnxruntime --device gpu --trt-fp16, or drop --trt-fp16",
         )
+    if options.long_text not in LONG_TEXT:
+        raise ErnieDeployError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
+    for flag, value in (("--window-size", options.window_size), ("--window-stride", options.window_stride)):
+        if value is not None and options.long_text not in ("auto", "window"):
+            raise ErnieDeployError(
+                f"{flag} sets the windows of --long-text window; --long-text {options.long_text} has none",
+                f"drop {flag}, or build with --long-text window (or auto)",
+            )
+    if options.window_stride is not None and options.window_stride < 1:
+        raise ErnieDeployError(
+            f"--window-stride {options.window_stride}: windows that do not move never reach the text's end",
+            "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
+        )
+    if options.head_tokens is not None and options.long_text != "head_tail":
+        raise ErnieDeployError(
+            "--head-tokens sets how --long-text head_tail splits a text",
+            "drop --head-tokens, or add --long-text head_tail",
+        )
+
+
+def long_text_mode(task: TaskSpec, options: BuildOptions) -> str:
+    """What `task`'s model does with a text longer than max_seq_len under `options`, or a clear refusal."""
+    from ernie_deploy.serving.windows import check_head_tokens, check_stride
+
+    modes = LONG_TEXT_MODES.get(task.kind, ("head",))
+    mode = modes[0] if options.long_text == "auto" else options.long_text
+    if mode not in modes:
+        why = {
+            "window": "a window decides each token, but a label per text needs the text in one model input",
+            "head_tail": "cutting out a text's middle leaves no labels for the tokens there",
+        }.get(mode, "")
+        raise ErnieDeployError(
+            f"--long-text {mode} does not fit {task.kind} model {task.ensemble!r}{': ' + why if why else ''}",
+            f"build it with --long-text {' or '.join(('auto', *modes))} (build models of other kinds separately, "
+            "with --task or --name)",
+        )
+    if mode == "head_tail" and len(task.inputs) != 1:
+        raise ErnieDeployError(
+            f"--long-text head_tail cuts one text; {task.ensemble!r} takes {len(task.inputs)}",
+            "build it with --long-text head (pairs are cut the longer text first)",
+        )
+    if options.head_tokens is not None:
+        check_head_tokens(options.head_tokens, task.max_seq_len)
+    if options.long_text in ("auto", "window"):
+        window = window_size(options, task.max_seq_len)
+        if not 3 <= window <= task.max_seq_len:
+            raise ErnieDeployError(
+                f"--window-size {window} does not fit model {task.ensemble!r}: a window holds [CLS], [SEP] and at "
+                f"least one token, and at most the model's max_seq_len ({task.max_seq_len}) tokens",
+                f"pass --window-size from 3 to {task.max_seq_len}, or leave it out for {task.max_seq_len}",
+            )
+        check_stride(window_stride(options, task.max_seq_len), window)
+    return mode
+
+
+def window_size(options: BuildOptions, max_seq_len: int) -> int:
+    """Tokens per window, [CLS] and [SEP] included: --window-size, else the model's max_seq_len."""
+    return max_seq_len if options.window_size is None else options.window_size
+
+
+def window_stride(options: BuildOptions, max_seq_len: int) -> int:
+    from ernie_deploy.serving.windows import default_stride
+
+    window = window_size(options, max_seq_len)
+    return default_stride(window) if options.window_stride is None else options.window_stride
+
+
+def head_tokens(options: BuildOptions, max_seq_len: int) -> int | None:
+    """Tokens a head_tail cut keeps from the head; None: the head alone (no head_tail)."""
+    from ernie_deploy.serving.windows import default_head_tokens
+
+    if options.long_text != "head_tail":
+        return None
+    return default_head_tokens(max_seq_len) if options.head_tokens is None else options.head_tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
@@ -151,6 +151,9 @@ class Step:
         return result
 
 
+_WINDOW_OUTPUTS = frozenset(("window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"))
+
+
 def _split_rows(counts: list[int]) -> list[slice]:
     bounds = np.cumsum([0, *counts])
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -158,7 +161,9 @@ def _split_rows(counts: list[int]) -> list[slice]:
 
 class TokenizerStep(Step):
     """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
-    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL (see tasks.TOKENIZER_OUTPUTS)."""
+    offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL; or the whole text in windows:
+    window_ids, window_type_ids [B, W, L], window_starts [B, W], text_offsets [B, T, 2], text_lengths [B, 1]
+    (see tasks.TOKENIZER_OUTPUTS). Only the outputs a request asks for are computed."""
 
     def __init__(self, config: dict, version_dir: Path):
         from ernie_deploy.serving.tokenizer import load_tokenizer
@@ -168,6 +173,12 @@ class TokenizerStep(Step):
         self.inputs = [i["name"] for i in config.get("input", [])] or [TEXT_INPUT.name]
         self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
         self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
+        # How texts longer than max_seq_len are cut (ernie_deploy.serving.windows): windows for the models that
+        # read `window_*`, the head (or head and tail) for those that read `input_ids`.
+        self.window = int(parameter(config, "window_size", str(self.max_seq_len)))  # tokens, [CLS] and [SEP] too
+        self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
+        head = parameter(config, "head_tokens", "")
+        self.head_tokens = int(head) if head else None
         self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
         unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
         if unknown:
@@ -180,28 +191,77 @@ class TokenizerStep(Step):
         return decode_inputs(inputs, self.inputs)
 
     def run(self, items: list[list], requested=None) -> list[dict[str, np.ndarray]]:
-        from ernie_deploy.serving.tokenizer import encode_items, padded_width
+        from ernie_deploy.serving.tokenizer import encode_pairs, padded_width
+        from ernie_deploy.serving.windows import encode_cut, encode_whole, encode_windows
 
-        enc = encode_items(
-            self.tokenizer,
-            [t for texts in items for t in texts],
-            self.max_seq_len,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-        )
         names = [n for n in self.outputs if requested is None or n in requested]
+        flat = [t for texts in items for t in texts]
+        cut = [n for n in names if n not in _WINDOW_OUTPUTS]
+        if len(self.inputs) > 1:
+            # Pairs are cut one token at a time from the longer text, as ErnieTokenizer cuts them. A pair model reads
+            # `input_ids`, never windows (`build` refuses windows for label-per-text models), so none are made.
+            names, whole = cut, None
+            enc = encode_pairs(
+                self.tokenizer, *zip(*flat), self.max_seq_len, pad_to_multiple_of=self.pad_to_multiple_of
+            )
+        else:
+            whole = encode_whole(self.tokenizer, flat)  # one tokenization; each cut below is taken from it
+            enc = (
+                encode_cut(
+                    self.tokenizer,
+                    flat,
+                    self.max_seq_len,
+                    head_tokens=self.head_tokens,
+                    pad_to_multiple_of=self.pad_to_multiple_of,
+                    whole=whole,
+                )
+                if cut
+                else None
+            )
+        windowed = len(cut) < len(names)
+        win = encode_windows(self.tokenizer, flat, self.window, self.stride, whole=whole) if windowed else None
         results = []
         for rows in _split_rows([len(texts) for texts in items]):
+            out = {}
+            if win is not None:
+                own = _own_windows(win, rows, self.window, self.pad_to_multiple_of, self.tokenizer)
+                out.update({name: own[name] for name in names if name in own})
+            if enc is None:
+                results.append(out)
+                continue
             # Each request gets its own width (its longest text), whatever it was tokenized with: a response
             # never depends on which other requests shared the batch.
             width = padded_width(int(enc.lengths[rows].max()), self.max_seq_len, self.pad_to_multiple_of)
-            out = {}
-            for name in names:
+            for name in cut:
                 value = getattr(enc, name)[rows]
                 if name in ("input_ids", "token_type_ids", "offsets"):
                     value = np.ascontiguousarray(value[:, :width])
                 out[name] = value.reshape(-1, 1) if value.ndim == 1 else value  # per-text scalars: [B, 1]
             results.append(out)
         return results
+
+
+def _own_windows(win, rows: slice, window: int, pad_to_multiple_of: int, tokenizer) -> dict[str, np.ndarray]:
+    """One request's window tensors: its own window count, window width and text length, whoever shared the batch.
+    The width goes to a length bucket with pad_to_multiple_of, as `input_ids` do (for model steps that batch only
+    requests of one shape)."""
+    from ernie_deploy.serving.tokenizer import PAD, padded_width
+
+    count = int((win.window_starts[rows] >= 0).sum(axis=1).max())
+    longest = int(win.text_lengths[rows].max())
+    width = padded_width(min(longest, window), window, pad_to_multiple_of)
+    ids, types = win.window_ids[rows, :count, :width], win.window_type_ids[rows, :count, :width]
+    if ids.shape[2] < width:
+        pad = ((0, 0), (0, 0), (0, width - ids.shape[2]))
+        ids = np.pad(ids, pad, constant_values=tokenizer.token_to_id(PAD) or 0)
+        types = np.pad(types, pad, constant_values=0)
+    return {
+        "window_ids": np.ascontiguousarray(ids),
+        "window_type_ids": np.ascontiguousarray(types),
+        "window_starts": np.ascontiguousarray(win.window_starts[rows, :count]),
+        "text_offsets": np.ascontiguousarray(win.text_offsets[rows, :longest]),
+        "text_lengths": win.text_lengths[rows].reshape(-1, 1),
+    }
 
 
 class OnnxStep(Step):
@@ -221,22 +281,29 @@ class OnnxStep(Step):
             spinning=parameter(config, "ort_spinning", "false") == "true",
         )
         self.pad_id = int(parameter(config, "pad_token_id", "0"))
+        # The config's inputs: input_ids and token_type_ids, or a windowed model's window_ids and window_type_ids.
+        names = [i["name"] for i in config.get("input", [])]
+        self.names = tuple(names) if names in (list(MODEL_INPUTS), list(WINDOW_INPUTS)) else MODEL_INPUTS
+        self.rank = 3 if self.names == WINDOW_INPUTS else 2
 
     def check(self, inputs):
-        for name in MODEL_INPUTS:
+        for name in self.names:
             if inputs[name].dtype != np.int64:
                 raise BadRequest(
                     f"input {name!r} has dtype {inputs[name].dtype}; expected int64", "send token ids as INT64"
                 )
-        ids, types = inputs["input_ids"], inputs["token_type_ids"]
-        if ids.ndim != 2 or ids.shape != types.shape:
+        ids, types = (inputs[name] for name in self.names)
+        if ids.ndim != self.rank or ids.shape != types.shape:
+            shape = "[batch, windows, tokens]" if self.rank == 3 else "[batch, tokens]"
             raise BadRequest(
-                f"input_ids {list(ids.shape)} and token_type_ids {list(types.shape)} must have "
-                "the same [batch, tokens] shape"
+                f"{self.names[0]} {list(ids.shape)} and {self.names[1]} {list(types.shape)} must have the same "
+                f"{shape} shape"
             )
         return ids, types
 
     def run(self, items, requested=None):
+        if items and items[0][0].ndim == 3:
+            return self._run_windows(items)
         if len(items) == 1:
             return [{LOGITS: self.model(*items[0])}]
         width = max(ids.shape[1] for ids, _ in items)
@@ -250,6 +317,37 @@ class OnnxStep(Step):
                 part = part[:, : own.shape[1]]
             results.append({LOGITS: np.ascontiguousarray(part)})
         return results
+
+    # Windows per onnxruntime run: bounds the activations of a batch of long texts (a 3,000-character document is
+    # ~50 windows of 128 tokens at the default stride; 64 such documents, ~3,000 windows, in one run would hold
+    # every layer's activations for all of them at once).
+    WINDOW_CHUNK = 256
+
+    def _run_windows(self, items):
+        """[batch, windows, tokens] per request -> logits [batch, windows, tokens, labels]. Only real windows run:
+        requests and texts have different window counts, and a padding window (all pad ids) would cost as
+        much as a real one; its logits come back as zeros. A text's first window always runs (even all pad)."""
+        width = max(ids.shape[2] for ids, _ in items)
+        masks, flat_ids, flat_types = [], [], []
+        for ids, types in items:
+            real = (ids != self.pad_id).any(axis=2)
+            real[:, :1] = True
+            pad = ((0, 0), (0, 0), (0, width - ids.shape[2]))
+            flat_ids.append(np.pad(ids, pad, constant_values=self.pad_id)[real])
+            flat_types.append(np.pad(types, pad, constant_values=0)[real])
+            masks.append(real)
+        ids, types = np.concatenate(flat_ids), np.concatenate(flat_types)
+        chunk = self.WINDOW_CHUNK
+        runs = range(0, len(ids), chunk)
+        logits = np.concatenate([self.model(ids[i : i + chunk], types[i : i + chunk]) for i in runs])
+        results, start = [], 0
+        for (own, _), real in zip(items, masks):
+            out = np.zeros((*own.shape, logits.shape[-1]), dtype=logits.dtype)
+            count = int(real.sum())
+            out[real] = logits[start : start + count, : own.shape[2]]
+            start += count
+            results.append(out)
+        return [{LOGITS: out} for out in results]
 
 
 def _pad(array: np.ndarray, width: int, value: int) -> np.ndarray:
@@ -298,8 +396,12 @@ class TokenClsPostprocess(Step):
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        # build --long-text window: the logits of each text's windows, merged here
+        self.windowed = parameter(config, "long_text", "") == "window"
 
     def check(self, inputs):
+        if self.windowed:
+            return self._check_windows(inputs)
         logits, offsets = inputs[LOGITS], inputs["offsets"]
         if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
             raise BadRequest(
@@ -314,16 +416,64 @@ class TokenClsPostprocess(Step):
         lengths = inputs["lengths"].reshape(-1)
         return decode_texts(inputs["text"]), constrained_label_ids(logits, lengths, self.labels), offsets, lengths
 
+    def _check_windows(self, inputs):
+        """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
+        [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into whole-text logits
+        (ernie_deploy.serving.windows), then decoded like a text that fit."""
+        from ernie_deploy.serving.entities import constrained_label_ids
+        from ernie_deploy.serving.windows import merge_windows
+
+        logits, starts = inputs[LOGITS], inputs["window_starts"]
+        offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
+        if logits.ndim != 4 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, windows, tokens, "
+                f"{len(self.labels)}] for the labels in labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        if starts.shape != logits.shape[:2] or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
+            raise BadRequest(
+                f"window_starts {list(starts.shape)}, text_offsets {list(offsets.shape)} and text_lengths "
+                f"{list(lengths.shape)} do not fit logits {list(logits.shape)}",
+                "send the tokenizer's window tensors unchanged",
+            )
+        # An empty sequence (Triton's zero-filled warmup request) has nothing to merge: no entities.
+        empty = lengths < 2
+        lengths = np.where(empty, 2, lengths)
+        starts = np.where(empty[:, None], np.where(np.arange(starts.shape[1]) == 0, 0, -1), starts)
+        for b, (own, length) in enumerate(zip(starts, lengths.tolist())):
+            own = own[own >= 0]
+            tokens = length - 2
+            if not len(own) or own[0] != 0 or (np.diff(own) <= 0).any() or own[-1] > max(tokens - 1, 0):
+                raise BadRequest(
+                    f"text {b}: window_starts {own.tolist()} are not windows over its {tokens} tokens",
+                    "send the tokenizer's window tensors unchanged",
+                )
+            if offsets.shape[1] < length or own[-1] + logits.shape[2] - 2 < tokens:
+                raise BadRequest(
+                    f"text {b}: {length} tokens do not fit its text_offsets ({offsets.shape[1]} rows) or its "
+                    f"windows ({len(own)} of {logits.shape[2]} tokens)",
+                    "send the tokenizer's window tensors unchanged",
+                )
+        merged = merge_windows(logits, starts, lengths)
+        # Checked above: every token lies in a window, so no entity was cut off (the response's `truncated`).
+        truncated = np.zeros((len(lengths), 1), dtype=bool)
+        lengths = np.where(empty, 0, lengths)
+        predicted = constrained_label_ids(merged, lengths, self.labels)
+        return decode_texts(inputs["text"]), predicted, offsets, lengths, truncated
+
     def run(self, items, requested=None):
         from ernie_deploy.serving.entities import decode_entities, entities_to_json
 
         results = []
-        for texts, predicted, offsets, lengths in items:  # decoding walks each text's spans
+        for texts, predicted, offsets, lengths, *truncated in items:  # decoding walks each text's spans
             entities = [
                 entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
                 for i, text in enumerate(texts)
             ]
             results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
+            if truncated:
+                results[-1]["truncated"] = truncated[0]
         return results
 
 
@@ -369,13 +519,17 @@ class PipelineStep(Step):
         self.model = OnnxStep(config, version_dir)
         self.post = STEPS[parameter(config, "postprocess")](config, version_dir)
         self.outputs = [o["name"] for o in config.get("output", [])]
+        # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
+        windowed = parameter(config, "long_text", "") == "window"
+        self.inputs = WINDOW_INPUTS if windowed else MODEL_INPUTS
+        self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
 
     def check(self, inputs):
         return self.tokenizer.check(inputs), inputs["text"]
 
     def run(self, items, requested=None):
-        tokens = self.tokenizer.run([texts for texts, _ in items])
-        logits = self.model.run([(t["input_ids"], t["token_type_ids"]) for t in tokens])
+        tokens = self.tokenizer.run([texts for texts, _ in items], self.tokens)
+        logits = self.model.run([tuple(t[name] for name in self.inputs) for t in tokens])
         post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
         # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
         return [

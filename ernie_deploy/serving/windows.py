@@ -1,0 +1,267 @@
+"""Texts longer than the model's window: sliding windows over the whole token sequence, and their merge; the
+head+tail cut for classifiers.
+
+Pure functions of token ids, offsets and logits (numpy only), shared by the serving steps and the offline
+references (ONNX and Paddle-native), so that the window a token is decided in never depends on who runs it.
+
+A text's whole sequence is `[CLS] t_0 ... t_{n-1} [SEP]`, tokenized once, untruncated. With `size` = max_seq_len - 2
+real tokens per window, window k holds `[CLS] t_s ... t_{s+size-1} [SEP]` for its start s. The windows start every
+`stride` tokens; the last one ends on the text's last token, so every window is full and every token is in one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ernie_deploy.core.errors import ErnieDeployError
+
+
+def default_stride(max_seq_len: int) -> int:
+    """Half a window: every token then sits at least a quarter window from a cut edge in the window that decides
+    it (docs/LONG_TEXTS.md measures the stride against F1 and time)."""
+    return max(1, (max_seq_len - 2) // 2)
+
+
+def default_head_tokens(max_seq_len: int) -> int:
+    """A quarter of the kept tokens from the head, the rest from the tail: Sun et al. (2019, "How to Fine-Tune BERT
+    for Text Classification") found 128 head + 382 tail tokens of 510 best on long news and reviews, where the
+    tail carries the conclusion; (510 // 4 = 127 keeps their ratio at any max_seq_len)."""
+    return (max_seq_len - 2) // 4
+
+
+def check_stride(stride: int, max_seq_len: int) -> None:
+    size = max_seq_len - 2
+    if not 1 <= stride <= size:
+        raise ErnieDeployError(
+            f"a window stride of {stride} tokens does not fit windows of {size} real tokens (max_seq_len "
+            f"{max_seq_len} less [CLS] and [SEP]): 0 would never move and more than {size} would skip tokens",
+            f"pass --window-stride from 1 to {size}, or leave it out for half a window ({default_stride(max_seq_len)})",
+        )
+
+
+def check_head_tokens(head: int, max_seq_len: int) -> None:
+    size = max_seq_len - 2
+    if not 0 <= head <= size:
+        raise ErnieDeployError(
+            f"--head-tokens {head} does not fit the {size} real tokens a text keeps (max_seq_len {max_seq_len})",
+            f"pass 0 (the tail alone) to {size} (the head alone), or leave it out for "
+            f"{default_head_tokens(max_seq_len)}",
+        )
+
+
+def window_starts(tokens: int, size: int, stride: int) -> list[int]:
+    """Start of each window over `tokens` real tokens, `size` real tokens a window, one every `stride` tokens; the
+    last window ends on the last token. A text that fits gets one window at 0 (an empty text too)."""
+    if size < 1 or not 1 <= stride <= size:
+        raise ErnieDeployError(f"window stride {stride} must be from 1 to the window's {size} real tokens")
+    if tokens <= size:
+        return [0]
+    last = tokens - size
+    return [*range(0, last, stride), last]
+
+
+def window_rows(ids: Sequence[int], starts: Sequence[int], size: int, cls_id: int, sep_id: int) -> list[list[int]]:
+    """The model's input per window: [CLS] ids[s : s + size] [SEP] (ids: the real tokens, no specials)."""
+    ids = list(ids)
+    return [[cls_id, *ids[s : s + size], sep_id] for s in starts]
+
+
+def deciding_window(tokens: int, starts: Sequence[int], size: int) -> np.ndarray:
+    """int [tokens]: for each real token, the window whose logits decide it: the one where it sits furthest from
+    an edge that cuts the text. A window's edge at the text's own start or end cuts nothing (the token has all the
+    context there is on that side), so it does not count. Ties go to the earlier window."""
+    if tokens == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts_arr = np.asarray(starts, dtype=np.int64)[:, None]
+    ends = np.minimum(starts_arr + size, tokens)  # exclusive
+    position = np.arange(tokens)[None, :]
+    inside = (position >= starts_arr) & (position < ends)
+    big = tokens + size  # farther than any real distance
+    left = np.where(starts_arr > 0, position - starts_arr, big)
+    right = np.where(ends < tokens, ends - 1 - position, big)
+    margin = np.where(inside, np.minimum(left, right), -1)
+    return margin.argmax(axis=0)
+
+
+def merge_window_logits(window_logits: np.ndarray, starts: Sequence[int], tokens: int, size: int) -> np.ndarray:
+    """Logits of the whole sequence [tokens + 2, C] ([CLS] t_0 .. t_{n-1} [SEP]) from the windows' logits
+    [W, >= width, C] (each row [CLS] t_s .. [SEP], possibly padded): each token's row comes from its deciding window.
+    [CLS] takes the first window's, [SEP] the last window's."""
+    window_logits = np.asarray(window_logits)
+    starts = list(starts)
+    if window_logits.ndim != 3 or window_logits.shape[0] < len(starts):
+        raise ErnieDeployError(
+            f"window logits {list(window_logits.shape)} do not cover {len(starts)} windows of [tokens, labels]"
+        )
+    merged = np.empty((tokens + 2, window_logits.shape[-1]), dtype=window_logits.dtype)
+    merged[0] = window_logits[0, 0]
+    if tokens:
+        window = deciding_window(tokens, starts, size)
+        position = np.arange(tokens)
+        # +1: row 0 of a window is its [CLS]
+        merged[1 : tokens + 1] = window_logits[window, position - np.asarray(starts)[window] + 1]
+    last = len(starts) - 1
+    merged[tokens + 1] = window_logits[last, min(tokens - starts[last], size) + 1]
+    return merged
+
+
+def head_tail_keep(tokens: int, keep: int, head: int) -> tuple[int, int]:
+    """(head, tail) token counts a text of `tokens` real tokens keeps when `keep` fit: the first `head` and the
+    last `keep - head`; all of a text that fits."""
+    if tokens <= keep:
+        return tokens, 0
+    return head, keep - head
+
+
+def head_tail_ids(ids: Sequence, keep: int, head: int) -> list:
+    """The kept tokens (ids, or offsets, of the real tokens) of a head+tail cut."""
+    first, last = head_tail_keep(len(ids), keep, head)
+    ids = list(ids)
+    return ids[:first] + (ids[len(ids) - last :] if last else [])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Encoding: one untruncated tokenization per text, cut into what the model reads
+
+
+def encode_whole(tokenizer, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """(ids, offsets) of each text's real tokens, untruncated and without [CLS]/[SEP]: the one tokenization
+    every cut below is taken from (the head of it is what `tokenizer.encode_batch` returns truncated)."""
+    from ernie_deploy.serving.tokenizer import _SURROGATE
+
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
+    if tokenizer.truncation is not None:
+        tokenizer.no_truncation()
+    if tokenizer.padding is not None:
+        tokenizer.no_padding()
+    clean = [_SURROGATE.sub("\ufffd", t) for t in texts]  # a lone surrogate cannot cross into Rust; both are dropped
+    return [(e.ids, e.offsets) for e in tokenizer.encode_batch(clean, add_special_tokens=False)]
+
+
+def encode_cut(
+    tokenizer,
+    texts: Sequence[str],
+    max_seq_len: int,
+    *,
+    head_tokens: int | None = None,
+    pad_to_multiple_of: int = 1,
+    whole=None,
+):
+    """`tokenizer.Encoded` of texts cut to max_seq_len: the head (head_tokens None; the same ids as
+    `tokenizer.encode_batch`), or the first head_tokens and the last max_seq_len - 2 - head_tokens tokens."""
+    from ernie_deploy.serving.tokenizer import CLS, SEP, _padded
+
+    if max_seq_len < 2:
+        raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
+    keep = max_seq_len - 2
+    head = keep if head_tokens is None else head_tokens
+    check_head_tokens(head, max_seq_len)
+    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+    rows, truncated = [], []
+    for ids, offsets in whole if whole is not None else encode_whole(tokenizer, texts):
+        rows.append(
+            (
+                [cls, *head_tail_ids(ids, keep, head), sep],
+                [(0, 0), *head_tail_ids(offsets, keep, head), (0, 0)],
+                [0] * (min(len(ids), keep) + 2),
+            )
+        )
+        truncated.append(len(ids) > keep)
+    return _padded(tokenizer, rows, truncated, max_seq_len, pad_to_multiple_of)
+
+
+class Windowed:
+    """Texts as windows, as numpy arrays (B texts; W: the most windows of one text; L: the longest window;
+    T: the longest text, [CLS] and [SEP] included).
+
+    window_ids, window_type_ids  int64 [B, W, L]  [CLS] tokens [SEP] per window; pad rows and columns: the pad id
+    window_starts                int64 [B, W]     each window's first token in the text's real tokens; -1: no window
+    text_offsets                 int64 [B, T, 2]  the whole sequence's character spans (as `Encoded.offsets`)
+    text_lengths                 int64 [B]        the whole sequence's tokens, [CLS] and [SEP] included
+    """
+
+    def __init__(self, window_ids, window_type_ids, window_starts, text_offsets, text_lengths):
+        self.window_ids = window_ids
+        self.window_type_ids = window_type_ids
+        self.window_starts = window_starts
+        self.text_offsets = text_offsets
+        self.text_lengths = text_lengths
+
+
+def encode_windows(tokenizer, texts: Sequence[str], max_seq_len: int, stride: int, *, whole=None) -> Windowed:
+    """Each text's whole token sequence as overlapping windows of max_seq_len tokens, [CLS] and [SEP] included (the
+    window size: the model's max_seq_len, or less; see the module docstring)."""
+    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
+
+    check_stride(stride, max_seq_len)
+    size = max_seq_len - 2
+    whole = whole if whole is not None else encode_whole(tokenizer, texts)
+    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+    pad = tokenizer.token_to_id(PAD) or 0
+    return windows_from_tokens([ids for ids, _ in whole], [offs for _, offs in whole], size, stride, cls, sep, pad)
+
+
+def windows_from_tokens(
+    ids: Sequence[Sequence[int]],
+    offsets: Sequence[Sequence],
+    size: int,
+    stride: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+) -> Windowed:
+    """`Windowed` from each text's real token ids and offsets (no specials), whoever tokenized them."""
+    batch = len(ids)
+    starts = [window_starts(len(row), size, stride) for row in ids]
+    count = max((len(s) for s in starts), default=0)
+    width = max((min(len(row), size) + 2 for row in ids), default=0)
+    window_ids = np.full((batch, count, width), pad_id, dtype=np.int64)
+    window_starts_arr = np.full((batch, count), -1, dtype=np.int64)
+    longest = max((len(row) + 2 for row in ids), default=0)
+    text_offsets = np.zeros((batch, longest, 2), dtype=np.int64)
+    for b, (row, spans, own) in enumerate(zip(ids, offsets, starts)):
+        for w, window in enumerate(window_rows(row, own, size, cls_id, sep_id)):
+            window_ids[b, w, : len(window)] = window
+        window_starts_arr[b, : len(own)] = own
+        if len(spans):
+            text_offsets[b, 1 : len(spans) + 1] = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    lengths = np.array([len(row) + 2 for row in ids], dtype=np.int64)
+    return Windowed(window_ids, np.zeros_like(window_ids), window_starts_arr, text_offsets, lengths)
+
+
+def merge_windows(window_logits: np.ndarray, window_starts: np.ndarray, text_lengths: np.ndarray) -> np.ndarray:
+    """Whole-sequence logits [B, T, C] (T: the longest text_lengths; rows past a text's length: zeros) from the
+    windows' logits [B, W, L, C] of a batch; see `merge_window_logits`. The window size is read from each text's
+    own windows: the last one ends on the last token and is full, so size = tokens - its start (a text of one
+    window is whole in it)."""
+    window_logits = np.asarray(window_logits)
+    lengths = np.asarray(text_lengths).reshape(-1)
+    starts = np.asarray(window_starts).reshape(len(lengths), -1)
+    longest = int(lengths.max()) if len(lengths) else 0
+    merged = np.zeros((len(lengths), longest, window_logits.shape[-1]), dtype=window_logits.dtype)
+    # A text of one window (most texts) is its window: copied for all of them at once.
+    single = (starts[:, 1:] < 0).all(axis=1) if starts.shape[1] > 1 else np.ones(len(lengths), dtype=bool)
+    rows = np.flatnonzero(single & (starts[:, 0] == 0))
+    width = min(longest, window_logits.shape[2])
+    merged[rows, :width] = window_logits[rows, 0, :width]
+    merged[rows] *= (np.arange(longest)[None, :] < lengths[rows, None])[..., None]
+    done = set(rows.tolist())
+    for b, length in enumerate(lengths.tolist()):
+        if b in done:
+            continue
+        own = [int(s) for s in starts[b] if s >= 0]
+        if not own:
+            raise ErnieDeployError(f"text {b} has no window", "send the tokenizer's window_starts unchanged")
+        tokens = length - 2
+        size = tokens - own[-1] if len(own) > 1 else max(tokens, 1)
+        if window_logits.shape[2] < min(size, tokens) + 2:
+            raise ErnieDeployError(
+                f"window logits of {window_logits.shape[2]} tokens cannot hold text {b}'s windows of {size} tokens"
+            )
+        merged[b, :length] = merge_window_logits(window_logits[b], own, tokens, size)
+    return merged
