@@ -285,7 +285,9 @@ def test_served_answers_as_paddle(workshop, size, tmp_path):
     tasks = (SEQ_CLS, TOKEN_CLS) if size == "nano" else (SEQ_CLS,)
     staged = {task: workshop.stages(size, "a", task) for task in tasks}
     entries = [TaskArtifacts(task, s.onnx, s.static.vocab_file, s.static.labels) for task, s in staged.items()]
-    build(entries, tmp_path / "models", BuildOptions(runtime="python"))
+    # Head cuts: the reference below is Paddle's forward pass over paddlenlp's (truncated) ids; windows are checked
+    # against Paddle in tests/test_long_text_served.py.
+    build(entries, tmp_path / "models", BuildOptions(runtime="python", long_text="head"))
     server = TritonServer(tmp_path / "models", http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "log")
     with server:
         seq = workshop.checkpoint(size, SEQ_CLS)

@@ -127,6 +127,8 @@ TOKENIZER_OUTPUTS = (
     TensorSpec("text_offsets", "INT64", (-1, 2)),  # offsets of the whole, untruncated token sequence
     TensorSpec("text_lengths", "INT64", (1,)),  # its tokens, [CLS] and [SEP] included
 )
+# The tokenizer outputs that carry a text as windows (one text per item: a pair tokenizer has none).
+WINDOW_OUTPUTS = ("window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths")
 # The windowed model step reads the windows under their own names, so one tokenizer serves models of every mode.
 WINDOW_INPUTS = ("window_ids", "window_type_ids")
 # What a text longer than max_seq_len becomes, per kind; the first is the default (`build --long-text auto`). A

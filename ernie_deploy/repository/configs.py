@@ -16,6 +16,7 @@ from ernie_deploy.core.tasks import (
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     TOKENIZER_STEP,
+    WINDOW_OUTPUTS,
     TaskSpec,
     TensorSpec,
 )
@@ -113,15 +114,21 @@ def tokenizer_config(
     """The tokenizer model of the tasks that take `inputs` (a text, or a text and its pair)."""
     multiple = max_seq_len if options.classic else options.pad_to_multiple_of
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
-    # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
-    params["window_stride"] = window_stride(options, max_seq_len)
-    if window_size(options, max_seq_len) != max_seq_len:
-        params["window_size"] = window_size(options, max_seq_len)
-    if head_tokens(options, max_seq_len) is not None:
-        params["head_tokens"] = head_tokens(options, max_seq_len)
+    outputs = list(TOKENIZER_OUTPUTS)
+    if len(inputs) == 1:
+        # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
+        params["window_stride"] = window_stride(options, max_seq_len)
+        if window_size(options, max_seq_len) != max_seq_len:
+            params["window_size"] = window_size(options, max_seq_len)
+        if head_tokens(options, max_seq_len) is not None:
+            params["head_tokens"] = head_tokens(options, max_seq_len)
+    else:
+        # A pair is cut the longer text first (serving.tokenizer.encode_pairs), never windowed: windows serve
+        # token models, which read one text.
+        outputs = [t for t in outputs if t.name not in WINDOW_OUTPUTS]
     if multiple > 1:
         params["pad_to_multiple_of"] = multiple
-    return _base(name, list(inputs), list(TOKENIZER_OUTPUTS), options, backend="python", params=params)
+    return _base(name, list(inputs), outputs, options, backend="python", params=params)
 
 
 def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
@@ -151,7 +151,7 @@ class Step:
         return result
 
 
-_WINDOW_OUTPUTS = frozenset(("window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"))
+_WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
 
 
 def _split_rows(counts: list[int]) -> list[slice]:
@@ -179,8 +179,10 @@ class TokenizerStep(Step):
         self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
         head = parameter(config, "head_tokens", "")
         self.head_tokens = int(head) if head else None
-        self.outputs = [o["name"] for o in config.get("output", [])] or [t.name for t in TOKENIZER_OUTPUTS]
-        unknown = set(self.outputs) - {t.name for t in TOKENIZER_OUTPUTS}
+        # What it can make: every tokenizer output, but windows for a single text only (a pair is cut, never windowed).
+        able = [t.name for t in TOKENIZER_OUTPUTS if len(self.inputs) == 1 or t.name not in WINDOW_OUTPUTS]
+        self.outputs = [o["name"] for o in config.get("output", [])] or able
+        unknown = set(self.outputs) - set(able)
         if unknown:
             raise ErnieDeployError(
                 f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer cannot produce",
@@ -199,8 +201,8 @@ class TokenizerStep(Step):
         cut = [n for n in names if n not in _WINDOW_OUTPUTS]
         if len(self.inputs) > 1:
             # Pairs are cut one token at a time from the longer text, as ErnieTokenizer cuts them. A pair model reads
-            # `input_ids`, never windows (`build` refuses windows for label-per-text models), so none are made.
-            names, whole = cut, None
+            # `input_ids`; its tokenizer declares no windows (repository.configs.tokenizer_config).
+            whole = None
             enc = encode_pairs(
                 self.tokenizer, *zip(*flat), self.max_seq_len, pad_to_multiple_of=self.pad_to_multiple_of
             )
