@@ -173,3 +173,13 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
 
         canary_probe(server.grpc_url)(PAIR_CLS, PROBE_TEXTS)  # a rollout's probe of a pair model passes
     assert served == onnx_predictions(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels, items)
+
+
+def test_bench_and_soak_inputs_read_pairs(tmp_path):
+    """The test items soak and bench draw from: pairs whose both sides hold text (a blank side is left out)."""
+    from ernie_deploy.bench.config import TaskInputs
+
+    path = tmp_path / "pairs.tsv"
+    data.write_tsv(path, [("same", "国足", "名单"), ("different", " ", "股市"), ("same", "美元", "亿")])
+    assert TaskInputs.texts_of(PAIR_CLS, data=path) == [("国足", "名单"), ("美元", "亿")]
+    assert TaskInputs.texts_of(PAIR_CLS, max_texts=1, data=path) == [("国足", "名单")]

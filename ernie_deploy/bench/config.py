@@ -90,12 +90,15 @@ class TaskInputs:
         return cls(task, onnx_path, model, cls.texts_of(task, max_texts, data))
 
     @staticmethod
-    def texts_of(task: TaskSpec, max_texts: int | None = None, data: str | Path | None = None) -> list[str]:
-        """The non-blank texts of a split file (default: the task's test split), the first `max_texts` if set."""
+    def texts_of(task: TaskSpec, max_texts: int | None = None, data: str | Path | None = None) -> list:
+        """The non-blank texts (or pairs, both texts non-blank) of a split file (default: the task's test split),
+        the first `max_texts` if set."""
         from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
         data = Path(data or split_file(data_dir(task.dataset), "test", task.split_format))
         if not data.exists():
             raise ErnieDeployError(f"no test texts at {data}", "run `ernie-deploy fetch-data`")
-        texts = [t for t in read_split_file(data)[0] if t.strip()]
+        texts = [
+            t for t in read_split_file(data)[0] if all(part.strip() for part in (t if isinstance(t, tuple) else (t,)))
+        ]
         return texts[:max_texts] if max_texts else texts
