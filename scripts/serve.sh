@@ -11,11 +11,23 @@ if ! compgen -G "$repository/*/config.pbtxt" > /dev/null; then
   echo "serve.sh: no models in $repository/; build them first: bash scripts/quickstart.sh (or scripts/convert.sh)" >&2
   exit 2
 fi
+# One client command per served model, from the tasks its ensembles record (pair and multi-label models too).
+clients=$(python - "$repository" <<'PY'
+import sys
+
+from ernie_deploy.core.tasks import get_task
+from ernie_deploy.repository.build import served_models
+
+for name, task in served_models(sys.argv[1]).items():
+    model = "" if name == get_task(task.name).ensemble else f" --model {name}"
+    print(f"      python clients/{task.name}_grpc_client.py{model}   # {name}: its test split, scored")
+PY
+)
 cat <<MSG
 ==> serving $repository/ on 127.0.0.1 (Ctrl-C stops it). Once it says ready, in another shell:
       cd $ROOT && source .venv/bin/activate
       python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
       python clients/token_cls_grpc_client.py --text "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
-      python clients/seq_cls_grpc_client.py            # the whole test split, with its accuracy
+$clients
 MSG
 exec ernie-deploy serve "$repository" "$@"
