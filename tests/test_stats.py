@@ -8,7 +8,8 @@ import pytest
 
 from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.tasks import SEQ_CLS
-from ernie_deploy.server.stats import format_table, served_steps, served_times, snapshot
+from ernie_deploy.repository.build import served_steps
+from ernie_deploy.server.stats import format_table, served_times, snapshot
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig, TaskInputs
 from ernie_deploy.bench.load import load_row, prepare_requests, run_load
-from ernie_deploy.bench.machine import command_line, machine_info, utc_stamp
+from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import SERVED
 from ernie_deploy.bench.served import build_layout
 from ernie_deploy.core.errors import ErnieDeployError
@@ -95,9 +95,7 @@ def run_levers(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> list
     print the table. Failed requests raise, after levers.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-levers-") as work:
         rows = measure_levers(inputs, config, Path(work))
-    write_json(
-        {"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows}, out / "levers.json"
-    )
+    write_json(run_record(rows), out / "levers.json")
     print(render_levers(rows))
     if any(r["errors"] for r in rows):
         raise ErnieDeployError("requests failed while measuring the levers", "read the server logs")

@@ -96,3 +96,8 @@ def command_line() -> str:
 def utc_stamp(seconds: float | None = None) -> str:
     """An ISO 8601 UTC time, to the second (now, by default)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def run_record(rows: list[dict]) -> dict:
+    """A measurement's JSON file: when, on what machine, by which command, and its rows."""
+    return {"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows}

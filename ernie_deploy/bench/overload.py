@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig, TaskInputs
 from ernie_deploy.bench.load import prepare_requests, run_load, run_open_loop
-from ernie_deploy.bench.machine import command_line, machine_info, utc_stamp
+from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
 from ernie_deploy.bench.served import build_layout
 from ernie_deploy.core.errors import ErnieDeployError
@@ -119,9 +119,7 @@ def run_overload(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> li
     refusals raise, after overload.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-overload-") as work:
         rows = measure_overload(inputs, config, Path(work))
-    write_json(
-        {"date": utc_stamp(), "machine": machine_info(), "command": command_line(), "rows": rows}, out / "overload.json"
-    )
+    write_json(run_record(rows), out / "overload.json")
     print(render_overload(rows))
     if any(r["errors"] for r in rows):
         raise ErnieDeployError(

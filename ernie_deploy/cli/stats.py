@@ -26,11 +26,17 @@ def register(sub) -> None:
 
 def run(args) -> None:
     import time
+    from pathlib import Path
 
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.core.files import write_json
-    from ernie_deploy.server.stats import format_table, served_steps, served_times, snapshot, to_dict
+    from ernie_deploy.repository.build import served_steps
+    from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
+    if not Path(args.repository).is_dir():
+        raise ErnieDeployError(
+            f"no model repository at {args.repository}", "pass --repository, the folder the server serves"
+        )
     steps = served_steps(args.repository)
     unknown = sorted(set(args.model or []) - set(steps))
     if unknown:

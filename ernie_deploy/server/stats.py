@@ -16,7 +16,6 @@ tensors between processes shows up inside each step's row, not between them.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.probe import ProbeFailed, _request
@@ -83,17 +82,6 @@ def snapshot(url: str, timeout: float = 5.0) -> dict[str, ModelTimes]:
     for entry in answer.get("model_stats", []):
         out[entry["name"]] = out.get(entry["name"], ModelTimes()) + _times(entry)
     return out
-
-
-def served_steps(repository: str | Path) -> dict[str, list[str]]:
-    """Served model -> the models its requests run through (an ensemble's steps, or a fused model alone)."""
-    from ernie_deploy.repository.build import served_steps as steps_of
-
-    if not Path(repository).is_dir():
-        raise ErnieDeployError(
-            f"no model repository at {repository}", "pass --repository, the folder the server serves"
-        )
-    return steps_of(repository)
 
 
 @dataclass(frozen=True)
