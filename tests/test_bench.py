@@ -449,10 +449,31 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 
     inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(duration_s=0.5, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
-    results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest smoke")
+    results = run_benchmark(
+        inputs, config, workdir=tmp_path / "work", command="pytest smoke", sizes_root=tmp_path / "sizes"
+    )
 
     assert results["errors"] == 0, report(results)
-    kinds = {r["kind"] for r in results["rows"]}
+    # The model remade in the smoke run's shape: limits, served and fused rows, its shape's facts, and its own
+    # served answers checked against in-process ONNX.
+    sized = "ernie_seqcls_tiny"
+    assert results["tasks"][sized]["shape"]["size"] == "tiny" and results["tasks"][sized]["shape"]["params"] > 0
+    assert {r["kind"] for r in results["rows"] if r["task"] == sized} == {
+        LIMIT,
+        LIMIT_TOK,
+        SERVED,
+        SERVED_BATCH,
+        FUSED,
+    }
+    assert sized not in results["servers"]["classic"]["tasks"]
+    facts = results["servers"]["served"]["tasks"][sized]
+    assert facts["checked"] > 0 and facts["agree"] == facts["checked"]
+    assert {r["key"] for r in results["ratios"] if r["task"] == sized} == {
+        "served_vs_limit",
+        "fused_vs_limit",
+        "c1_overhead_ms",
+    }
+    kinds = {r["kind"] for r in results["rows"] if r["task"] == "seq_cls"}
     expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
         {PADDLE} if paddle_available() else set()
     )
@@ -478,7 +499,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     assert fused["checked"] > 0 and fused["agree"] == fused["checked"]
     # Padding to 128 moves logits by float noise only; a tiny random model's near-ties may flip, so count only.
     assert results["servers"]["classic"]["tasks"]["seq_cls"]["checked"] > 0
-    keys = {r["key"] for r in results["ratios"]}
+    keys = {r["key"] for r in results["ratios"] if r["task"] in ("seq_cls", None)}
     assert keys == {
         "served_vs_limit",
         "fused_vs_limit",
@@ -486,6 +507,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
         "tokenize_share",
         "int8_vs_fp32",
         "p50_c1_ms",
+        "c1_overhead_ms",
         "ready_s",
     }
     assert all(r["value"] is not None for r in results["ratios"])
@@ -494,7 +516,10 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     out = tmp_path / "out"
     write_json(results, out / "bench.json")
     write_outputs(load_json(out / "bench.json"), out, plot_png=False)
-    assert "## seq_cls" in (out / "BENCHMARKS.md").read_text()
+    text = (out / "BENCHMARKS.md").read_text()
+    assert "## seq_cls" in text and "## Sizes" in text
+    size_row = next(line for line in text.splitlines() if line.startswith("| tiny | 2 × 64 |"))
+    assert "(0." in size_row or "(1." in size_row  # shares of the limit were computed
 
 
 @pytest.mark.integration
@@ -548,7 +573,14 @@ def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tm
         for name in ("news", "sports")
     ]
     config = BenchConfig.smoke(
-        duration_s=0.3, inproc_duration_s=0.1, warmup_s=0.1, progress=False, paddle=False, int8=False, classic=False
+        duration_s=0.3,
+        inproc_duration_s=0.1,
+        warmup_s=0.1,
+        progress=False,
+        paddle=False,
+        int8=False,
+        classic=False,
+        sizes=(),
     )
     results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest named")
     assert results["errors"] == 0, report(results)
@@ -557,3 +589,31 @@ def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tm
         assert rows_of(results, name, SERVED) and rows_of(results, name, FUSED)
         facts = results["servers"]["served"]["tasks"][name]
         assert facts["checked"] > 0 and facts["agree"] == facts["checked"]
+
+
+def test_sizes_are_named_shapes_and_none_turns_them_off():
+    from ernie_deploy.cli import build_parser
+    from ernie_deploy.cli.bench import config_from_args
+
+    parse = build_parser().parse_args
+    assert config_from_args(parse(["bench"])).sizes == ("nano", "mini", "medium", "base")
+    assert config_from_args(parse(["bench", "--smoke"])).sizes == ("tiny",)
+    assert config_from_args(parse(["bench", "--sizes", "base, nano"])).sizes == ("base", "nano")
+    assert config_from_args(parse(["bench", "--sizes", "none"])).sizes == ()
+    assert config_from_args(parse(["bench", "--repository", "models"])).sizes == ()
+    with pytest.raises(ErnieDeployError, match="unknown model size 'huge'"):
+        config_from_args(parse(["bench", "--sizes", "nano,huge"]))
+    with pytest.raises(ErnieDeployError, match="drop --sizes"):
+        config_from_args(parse(["bench", "--sizes", "nano", "--repository", "models"]))
+
+
+def test_a_shape_keeps_the_trained_vocabulary_and_fills_it_to_its_size():
+    from ernie_deploy.fetch.shapes import SHAPES, filled_vocab, shape_config
+
+    vocab = filled_vocab(["[PAD]", "[CLS]", "新"], 6)
+    assert vocab[:3] == ["[PAD]", "[CLS]", "新"] and len(vocab) == len(set(vocab)) == 6
+    with pytest.raises(ErnieDeployError, match="more than the 2 rows"):
+        filled_vocab(["a", "b", "c"], 2)
+    nano, base = shape_config(SHAPES["nano"]), shape_config(SHAPES["base"])
+    assert (nano["num_hidden_layers"], nano["hidden_size"]) == (4, 312)
+    assert (base["num_hidden_layers"], base["hidden_size"]) == (12, 768)

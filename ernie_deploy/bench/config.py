@@ -20,6 +20,9 @@ CONCURRENCY = (1, 4, 8, 16)
 CLIENT_BATCH = 8
 REFERENCE_CONCURRENCY = 8  # the ratios compare served and classic at this concurrency
 MIN_CALLS = 3  # an in-process cell runs at least this many calls, however short its duration
+# The ERNIE 3.0 shapes remade from the classifier for the size rows (fetch.shapes.SHAPES; micro sits between nano
+# and mini and adds little); the smoke run times a 2-layer shape instead.
+SIZES = ("nano", "mini", "medium", "base")
 
 
 @dataclass
@@ -38,6 +41,7 @@ class BenchConfig:
     classic: bool = True
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
     perf_analyzer: str | None = None  # path to perf_analyzer: it drives the served rows instead
+    sizes: tuple[str, ...] = SIZES  # the classifier remade in these shapes, benched beside it (bench.sizes)
     server_timeout_s: float = 180.0
     progress: bool = True
 
@@ -53,6 +57,7 @@ class BenchConfig:
             client_batch=4,
             max_texts=64,
             check_texts=16,
+            sizes=("tiny",),
         )
         values.update(overrides)
         return cls(**values)
@@ -66,6 +71,9 @@ class TaskInputs:
     onnx: Path
     static: StaticModel  # vocab, labels, and the Paddle model
     texts: list[str]
+    # A model remade in a real shape for the size rows (bench.sizes): its size, parameters, layers and hidden size.
+    # Such a model gets the rows that say what a size costs (in-process limits, served, fused), not the others.
+    shape: dict | None = None
 
     @classmethod
     def load(

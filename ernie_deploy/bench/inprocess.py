@@ -96,7 +96,7 @@ def bench_inprocess(
     model = int8 = None  # free the sessions (and their thread pools) before the servers run
     for kind in (LIMIT, LIMIT_INT8, LIMIT_TOK):
         mark_best([r for r in rows if r.kind == kind])
-    if config.paddle:
+    if config.paddle and not inputs.shape:
         rows.extend(bench_paddle(inputs, config, tokenizer, progress))
     return rows
 

@@ -19,6 +19,7 @@ from ernie_deploy.core.files import atomic_path
 
 # Colors and line styles of the kinds plotted against concurrency (their legends are in ROW_KINDS).
 STYLES = {SERVED: ("C0", "o-"), SERVED_BATCH: ("C2", "s-"), FUSED: ("C1", "d-"), CLASSIC: ("C3", "^-")}
+SIZES_PLOT = "sizes.png"
 
 
 def plot(results: dict, path: str | Path) -> Path:
@@ -29,7 +30,8 @@ def plot(results: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = list(results.get("tasks", {}))
+    # The models remade in real shapes have their own figure (plot_sizes).
+    tasks = [name for name, facts in results.get("tasks", {}).items() if not facts.get("shape")]
     fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.8 * len(tasks)), squeeze=False)
     for (ax_tp, ax_lat), task in zip(axes, tasks):
         for kind in ROW_KINDS.values():
@@ -69,6 +71,67 @@ def plot(results: dict, path: str | Path) -> Path:
     machine = results.get("machine", {})
     fig.suptitle(
         f"ernie-deploy bench, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9
+    )
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sizes(results: dict, path: str | Path) -> Path:
+    """sizes.png: against each model's parameter count, the served layouts' throughput as a share of the
+    in-process limit with tokenization (concurrency 8), and what a lone request pays over the in-process batch-1
+    run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
+    from ernie_deploy.bench.report import size_facts, sized_models
+
+    sized = sized_models(results)
+    params = [shape["params"] / 1e6 for _, shape in sized]
+    facts = [size_facts(results, name) for name, _ in sized]
+    fig, (ax_share, ax_alone) = plt.subplots(1, 2, figsize=(11, 4))
+    c = REFERENCE_CONCURRENCY
+    for kind, label in (
+        (SERVED, f"served c{c}, 1 text/request"),
+        (SERVED_BATCH, f"served c{c}, batched requests"),
+        (FUSED, f"fused c{c}, 1 text/request"),
+    ):
+        points = [
+            (x, f[kind, c].throughput / f["limit"].throughput)
+            for x, f in zip(params, facts)
+            if f[kind, c] and f[kind, c].throughput and f["limit"] and f["limit"].throughput
+        ]
+        if points:
+            color, style = STYLES[kind]
+            ax_share.plot(*zip(*points), style, color=color, label=label)
+    ax_share.axhline(0.8, color="k", linestyle="--", label="target 0.8")
+    ax_share.set_ylabel("throughput / in-process limit+tok")
+    extra = [
+        (x, f[SERVED, 1].p50_ms - f["alone"].p50_ms)
+        for x, f in zip(params, facts)
+        if f[SERVED, 1] and f["alone"] and f[SERVED, 1].p50_ms and f["alone"].p50_ms
+    ]
+    if extra:
+        ax_alone.plot(*zip(*extra), "o-", color="C0", label="served c1 p50 - in-process b1 p50")
+    ax_alone.axhline(1.0, color="k", linestyle="--", label="target 1 ms")
+    ax_alone.set_ylabel("lone request: extra ms")
+    for ax in (ax_share, ax_alone):
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters (millions)")
+        for x, (_, shape) in zip(params, sized):
+            ax.annotate(shape["size"], (x, 0), textcoords="offset points", xytext=(0, 4), fontsize=7, ha="center")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    machine = results.get("machine", {})
+    fig.suptitle(
+        f"ERNIE 3.0 sizes, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9
     )
     fig.tight_layout()
     path = Path(path)

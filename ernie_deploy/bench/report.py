@@ -9,10 +9,13 @@ import re
 from pathlib import Path
 
 from ernie_deploy.bench.config import REFERENCE_CONCURRENCY, SCHEMA
-from ernie_deploy.bench.plot import plot
+from ernie_deploy.bench.plot import SIZES_PLOT, plot, plot_sizes
 from ernie_deploy.bench.rows import (
+    FUSED,
+    LIMIT_TOK,
     ROW_KINDS,
     SERVED,
+    SERVED_BATCH,
     at_concurrency,
     best_row,
     rows_of,
@@ -167,6 +170,66 @@ def render_task_table(results: dict, task: str) -> list[str]:
     return lines
 
 
+def sized_models(results: dict) -> list[tuple[str, dict]]:
+    """The models remade in real shapes (bench.sizes), smallest first, each with its shape's facts."""
+    sized = [(name, facts["shape"]) for name, facts in results.get("tasks", {}).items() if facts.get("shape")]
+    return sorted(sized, key=lambda item: item[1]["params"])
+
+
+def size_facts(results: dict, name: str) -> dict:
+    """One model's numbers for the size table: the in-process limit with tokenization (best batch), the lone
+    request's cost over it, and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
+    limit = best_row(results, name, LIMIT_TOK)
+    alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
+    facts = {"limit": limit, "alone": alone}
+    for kind in (SERVED, SERVED_BATCH, FUSED):
+        for c in (1, REFERENCE_CONCURRENCY, 16):
+            row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
+            facts[kind, c] = row
+    return facts
+
+
+def _share(row, limit) -> str:
+    if not (row and row.throughput and limit and limit.throughput):
+        return "–"
+    return f"{row.throughput:,.0f} ({row.throughput / limit.throughput:.2f}×)"
+
+
+def render_sizes(results: dict) -> list[str]:
+    """The size table: per ERNIE 3.0 shape, what the in-process limit does and what serving keeps of it."""
+    sized = sized_models(results)
+    if not sized:
+        return []
+    c = REFERENCE_CONCURRENCY
+    lines = [
+        "## Sizes",
+        "",
+        "The classifier remade in each ERNIE 3.0 shape (random weights, its vocabulary and labels, the same test "
+        "texts), converted under the parity gate and served beside it. Throughput in seq/s, and in brackets as a "
+        "share of the in-process limit with tokenization (best batch). *Lone request*: served p50 at concurrency 1 "
+        "over the in-process batch-1 p50 with tokenization.",
+        "",
+        f"| size | layers × hidden | params | limit+tok seq/s (batch) | in-process b1 p50 ms | served c1 p50 ms "
+        f"| lone request +ms | served c1 | served c{c} | served c16 | batched requests c{c} | fused c1 | fused c{c} "
+        f"| fused c16 | server CPU ms/text, c{c} | served p99 ms, c{c} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, shape in sized:
+        f = size_facts(results, name)
+        limit, alone, one, ref = f["limit"], f["alone"], f[SERVED, 1], f[SERVED, c]
+        extra = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
+        lines.append(
+            f"| {shape['size']} | {shape['layers']} × {shape['hidden']} | {shape['params'] / 1e6:.0f} M | "
+            f"{_num(limit.throughput if limit else None)}{f' (b{limit.batch})' if limit else ''} | "
+            f"{_num(alone.p50_ms if alone else None, 2)} | {_num(one.p50_ms if one else None, 2)} | "
+            f"{_num(extra, 2)} | {_share(one, limit)} | {_share(ref, limit)} | {_share(f[SERVED, 16], limit)} | "
+            f"{_share(f[SERVED_BATCH, c], limit)} | {_share(f[FUSED, 1], limit)} | {_share(f[FUSED, c], limit)} | "
+            f"{_share(f[FUSED, 16], limit)} | {_num(ref.server_cpu_ms if ref else None, 2)} | "
+            f"{_num(ref.p99_ms if ref else None, 1)} |"
+        )
+    return lines
+
+
 def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
     """The generated part of BENCHMARKS.md (without the markers)."""
     machine, versions = results.get("machine", {}), results.get("versions", {})
@@ -216,6 +279,11 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
             f"| {r['task'] or 'all'} | {r['name']} | {format_value(r)} | {format_target(r)} | "
             f"{'**' + met + '**' if r['met'] is False else met} | {r['detail']} |"
         )
+    sizes = render_sizes(results)
+    if sizes:
+        lines += ["", *sizes]
+        if plot_name:
+            lines += ["", f"![served throughput as a share of the in-process limit, by model size]({SIZES_PLOT})"]
     for task, facts in results.get("tasks", {}).items():
         lines += ["", f"## {task} ({facts.get('texts')} test texts)", ""]
         lines += render_task_table(results, task)
@@ -265,6 +333,8 @@ def write_outputs(results: dict, out: Path, plot_png: bool = True) -> list[Path]
     written = [update_markdown(out / "BENCHMARKS.md", results, "bench.png" if plot_png else None)]
     if plot_png:
         written.append(plot(results, out / "bench.png"))
+        if sized_models(results):
+            written.append(plot_sizes(results, out / SIZES_PLOT))
     return written
 
 

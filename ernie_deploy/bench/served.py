@@ -141,10 +141,14 @@ def bench_server(
 
 
 def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
-    paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle else 0
-    served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
-    others = len(config.concurrency) * (int(config.classic) + int(config.fused))
-    return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others)
+    cells = 0
+    for item in inputs:
+        full = item.shape is None  # a sized model gets the limits, served and fused rows only
+        paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle and full else 0
+        served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
+        others = len(config.concurrency) * (int(config.classic and full) + int(config.fused))
+        cells += (2 + int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others
+    return cells
 
 
 def run_benchmark(
@@ -155,8 +159,11 @@ def run_benchmark(
     classic_repository: str | Path | None = None,
     workdir: str | Path | None = None,
     command: str | None = None,
+    sizes_root: str | Path | None = None,
 ) -> dict:
-    """Measure every row for every task; returns the results (what bench.json holds)."""
+    """Measure every row for every task, and for the first task's model remade in each of `config.sizes`
+    (made in `sizes_root`, default artifacts/sizes, and reused from there); returns the results (what bench.json
+    holds)."""
     import tempfile
 
     from tqdm import tqdm
@@ -172,6 +179,11 @@ def run_benchmark(
         workdir = own_workdir.name
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if config.sizes and not any(i.shape for i in inputs):
+        from ernie_deploy.bench.sizes import prepare_sizes
+
+        log = print if config.progress else (lambda line: None)
+        inputs = [*inputs, *prepare_sizes(inputs, config.sizes, Path(sizes_root) if sizes_root else None, log)]
     tokenizers = {i.task.artifact_name: build_tokenizer(i.static.vocab_file) for i in inputs}
     results = {
         "schema": SCHEMA,
@@ -183,7 +195,14 @@ def run_benchmark(
             **dataclasses.asdict(config),
             "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or "onnxruntime default",
         },
-        "tasks": {i.task.artifact_name: {"texts": len(i.texts), "max_seq_len": i.task.max_seq_len} for i in inputs},
+        "tasks": {
+            i.task.artifact_name: {
+                "texts": len(i.texts),
+                "max_seq_len": i.task.max_seq_len,
+                **({"shape": i.shape} if i.shape else {}),
+            }
+            for i in inputs
+        },
         "servers": {},
         "rows": [],
     }
@@ -193,7 +212,7 @@ def run_benchmark(
         for item in inputs:
             tokenizer = tokenizers[item.task.artifact_name]
             references[item.task.artifact_name] = reference_predictions(item, item.texts[: config.check_texts])
-            int8_onnx = workdir / f"{item.task.artifact_name}_int8.onnx" if config.int8 else None
+            int8_onnx = workdir / f"{item.task.artifact_name}_int8.onnx" if config.int8 and not item.shape else None
             if int8_onnx:
                 from ernie_deploy.export.precision import quantize_int8
 
@@ -205,8 +224,10 @@ def run_benchmark(
         if config.classic:
             plans.append(("classic", classic_repository))
         for name, given in plans:
-            repo = Path(given) if given else build_repository(inputs, workdir / f"{name}_models", name)
-            info, rows = bench_server(repo, name, inputs, config, references, workdir, progress)
+            # The classic layout is the demo models' baseline; the sized models are not measured in it.
+            served = [i for i in inputs if name != "classic" or not i.shape]
+            repo = Path(given) if given else build_repository(served, workdir / f"{name}_models", name)
+            info, rows = bench_server(repo, name, served, config, references, workdir, progress)
             info["built"] = not given
             results["servers"][name] = info
             results["rows"].extend(asdict_rows(rows))

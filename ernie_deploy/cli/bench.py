@@ -32,6 +32,14 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _sizes(text: str) -> tuple[str, ...]:
+    from ernie_deploy.fetch.shapes import get_shape
+
+    if text.strip() == "none":
+        return ()
+    return tuple(get_shape(size.strip()).name for size in text.split(",") if size.strip())
+
+
 def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument(
         "--task", action="append", choices=list(task_choices), help=f"default: {' and '.join(DEFAULT_TASKS)}"
@@ -67,6 +75,12 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--static", help="default: artifacts/static/<task> (one --task)")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx (one --task)")
     p.add_argument("--data", help="a split file of texts (default: the task's test split; one --task)")
+    p.add_argument(
+        "--sizes",
+        help="remake the first model in these ERNIE 3.0 shapes (random weights; made once into artifacts/sizes) and "
+        "bench them beside it, comma-separated among tiny,nano,micro,mini,medium,base, or `none` "
+        "(default nano,mini,medium,base; --smoke: tiny)",
+    )
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
@@ -115,6 +129,14 @@ def config_from_args(args) -> BenchConfig:
     ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
+    if args.sizes:
+        changes["sizes"] = _sizes(args.sizes)
+    if getattr(args, "repository", None):
+        if changes.get("sizes"):
+            raise ErnieDeployError(
+                "--repository serves a repository built without the size models", "drop --sizes, or --repository"
+            )
+        changes["sizes"] = ()  # a given repository holds only its own models
     if args.no_paddle:
         changes["paddle"] = False
     if args.no_classic:
