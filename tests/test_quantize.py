@@ -13,6 +13,7 @@ import pytest
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.gates import Gates
+from ernie_deploy.export.optimize import optimize_transformer
 from ernie_deploy.export.precision import _require_same_signature, check_drift, quantize_int8
 from ernie_deploy.serving.runtime import OnnxModel
 
@@ -145,25 +146,33 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("graph", ["plain", "optimized"])
 @pytest.mark.parametrize("name", ["seq_cls_pipeline", "token_cls_pipeline"])
-def test_int8_costs_at_most_one_point_on_the_test_split(name, request, tmp_path):
+def test_int8_costs_at_most_one_point_on_the_test_split(name, graph, request, tmp_path):
     """FP32 vs INT8 on the whole test split (1,000 THUCNews titles / 5,000 MSRA sentences), scored the way
-    `ernie-deploy eval` and the gRPC clients score."""
+    `ernie-deploy eval` and the gRPC clients score; for the optimized graph (`convert --optimize --quantize int8`),
+    its INT8 copy against the optimized FP32 graph."""
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.fetch.data import read_split_file, split_file
 
     pipeline = request.getfixturevalue(name)
     task, static = pipeline.task, pipeline.static
-    int8 = tmp_path / "model.onnx"
-    summary = quantize_int8(pipeline.onnx, int8)
-    assert summary["quantized"].get("MatMulInteger", 0) >= 12, summary  # 6 per layer, 2 layers
+    fp32, int8 = pipeline.onnx, tmp_path / "model.onnx"
+    if graph == "optimized":
+        fp32 = tmp_path / "model.fp32.onnx"
+        optimize_transformer(pipeline.onnx, fp32)
+    summary = quantize_int8(fp32, int8)
+    if graph == "plain":
+        assert summary["quantized"].get("MatMulInteger", 0) >= 12, summary  # 6 per layer, 2 layers
+    else:
+        assert summary["quantized"].get("QAttention") == 2 and summary["quantized"]["MatMulInteger"] >= 6, summary
     texts, gold = read_split_file(split_file(pipeline.data, "test", task.split_format))
     assert len(texts) == {"seq_cls": 1000, "token_cls": 5000}[task.name]
     scores = {}
-    for kind, path in (("fp32", pipeline.onnx), ("int8", int8)):
+    for kind, path in (("fp32", fp32), ("int8", int8)):
         predicted = onnx_predictions(task, path, static.vocab_file, static.labels, texts)
         scores[kind] = score(task, texts, gold, predicted, static.labels)[task.metric]
-    print(f"{task.name} {task.metric}: FP32 {scores['fp32']:.4f}  INT8 {scores['int8']:.4f}")
+    print(f"{task.name} ({graph}) {task.metric}: FP32 {scores['fp32']:.4f}  INT8 {scores['int8']:.4f}")
     assert scores["fp32"] > (0.7 if task.metric == "accuracy" else 0.5), scores  # a trained model, not noise
     assert scores["int8"] >= scores["fp32"] - 0.01, scores

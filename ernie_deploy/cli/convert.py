@@ -34,6 +34,13 @@ def register(sub) -> None:
     )
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument(
+        "--optimize",
+        action="store_true",
+        help="fuse the graph with onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, "
+        "BiasGelu) before the parity gate; the fused graph is what parity checks, what --quantize reduces and "
+        "what `build` serves. Inputs and output stay as exported",
+    )
+    p.add_argument(
         "--quantize",
         default="none",
         choices=["none", "int8"],
@@ -115,5 +122,6 @@ def run(args) -> None:
         thresholds_dev=(args.dev or split_file(data_dir(task.dataset), "dev", task.split_format))
         if task.thresholds
         else None,
+        optimize=args.optimize,
         log=lambda line: print(f"{args.name or task.name}: {line}"),
     )

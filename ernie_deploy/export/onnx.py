@@ -150,6 +150,7 @@ def convert_checked(
     gates: Gates | None = None,
     opset: int = DEFAULT_OPSET,
     thresholds_dev: str | Path | None = None,
+    optimize: bool = False,
     log=print,
 ) -> Path:
     """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
@@ -158,9 +159,11 @@ def convert_checked(
     `build` serves go beside it as thresholds.json, in the same move as the model.
 
     With precision int8 or fp16, `out` is the reduced model and the FP32 model it came from stays beside it as
-    model.fp32.onnx. Everything is made in a staging folder next to `out` and moved in only after every gate
-    passed, `out` last: a failed or interrupted run leaves the previous files as they were, and a refused run's
-    report is kept as parity.rejected.json (never read by `build`).
+    model.fp32.onnx. With `optimize`, the FP32 model is onnxruntime's fused graph (export/optimize.py), and it is
+    that graph which must pass the Paddle parity gate and which INT8 / FP16 reduce. Everything is made in a
+    staging folder next to `out` and moved in only after every gate passed, `out` last: a failed or interrupted
+    run leaves the previous files as they were, and a refused run's report is kept as parity.rejected.json
+    (never read by `build`).
     """
     if precision not in PRECISIONS:
         raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
@@ -173,13 +176,22 @@ def convert_checked(
         s_out, s_fp32, s_parity = staging / out.name, staging / fp32.name, staging / "parity.json"
         try:
             started = time.perf_counter()
-            convert(static, s_fp32 if reduced else s_out, opset=opset)
+            s_raw = staging / "model.raw.onnx"
+            convert(static, s_raw if optimize else s_fp32 if reduced else s_out, opset=opset)
             log(f"ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
+            optimized = None
+            if optimize:
+                from ernie_deploy.export.optimize import optimize_transformer
+
+                started = time.perf_counter()
+                optimized = optimize_transformer(s_raw, s_fp32 if reduced else s_out)
+                s_raw.unlink()
+                log(f"optimized ({time.perf_counter() - started:.1f} s; fused {optimized['fused']})")
             if texts:
                 report = check_parity(
                     static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len, tolerance=gates.tolerance
                 )
-                write_json(report.to_dict(), s_parity)
+                write_json({**report.to_dict(), **(optimized or {})}, s_parity)
                 log(
                     f"parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
                     f"labels agree {report.labels_agree:.2%}"
@@ -193,7 +205,9 @@ def convert_checked(
                 )
                 if texts:
                     drift = check_drift(precision, static, s_fp32, s_out, texts, max_seq_len=max_seq_len, gates=gates)
-                    write_json({**report.to_dict(), precision: {**drift.to_dict(), **info}}, s_parity)
+                    write_json(
+                        {**report.to_dict(), **(optimized or {}), precision: {**drift.to_dict(), **info}}, s_parity
+                    )
                     log(drift.summary())
                     require_drift(drift, out)
             if thresholds_dev is not None:
