@@ -169,6 +169,8 @@ def _out(args) -> Path:
 
 
 def run(args) -> None:
+    if args.lever and not args.levers:
+        raise ErnieDeployError("--lever picks rows of --levers", "add --levers, or drop --lever")
     if args.overload:
         from ernie_deploy.bench.overload import run_overload
 
