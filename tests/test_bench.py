@@ -617,3 +617,23 @@ def test_a_shape_keeps_the_trained_vocabulary_and_fills_it_to_its_size():
     nano, base = shape_config(SHAPES["nano"]), shape_config(SHAPES["base"])
     assert (nano["num_hidden_layers"], nano["hidden_size"]) == (4, 312)
     assert (base["num_hidden_layers"], base["hidden_size"]) == (12, 768)
+
+
+def test_a_lever_only_some_kinds_have_is_measured_on_those(tiny_pipeline, tiny_token_pipeline, tmp_path):
+    from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+
+    inputs = [
+        TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS),
+        TaskInputs(TOKEN_CLS, tiny_token_pipeline.onnx, tiny_token_pipeline.static, TINY_TEXTS),
+    ]
+    config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
+    levers = {"default": {}, "graph": {"graph_postprocess": True}, "tok": {"tokenizer_in_model": True}}
+    rows = measure_levers(inputs, config, tmp_path, levers)
+    assert [(r["lever"], r["task"]) for r in rows] == [
+        ("default", "seq_cls"),
+        ("default", "token_cls"),
+        ("graph", "seq_cls"),
+        ("tok", "seq_cls"),
+        ("tok", "token_cls"),
+    ]
+    assert all(r["errors"] == 0 and r["throughput"] > 0 for r in rows)

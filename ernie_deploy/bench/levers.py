@@ -24,6 +24,10 @@ LEVERS = {
     "--instances 2 --ort-threads 1": {"instances": 2, "ort_threads": 1},
     "--max-queue-delay-us 1000": {"max_queue_delay_us": 1000},
     "--fused": {"fused": True},
+    "--graph-postprocess (classifiers: the postprocess in the ONNX graph; tokenizer -> model)": {
+        "graph_postprocess": True
+    },
+    "--tokenizer-in-model (tokenizer and onnxruntime in one step -> postprocess)": {"tokenizer_in_model": True},
     "--classic": {"classic": True},
 }
 
@@ -33,13 +37,18 @@ def measure_levers(
 ) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
+    from ernie_deploy.repository.options import BuildOptions, graph_postprocess_fits
     from ernie_deploy.server.process import TritonServer
 
     out = []
     for n, (name, options) in enumerate((levers or LEVERS).items()):
-        repo = build_layout(inputs, workdir / f"lever{n}", **options)
+        # A lever that only some kinds have (--graph-postprocess: classifiers) is measured on those; no row else.
+        fitting = [i for i in inputs if graph_postprocess_fits(i.task, BuildOptions(**options)) is None]
+        if not fitting:
+            continue
+        repo = build_layout(fitting, workdir / f"lever{n}", **options)
         with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"lever{n}.log") as server:
-            for item in inputs:
+            for item in fitting:
                 requests = prepare_requests(item.task, item.texts, 1)
                 for concurrency in config.concurrency:
                     result = run_load(
@@ -90,11 +99,27 @@ def render_levers(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_levers(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> list[dict]:
-    """`ernie-deploy bench --levers`: measure every lever in a temporary folder, write levers.json in `out`,
-    print the table. Failed requests raise, after levers.json is written."""
+def pick_levers(keys: list[str] | None) -> dict[str, dict]:
+    """The default row and the levers that set any of these build options (BuildOptions field names, e.g. fused,
+    graph_postprocess); None: every lever."""
+    if not keys:
+        return LEVERS
+    known = {key for options in LEVERS.values() for key in options}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ErnieDeployError(
+            f"--lever {', '.join(unknown)}: no lever sets that build option", f"use some of {', '.join(sorted(known))}"
+        )
+    return {name: options for name, options in LEVERS.items() if not options or set(options) & set(keys)}
+
+
+def run_levers(
+    inputs: list[TaskInputs], config: BenchConfig, out: Path, levers: dict[str, dict] | None = None
+) -> list[dict]:
+    """`ernie-deploy bench --levers`: measure every lever (or `levers`) in a temporary folder, write levers.json in
+    `out`, print the table. Failed requests raise, after levers.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-levers-") as work:
-        rows = measure_levers(inputs, config, Path(work))
+        rows = measure_levers(inputs, config, Path(work), levers)
     write_json(run_record(rows), out / "levers.json")
     print(render_levers(rows))
     if any(r["errors"] for r in rows):

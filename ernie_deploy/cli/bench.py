@@ -110,6 +110,13 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
         "queue delay, fused, classic) and compare their served throughput; writes levers.json",
     )
+    p.add_argument(
+        "--lever",
+        action="append",
+        metavar="OPTION",
+        help="with --levers: measure the default and only the levers that set this build option (a BuildOptions "
+        "field: fused, graph_postprocess, tokenizer_in_model, ort_threads, ...; repeatable)",
+    )
 
 
 def config_from_args(args) -> BenchConfig:
@@ -184,16 +191,19 @@ def _out(args) -> Path:
 
 
 def run(args) -> None:
+    if args.lever and not args.levers:
+        raise ErnieDeployError("--lever picks rows of --levers", "add --levers, or drop --lever")
     if args.overload:
         from ernie_deploy.bench.overload import run_overload
 
         config = config_from_args(args)
         run_overload(inputs_from_args(args, config), config, _out(args))
     elif args.levers:
-        from ernie_deploy.bench.levers import run_levers
+        from ernie_deploy.bench.levers import pick_levers, run_levers
 
         config = config_from_args(args)
-        run_levers(inputs_from_args(args, config), config, _out(args))
+        levers = pick_levers(args.lever)
+        run_levers(inputs_from_args(args, config), config, _out(args), levers)
     elif args.render:
         from ernie_deploy.bench.report import render_file
 

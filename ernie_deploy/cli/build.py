@@ -134,6 +134,19 @@ def register(sub) -> None:
         "name: the same tensors, fewer hops; python runtime only",
     )
     p.add_argument(
+        "--graph-postprocess",
+        action="store_true",
+        help="classifiers: append softmax, argmax and the label lookup to the ONNX graph, so the model step "
+        "answers label_id, label and confidence and the ensemble is tokenizer -> model (one python hop fewer; "
+        "the ORT backend runs it too)",
+    )
+    p.add_argument(
+        "--tokenizer-in-model",
+        action="store_true",
+        help="run the tokenizer inside the python model step (text -> logits in one process), the postprocess "
+        "a step of its own: one hop fewer than the ensemble, less than --fused; python runtime only",
+    )
+    p.add_argument(
         "--classic",
         action="store_true",
         help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
@@ -182,6 +195,8 @@ def run(args) -> None:
             "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
         )
     runtime = args.runtime
+    if runtime == "auto" and (args.fused or args.tokenizer_in_model):
+        runtime = "python"  # these layouts run onnxruntime inside a python model, whatever backends the server has
     if runtime == "auto":
         try:
             backends = available_backends(find_tritonserver(args.tritonserver))
@@ -200,6 +215,8 @@ def run(args) -> None:
         ragged=not args.no_ragged,
         pad_to_multiple_of=args.pad_to_multiple_of,
         fused=args.fused,
+        graph_postprocess=args.graph_postprocess,
+        tokenizer_in_model=args.tokenizer_in_model,
         ort_spinning=args.ort_spinning,
         ort_graph_level=args.ort_graph_level,
         ort_inter_op_threads=args.ort_inter_op_threads,

@@ -58,6 +58,10 @@ class TaskSpec:
     # Per-label decision thresholds stored with the model (thresholds.json beside model.onnx): `convert` chooses
     # them on the dev split, `build` puts them beside labels.json (or takes --thresholds FILE).
     thresholds: bool = False
+    # How `build --graph-postprocess` expresses this task's postprocess as ONNX nodes appended to the converted graph:
+    # a key of ernie_deploy.repository.postprocess_graph.GRAPHS, or "" where the postprocess stays a python step
+    # (entity decoding and per-label thresholds with JSON answers are not graph operations).
+    graph_postprocess: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -143,6 +147,7 @@ SEQ_CLS = TaskSpec(
     ensemble="ernie_seqcls",
     metric="accuracy",
     postprocess="seq_cls_postprocess",
+    graph_postprocess="softmax_argmax_label",
     prediction="label",
     outputs=(
         TensorSpec("label_id", "INT64", (1,)),
@@ -180,6 +185,7 @@ PAIR_CLS = TaskSpec(
     ensemble="ernie_paircls",
     metric="accuracy",
     postprocess="seq_cls_postprocess",
+    graph_postprocess="softmax_argmax_label",
     prediction="label",
     outputs=SEQ_CLS.outputs,
     inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),

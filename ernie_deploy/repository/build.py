@@ -185,7 +185,8 @@ def _python_step(config: mc.ModelConfig, task: TaskSpec) -> str | None:
     if config.name == task.ensemble:
         return "pipeline"
     if config.name == task.model_step:
-        return "onnx"
+        # build --tokenizer-in-model: the model step reads the text and tokenizes it itself
+        return "tokenizer_onnx" if "tokenizer_file" in config.parameters else "onnx"
     if config.name == task.postprocess_step:
         return task.postprocess
     return "tokenizer"
@@ -217,7 +218,12 @@ def build(
     existing = _Existing.read(repository)
     tokenizers = tokenizer_steps(entries, options, existing)
     plans = [
-        (e, task_configs(e.task, e.onnx, options, tokenizers[e.task.ensemble][0], pad_token_id(e.vocab_file)))
+        (
+            e,
+            task_configs(
+                e.task, e.onnx, options, tokenizers[e.task.ensemble][0], pad_token_id(e.vocab_file), labels=e.labels
+            ),
+        )
         for e in entries
     ]
     replaced = set(names)
@@ -283,6 +289,10 @@ def _write_models(
             if options.fused
             else {"tokenizer": tokenizer, "model": task.model_step, "labels": task.postprocess_step}
         )
+        if options.tokenizer_in_model:
+            homes["tokenizer"] = task.model_step
+        if options.graph_postprocess:
+            homes["labels"] = task.model_step  # in the graph too; the file says which labels it was built with
         if homes["tokenizer"] not in skip:
             with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
                 tmp.write_bytes(payload)
@@ -297,7 +307,13 @@ def _write_models(
 
 
 def _write_model_file(entry: TaskArtifacts, options: BuildOptions, path: Path) -> None:
-    """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens] (windows.py)."""
+    """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens] (windows.py);
+    with --graph-postprocess the postprocess is appended to the graph (postprocess_graph.py)."""
+    if options.graph_postprocess:
+        from ernie_deploy.repository.postprocess_graph import write_with_postprocess
+
+        write_with_postprocess(entry.task, entry.onnx, entry.labels, path)
+        return
     if options.runtime == "onnxruntime" and not options.fused and long_text_mode(entry.task, options) == "window":
         from ernie_deploy.repository.windows import window_model
 
@@ -337,7 +353,10 @@ def build_version(
             f"build it as a new model with another --name, or use the options {name!r} was built with",
         )
     configs = {
-        c.name: c for c in task_configs(entry.task, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file))
+        c.name: c
+        for c in task_configs(
+            entry.task, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file), labels=entry.labels
+        )
     }
     for step, current in model.steps.items():
         if without_versions(configs[step]) != without_versions(current):

@@ -53,8 +53,9 @@ def _onnx_file(config: mc.ModelConfig) -> str | None:
     if config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime":
         return config.default_model_filename or "model.onnx"
     params = config.parameters
-    # A fused model also carries model_file, but its tensors are the pipeline's (text in), not the ONNX file's.
-    if config.backend == "python" and "model_file" in params and "postprocess" not in params:
+    # A fused model also carries model_file, but its tensors are the pipeline's (text in), not the ONNX file's; so
+    # does a model step that tokenizes (build --tokenizer-in-model).
+    if config.backend == "python" and "model_file" in params and not {"postprocess", "tokenizer_file"} & set(params):
         return params["model_file"].string_value
     return None
 

@@ -24,6 +24,7 @@ from ernie_deploy.repository.options import (
     ORT_GRAPH_LEVELS,
     BuildOptions,
     check_options,
+    check_task_options,
     head_tokens,
     long_text_mode,
     window_size,
@@ -216,10 +217,13 @@ def task_configs(
     options: BuildOptions,
     tokenizer_step: str = TOKENIZER_STEP,
     pad_token_id: int = 0,
+    labels: list[str] | None = None,
 ) -> list[mc.ModelConfig]:
     """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
-    dims are checked, not assumed."""
+    dims are checked, not assumed. `labels` (the model's label names) are needed by --graph-postprocess only,
+    whose model step outputs are those of the postprocess graph built from them."""
     check_options(options)
+    check_task_options(task, options)
     inputs, outputs = onnx_signature(onnx_path)
     names = sorted(s.name for s in inputs)
     if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
@@ -250,15 +254,39 @@ def task_configs(
         from ernie_deploy.repository.windows import windowed_signature
 
         ordered, outputs = windowed_signature(ordered, outputs)
-    steps = [
-        tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs),
-        model_config(task, ordered, outputs, options, pad_token_id),
-        postprocess_config(task, outputs[0], options),
-    ]
+    tokenizer = tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs)
+    if options.graph_postprocess:
+        # The model step answers what the postprocess would: its outputs are the appended graph's (postprocess_graph).
+        from ernie_deploy.repository.postprocess_graph import postprocess_graph
+        from ernie_deploy.repository.signature import model_signature
+
+        if labels is None:
+            raise ErnieDeployError(f"--graph-postprocess needs the label names of {task.ensemble!r}")
+        _, graph_outputs = model_signature(postprocess_graph(task, onnx_path, labels), onnx_path)
+        steps = [tokenizer, model_config(task, ordered, graph_outputs, options, pad_token_id)]
+        return steps + [ensemble_config(task, steps, options)]
+    model = model_config(task, ordered, outputs, options, pad_token_id)
+    steps = [tokenizer, model, postprocess_config(task, outputs[0], options)]
     ensemble = ensemble_config(task, steps, options)
     if options.fused:
         return [fused_config(task, steps, ensemble, options)]
+    if options.tokenizer_in_model:
+        steps = [tokenizer_model_config(task, steps, options), steps[2]]
+        return steps + [ensemble_config(task, steps, options)]
     return steps + [ensemble]
+
+
+def tokenizer_model_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
+    """--tokenizer-in-model: the tokenizer and the model step as one python model under the model step's name. It
+    takes the ensemble's inputs and returns the logits and whatever tokenizer outputs the postprocess or the caller
+    reads (offsets, lengths, truncated; the windows' positions), so the postprocess step stays as it is."""
+    tokenizer, model, post = steps
+    read = {t.name for t in post.input} | {o.name for o in task.outputs}
+    outputs = [spec_of(o) for o in model.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
+    params = {key: value.string_value for step in (tokenizer, model) for key, value in step.parameters.items()}
+    if [t.name for t in model.input] != list(MODEL_INPUTS):
+        params["long_text"] = "window"  # the model reads the windows (window_ids, window_type_ids)
+    return _base(task.model_step, list(task.inputs), outputs, options, backend="python", params=params)
 
 
 def fused_config(

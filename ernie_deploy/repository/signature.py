@@ -10,14 +10,19 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TensorSpec
 
 # ONNX TensorProto element type -> Triton's data type name (without the TYPE_ prefix)
-_ONNX_TO_TRITON = {1: "FP32", 10: "FP16", 6: "INT32", 7: "INT64", 9: "BOOL", 16: "BF16"}
+# (8, STRING: the label names a graph postprocess returns, Triton's BYTES)
+_ONNX_TO_TRITON = {1: "FP32", 10: "FP16", 6: "INT32", 7: "INT64", 9: "BOOL", 16: "BF16", 8: "BYTES"}
 
 
 def onnx_signature(path: str | Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """Inputs and outputs of an ONNX file as TensorSpecs, the leading (batch) axis dropped, dynamic axes -1."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    return model_signature(onnx.load(str(path), load_external_data=False), path)
+
+
+def model_signature(model, path: str | Path = "<graph>") -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """`onnx_signature` of a loaded ModelProto (e.g. one built in memory); `path` names it in errors."""
     initializers = {i.name for i in model.graph.initializer}
 
     def spec(value) -> TensorSpec:

@@ -14,8 +14,16 @@ from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 class OnnxModel:
     """An onnxruntime session over `model.onnx` whose signature is checked against what the pipeline feeds."""
 
-    def __init__(self, path: str | Path, *, intra_op_threads: int | None = None, spinning: bool = True):
-        """spinning: onnxruntime's worker threads busy-wait between runs (its default). Best alone in a
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        intra_op_threads: int | None = None,
+        spinning: bool = True,
+        outputs: tuple[str, ...] = (LOGITS,),
+    ):
+        """outputs: what `run` returns (a model built with --graph-postprocess answers labels, not logits).
+        spinning: onnxruntime's worker threads busy-wait between runs (its default). Best alone in a
         process that owns the cores; inside a server, where the tokenizer and postprocess processes need
         the same cores, turning it off was measured to raise throughput (docs/BENCHMARKS.md)."""
         import onnxruntime as ort
@@ -32,14 +40,19 @@ class OnnxModel:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         inputs = [i.name for i in self.session.get_inputs()]
-        outputs = [o.name for o in self.session.get_outputs()]
-        if sorted(inputs) != sorted(MODEL_INPUTS) or LOGITS not in outputs:
+        found = [o.name for o in self.session.get_outputs()]
+        self.outputs = list(outputs)
+        if sorted(inputs) != sorted(MODEL_INPUTS) or set(self.outputs) - set(found):
             raise ErnieDeployError(
-                f"{path} has inputs {inputs} and outputs {outputs}; "
-                f"expected inputs {list(MODEL_INPUTS)} and output {LOGITS!r}",
+                f"{path} has inputs {inputs} and outputs {found}; "
+                f"expected inputs {list(MODEL_INPUTS)} and outputs {self.outputs}",
                 "convert the model with `ernie-deploy convert`, which names the tensors",
             )
 
     def __call__(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        """The first output (the logits, for a converted model)."""
+        return self.run(input_ids, token_type_ids)[0]
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> list[np.ndarray]:
         feeds = {"input_ids": np.asarray(input_ids, np.int64), "token_type_ids": np.asarray(token_type_ids, np.int64)}
-        return self.session.run([LOGITS], feeds)[0]
+        return self.session.run(self.outputs, feeds)

@@ -277,10 +277,15 @@ class OnnxStep(Step):
         from ernie_deploy.serving.runtime import OnnxModel
 
         threads = int(parameter(config, "intra_op_threads", "0"))
+        # What the model answers: its logits, or (build --graph-postprocess) the postprocess's tensors, one row per
+        # text, which the graph computed after the logits.
+        outputs = [o["name"] for o in config.get("output", [])]
+        self.outputs = (LOGITS,) if not outputs or LOGITS in outputs else tuple(outputs)
         self.model = OnnxModel(
             Path(version_dir) / parameter(config, "model_file", "model.onnx"),
             intra_op_threads=threads or None,
             spinning=parameter(config, "ort_spinning", "false") == "true",
+            outputs=self.outputs,
         )
         self.pad_id = int(parameter(config, "pad_token_id", "0"))
         # The config's inputs: input_ids and token_type_ids, or a windowed model's window_ids and window_type_ids.
@@ -304,6 +309,8 @@ class OnnxStep(Step):
         return ids, types
 
     def run(self, items, requested=None):
+        if self.outputs != (LOGITS,):
+            return self._run_graph(items)
         if items and items[0][0].ndim == 3:
             return self._run_windows(items)
         if len(items) == 1:
@@ -319,6 +326,24 @@ class OnnxStep(Step):
                 part = part[:, : own.shape[1]]
             results.append({LOGITS: np.ascontiguousarray(part)})
         return results
+
+    def _run_graph(self, items):
+        """A model with its postprocess in the graph: one padded run, then each request's rows. Label names come
+        out of onnxruntime as str; Triton sends BYTES, as the python postprocess returns them."""
+        width = max(ids.shape[1] for ids, _ in items)
+        ids = np.concatenate([_pad(ids, width, self.pad_id) for ids, _ in items])
+        types = np.concatenate([_pad(types, width, 0) for _, types in items])
+        values = self.model.run(ids, types)
+        values = [
+            np.array([v.encode("utf-8") for v in value.reshape(-1)], dtype=np.object_).reshape(value.shape)
+            if value.dtype == np.object_
+            else value
+            for value in values
+        ]
+        return [
+            {name: np.ascontiguousarray(value[rows]) for name, value in zip(self.outputs, values)}
+            for rows in _split_rows([len(i) for i, _ in items])
+        ]
 
     # Windows per onnxruntime run: bounds the activations of a batch of long texts (a 3,000-character document is
     # ~50 windows of 128 tokens at the default stride; 64 such documents, ~3,000 windows, in one run would hold
@@ -518,7 +543,7 @@ class PipelineStep(Step):
 
     def __init__(self, config: dict, version_dir: Path):
         self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the pipeline's inputs
-        self.model = OnnxStep(config, version_dir)
+        self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
         self.post = STEPS[parameter(config, "postprocess")](config, version_dir)
         self.outputs = [o["name"] for o in config.get("output", [])]
         # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
@@ -539,6 +564,27 @@ class PipelineStep(Step):
         ]
 
 
+class TokenizerOnnxStep(Step):
+    """The tokenizer and the model step in one python model (build --tokenizer-in-model): text -> logits and the
+    tokenizer outputs the postprocess reads, one hop fewer than the ensemble, the postprocess still a step of its
+    own. The same two steps as the ensemble runs, chained in one process (as PipelineStep chains three)."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the model's text inputs
+        self.model = OnnxStep({**config, "output": []}, version_dir)
+        self.inputs = WINDOW_INPUTS if parameter(config, "long_text", "") == "window" else MODEL_INPUTS
+        self.outputs = [o["name"] for o in config.get("output", [])] or [LOGITS]
+
+    def check(self, inputs):
+        return self.tokenizer.check(inputs)
+
+    def run(self, items, requested=None):
+        wanted = set(self.outputs if requested is None else requested) | set(self.inputs)
+        tokens = self.tokenizer.run(items, wanted)
+        logits = self.model.run([tuple(t[name] for name in self.inputs) for t in tokens])
+        return [{**{n: t[n] for n in self.outputs if n in t}, **out} for t, out in zip(tokens, logits)]
+
+
 def _read_labels(labels_file: Path) -> list[str]:
     if not labels_file.exists():
         raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
@@ -554,4 +600,5 @@ STEPS = {
     "token_cls_postprocess": TokenClsPostprocess,
     "multi_label_postprocess": MultiLabelPostprocess,
     "pipeline": PipelineStep,
+    "tokenizer_onnx": TokenizerOnnxStep,
 }
