@@ -9,12 +9,14 @@ import re
 from pathlib import Path
 
 from ernie_deploy.bench.config import REFERENCE_CONCURRENCY, SCHEMA
+from ernie_deploy.bench.perf_analyzer import format_steps
 from ernie_deploy.bench.plot import plot
 from ernie_deploy.bench.rows import (
     ROW_KINDS,
     SERVED,
     at_concurrency,
     best_row,
+    load_generators,
     rows_of,
     total_errors,
 )
@@ -167,6 +169,48 @@ def render_task_table(results: dict, task: str) -> list[str]:
     return lines
 
 
+TOOL_NAMES = {
+    "python": "the built-in asyncio generator (tritonclient gRPC, one event loop)",
+    "perf_analyzer": "perf_analyzer (Triton's C++ load generator)",
+}
+
+
+def render_tools(results: dict) -> list[str]:
+    """Each served cell measured by every load generator of the run, next to each other: what the client costs and
+    whether the two tools see the same server. Empty for a run with one generator."""
+    tools = load_generators(results)
+    if len(tools) < 2:
+        return []
+    lines = [
+        "",
+        "## Load generators side by side",
+        "",
+        f"Every served cell was measured by {' and by '.join(tools)}, in turn, on the same server. "
+        "Client CPU is the load generator's own (perf_analyzer: its process, per request the server answered "
+        "while it ran); per step: mean queue / compute ms per request and texts per execution (what the dynamic "
+        "batcher merged), from the server's statistics over the cell.",
+        "",
+        "| task | row | concurrency | tool | seq/s | p50 ms | p99 ms | client CPU ms/req | server CPU ms/seq | "
+        "errors | per step: queue/compute ms, texts per execution |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for task, facts in results.get("tasks", {}).items():
+        max_len = facts.get("max_seq_len", 128)
+        for kind in ROW_KINDS.values():
+            if kind.inprocess:
+                continue
+            rows = [r for tool in tools for r in rows_of(results, task, kind.key, tool)]
+            for row in sorted(rows, key=lambda r: (r.concurrency, tools.index(r.tool) if r.tool in tools else 9)):
+                errors = f"**{row.errors}**" if row.errors else "0"
+                steps = format_steps(row.steps)
+                lines.append(
+                    f"| {task} | {row.title(max_len)} | {row.concurrency} | {row.tool} | {_num(row.throughput)} | "
+                    f"{_num(row.p50_ms, 2)} | {_num(row.p99_ms, 2)} | {_num(row.client_cpu_ms, 3)} | "
+                    f"{_num(row.server_cpu_ms, 2)} | {errors} | {steps} |"
+                )
+    return lines
+
+
 def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
     """The generated part of BENCHMARKS.md (without the markers)."""
     machine, versions = results.get("machine", {}), results.get("versions", {})
@@ -197,6 +241,12 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"{' (' + str(settings.get('requests')) + ' requests)' if settings.get('requests') else ''}, "
         f"{settings.get('inproc_duration_s')} s per in-process cell, {settings.get('warmup_s')} s warm-up each; "
         f"onnxruntime threads: {settings.get('ort_threads')}",
+        "- served rows driven by "
+        + " and ".join(
+            TOOL_NAMES.get(t, t)
+            + (f", {versions['perf_analyzer']}" if t == "perf_analyzer" and versions.get("perf_analyzer") else "")
+            for t in load_generators(results)
+        ),
     ]
     for name, info in servers.items():
         colds = ", ".join(
@@ -227,6 +277,7 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
                 f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
                 f"{_num(warm.p50_ms, 2)} ms.",
             ]
+    lines += render_tools(results)
     if plot_name:
         lines += ["", f"![throughput and p99 latency against concurrency]({plot_name})"]
     return "\n".join(lines)
@@ -299,9 +350,11 @@ def report(results: dict) -> str:
         lines += ["", bar]
         if errors:
             lines.append(f"!! BENCHMARK HAD {errors} FAILED REQUESTS: its numbers are not valid")
-            for row in rows_of(results):
+            for row in rows_of(results, tool=None):
                 if row.errors:
-                    lines.append(f"!!   {row.task} {row.label} c{row.concurrency}: {row.errors} errors {row.note}")
+                    lines.append(
+                        f"!!   {row.task} {row.label} c{row.concurrency} ({row.tool}): {row.errors} errors {row.note}"
+                    )
         for problem in problems:
             lines.append(f"!! {problem}")
         lines.append(bar)
