@@ -14,18 +14,17 @@ from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInpu
 from ernie_deploy.bench.inprocess import paddle_available
 from ernie_deploy.bench.levers import measure_levers, render_levers
 from ernie_deploy.bench.perf_analyzer import (
-    format_steps,
     parse_perf_analyzer_csv,
     parse_request_count,
     perf_analyzer_command,
     perf_analyzer_input,
-    step_breakdown,
 )
 from ernie_deploy.bench.plot import plot
 from ernie_deploy.bench.report import (
     BEGIN_MARK,
     END_MARK,
     format_met,
+    format_steps,
     load_json,
     ratio_table,
     render_generated,
@@ -408,29 +407,23 @@ def test_parse_request_count_reads_the_client_block():
     assert parse_request_count("no printout") is None
 
 
-def _stats(requests, items, executions, queue_ms, compute_ms, failed=0):
-    return {
-        "requests": requests,
-        "failed": failed,
-        "items": items,
-        "executions": executions,
-        "queue_ns": int(queue_ms * 1e6),
-        "compute_ns": int(compute_ms * 1e6),
-    }
+def test_steps_between_is_per_request_between_snapshots_without_the_ensemble():
+    from ernie_deploy.server.stats import ModelTimes, steps_between
 
+    def times(requests, texts, executions, queue_ms, infer_ms):
+        return ModelTimes(requests, 0, executions, texts, 0, int(queue_ms * 1e6), 0, int(infer_ms * 1e6), 0)
 
-def test_step_breakdown_is_per_request_between_snapshots_without_the_ensemble():
-    before = {"ens": _stats(10, 10, 10, 0, 0), "ens_model": _stats(10, 10, 10, 5, 20), "idle": _stats(3, 3, 3, 1, 1)}
+    before = {"ens": times(10, 10, 10, 0, 0), "ens_model": times(10, 10, 10, 5, 20), "idle": times(3, 3, 3, 1, 1)}
     after = {
-        "ens": _stats(110, 110, 110, 0, 0),
-        "ens_model": _stats(110, 110, 35, 105, 220),  # 100 requests in 25 executions
-        "idle": _stats(3, 3, 3, 1, 1),  # not touched: left out
-        "new": _stats(4, 8, 2, 4, 8),  # loaded between the snapshots
+        "ens": times(110, 110, 110, 0, 0),
+        "ens_model": times(110, 110, 35, 105, 220),  # 100 requests in 25 executions
+        "idle": times(3, 3, 3, 1, 1),  # not touched: left out
+        "new": times(4, 8, 2, 4, 8),  # loaded between the snapshots
     }
-    steps = step_breakdown(before, after, "ens")
+    steps = steps_between(before, after, "ens")
     assert set(steps) == {"ens_model", "new"}
-    assert steps["ens_model"] == {"queue_ms": 1.0, "compute_ms": 2.0, "items_per_execution": 4.0}
-    assert steps["new"]["items_per_execution"] == 4.0
+    assert steps["ens_model"] == {"queue_ms": 1.0, "compute_ms": 2.0, "texts_per_execution": 4.0}
+    assert steps["new"]["texts_per_execution"] == 4.0
     assert format_steps(steps) == "ens_model 1.00/2.00 x4.0; new 1.00/2.00 x4.0"
     assert format_steps(None) == ""
 
@@ -455,7 +448,7 @@ def test_rows_of_picks_the_primary_load_generator_and_the_report_shows_both():
                     p50_ms=11,
                     p99_ms=20,
                     errors=2,
-                    steps={"ernie_tokenizer": {"queue_ms": 0.1, "compute_ms": 0.6, "items_per_execution": 1.1}},
+                    steps={"ernie_tokenizer": {"queue_ms": 0.1, "compute_ms": 0.6, "texts_per_execution": 1.1}},
                 )
             ),
         ],

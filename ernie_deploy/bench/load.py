@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ernie_deploy.bench.machine import self_cpu_seconds
-from ernie_deploy.bench.perf_analyzer import server_statistics, step_breakdown
 from ernie_deploy.bench.rows import Row, chunks, summarize
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.server.procs import group_cpu_seconds
@@ -52,7 +51,7 @@ class LoadResult:
     error_messages: list[str] = field(default_factory=list)
     client_cpu_s: float = 0.0
     server_cpu_s: float | None = None
-    steps: dict | None = None  # per pipeline step, from the server's statistics (perf_analyzer.step_breakdown)
+    steps: dict | None = None  # per pipeline step, from the server's statistics (server.stats.steps_between)
 
 
 async def _drive(
@@ -64,13 +63,15 @@ async def _drive(
     duration_s: float,
     count: int | None,
     server_pgid: int | None,
-    steps: bool,
+    stats_url: str | None,
 ) -> LoadResult:
     import asyncio
 
     from tritonclient.grpc import InferRequestedOutput
     from tritonclient.grpc.aio import InferenceServerClient
     from tritonclient.utils import InferenceServerException
+
+    from ernie_deploy.server.stats import snapshot, steps_between
 
     outputs = [InferRequestedOutput(o.name) for o in task.outputs]
     result = LoadResult()
@@ -113,7 +114,7 @@ async def _drive(
             until = time.perf_counter() + warmup_s
             await asyncio.gather(*(worker(client, until, None, False) for _ in range(concurrency)))
         # A blocking call between the phases, not during one: no request is in flight.
-        stats0 = server_statistics(url) if steps else None
+        stats0 = snapshot(stats_url) if stats_url else None
         cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
         start = time.perf_counter()
         budget = [count] if count else None
@@ -123,7 +124,7 @@ async def _drive(
         server1 = group_cpu_seconds(server_pgid)
         result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
         if stats0 is not None:
-            result.steps = step_breakdown(stats0, server_statistics(url), task.ensemble)
+            result.steps = steps_between(stats0, snapshot(stats_url), task.ensemble)
     return result
 
 
@@ -137,14 +138,14 @@ def run_load(
     duration_s: float = 10.0,
     count: int | None = None,
     server_pgid: int | None = None,
-    steps: bool = False,
+    stats_url: str | None = None,
 ) -> LoadResult:
     """`concurrency` workers send requests back to back (after a warm-up) for `duration_s`, or `count`
-    requests in all; one gRPC channel, one event loop. `steps`: also each pipeline step's queue and compute time
-    over the measurement, from the server's statistics."""
+    requests in all; one gRPC channel, one event loop. `stats_url` (the server's HTTP endpoint): also each
+    pipeline step's queue and compute time over the measurement, from the server's statistics."""
     import asyncio
 
-    return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, steps))
+    return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url))
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """perf_analyzer, Triton's C++ load generator, as a driver of the served rows: where it is, its input file and
-command, its CSV, one measured cell, and each pipeline step's queue and compute time from the server's own
-statistics (what perf_analyzer prints as "Composing models", read the same way for either load generator).
+command, its CSV, and one measured cell, with each pipeline step's queue and compute time from the server's
+statistics (what perf_analyzer prints as "Composing models"; read by server.stats for either load generator).
 
 perf_analyzer 2.41.0 comes from the tritonclient 2.41.0 wheel (`scripts/install_perf_analyzer.sh` unpacks it into
 the cache; newer PyPI builds need glibc 2.38); in NVIDIA's Triton SDK image it is on PATH.
@@ -172,60 +172,6 @@ def parse_request_count(stdout: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-# -- the server's statistics: per step, and what the ensemble answered -----------------------------
-
-
-def server_statistics(url: str) -> dict:
-    """Every model's cumulative counters from Triton's statistics endpoint (what perf_analyzer reads before and
-    after a measurement): {model: {requests, failed, items, executions, queue_ns, compute_ns}}."""
-    from tritonclient.grpc import InferenceServerClient
-
-    with InferenceServerClient(url) as client:
-        stats = client.get_inference_statistics("")
-    found = {}
-    for model in stats.model_stats:
-        s = model.inference_stats
-        found[model.name] = {
-            "requests": s.success.count,
-            "failed": s.fail.count,
-            "items": model.inference_count,
-            "executions": model.execution_count,
-            "queue_ns": s.queue.ns,
-            "compute_ns": s.compute_input.ns + s.compute_infer.ns + s.compute_output.ns,
-        }
-    return found
-
-
-def step_breakdown(before: dict, after: dict, ensemble: str) -> dict:
-    """Per step of the pipeline that ran between two statistics snapshots: mean queue and compute ms per request,
-    and items per execution (what the dynamic batcher merged). The ensemble's own entry is left out: its
-    queue and compute are its steps' summed."""
-    steps = {}
-    for name, now in sorted(after.items()):
-        then = before.get(name, dict.fromkeys(now, 0))
-        requests = now["requests"] - then["requests"]
-        if name == ensemble or requests <= 0:
-            continue
-        executions = now["executions"] - then["executions"]
-        steps[name] = {
-            "queue_ms": round((now["queue_ns"] - then["queue_ns"]) / requests / 1e6, 4),
-            "compute_ms": round((now["compute_ns"] - then["compute_ns"]) / requests / 1e6, 4),
-            "items_per_execution": round((now["items"] - then["items"]) / executions, 2) if executions else None,
-        }
-    return steps
-
-
-def format_steps(steps: dict | None) -> str:
-    """ "ernie_tokenizer 0.19/0.64 x1.1; ..." (queue / compute ms per request, items per execution)."""
-    if not steps:
-        return ""
-    parts = []
-    for name, s in steps.items():
-        per = f" x{s['items_per_execution']:.1f}" if s.get("items_per_execution") else ""
-        parts.append(f"{name} {s['queue_ms']:.2f}/{s['compute_ms']:.2f}{per}")
-    return "; ".join(parts)
-
-
 # -- one cell ----------------------------------------------------------------------------------------
 
 
@@ -240,6 +186,7 @@ def run_perf_analyzer(
     binary: str,
     task: TaskSpec,
     url: str,
+    stats_url: str,
     input_file: Path,
     kind: str,
     batch: int,
@@ -250,27 +197,27 @@ def run_perf_analyzer(
     requests: int | None = None,
     server_pgid: int | None = None,
 ) -> Row:
-    """One served cell driven by perf_analyzer. Its process CPU (a waited-for child's, from getrusage) and the
+    """One served cell driven by perf_analyzer on `url` (gRPC); `stats_url`: the server's HTTP endpoint, for its
+    statistics. perf_analyzer's process CPU (a waited-for child's, from getrusage) and the
     server's CPU are divided by what the server answered while it ran (its statistics), warm-up windows
     included, since perf_analyzer's printout counts only the measured windows."""
     from ernie_deploy.server.procs import group_cpu_seconds
+    from ernie_deploy.server.stats import ModelTimes, snapshot, steps_between
 
     csv_file = workdir / f"{task.artifact_name}_{kind}_b{batch}_c{concurrency}_perf_analyzer.csv"
     argv = perf_analyzer_command(
         binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s, requests
     )
     row = Row(task.artifact_name, kind, batch, concurrency, tool=PERF_ANALYZER)
-    before, server0, cpu0 = server_statistics(url), group_cpu_seconds(server_pgid), _children_cpu_seconds()
+    before, server0, cpu0 = snapshot(stats_url), group_cpu_seconds(server_pgid), _children_cpu_seconds()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    cpu, server1, after = _children_cpu_seconds() - cpu0, group_cpu_seconds(server_pgid), server_statistics(url)
-    ensemble_then = before.get(task.ensemble, {"requests": 0, "failed": 0, "items": 0})
-    ensemble_now = after.get(task.ensemble, ensemble_then)
-    answered = ensemble_now["requests"] - ensemble_then["requests"]
-    items = ensemble_now["items"] - ensemble_then["items"]
-    row.errors = ensemble_now["failed"] - ensemble_then["failed"]
-    row.steps = step_breakdown(before, after, task.ensemble)
+    cpu, server1, after = _children_cpu_seconds() - cpu0, group_cpu_seconds(server_pgid), snapshot(stats_url)
+    ensemble = after.get(task.ensemble, ModelTimes()) - before.get(task.ensemble, ModelTimes())
+    answered, items = ensemble.requests, ensemble.texts
+    row.errors = ensemble.failed
+    row.steps = steps_between(before, after, task.ensemble)
     if answered:
         row.client_cpu_ms = 1000 * cpu / answered
     if items and server0 is not None and server1 is not None:

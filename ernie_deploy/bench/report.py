@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 from ernie_deploy.bench.config import REFERENCE_CONCURRENCY, SCHEMA
-from ernie_deploy.bench.perf_analyzer import format_steps
 from ernie_deploy.bench.plot import plot
 from ernie_deploy.bench.rows import (
     ROW_KINDS,
@@ -175,6 +174,17 @@ TOOL_NAMES = {
 }
 
 
+def format_steps(steps: dict | None) -> str:
+    """ "ernie_tokenizer 0.19/0.64 x1.1; ..." (queue / compute ms per request, texts per execution)."""
+    if not steps:
+        return ""
+    parts = []
+    for name, s in steps.items():
+        per = f" x{s['texts_per_execution']:.1f}" if s.get("texts_per_execution") else ""
+        parts.append(f"{name} {s['queue_ms']:.2f}/{s['compute_ms']:.2f}{per}")
+    return "; ".join(parts)
+
+
 def render_tools(results: dict) -> list[str]:
     """Each served cell measured by every load generator of the run, next to each other: what the client costs and
     whether the two tools see the same server. Empty for a run with one generator."""
@@ -242,9 +252,9 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"{settings.get('inproc_duration_s')} s per in-process cell, {settings.get('warmup_s')} s warm-up each; "
         f"onnxruntime threads: {settings.get('ort_threads')}",
         "- served rows driven by "
-        + " and ".join(
+        + " and by ".join(
             TOOL_NAMES.get(t, t)
-            + (f", {versions['perf_analyzer']}" if t == "perf_analyzer" and versions.get("perf_analyzer") else "")
+            + (f" ({versions['perf_analyzer']})" if t == "perf_analyzer" and versions.get("perf_analyzer") else "")
             for t in load_generators(results)
         ),
     ]

@@ -123,8 +123,8 @@ class Row:
     server_cpu_ms: float | None = None  # server CPU (tritonserver and its python stubs) per sequence
     tokenize_share: float | None = None  # limit_tok rows: tokenize time / (tokenize + model)
     tool: str = "python"  # "python" (the built-in load generator) or "perf_analyzer"
-    # Served rows: each pipeline step's mean queue and compute ms per request and items per execution, from the
-    # server's statistics over the cell (perf_analyzer.step_breakdown).
+    # Served rows: each pipeline step's mean queue and compute ms per request and texts per execution, from the
+    # server's statistics over the cell (server.stats.steps_between).
     steps: dict | None = None
     note: str = ""
 

@@ -127,6 +127,7 @@ def bench_server(
                                 config.perf_analyzer,
                                 task,
                                 server.grpc_url,
+                                server.http_url,
                                 input_file,
                                 kind,
                                 batch,
@@ -146,7 +147,7 @@ def bench_server(
                                 duration_s=config.duration_s,
                                 count=config.requests,
                                 server_pgid=server.pid,
-                                steps=True,
+                                stats_url=server.http_url,
                             )
                             row = load_row(task, kind, batch, concurrency, result)
                         rows.append(row)
