@@ -170,7 +170,7 @@ def render_task_table(results: dict, task: str) -> list[str]:
 
 TOOL_NAMES = {
     "python": "the built-in asyncio generator (tritonclient gRPC, one event loop)",
-    "perf_analyzer": "perf_analyzer (Triton's C++ load generator)",
+    "perf_analyzer": "perf_analyzer (Triton's C++ load generator{version})",
 }
 
 
@@ -253,8 +253,9 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"onnxruntime threads: {settings.get('ort_threads')}",
         "- served rows driven by "
         + " and by ".join(
-            TOOL_NAMES.get(t, t)
-            + (f" ({versions['perf_analyzer']})" if t == "perf_analyzer" and versions.get("perf_analyzer") else "")
+            TOOL_NAMES.get(t, t).format(
+                version=f"; {versions['perf_analyzer']}" if versions.get("perf_analyzer") else ""
+            )
             for t in load_generators(results)
         ),
     ]
