@@ -13,8 +13,9 @@ import pytest
 from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInputs
 from ernie_deploy.bench.inprocess import paddle_available
 from ernie_deploy.bench.levers import measure_levers, render_levers
-from ernie_deploy.bench.load import (
+from ernie_deploy.bench.perf_analyzer import (
     parse_perf_analyzer_csv,
+    parse_request_count,
     perf_analyzer_command,
     perf_analyzer_input,
 )
@@ -23,6 +24,7 @@ from ernie_deploy.bench.report import (
     BEGIN_MARK,
     END_MARK,
     format_met,
+    format_steps,
     load_json,
     ratio_table,
     render_generated,
@@ -358,8 +360,12 @@ def test_perf_analyzer_command_and_input_file(tmp_path):
     pairs = dict(zip(argv[1::2], argv[2::2]))
     assert pairs["-m"] == "ernie_seqcls" and pairs["-u"] == "127.0.0.1:8001" and pairs["-i"] == "grpc"
     assert pairs["-b"] == "4" and pairs["--input-data"] == str(data)
-    assert "--concurrency-range=8:8" in argv and "--measurement-interval=2500" in argv
+    # Three windows of a third of the cell each, taken as they come (no stabilization, so no unbounded cell).
+    assert "--concurrency-range=8:8" in argv and "--measurement-interval=833" in argv
+    assert "--max-trials=3" in argv and "--stability-percentage=999" in argv
     assert argv[argv.index("-f") + 1] == str(tmp_path / "c8.csv")
+    counted = perf_analyzer_command("pa", "m", "u", data, tmp_path / "c.csv", 2, requests=100)
+    assert "--measurement-mode=count_windows" in counted and "--measurement-request-count=34" in counted
 
 
 PERF_CSV = """\
@@ -387,6 +393,80 @@ def test_parse_perf_analyzer_csv_sorts_by_concurrency_and_converts_to_ms(tmp_pat
         parse_perf_analyzer_csv("a,b\n1,2\n")
 
 
+# perf_analyzer 2.41.0's printout of one cell, cut (measured against the bootstrap seq_cls ensemble).
+PERF_STDOUT = """\
+Request concurrency: 8
+  Client: \n    Request count: 5091
+    Throughput: 847.932 infer/sec
+  Server: \n    Inference count: 5090
+"""
+
+
+def test_parse_request_count_reads_the_client_block():
+    assert parse_request_count(PERF_STDOUT) == 5091
+    assert parse_request_count("no printout") is None
+
+
+def test_steps_between_is_per_request_between_snapshots_without_the_ensemble():
+    from ernie_deploy.server.stats import ModelTimes, steps_between
+
+    def times(requests, texts, executions, queue_ms, infer_ms):
+        return ModelTimes(requests, 0, executions, texts, 0, int(queue_ms * 1e6), 0, int(infer_ms * 1e6), 0)
+
+    before = {"ens": times(10, 10, 10, 0, 0), "ens_model": times(10, 10, 10, 5, 20), "idle": times(3, 3, 3, 1, 1)}
+    after = {
+        "ens": times(110, 110, 110, 0, 0),
+        "ens_model": times(110, 110, 35, 105, 220),  # 100 requests in 25 executions
+        "idle": times(3, 3, 3, 1, 1),  # not touched: left out
+        "new": times(4, 8, 2, 4, 8),  # loaded between the snapshots
+    }
+    steps = steps_between(before, after, "ens")
+    assert set(steps) == {"ens_model", "new"}
+    assert steps["ens_model"] == {"queue_ms": 1.0, "compute_ms": 2.0, "texts_per_execution": 4.0}
+    assert steps["new"]["texts_per_execution"] == 4.0
+    assert format_steps(steps) == "ens_model 1.00/2.00 x4.0; new 1.00/2.00 x4.0"
+    assert format_steps(None) == ""
+
+
+def test_rows_of_picks_the_primary_load_generator_and_the_report_shows_both():
+    results = {
+        "settings": {"load_generators": ["perf_analyzer", "python"]},
+        "tasks": {"seq_cls": {"texts": 10, "max_seq_len": 128}},
+        "rows": [
+            dataclasses.asdict(Row("seq_cls", LIMIT, 8, throughput=900.0)),
+            dataclasses.asdict(
+                Row("seq_cls", SERVED, 1, 8, requests=50, throughput=800.0, p50_ms=9, p99_ms=16, tool="perf_analyzer")
+            ),
+            dataclasses.asdict(
+                Row(
+                    "seq_cls",
+                    SERVED,
+                    1,
+                    8,
+                    requests=40,
+                    throughput=640.0,
+                    p50_ms=11,
+                    p99_ms=20,
+                    errors=2,
+                    steps={"ernie_tokenizer": {"queue_ms": 0.1, "compute_ms": 0.6, "texts_per_execution": 1.1}},
+                )
+            ),
+        ],
+    }
+    assert [r.tool for r in rows_of(results, "seq_cls", SERVED)] == ["perf_analyzer"]
+    assert [r.tool for r in rows_of(results, "seq_cls", SERVED, "python")] == ["python"]
+    assert len(rows_of(results, "seq_cls", tool=None)) == 3 and len(rows_of(results, "seq_cls", LIMIT)) == 1
+    assert total_errors(results) == 2  # a secondary generator's failures count too
+    text = render_generated(results, None)
+    assert "## Load generators side by side" in text
+    assert "| seq_cls | served: ensemble over gRPC, 1 text per request | 8 | perf_analyzer | 800.0 |" in text
+    assert "ernie_tokenizer 0.10/0.60 x1.1" in text and "perf_analyzer (Triton's C++ load generator)" in text
+    # A run with one generator has no such section, and runs from before the choice read as python.
+    del results["settings"]["load_generators"]
+    assert "side by side" not in render_generated(results, None)
+    assert [r.tool for r in rows_of(results, "seq_cls", SERVED)] == ["python"]
+
+
 # -- CLI ------------------------------------------------------------------------------------------
 
 
@@ -407,12 +487,19 @@ def test_cli_smoke_settings_and_overrides():
         config_from_args(build_parser().parse_args(["bench", "--concurrency", "0,4"]))
 
 
-def test_cli_perf_analyzer_needs_the_binary(monkeypatch):
+def test_cli_load_generator_without_perf_analyzer(monkeypatch, tmp_path):
+    """auto falls back to python; asking for perf_analyzer (alone or both) names the install script."""
     from ernie_deploy.cli import build_parser
 
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(ErnieDeployError, match="perf_analyzer"):
-        config_from_args(build_parser().parse_args(["bench", "--perf-analyzer"]))
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path))
+    config = config_from_args(build_parser().parse_args(["bench"]))
+    assert config.load_generators == ("python",) and config.perf_analyzer is None
+    for choice in ("perf_analyzer", "both"):
+        with pytest.raises(ErnieDeployError, match="install_perf_analyzer.sh"):
+            config_from_args(build_parser().parse_args(["bench", "--load-generator", choice]))
+    config = config_from_args(build_parser().parse_args(["bench", "--load-generator", "python"]))
+    assert config.load_generators == ("python",)
 
 
 def test_cli_render_rewrites_outputs_from_a_results_file(tmp_path, capsys):
@@ -637,3 +724,61 @@ def test_a_lever_only_some_kinds_have_is_measured_on_those(tiny_pipeline, tiny_t
         ("tok", "token_cls"),
     ]
     assert all(r["errors"] == 0 and r["throughput"] > 0 for r in rows)
+
+
+def _installed_perf_analyzer() -> str:
+    """perf_analyzer from PATH or the cache, installed by scripts/install_perf_analyzer.sh if needed (once: it is
+    idempotent). Skips only when the script says a registry could not be reached (exit 3)."""
+    import subprocess
+    from pathlib import Path
+
+    from ernie_deploy.bench.perf_analyzer import find_perf_analyzer
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "install_perf_analyzer.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600)
+    if proc.returncode == 3:
+        pytest.skip("PyPI or the Debian mirrors are unreachable, so perf_analyzer cannot be installed: " + proc.stderr)
+    assert proc.returncode == 0, proc.stderr
+    binary = find_perf_analyzer()
+    assert binary and Path(binary).parent == Path(proc.stdout.strip().splitlines()[-1]), (binary, proc.stdout)
+    return binary
+
+
+@pytest.mark.integration
+def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny_pipeline, tmp_path):
+    """One short served cell with each load generator on a real server: requests answered, no errors, its client
+    CPU and each pipeline step's numbers, and the side-by-side table (no timing threshold)."""
+    from ernie_deploy.core.tasks import SEQ_CLS
+
+    binary = _installed_perf_analyzer()
+    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    config = BenchConfig.smoke(
+        concurrency=(2,),
+        duration_s=0.6,
+        warmup_s=0.1,
+        client_batch=1,
+        batch_sizes=(1,),
+        inproc_duration_s=0.05,
+        paddle=False,
+        int8=False,
+        fused=False,
+        classic=False,
+        progress=False,
+        load_generators=("perf_analyzer", "python"),
+        perf_analyzer=binary,
+    )
+    results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest perf_analyzer")
+
+    assert results["errors"] == 0, report(results)
+    assert results["versions"]["perf_analyzer"].startswith("Perf Analyzer Version")
+    served = {r.tool: r for r in rows_of(results, "seq_cls", SERVED, tool=None)}
+    assert set(served) == {"perf_analyzer", "python"}
+    for row in served.values():
+        assert row.concurrency == 2 and row.errors == 0 and row.requests > 0 and row.throughput > 0, row
+        assert 0 < row.p50_ms <= row.p99_ms, row
+        assert row.client_cpu_ms > 0 and row.server_cpu_ms > 0, row
+        # The ensemble's three steps each answered every request (the tokenizer is shared, so named apart).
+        assert len(row.steps) == 3 and all(s["compute_ms"] > 0 for s in row.steps.values()), row.steps
+    assert [r.tool for r in rows_of(results, "seq_cls", SERVED)] == ["perf_analyzer"]  # the primary
+    text = render_generated(results, None)
+    assert "## Load generators side by side" in text and "| 2 | python |" in text and "| 2 | perf_analyzer |" in text

@@ -40,7 +40,10 @@ class BenchConfig:
     fused: bool = True
     classic: bool = True
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
-    perf_analyzer: str | None = None  # path to perf_analyzer: it drives the served rows instead
+    # What drives the served rows, each in turn at every cell ("python", "perf_analyzer"); the first is the primary:
+    # the ratios, the plot and the main tables use its rows, the others are shown beside it.
+    load_generators: tuple[str, ...] = ("python",)
+    perf_analyzer: str | None = None  # path to perf_analyzer, when it is one of them
     sizes: tuple[str, ...] = SIZES  # the classifier remade in these shapes, benched beside it (bench.sizes)
     server_timeout_s: float = 180.0
     progress: bool = True

@@ -1,19 +1,16 @@
-"""Load on a running server: the asyncio gRPC load generator, and perf_analyzer (NVIDIA's SDK image) as an
-alternative driver of the served rows."""
+"""Load on a running server: the asyncio gRPC load generator (closed loop: `run_load`; open loop: `run_open_loop`).
+perf_analyzer, the other driver of the served rows, is in bench/perf_analyzer.py."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ernie_deploy.bench.machine import self_cpu_seconds
 from ernie_deploy.bench.rows import Row, chunks, summarize
-from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.server.procs import group_cpu_seconds
 
@@ -54,6 +51,7 @@ class LoadResult:
     error_messages: list[str] = field(default_factory=list)
     client_cpu_s: float = 0.0
     server_cpu_s: float | None = None
+    steps: dict | None = None  # per pipeline step, from the server's statistics (server.stats.steps_between)
 
 
 async def _drive(
@@ -65,12 +63,15 @@ async def _drive(
     duration_s: float,
     count: int | None,
     server_pgid: int | None,
+    stats_url: str | None,
 ) -> LoadResult:
     import asyncio
 
     from tritonclient.grpc import InferRequestedOutput
     from tritonclient.grpc.aio import InferenceServerClient
     from tritonclient.utils import InferenceServerException
+
+    from ernie_deploy.server.stats import snapshot, steps_between
 
     outputs = [InferRequestedOutput(o.name) for o in task.outputs]
     result = LoadResult()
@@ -112,6 +113,8 @@ async def _drive(
         if warmup_s > 0:
             until = time.perf_counter() + warmup_s
             await asyncio.gather(*(worker(client, until, None, False) for _ in range(concurrency)))
+        # A blocking call between the phases, not during one: no request is in flight.
+        stats0 = snapshot(stats_url) if stats_url else None
         cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
         start = time.perf_counter()
         budget = [count] if count else None
@@ -120,6 +123,8 @@ async def _drive(
         result.client_cpu_s = self_cpu_seconds() - cpu0
         server1 = group_cpu_seconds(server_pgid)
         result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
+        if stats0 is not None:
+            result.steps = steps_between(stats0, snapshot(stats_url), task.ensemble)
     return result
 
 
@@ -133,12 +138,14 @@ def run_load(
     duration_s: float = 10.0,
     count: int | None = None,
     server_pgid: int | None = None,
+    stats_url: str | None = None,
 ) -> LoadResult:
     """`concurrency` workers send requests back to back (after a warm-up) for `duration_s`, or `count`
-    requests in all; one gRPC channel, one event loop."""
+    requests in all; one gRPC channel, one event loop. `stats_url` (the server's HTTP endpoint): also each
+    pipeline step's queue and compute time over the measurement, from the server's statistics."""
     import asyncio
 
-    return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid))
+    return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url))
 
 
 @dataclass
@@ -212,127 +219,11 @@ def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: Lo
         Row(task.artifact_name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds
     )
     row.errors = result.errors
+    row.steps = result.steps
     if row.requests:
         row.client_cpu_ms = 1000 * result.client_cpu_s / row.requests
     if row.sequences and result.server_cpu_s is not None:
         row.server_cpu_ms = 1000 * result.server_cpu_s / row.sequences
     if result.error_messages:
         row.note = "errors: " + " | ".join(m.splitlines()[0][:160] for m in result.error_messages)
-    return row
-
-
-# -- perf_analyzer ----------------------------------------------------------------------------------
-
-
-def perf_analyzer_input(task: TaskSpec, texts: Sequence, path: str | Path) -> Path:
-    """The texts as perf_analyzer real input data: one entry per text (or pair), each input a BYTES [1] tensor."""
-    from ernie_deploy.client.grpc_client import input_columns
-
-    path = Path(path)
-    columns = input_columns(task, list(texts))
-    names = [spec.name for spec in task.inputs]
-    data = {"data": [{n: {"content": [t], "shape": [1]} for n, t in zip(names, item)} for item in zip(*columns)]}
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    return path
-
-
-def perf_analyzer_command(
-    binary: str,
-    model: str,
-    url: str,
-    input_file: str | Path,
-    csv_file: str | Path,
-    concurrency: int,
-    batch: int = 1,
-    duration_s: float = 10.0,
-) -> list[str]:
-    """One perf_analyzer run at one concurrency (a list like 1,4,8,16 is no start:end:step range)."""
-    return [
-        binary,
-        "-m",
-        model,
-        "-u",
-        url,
-        "-i",
-        "grpc",
-        "-b",
-        str(batch),
-        "--input-data",
-        str(input_file),
-        f"--concurrency-range={concurrency}:{concurrency}",
-        "--measurement-mode=time_windows",
-        f"--measurement-interval={max(1, round(duration_s * 1000))}",
-        "-f",
-        str(csv_file),
-    ]
-
-
-def parse_perf_analyzer_csv(text: str) -> list[dict]:
-    """perf_analyzer's `-f` CSV -> one dict per concurrency, sorted by it: throughput (its Inferences/Second,
-    which counts every item of a batch, so sequences/s) and latencies in ms (the CSV has microseconds)."""
-    import csv
-    import io
-
-    reader = csv.DictReader(io.StringIO(text.strip()))
-    if not reader.fieldnames or "Inferences/Second" not in reader.fieldnames:
-        raise ErnieDeployError("not a perf_analyzer CSV: no Inferences/Second column")
-    rows = []
-    for record in reader:
-        record = {k.strip(): (v or "").strip() for k, v in record.items() if k}
-
-        def ms(column: str, record: dict = record) -> float | None:
-            return float(record[column]) / 1000 if record.get(column) else None
-
-        concurrency = record.get("Concurrency")
-        rows.append(
-            {
-                "concurrency": int(float(concurrency)) if concurrency else None,
-                "throughput": float(record["Inferences/Second"]),
-                "p50_ms": ms("p50 latency"),
-                "p90_ms": ms("p90 latency"),
-                "p95_ms": ms("p95 latency"),
-                "p99_ms": ms("p99 latency"),
-                "mean_ms": ms("Avg latency"),
-            }
-        )
-    return sorted(rows, key=lambda r: (r["concurrency"] is None, r["concurrency"] or 0))
-
-
-def run_perf_analyzer(
-    binary: str,
-    task: TaskSpec,
-    url: str,
-    texts: Sequence[str],
-    kind: str,
-    batch: int,
-    concurrency: int,
-    duration_s: float,
-    workdir: Path,
-) -> Row:
-    import subprocess
-
-    input_file = perf_analyzer_input(task, texts, workdir / f"{task.artifact_name}_input.json")
-    csv_file = workdir / f"{task.artifact_name}_{kind}_b{batch}_c{concurrency}.csv"
-    argv = perf_analyzer_command(binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s)
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    row = Row(task.artifact_name, kind, batch, concurrency, tool="perf_analyzer")
-    if proc.returncode != 0 or not csv_file.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        row.errors = 1
-        row.note = f"perf_analyzer exited {proc.returncode}: " + " | ".join(tail)
-        return row
-    parsed = [r for r in parse_perf_analyzer_csv(csv_file.read_text()) if r["concurrency"] in (concurrency, None)]
-    if not parsed:
-        row.errors = 1
-        row.note = f"perf_analyzer wrote no row for concurrency {concurrency}"
-        return row
-    got = parsed[0]
-    row.throughput, row.p50_ms, row.p95_ms, row.p99_ms, row.mean_ms = (
-        got["throughput"],
-        got["p50_ms"],
-        got["p95_ms"],
-        got["p99_ms"],
-        got["mean_ms"],
-    )
-    row.note = "perf_analyzer"
     return row

@@ -18,6 +18,7 @@ from ernie_deploy.bench.rows import (
     SERVED_BATCH,
     at_concurrency,
     best_row,
+    load_generators,
     rows_of,
     total_errors,
 )
@@ -230,6 +231,59 @@ def render_sizes(results: dict) -> list[str]:
     return lines
 
 
+TOOL_NAMES = {
+    "python": "the built-in asyncio generator (tritonclient gRPC, one event loop)",
+    "perf_analyzer": "perf_analyzer (Triton's C++ load generator{version})",
+}
+
+
+def format_steps(steps: dict | None) -> str:
+    """ "ernie_tokenizer 0.19/0.64 x1.1; ..." (queue / compute ms per request, texts per execution)."""
+    if not steps:
+        return ""
+    parts = []
+    for name, s in steps.items():
+        per = f" x{s['texts_per_execution']:.1f}" if s.get("texts_per_execution") else ""
+        parts.append(f"{name} {s['queue_ms']:.2f}/{s['compute_ms']:.2f}{per}")
+    return "; ".join(parts)
+
+
+def render_tools(results: dict) -> list[str]:
+    """Each served cell measured by every load generator of the run, next to each other: what the client costs and
+    whether the two tools see the same server. Empty for a run with one generator."""
+    tools = load_generators(results)
+    if len(tools) < 2:
+        return []
+    lines = [
+        "",
+        "## Load generators side by side",
+        "",
+        f"Every served cell was measured by {' and by '.join(tools)}, in turn, on the same server. "
+        "Client CPU is the load generator's own (perf_analyzer: its process, per request the server answered "
+        "while it ran); per step: mean queue / compute ms per request and texts per execution (what the dynamic "
+        "batcher merged), from the server's statistics over the cell.",
+        "",
+        "| task | row | concurrency | tool | seq/s | p50 ms | p99 ms | client CPU ms/req | server CPU ms/seq | "
+        "errors | per step: queue/compute ms, texts per execution |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for task, facts in results.get("tasks", {}).items():
+        max_len = facts.get("max_seq_len", 128)
+        for kind in ROW_KINDS.values():
+            if kind.inprocess:
+                continue
+            rows = [r for tool in tools for r in rows_of(results, task, kind.key, tool)]
+            for row in sorted(rows, key=lambda r: (r.concurrency, tools.index(r.tool) if r.tool in tools else 9)):
+                errors = f"**{row.errors}**" if row.errors else "0"
+                steps = format_steps(row.steps)
+                lines.append(
+                    f"| {task} | {row.title(max_len)} | {row.concurrency} | {row.tool} | {_num(row.throughput)} | "
+                    f"{_num(row.p50_ms, 2)} | {_num(row.p99_ms, 2)} | {_num(row.client_cpu_ms, 3)} | "
+                    f"{_num(row.server_cpu_ms, 2)} | {errors} | {steps} |"
+                )
+    return lines
+
+
 def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
     """The generated part of BENCHMARKS.md (without the markers)."""
     machine, versions = results.get("machine", {}), results.get("versions", {})
@@ -260,6 +314,13 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"{' (' + str(settings.get('requests')) + ' requests)' if settings.get('requests') else ''}, "
         f"{settings.get('inproc_duration_s')} s per in-process cell, {settings.get('warmup_s')} s warm-up each; "
         f"onnxruntime threads: {settings.get('ort_threads')}",
+        "- served rows driven by "
+        + " and by ".join(
+            TOOL_NAMES.get(t, t).format(
+                version=f"; {versions['perf_analyzer']}" if versions.get("perf_analyzer") else ""
+            )
+            for t in load_generators(results)
+        ),
     ]
     for name, info in servers.items():
         colds = ", ".join(
@@ -295,6 +356,7 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
                 f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
                 f"{_num(warm.p50_ms, 2)} ms.",
             ]
+    lines += render_tools(results)
     if plot_name:
         lines += ["", f"![throughput and p99 latency against concurrency]({plot_name})"]
     return "\n".join(lines)
@@ -369,9 +431,11 @@ def report(results: dict) -> str:
         lines += ["", bar]
         if errors:
             lines.append(f"!! BENCHMARK HAD {errors} FAILED REQUESTS: its numbers are not valid")
-            for row in rows_of(results):
+            for row in rows_of(results, tool=None):
                 if row.errors:
-                    lines.append(f"!!   {row.task} {row.label} c{row.concurrency}: {row.errors} errors {row.note}")
+                    lines.append(
+                        f"!!   {row.task} {row.label} c{row.concurrency} ({row.tool}): {row.errors} errors {row.note}"
+                    )
         for problem in problems:
             lines.append(f"!! {problem}")
         lines.append(bar)

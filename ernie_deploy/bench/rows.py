@@ -123,6 +123,9 @@ class Row:
     server_cpu_ms: float | None = None  # server CPU (tritonserver and its python stubs) per sequence
     tokenize_share: float | None = None  # limit_tok rows: tokenize time / (tokenize + model)
     tool: str = "python"  # "python" (the built-in load generator) or "perf_analyzer"
+    # Served rows: each pipeline step's mean queue and compute ms per request and texts per execution, from the
+    # server's statistics over the cell (server.stats.steps_between).
+    steps: dict | None = None
     note: str = ""
 
     @classmethod
@@ -191,11 +194,26 @@ def asdict_rows(rows: Iterable[Row]) -> list[dict]:
     return [dataclasses.asdict(r) for r in rows]
 
 
-def rows_of(results: dict, task: str | None = None, kind: str | None = None) -> list[Row]:
+PRIMARY = "primary"
+
+
+def load_generators(results: dict) -> list[str]:
+    """The tools that drove the served rows of a run, the primary (what the ratios, the plot and the main tables
+    use) first; ["python"] for runs from before there was a choice."""
+    return list(results.get("settings", {}).get("load_generators") or ["python"])
+
+
+def rows_of(results: dict, task: str | None = None, kind: str | None = None, tool: str | None = PRIMARY) -> list[Row]:
+    """The rows of a task and kind. Served rows only of one load generator: `tool`, by default the run's primary
+    one; None: every row (in-process rows have no load generator and are always in)."""
+    if tool == PRIMARY:
+        tool = load_generators(results)[0]
     return [
         Row.from_dict(r)
         for r in results.get("rows", [])
-        if (task is None or r["task"] == task) and (kind is None or r["kind"] == kind)
+        if (task is None or r["task"] == task)
+        and (kind is None or r["kind"] == kind)
+        and (tool is None or r.get("concurrency") is None or r.get("tool", "python") == tool)
     ]
 
 
@@ -214,4 +232,4 @@ def at_concurrency(rows: list[Row], wanted: int) -> Row | None:
 
 
 def total_errors(results: dict) -> int:
-    return sum(r.errors for r in rows_of(results))
+    return sum(r.errors for r in rows_of(results, tool=None))

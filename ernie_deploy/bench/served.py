@@ -18,12 +18,7 @@ from ernie_deploy.bench.inprocess import (
     paddle_available,
     reference_predictions,
 )
-from ernie_deploy.bench.load import (
-    load_row,
-    prepare_requests,
-    run_load,
-    run_perf_analyzer,
-)
+from ernie_deploy.bench.load import load_row, prepare_requests, run_load
 from ernie_deploy.bench.machine import (
     command_line,
     loadavg,
@@ -31,6 +26,14 @@ from ernie_deploy.bench.machine import (
     package_versions,
     server_version,
     utc_stamp,
+)
+from ernie_deploy.bench.perf_analyzer import (
+    PERF_ANALYZER,
+    PYTHON,
+    perf_analyzer_input,
+    perf_analyzer_version,
+    require_perf_analyzer,
+    run_perf_analyzer,
 )
 from ernie_deploy.bench.report import report, write_outputs
 from ernie_deploy.bench.rows import ROW_KINDS, Row, asdict_rows, tick, total_errors
@@ -104,35 +107,51 @@ def bench_server(
                 for kind in ROW_KINDS.values()
                 if kind.layout == name and (not kind.batched or config.client_batch > 1)
             ]
+            input_file = None
+            if PERF_ANALYZER in config.load_generators:
+                input_file = perf_analyzer_input(task, item.texts, workdir / f"{task.artifact_name}_input.json")
             for kind, batch in variants:
-                requests = None if config.perf_analyzer else prepare_requests(item.task, item.texts, batch)
+                requests = prepare_requests(item.task, item.texts, batch)
                 for concurrency in config.concurrency:
-                    if config.perf_analyzer:
-                        row = run_perf_analyzer(
-                            config.perf_analyzer,
-                            task,
-                            server.grpc_url,
-                            item.texts,
-                            kind,
-                            batch,
-                            concurrency,
-                            config.duration_s,
-                            workdir,
-                        )
-                    else:
-                        result = run_load(
-                            server.grpc_url,
-                            task,
-                            requests,
-                            concurrency,
-                            warmup_s=config.warmup_s,
-                            duration_s=config.duration_s,
-                            count=config.requests,
-                            server_pgid=server.pid,
-                        )
-                        row = load_row(task, kind, batch, concurrency, result)
-                    rows.append(row)
-                    tick(progress, row)
+                    # With two generators, each cell is measured by both in turn, so drift in the machine's
+                    # load touches both alike.
+                    for tool in config.load_generators:
+                        if tool == PERF_ANALYZER:
+                            # perf_analyzer measures from its first window: warm the server up the same way the
+                            # Python generator does, then hand it over.
+                            if config.warmup_s > 0:
+                                run_load(
+                                    server.grpc_url, task, requests, concurrency, warmup_s=0, duration_s=config.warmup_s
+                                )
+                            row = run_perf_analyzer(
+                                config.perf_analyzer,
+                                task,
+                                server.grpc_url,
+                                server.http_url,
+                                input_file,
+                                kind,
+                                batch,
+                                concurrency,
+                                config.duration_s,
+                                workdir,
+                                requests=config.requests,
+                                server_pgid=server.pid,
+                            )
+                        else:
+                            result = run_load(
+                                server.grpc_url,
+                                task,
+                                requests,
+                                concurrency,
+                                warmup_s=config.warmup_s,
+                                duration_s=config.duration_s,
+                                count=config.requests,
+                                server_pgid=server.pid,
+                                stats_url=server.http_url,
+                            )
+                            row = load_row(task, kind, batch, concurrency, result)
+                        rows.append(row)
+                        tick(progress, row)
             if not server.is_running():
                 raise ErnieDeployError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
     finally:
@@ -141,12 +160,13 @@ def bench_server(
 
 
 def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
+    tools = len(config.load_generators)
     cells = 0
     for item in inputs:
         full = item.shape is None  # a sized model gets the limits, served and fused rows only
         paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle and full else 0
-        served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
-        others = len(config.concurrency) * (int(config.classic and full) + int(config.fused))
+        served = tools * len(config.concurrency) * (2 if config.client_batch > 1 else 1)
+        others = tools * len(config.concurrency) * (int(config.classic and full) + int(config.fused))
         cells += (2 + int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others
     return cells
 
@@ -172,6 +192,13 @@ def run_benchmark(
 
     if not inputs:
         raise ErnieDeployError("no task to benchmark")
+    unknown = set(config.load_generators) - {PYTHON, PERF_ANALYZER}
+    if unknown or not config.load_generators:
+        raise ErnieDeployError(
+            f"unknown load generators {sorted(unknown)}", f"use {PYTHON!r}, {PERF_ANALYZER!r} or both"
+        )
+    if PERF_ANALYZER in config.load_generators and not config.perf_analyzer:
+        config = dataclasses.replace(config, perf_analyzer=require_perf_analyzer())
     started = time.time()
     own_workdir = None
     if workdir is None:
@@ -206,6 +233,8 @@ def run_benchmark(
         "servers": {},
         "rows": [],
     }
+    if config.perf_analyzer and PERF_ANALYZER in config.load_generators:
+        results["versions"]["perf_analyzer"] = perf_analyzer_version(config.perf_analyzer)
     progress = tqdm(total=_cells(inputs, config), desc="bench", unit="cell", disable=not config.progress)
     try:
         references = {}

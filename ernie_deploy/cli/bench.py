@@ -11,6 +11,8 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifacts_dir
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS, get_task
 
+LOAD_GENERATORS = ("auto", "python", "perf_analyzer", "both")
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -86,9 +88,13 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
     p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
     p.add_argument(
-        "--perf-analyzer",
-        action="store_true",
-        help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator",
+        "--load-generator",
+        choices=LOAD_GENERATORS,
+        default="auto",
+        help="what drives the served rows: perf_analyzer (Triton's C++ load generator; on PATH, or unpacked by "
+        "scripts/install_perf_analyzer.sh), the built-in asyncio generator (python), or both, each in turn at every "
+        "cell, shown side by side (perf_analyzer's rows primary). auto (default): perf_analyzer when it is "
+        "installed, else python. --levers and --overload always use python",
     )
     p.add_argument(
         "--out",
@@ -152,19 +158,24 @@ def config_from_args(args) -> BenchConfig:
         changes["fused"] = False
     if args.no_int8:
         changes["int8"] = False
-    if args.perf_analyzer:
-        import shutil
-
-        binary = shutil.which("perf_analyzer")
-        if not binary:
-            raise ErnieDeployError(
-                "--perf-analyzer: perf_analyzer is not on PATH",
-                "run inside NVIDIA's Triton SDK image "
-                "(nvcr.io/nvidia/tritonserver:<version>-py3-sdk), "
-                "or drop --perf-analyzer to use the built-in load generator",
-            )
-        changes["perf_analyzer"] = binary
+    changes.update(load_generator_settings(args.load_generator))
     return dataclasses.replace(base, **changes)
+
+
+def load_generator_settings(choice: str) -> dict:
+    """BenchConfig's load_generators and perf_analyzer for a --load-generator choice. auto prefers perf_analyzer:
+    its client costs the shared cores less per request than the Python generator's (docs/BENCHMARKS.md, load
+    generators side by side), and it is the tool Triton users measure with."""
+    from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, PYTHON, find_perf_analyzer, require_perf_analyzer
+
+    if choice == "python":
+        return {"load_generators": (PYTHON,), "perf_analyzer": None}
+    if choice == "auto":
+        binary = find_perf_analyzer()
+        return {"load_generators": (PERF_ANALYZER if binary else PYTHON,), "perf_analyzer": binary}
+    binary = require_perf_analyzer()
+    tools = (PERF_ANALYZER, PYTHON) if choice == "both" else (PERF_ANALYZER,)
+    return {"load_generators": tools, "perf_analyzer": binary}
 
 
 def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:

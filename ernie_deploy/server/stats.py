@@ -84,6 +84,23 @@ def snapshot(url: str, timeout: float = 5.0) -> dict[str, ModelTimes]:
     return out
 
 
+def steps_between(before: dict[str, ModelTimes], after: dict[str, ModelTimes], ensemble: str) -> dict[str, dict]:
+    """Every model that answered requests between two snapshots except `ensemble` (whose queue and compute are its
+    steps' summed): mean queue and compute ms per request, and texts per execution (what the dynamic batcher
+    merged); plain numbers, for a results file."""
+    found = {}
+    for name, now in sorted(after.items()):
+        w = now - before.get(name, ModelTimes())
+        if name == ensemble or w.requests <= 0:
+            continue
+        found[name] = {
+            "queue_ms": round(w.per_request_ms(w.queue_ns), 4),
+            "compute_ms": round(w.per_request_ms(w.compute_ns), 4),
+            "texts_per_execution": round(w.texts / w.executions, 2) if w.executions else None,
+        }
+    return found
+
+
 @dataclass(frozen=True)
 class ServedTimes:
     """One served model over a window: its own counters and each step's."""
