@@ -36,6 +36,7 @@ class BenchConfig:
     int8: bool = True  # quantize the model (as `convert --quantize int8` does) and add its in-process rows
     fused: bool = True
     classic: bool = True
+    peer: bool = True  # PaddleNLP SimpleServing on the same static model (bench/peer.py), where paddlenlp is installed
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
     perf_analyzer: str | None = None  # path to perf_analyzer: it drives the served rows instead
     server_timeout_s: float = 180.0

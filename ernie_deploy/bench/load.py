@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,23 +57,25 @@ class LoadResult:
     server_cpu_s: float | None = None
 
 
-async def _drive(
-    url: str,
-    task: TaskSpec,
-    requests: list[PreparedRequest],
+# What one request's sender returns: None when the answer came back well formed, else what was wrong with it.
+Send = Callable[[Any], Awaitable[str | None]]
+
+
+async def closed_loop(
+    send: Send,
+    requests: Sequence,
     concurrency: int,
     warmup_s: float,
     duration_s: float,
     count: int | None,
     server_pgid: int | None,
 ) -> LoadResult:
+    """`concurrency` workers on one event loop, each sending the next request (items with a `size`, the texts in
+    it) as soon as its last one was answered: a warm-up first, then `duration_s` (or `count` requests in all)
+    measured, with this process's and the server group's CPU time over the measured part. The protocol lives in
+    `send`, so every served row (gRPC to Triton, HTTP to the peer) is driven and counted the same way."""
     import asyncio
 
-    from tritonclient.grpc import InferRequestedOutput
-    from tritonclient.grpc.aio import InferenceServerClient
-    from tritonclient.utils import InferenceServerException
-
-    outputs = [InferRequestedOutput(o.name) for o in task.outputs]
     result = LoadResult()
     cursor = [0]  # next request index, shared by the workers: texts cycle through the split
 
@@ -81,7 +84,7 @@ async def _drive(
         if len(result.error_messages) < 3 and message not in result.error_messages:
             result.error_messages.append(message)
 
-    async def worker(client, until: float, budget: list[int] | None, record: bool) -> None:
+    async def worker(until: float, budget: list[int] | None, record: bool) -> None:
         while True:
             if budget is not None:
                 if budget[0] <= 0:
@@ -92,35 +95,57 @@ async def _drive(
             request = requests[cursor[0] % len(requests)]
             cursor[0] += 1
             t0 = time.perf_counter()
-            try:
-                response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
-                # A cheap structural check; decoding every answer would cost the client more than the server.
-                ok = len(response.outputs) == len(outputs) and all(
-                    o.shape[:1] == [request.size] for o in response.outputs
-                )
-                if not ok:
-                    failed(f"malformed response: outputs {[(o.name, list(o.shape)) for o in response.outputs]}")
-            except InferenceServerException as exc:
-                ok = False
-                failed(exc.message() or str(exc))
+            problem = await send(request)
             t1 = time.perf_counter()
-            if record and ok:
+            if problem is not None:
+                failed(problem)
+            elif record:
                 result.latencies_s.append(t1 - t0)
                 result.sequences += request.size
 
-    async with InferenceServerClient(url=url) as client:
-        if warmup_s > 0:
-            until = time.perf_counter() + warmup_s
-            await asyncio.gather(*(worker(client, until, None, False) for _ in range(concurrency)))
-        cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
-        start = time.perf_counter()
-        budget = [count] if count else None
-        await asyncio.gather(*(worker(client, start + duration_s, budget, True) for _ in range(concurrency)))
-        result.seconds = time.perf_counter() - start
-        result.client_cpu_s = self_cpu_seconds() - cpu0
-        server1 = group_cpu_seconds(server_pgid)
-        result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
+    if warmup_s > 0:
+        until = time.perf_counter() + warmup_s
+        await asyncio.gather(*(worker(until, None, False) for _ in range(concurrency)))
+    cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
+    start = time.perf_counter()
+    budget = [count] if count else None
+    await asyncio.gather(*(worker(start + duration_s, budget, True) for _ in range(concurrency)))
+    result.seconds = time.perf_counter() - start
+    result.client_cpu_s = self_cpu_seconds() - cpu0
+    server1 = group_cpu_seconds(server_pgid)
+    result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
     return result
+
+
+async def _drive(
+    url: str,
+    task: TaskSpec,
+    requests: list[PreparedRequest],
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    count: int | None,
+    server_pgid: int | None,
+) -> LoadResult:
+    from tritonclient.grpc import InferRequestedOutput
+    from tritonclient.grpc.aio import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    outputs = [InferRequestedOutput(o.name) for o in task.outputs]
+
+    async with InferenceServerClient(url=url) as client:
+
+        async def send(request: PreparedRequest) -> str | None:
+            try:
+                response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
+            except InferenceServerException as exc:
+                return exc.message() or str(exc)
+            # A cheap structural check; decoding every answer would cost the client more than the server.
+            if len(response.outputs) == len(outputs) and all(o.shape[:1] == [request.size] for o in response.outputs):
+                return None
+            return f"malformed response: outputs {[(o.name, list(o.shape)) for o in response.outputs]}"
+
+        return await closed_loop(send, requests, concurrency, warmup_s, duration_s, count, server_pgid)
 
 
 def run_load(

@@ -1,5 +1,6 @@
 """The whole benchmark: the in-process rows, then each served layout built, served by a real tritonserver and
-loaded, one server at a time; the results, their files and the report.
+loaded, one server at a time, then the peer (PaddleNLP SimpleServing, bench/peer.py); the results, their files and
+the report.
 
 Servers run one at a time (a second would share the cores), and every number that a ratio divides was
 measured in the same run.
@@ -32,6 +33,7 @@ from ernie_deploy.bench.machine import (
     server_version,
     utc_stamp,
 )
+from ernie_deploy.bench.peer import bench_peer, peer_available
 from ernie_deploy.bench.report import report, write_outputs
 from ernie_deploy.bench.rows import ROW_KINDS, Row, asdict_rows, tick, total_errors
 from ernie_deploy.bench.targets import compute_ratios
@@ -144,7 +146,8 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle else 0
     served = len(config.concurrency) * (2 if config.client_batch > 1 else 1)
     others = len(config.concurrency) * (int(config.classic) + int(config.fused))
-    return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others)
+    peer = served if config.peer and peer_available() else 0
+    return len(inputs) * ((2 + int(config.int8)) * len(config.batch_sizes) + paddle + served + others + peer)
 
 
 def run_benchmark(
@@ -209,6 +212,10 @@ def run_benchmark(
             info, rows = bench_server(repo, name, inputs, config, references, workdir, progress)
             info["built"] = not given
             results["servers"][name] = info
+            results["rows"].extend(asdict_rows(rows))
+        if config.peer and peer_available():
+            info, rows = bench_peer(inputs, config, workdir, progress)
+            results["servers"]["peer"] = info
             results["rows"].extend(asdict_rows(rows))
     finally:
         progress.close()

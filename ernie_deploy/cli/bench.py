@@ -72,6 +72,12 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
     p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
     p.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="skip the peer rows (PaddleNLP SimpleServing on the same static model; on by default where paddlenlp "
+        "is installed)",
+    )
+    p.add_argument(
         "--perf-analyzer",
         action="store_true",
         help="drive the served rows with perf_analyzer (must be on PATH) instead of the Python generator",
@@ -123,6 +129,8 @@ def config_from_args(args) -> BenchConfig:
         changes["fused"] = False
     if args.no_int8:
         changes["int8"] = False
+    if args.no_peer:
+        changes["peer"] = False
     if args.perf_analyzer:
         import shutil
 
