@@ -87,6 +87,25 @@ def _predictor_class():
     return StaticModelPredictor
 
 
+def tokenizer_folder(model: Path) -> str:
+    """What ModelManager's AutoTokenizer.from_pretrained should open: the export folder when its
+    tokenizer_config.json names the tokenizer class (exports of PaddleNLP checkpoints do), else a folder saved here
+    by PaddleNLP's ErnieTokenizer from the export's vocab.txt and casing, as a Paddle user would save it."""
+    import json
+    import tempfile
+
+    config_file = model / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.exists() else {}
+    if config.get("tokenizer_class"):
+        return str(model)
+    from paddlenlp.transformers import ErnieTokenizer
+
+    saved = tempfile.mkdtemp(prefix="ernie-deploy-peer-tokenizer-")
+    tokenizer = ErnieTokenizer(str(model / "vocab.txt"), do_lower_case=config.get("do_lower_case", True))
+    tokenizer.save_pretrained(saved)
+    return saved
+
+
 def build_app(model: Path, route: str, kind: str):
     """A SimpleServer with the static model in `model` registered at POST /<route>, its handlers by task kind."""
     from paddlenlp.server import SimpleServer, handlers, model_manager
@@ -96,11 +115,10 @@ def build_app(model: Path, route: str, kind: str):
     model_handler, post_handler = (getattr(handlers, name) for name in HANDLERS[kind])
     model_manager.Predictor = _predictor_class()  # the only change to its serving path: how the model is opened
     app = SimpleServer()
-    # The tokenizer is loaded by name or folder: the export folder holds vocab.txt and tokenizer_config.json.
     app.register(
         route,
         model_path=str(model),
-        tokenizer_name=str(model),
+        tokenizer_name=tokenizer_folder(model),
         model_handler=model_handler,
         post_handler=post_handler,
         device_id=-1,  # CPU
