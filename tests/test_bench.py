@@ -13,6 +13,7 @@ import pytest
 from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInputs
 from ernie_deploy.bench.inprocess import paddle_available
 from ernie_deploy.bench.levers import measure_levers, render_levers
+from ernie_deploy.bench.peer import peer_available
 from ernie_deploy.bench.perf_analyzer import (
     parse_perf_analyzer_csv,
     parse_request_count,
@@ -40,6 +41,8 @@ from ernie_deploy.bench.rows import (
     LIMIT_INT8,
     LIMIT_TOK,
     PADDLE,
+    PEER,
+    PEER_BATCH,
     SERVED,
     SERVED_BATCH,
     Row,
@@ -148,6 +151,9 @@ def make_results(errors: int = 0) -> dict:
             )
             rows.append(_row(task, SERVED_BATCH, 8, c, tp=tp * scale * 1.1, p50=5.0 + c))
             rows.append(_row(task, CLASSIC, 1, c, tp=200.0 * scale, p50=10.0 + c))
+    for c, tp in ((1, 100.0), (4, 110.0), (8, 120.0), (16, 118.0)):  # SimpleServing serves one text-label model
+        rows.append(_row("seq_cls", PEER, 1, c, tp=tp, p50=8.0 + 5 * c))
+        rows.append(_row("seq_cls", PEER_BATCH, 8, c, tp=tp * 1.5, p50=30.0 + 20 * c))
     results = {
         "schema": SCHEMA,
         "date": "2025-01-01T00:00:00Z",
@@ -204,6 +210,21 @@ def test_ratios_use_concurrency_8_and_the_best_batch_and_say_met():
     assert ratios[("seq_cls", "p50_c1_ms")]["value"] == 3.0 and ratios[("seq_cls", "p50_c1_ms")]["met"] is True
     assert ("token_cls", "p50_c1_ms") not in ratios  # the latency target is for seq_cls only
     assert ratios[(None, "ready_s")]["value"] == 6.5 and ratios[(None, "ready_s")]["met"] is True
+
+
+def test_served_vs_peer_is_a_throughput_ratio_met_only_at_equal_p99_or_better():
+    results = make_results()
+    ratios = {(r["task"], r["key"]): r for r in results["ratios"]}
+    peer = ratios[("seq_cls", "served_vs_peer")]
+    assert peer["value"] == pytest.approx(810.0 / 120.0) and peer["met"] is True
+    assert "810.0 / 120.0 seq/s" in peer["detail"] and "p99 30.0 ms served, 144.0 ms SimpleServing" in peer["detail"]
+    assert ratios[("token_cls", "served_vs_peer")]["value"] is None  # no peer rows for the token model
+    # 3x the throughput but a worse p99 than the peer's: not met.
+    for row in results["rows"]:
+        if row["kind"] == PEER and row["concurrency"] == 8:
+            row["p99_ms"] = 29.0
+    peer = next(r for r in compute_ratios(results) if r["key"] == "served_vs_peer" and r["task"] == "seq_cls")
+    assert peer["value"] == pytest.approx(810.0 / 120.0) and peer["met"] is False
 
 
 def test_ratios_fall_back_to_the_highest_concurrency_measured_and_flag_misses():
@@ -564,11 +585,12 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
         {PADDLE} if paddle_available() else set()
     )
+    expected |= {PEER, PEER_BATCH} if peer_available() else set()
     assert kinds == expected
     for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8):
         assert sorted(r.batch for r in rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
         assert sum(r.best for r in rows_of(results, "seq_cls", kind)) == 1
-    for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC):
+    for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC, *((PEER, PEER_BATCH) if peer_available() else ())):
         assert sorted(r.concurrency for r in rows_of(results, "seq_cls", kind)) == sorted(config.concurrency)
     for row in rows_of(results):
         assert row.errors == 0 and row.requests > 0 and row.throughput > 0, row
@@ -586,11 +608,18 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     assert fused["checked"] > 0 and fused["agree"] == fused["checked"]
     # Padding to 128 moves logits by float noise only; a tiny random model's near-ties may flip, so count only.
     assert results["servers"]["classic"]["tasks"]["seq_cls"]["checked"] > 0
+    if peer_available():  # PaddleNLP SimpleServing answered every text like in-process ONNX, over HTTP
+        peer = results["servers"]["peer"]["tasks"]["seq_cls"]
+        assert peer["checked"] == len(inputs[0].texts) and peer["agree"] == peer["checked"] and peer["cold_ms"] > 0
+        assert "accuracy" not in peer  # hand-written texts: no split labels to score against
+        for row in rows_of(results, "seq_cls", PEER) + rows_of(results, "seq_cls", PEER_BATCH):
+            assert row.server_cpu_ms > 0 and row.client_cpu_ms >= 0, row
     keys = {r["key"] for r in results["ratios"] if r["task"] in ("seq_cls", None)}
     assert keys == {
         "served_vs_limit",
         "fused_vs_limit",
         "served_vs_classic",
+        "served_vs_peer",
         "tokenize_share",
         "int8_vs_fp32",
         "p50_c1_ms",
@@ -668,6 +697,7 @@ def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tm
         int8=False,
         classic=False,
         sizes=(),
+        peer=False,
     )
     results = run_benchmark(inputs, config, workdir=tmp_path / "work", command="pytest named")
     assert results["errors"] == 0, report(results)

@@ -4,8 +4,9 @@ perf_analyzer, the other driver of the served rows, is in bench/perf_analyzer.py
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,72 @@ class LoadResult:
     steps: dict | None = None  # per pipeline step, from the server's statistics (server.stats.steps_between)
 
 
+# What one request's sender returns: None when the answer came back well formed, else what was wrong with it.
+Send = Callable[[Any], Awaitable[str | None]]
+
+
+async def closed_loop(
+    send: Send,
+    requests: Sequence,
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    count: int | None,
+    server_pgid: int | None,
+    probe: Callable[[], Callable[[], dict]] | None = None,
+) -> LoadResult:
+    """`concurrency` workers on one event loop, each sending the next request (items with a `size`, the texts in
+    it) as soon as its last one was answered: a warm-up first, then `duration_s` (or `count` requests in all)
+    measured, with this process's and the server group's CPU time over the measured part. The protocol lives in
+    `send`, so every served row (gRPC to Triton, HTTP to the peer) is driven and counted the same way. `probe`, called
+    just before the measured part, returns what to call just after it: the per-step numbers over it."""
+    import asyncio
+
+    result = LoadResult()
+    cursor = [0]  # next request index, shared by the workers: texts cycle through the split
+
+    def failed(message: str) -> None:
+        result.errors += 1
+        if len(result.error_messages) < 3 and message not in result.error_messages:
+            result.error_messages.append(message)
+
+    async def worker(until: float, budget: list[int] | None, record: bool) -> None:
+        while True:
+            if budget is not None:
+                if budget[0] <= 0:
+                    return
+                budget[0] -= 1
+            elif time.perf_counter() >= until:
+                return
+            request = requests[cursor[0] % len(requests)]
+            cursor[0] += 1
+            t0 = time.perf_counter()
+            problem = await send(request)
+            t1 = time.perf_counter()
+            if problem is not None:
+                failed(problem)
+            elif record:
+                result.latencies_s.append(t1 - t0)
+                result.sequences += request.size
+
+    if warmup_s > 0:
+        until = time.perf_counter() + warmup_s
+        await asyncio.gather(*(worker(until, None, False) for _ in range(concurrency)))
+    # A blocking call between the phases, not during one: no request is in flight.
+    finish = probe() if probe else None
+    cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
+    start = time.perf_counter()
+    budget = [count] if count else None
+    await asyncio.gather(*(worker(start + duration_s, budget, True) for _ in range(concurrency)))
+    result.seconds = time.perf_counter() - start
+    result.client_cpu_s = self_cpu_seconds() - cpu0
+    server1 = group_cpu_seconds(server_pgid)
+    result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
+    if finish is not None:
+        result.steps = finish()
+    return result
+
+
 async def _drive(
     url: str,
     task: TaskSpec,
@@ -65,8 +132,6 @@ async def _drive(
     server_pgid: int | None,
     stats_url: str | None,
 ) -> LoadResult:
-    import asyncio
-
     from tritonclient.grpc import InferRequestedOutput
     from tritonclient.grpc.aio import InferenceServerClient
     from tritonclient.utils import InferenceServerException
@@ -74,58 +139,26 @@ async def _drive(
     from ernie_deploy.server.stats import snapshot, steps_between
 
     outputs = [InferRequestedOutput(o.name) for o in task.outputs]
-    result = LoadResult()
-    cursor = [0]  # next request index, shared by the workers: texts cycle through the split
 
-    def failed(message: str) -> None:
-        result.errors += 1
-        if len(result.error_messages) < 3 and message not in result.error_messages:
-            result.error_messages.append(message)
-
-    async def worker(client, until: float, budget: list[int] | None, record: bool) -> None:
-        while True:
-            if budget is not None:
-                if budget[0] <= 0:
-                    return
-                budget[0] -= 1
-            elif time.perf_counter() >= until:
-                return
-            request = requests[cursor[0] % len(requests)]
-            cursor[0] += 1
-            t0 = time.perf_counter()
-            try:
-                response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
-                # A cheap structural check; decoding every answer would cost the client more than the server.
-                ok = len(response.outputs) == len(outputs) and all(
-                    o.shape[:1] == [request.size] for o in response.outputs
-                )
-                if not ok:
-                    failed(f"malformed response: outputs {[(o.name, list(o.shape)) for o in response.outputs]}")
-            except InferenceServerException as exc:
-                ok = False
-                failed(exc.message() or str(exc))
-            t1 = time.perf_counter()
-            if record and ok:
-                result.latencies_s.append(t1 - t0)
-                result.sequences += request.size
+    def probe() -> Callable[[], dict]:
+        before = snapshot(stats_url)
+        return lambda: steps_between(before, snapshot(stats_url), task.ensemble)
 
     async with InferenceServerClient(url=url) as client:
-        if warmup_s > 0:
-            until = time.perf_counter() + warmup_s
-            await asyncio.gather(*(worker(client, until, None, False) for _ in range(concurrency)))
-        # A blocking call between the phases, not during one: no request is in flight.
-        stats0 = snapshot(stats_url) if stats_url else None
-        cpu0, server0 = self_cpu_seconds(), group_cpu_seconds(server_pgid)
-        start = time.perf_counter()
-        budget = [count] if count else None
-        await asyncio.gather(*(worker(client, start + duration_s, budget, True) for _ in range(concurrency)))
-        result.seconds = time.perf_counter() - start
-        result.client_cpu_s = self_cpu_seconds() - cpu0
-        server1 = group_cpu_seconds(server_pgid)
-        result.server_cpu_s = server1 - server0 if server0 is not None and server1 is not None else None
-        if stats0 is not None:
-            result.steps = steps_between(stats0, snapshot(stats_url), task.ensemble)
-    return result
+
+        async def send(request: PreparedRequest) -> str | None:
+            try:
+                response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
+            except InferenceServerException as exc:
+                return exc.message() or str(exc)
+            # A cheap structural check; decoding every answer would cost the client more than the server.
+            if len(response.outputs) == len(outputs) and all(o.shape[:1] == [request.size] for o in response.outputs):
+                return None
+            return f"malformed response: outputs {[(o.name, list(o.shape)) for o in response.outputs]}"
+
+        return await closed_loop(
+            send, requests, concurrency, warmup_s, duration_s, count, server_pgid, probe if stats_url else None
+        )
 
 
 def run_load(

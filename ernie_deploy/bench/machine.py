@@ -60,7 +60,7 @@ def package_versions() -> dict:
     from importlib import metadata
 
     versions = {}
-    for dist in ("onnxruntime", "tritonclient", "nvidia-pytriton", "paddlepaddle", "tokenizers", "numpy"):
+    for dist in ("onnxruntime", "tritonclient", "nvidia-pytriton", "paddlepaddle", "paddlenlp", "tokenizers", "numpy"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -9,6 +9,8 @@ from ernie_deploy.bench.rows import (
     FUSED,
     LIMIT,
     LIMIT_TOK,
+    PEER,
+    PEER_BATCH,
     ROW_KINDS,
     SERVED,
     SERVED_BATCH,
@@ -18,7 +20,14 @@ from ernie_deploy.bench.rows import (
 from ernie_deploy.core.files import atomic_path
 
 # Colors and line styles of the kinds plotted against concurrency (their legends are in ROW_KINDS).
-STYLES = {SERVED: ("C0", "o-"), SERVED_BATCH: ("C2", "s-"), FUSED: ("C1", "d-"), CLASSIC: ("C3", "^-")}
+STYLES = {
+    SERVED: ("C0", "o-"),
+    SERVED_BATCH: ("C2", "s-"),
+    FUSED: ("C1", "d-"),
+    CLASSIC: ("C3", "^-"),
+    PEER: ("C4", "v-"),
+    PEER_BATCH: ("C5", "P-"),
+}
 SIZES_PLOT = "sizes.png"
 
 

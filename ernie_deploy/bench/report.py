@@ -309,7 +309,7 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         f"at end {_load_text(machine.get('loadavg_end'))}",
         f"- versions: onnxruntime {versions.get('onnxruntime')}, tritonserver {tritonserver}, "
         f"tritonclient {versions.get('tritonclient')}, nvidia-pytriton {versions.get('nvidia-pytriton')}, "
-        f"paddlepaddle {versions.get('paddlepaddle')}",
+        f"paddlepaddle {versions.get('paddlepaddle')}, paddlenlp {versions.get('paddlenlp')}",
         f"- cells: {settings.get('duration_s')} s per served cell"
         f"{' (' + str(settings.get('requests')) + ' requests)' if settings.get('requests') else ''}, "
         f"{settings.get('inproc_duration_s')} s per in-process cell, {settings.get('warmup_s')} s warm-up each; "
@@ -328,11 +328,20 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
             for t, facts in info.get("tasks", {}).items()
             if facts.get("cold_ms") is not None
         )
-        source = "built by the benchmark" if info.get("built") else f"`{info.get('repository')}`"
-        lines.append(
+        source = info.get("source") or (
+            "built by the benchmark" if info.get("built") else f"`{info.get('repository')}`"
+        )
+        line = (
             f"- {name} server ({source}): ready in {_num(info.get('start_seconds'), 1)} s; "
             f"first request to each ensemble: {colds}"
         )
+        scored = [(t, f) for t, f in info.get("tasks", {}).items() if f.get("accuracy") is not None]
+        if scored:
+            line += "; accuracy on the test texts: " + ", ".join(
+                f"{t} {f['accuracy']:.4f} (in-process ONNX {f['onnx_accuracy']:.4f}, {f['checked']} texts)"
+                for t, f in scored
+            )
+        lines.append(line)
     lines += ["", "## Targets", "", "| task | measure | value | target | | detail |", "|---|---|---:|---|---|---|"]
     for r in results.get("ratios", []):
         met = format_met(r)

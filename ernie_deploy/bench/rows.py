@@ -10,6 +10,9 @@ Per task, on the task's test texts, these rows are measured (throughput in seque
     served bN      the same with N texts per request
     classic        the classic layout (every text padded to 128 tokens, no dynamic batching, one instance),
                    same load generator, one text per request
+    peer           PaddleNLP's SimpleServing (FastAPI, uvicorn, Paddle Inference) on the same static model, HTTP
+                   JSON, same closed loop, one text per request (bench/peer.py)
+    peer bN        the same with N texts per request
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from ernie_deploy.core.errors import ErnieDeployError
 
 # Row kinds, in the order the tables show them.
-LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = (
+LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC, PEER, PEER_BATCH = (
     "limit",
     "limit_tok",
     "limit_int8",
@@ -33,6 +36,8 @@ LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC = (
     "served_batch",
     "fused",
     "classic",
+    "peer",
+    "peer_batch",
 )
 
 
@@ -45,7 +50,7 @@ class Kind:
     label: str  # short: the console, the progress bar
     title: str  # long: the rows of BENCHMARKS.md
     legend: str | None = None  # bench.png, against concurrency; None: not plotted
-    layout: str | None = None  # the served layout (`build`) measured; None: measured in-process
+    layout: str | None = None  # the served layout (`build`, or "peer") measured; None: measured in-process
     batched: bool = False  # served with the client batch per request (only when that is above 1)
 
     @property
@@ -86,6 +91,21 @@ ROW_KINDS = {
             "classic: padded to {max_seq_len}, no dynamic batching, 1 instance; 1 text per request",
             "classic (padded, no batching)",
             "classic",
+        ),
+        Kind(
+            PEER,
+            "SimpleServing",
+            "peer: PaddleNLP SimpleServing (FastAPI, uvicorn, Paddle Inference) over HTTP JSON, 1 text per request",
+            "PaddleNLP SimpleServing, 1 text/request",
+            "peer",
+        ),
+        Kind(
+            PEER_BATCH,
+            "SimpleServing b{batch}",
+            "peer: PaddleNLP SimpleServing over HTTP JSON, {batch} texts per request",
+            "PaddleNLP SimpleServing, {batch} texts/request",
+            "peer",
+            batched=True,
         ),
     )
 }

@@ -1,5 +1,6 @@
 """The whole benchmark: the in-process rows, then each served layout built, served by a real tritonserver and
-loaded, one server at a time; the results, their files and the report.
+loaded, one server at a time, then the peer (PaddleNLP SimpleServing, bench/peer.py); the results, their files and
+the report.
 
 Servers run one at a time (a second would share the cores), and every number that a ratio divides was
 measured in the same run.
@@ -27,6 +28,7 @@ from ernie_deploy.bench.machine import (
     server_version,
     utc_stamp,
 )
+from ernie_deploy.bench.peer import bench_peer, peer_available
 from ernie_deploy.bench.perf_analyzer import (
     PERF_ANALYZER,
     PYTHON,
@@ -161,13 +163,15 @@ def bench_server(
 
 def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     tools = len(config.load_generators)
+    with_peer = config.peer and peer_available()
     cells = 0
     for item in inputs:
         full = item.shape is None  # a sized model gets the limits, served and fused rows only
         paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle and full else 0
         served = tools * len(config.concurrency) * (2 if config.client_batch > 1 else 1)
         others = tools * len(config.concurrency) * (int(config.classic and full) + int(config.fused))
-        cells += (2 + int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others
+        peer = len(config.concurrency) * (2 if config.client_batch > 1 else 1) if full and with_peer else 0
+        cells += (2 + int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others + peer
     return cells
 
 
@@ -259,6 +263,11 @@ def run_benchmark(
             info, rows = bench_server(repo, name, served, config, references, workdir, progress)
             info["built"] = not given
             results["servers"][name] = info
+            results["rows"].extend(asdict_rows(rows))
+        if config.peer and peer_available():
+            # The peer serves the demo models' static exports; the sized models are not measured against it.
+            info, rows = bench_peer([i for i in inputs if not i.shape], config, workdir, progress)
+            results["servers"]["peer"] = info
             results["rows"].extend(asdict_rows(rows))
     finally:
         progress.close()

@@ -97,6 +97,12 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         "installed, else python. --levers and --overload always use python",
     )
     p.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="skip the peer rows (PaddleNLP SimpleServing on the same static model; on by default where paddlenlp "
+        "is installed)",
+    )
+    p.add_argument(
         "--out",
         help="folder for bench.json, BENCHMARKS.md and bench.png (default docs/; --smoke: artifacts/bench-smoke/)",
     )
@@ -159,6 +165,8 @@ def config_from_args(args) -> BenchConfig:
     if args.no_int8:
         changes["int8"] = False
     changes.update(load_generator_settings(args.load_generator))
+    if args.no_peer:
+        changes["peer"] = False
     return dataclasses.replace(base, **changes)
 
 
