@@ -39,6 +39,8 @@ from ernie_deploy.bench.rows import (
     FUSED,
     LIMIT,
     LIMIT_INT8,
+    LIMIT_INT8_OPT,
+    LIMIT_OPT,
     LIMIT_TOK,
     PADDLE,
     PEER,
@@ -582,12 +584,12 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
         "c1_overhead_ms",
     }
     kinds = {r["kind"] for r in results["rows"] if r["task"] == "seq_cls"}
-    expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
+    expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
         {PADDLE} if paddle_available() else set()
     )
     expected |= {PEER, PEER_BATCH} if peer_available() else set()
     assert kinds == expected
-    for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8):
+    for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT):
         assert sorted(r.batch for r in rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
         assert sum(r.best for r in rows_of(results, "seq_cls", kind)) == 1
     for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC, *((PEER, PEER_BATCH) if peer_available() else ())):
@@ -622,6 +624,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
         "served_vs_peer",
         "tokenize_share",
         "int8_vs_fp32",
+        "int8_opt_vs_fp32_opt",
         "p50_c1_ms",
         "c1_overhead_ms",
         "ready_s",

@@ -96,18 +96,15 @@ class Staged:
 
 def _make(root: Path, size: str, task) -> Made:
     import paddle
-    import paddlenlp.transformers as ppt
-    from paddlenlp.transformers import ErnieConfig, ErnieTokenizer
+    from paddlenlp.transformers import ErnieTokenizer
     from paddlenlp.transformers.ernie.configuration import ERNIE_PRETRAINED_INIT_CONFIGURATION
+
+    from ernie_deploy.fetch.shapes import random_model
 
     labels = THUCNEWS_LABELS if task is SEQ_CLS else MSRA_LABELS
     base = dict(ERNIE_PRETRAINED_INIT_CONFIGURATION[SIZES[size]])
-    config = ErnieConfig(
-        **base, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)}
-    )
-    paddle.seed(14)
-    model = getattr(ppt, task.paddle_class)(config)
-    model.eval()
+    model = random_model(base, task, labels)
+    config = model.config
     saved, static = root / "a", root / "b"
     saved.mkdir(parents=True)
     (saved / "vocab.txt").write_text("\n".join(real_vocab(config.vocab_size)) + "\n", encoding="utf-8")

@@ -10,8 +10,9 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 from ernie_deploy.repository.build import TaskArtifacts, build
 from ernie_deploy.repository.configs import parse, render, task_configs
-from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.options import BuildOptions, check_options
 from ernie_deploy.repository.signature import onnx_signature
+from ernie_deploy.serving.runtime import spin_mode
 
 from .conftest import ROOT
 
@@ -210,8 +211,13 @@ def test_ort_threads_reach_the_model_step(tiny_pipeline):
     python_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_threads=1))[1]
     assert python_step.parameters["intra_op_threads"].string_value == "1"
     assert "ort_spinning" not in python_step.parameters
-    spinning = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_spinning=True))[1]
-    assert spinning.parameters["ort_spinning"].string_value == "true"
+    for mode in ("run", "always"):
+        spinning = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_spinning=mode))[1]
+        assert spinning.parameters["ort_spinning"].string_value == mode
+    with pytest.raises(ErnieDeployError, match="unknown --ort-spinning mode 'yes'"):
+        check_options(BuildOptions(ort_spinning="yes"))
+    # Repositories built before the "run" mode say "true" / "false".
+    assert [spin_mode(v) for v in ("true", "false", "run")] == ["always", "off", "run"]
     ort_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", ort_threads=2))[1]
     assert ort_step.parameters["intra_op_thread_count"].string_value == "2"
 

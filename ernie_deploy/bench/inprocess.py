@@ -12,6 +12,8 @@ from ernie_deploy.bench.machine import usable_cores
 from ernie_deploy.bench.rows import (
     LIMIT,
     LIMIT_INT8,
+    LIMIT_INT8_OPT,
+    LIMIT_OPT,
     LIMIT_TOK,
     PADDLE,
     Row,
@@ -51,10 +53,12 @@ def _run_cell(
 
 
 def bench_inprocess(
-    inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None, int8_onnx: Path | None = None
+    inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None, variants: dict[str, Path] | None = None
 ) -> list[Row]:
     """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
-    row shown), each model freed before the next so that no idle thread pool competes with the servers."""
+    row shown), each model freed before the next so that no idle thread pool competes with the servers.
+    `variants`: other graphs of the model by row kind (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT), each timed right
+    after the FP32 graph on the same batches."""
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import encode_items
 
@@ -62,16 +66,14 @@ def bench_inprocess(
     max_len = task.max_seq_len
     rows: list[Row] = []
     model = OnnxModel(inputs.onnx)
-    int8 = OnnxModel(int8_onnx) if int8_onnx else None
+    sessions = [(LIMIT, model)] + [(kind, OnnxModel(path)) for kind, path in (variants or {}).items()]
     for batch in config.batch_sizes:
         batches = chunks(inputs.texts, batch)
         sizes = [len(b) for b in batches]
         encoded = [encode_items(tokenizer, b, max_len) for b in batches]  # once: tokenization excluded
 
-        # The INT8 cell right after its FP32 cell, on the same batches, so that the two see the same machine.
-        for kind, session in ((LIMIT, model), (LIMIT_INT8, int8)):
-            if session is None:
-                continue
+        # The variants' cells right after the FP32 cell, on the same batches, so that they see the same machine.
+        for kind, session in sessions:
 
             def run_encoded(enc, session=session) -> float:
                 session(enc.input_ids, enc.token_type_ids)
@@ -93,8 +95,8 @@ def bench_inprocess(
         row.tokenize_share = tok / sum(lat) if lat else None
         rows.append(row)
         tick(progress, row)
-    model = int8 = None  # free the sessions (and their thread pools) before the servers run
-    for kind in (LIMIT, LIMIT_INT8, LIMIT_TOK):
+    model = sessions = None  # free the sessions (and their thread pools) before the servers run
+    for kind in (LIMIT, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT, LIMIT_TOK):
         mark_best([r for r in rows if r.kind == kind])
     if config.paddle and not inputs.shape:
         rows.extend(bench_paddle(inputs, config, tokenizer, progress))

@@ -27,10 +27,25 @@ import numpy as np
 from ernie_deploy.core.errors import ErnieDeployError
 
 # Row kinds, in the order the tables show them.
-LIMIT, LIMIT_TOK, LIMIT_INT8, PADDLE, SERVED, SERVED_BATCH, FUSED, CLASSIC, PEER, PEER_BATCH = (
+(
+    LIMIT,
+    LIMIT_TOK,
+    LIMIT_INT8,
+    LIMIT_OPT,
+    LIMIT_INT8_OPT,
+    PADDLE,
+    SERVED,
+    SERVED_BATCH,
+    FUSED,
+    CLASSIC,
+    PEER,
+    PEER_BATCH,
+) = (
     "limit",
     "limit_tok",
     "limit_int8",
+    "limit_opt",
+    "limit_int8_opt",
     "paddle",
     "served",
     "served_batch",
@@ -67,6 +82,17 @@ ROW_KINDS = {
             LIMIT_INT8,
             "limit int8",
             "limit, INT8 (`convert --quantize int8`): onnxruntime in-process, tokenization excluded",
+        ),
+        Kind(
+            LIMIT_OPT,
+            "limit opt",
+            "limit, optimized (`convert --optimize`: fused attention): onnxruntime in-process, tokenization excluded",
+        ),
+        Kind(
+            LIMIT_INT8_OPT,
+            "limit int8 opt",
+            "limit, optimized then INT8 (`convert --optimize --quantize int8`): onnxruntime in-process, tokenization "
+            "excluded",
         ),
         Kind(PADDLE, "paddle", "paddle: Paddle Inference in-process, tokenization excluded"),
         Kind(SERVED, "served", "served: ensemble over gRPC, 1 text per request", "served, 1 text/request", "served"),

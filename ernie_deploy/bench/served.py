@@ -38,7 +38,16 @@ from ernie_deploy.bench.perf_analyzer import (
     run_perf_analyzer,
 )
 from ernie_deploy.bench.report import report, write_outputs
-from ernie_deploy.bench.rows import ROW_KINDS, Row, asdict_rows, tick, total_errors
+from ernie_deploy.bench.rows import (
+    LIMIT_INT8,
+    LIMIT_INT8_OPT,
+    LIMIT_OPT,
+    ROW_KINDS,
+    Row,
+    asdict_rows,
+    tick,
+    total_errors,
+)
 from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
@@ -161,6 +170,20 @@ def bench_server(
     return info, rows
 
 
+def model_variants(item: TaskInputs, workdir: Path) -> dict[str, Path]:
+    """The model's other graphs timed in-process beside it, by row kind: INT8 (`convert --quantize int8`), optimized
+    (`convert --optimize`) and optimized then INT8, written into `workdir`."""
+    from ernie_deploy.export.optimize import optimize_transformer
+    from ernie_deploy.export.precision import quantize_int8
+
+    name = item.task.artifact_name
+    paths = {kind: workdir / f"{name}_{kind}.onnx" for kind in (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT)}
+    quantize_int8(item.onnx, paths[LIMIT_INT8])
+    optimize_transformer(item.onnx, paths[LIMIT_OPT])
+    quantize_int8(paths[LIMIT_OPT], paths[LIMIT_INT8_OPT])
+    return paths
+
+
 def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     tools = len(config.load_generators)
     with_peer = config.peer and peer_available()
@@ -171,7 +194,7 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
         served = tools * len(config.concurrency) * (2 if config.client_batch > 1 else 1)
         others = tools * len(config.concurrency) * (int(config.classic and full) + int(config.fused))
         peer = len(config.concurrency) * (2 if config.client_batch > 1 else 1) if full and with_peer else 0
-        cells += (2 + int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others + peer
+        cells += (2 + 3 * int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others + peer
     return cells
 
 
@@ -245,12 +268,8 @@ def run_benchmark(
         for item in inputs:
             tokenizer = tokenizers[item.task.artifact_name]
             references[item.task.artifact_name] = reference_predictions(item, item.texts[: config.check_texts])
-            int8_onnx = workdir / f"{item.task.artifact_name}_int8.onnx" if config.int8 and not item.shape else None
-            if int8_onnx:
-                from ernie_deploy.export.precision import quantize_int8
-
-                quantize_int8(item.onnx, int8_onnx)
-            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, int8_onnx)))
+            variants = model_variants(item, workdir) if config.int8 and not item.shape else {}
+            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, variants)))
         plans = [("served", repository)]
         if config.fused:
             plans.append(("fused", None))

@@ -14,6 +14,8 @@ from ernie_deploy.bench.rows import (
     FUSED,
     LIMIT,
     LIMIT_INT8,
+    LIMIT_INT8_OPT,
+    LIMIT_OPT,
     LIMIT_TOK,
     PEER,
     SERVED,
@@ -167,6 +169,17 @@ def _int8_vs_fp32(rows: RunRows) -> Measured | None:
     return None
 
 
+def _int8_opt_vs_fp32_opt(rows: RunRows) -> Measured | None:
+    int8, fp32 = rows.best(LIMIT_INT8_OPT), rows.best(LIMIT_OPT)
+    if int8 and fp32:
+        detail = (
+            f"{int8.throughput:.1f} (b{int8.batch}) / {fp32.throughput:.1f} (b{fp32.batch}) seq/s, both "
+            "`convert --optimize`; accuracy is gated by tests/test_quantize.py"
+        )
+        return int8.throughput / fp32.throughput, detail
+    return None
+
+
 def _p50_c1(rows: RunRows) -> Measured | None:
     one = next((r for r in rows.rows(SERVED) if r.concurrency == 1 and r.p50_ms), None)
     if one:
@@ -225,6 +238,14 @@ TARGETS = (
         ">=",
         1.5,
         _int8_vs_fp32,
+        sizes=False,
+    ),
+    Target(
+        "int8_opt_vs_fp32_opt",
+        "INT8 / FP32 of the optimized graph in-process (best batch each), throughput",
+        ">=",
+        1.5,
+        _int8_opt_vs_fp32_opt,
         sizes=False,
     ),
     Target(

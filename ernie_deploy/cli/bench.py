@@ -81,7 +81,7 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         "--sizes",
         help="remake the first model in these ERNIE 3.0 shapes (random weights; made once into artifacts/sizes) and "
         "bench them beside it, comma-separated among tiny,nano,micro,mini,medium,base, or `none` "
-        "(default nano,mini,medium,base; --smoke: tiny)",
+        "(default nano,mini,medium,base; --smoke: tiny; with --levers: none unless given)",
     )
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
@@ -222,7 +222,12 @@ def run(args) -> None:
 
         config = config_from_args(args)
         levers = pick_levers(args.lever)
-        run_levers(inputs_from_args(args, config), config, _out(args), levers)
+        inputs = inputs_from_args(args, config)
+        if args.sizes:  # the levers on the classifier remade in these shapes, too (the demo models alone else)
+            from ernie_deploy.bench.sizes import prepare_sizes
+
+            inputs += prepare_sizes(inputs, config.sizes)
+        run_levers(inputs, config, _out(args), levers)
     elif args.render:
         from ernie_deploy.bench.report import render_file
 

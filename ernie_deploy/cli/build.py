@@ -13,6 +13,7 @@ from ernie_deploy.repository.options import (
     DEVICES,
     LONG_TEXT,
     ORT_GRAPH_LEVELS,
+    SPIN_MODES,
     BuildOptions,
     check_options,
 )
@@ -112,9 +113,12 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--ort-spinning",
-        action="store_true",
-        help="python model step: onnxruntime threads busy-wait between runs (off by default: they "
-        "take the cores the other steps need)",
+        nargs="?",
+        const="always",
+        choices=SPIN_MODES,
+        help="python model step: how onnxruntime's threads wait for work: off (they sleep; the default), run "
+        "(busy inside a run, asleep between runs) or always (busy between runs too: they take the cores the other "
+        "steps need). The flag alone means always",
     )
     p.add_argument(
         "--no-ragged",
@@ -217,7 +221,7 @@ def run(args) -> None:
         fused=args.fused,
         graph_postprocess=args.graph_postprocess,
         tokenizer_in_model=args.tokenizer_in_model,
-        ort_spinning=args.ort_spinning,
+        ort_spinning=args.ort_spinning or BuildOptions.ort_spinning,
         ort_graph_level=args.ort_graph_level,
         ort_inter_op_threads=args.ort_inter_op_threads,
         device=args.device,

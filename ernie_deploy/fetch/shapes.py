@@ -83,20 +83,13 @@ def shape_key(shape: Shape, task: TaskSpec, labels: list[str], vocab: list[str])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def make_checkpoint(shape: Shape, task: TaskSpec, labels: list[str], vocab: list[str], out: str | Path) -> Path:
-    """A save_pretrained checkpoint (config.json, model_state.pdparams, vocab.txt, tokenizer_config.json) of
-    `task`'s head over an ERNIE of `shape`, random weights (seeded), written atomically to `out`. Reused when
-    `out` holds one made from the same inputs."""
-    out = Path(out)
-    key = shape_key(shape, task, labels, vocab)
-    stamp = out / "shape.json"
-    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
-        return out
+def random_model(config: dict, task: TaskSpec, labels: list[str]):
+    """`task`'s paddlenlp head over an ERNIE of `config` (a shape_config), weights drawn from a fixed seed, in
+    eval mode; its full configuration is `model.config`."""
     import paddle
     import paddlenlp.transformers as transformers
-    from paddlenlp.transformers import ErnieConfig, ErnieTokenizer
+    from paddlenlp.transformers import ErnieConfig
 
-    config = shape_config(shape)
     model_config = ErnieConfig(
         **config,
         num_labels=len(labels),
@@ -106,9 +99,25 @@ def make_checkpoint(shape: Shape, task: TaskSpec, labels: list[str], vocab: list
     paddle.seed(SEED)
     model = getattr(transformers, task.paddle_class)(model_config)
     model.eval()
+    return model
+
+
+def make_checkpoint(shape: Shape, task: TaskSpec, labels: list[str], vocab: list[str], out: str | Path) -> Path:
+    """A save_pretrained checkpoint (config.json, model_state.pdparams, vocab.txt, tokenizer_config.json) of
+    `task`'s head over an ERNIE of `shape`, random weights (seeded), written atomically to `out`. Reused when
+    `out` holds one made from the same inputs."""
+    out = Path(out)
+    key = shape_key(shape, task, labels, vocab)
+    stamp = out / "shape.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
+        return out
+    from paddlenlp.transformers import ErnieTokenizer
+
+    config = shape_config(shape)
+    model = random_model(config, task, labels)
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
-        (tmp / "vocab.txt").write_text("\n".join(filled_vocab(vocab, model_config.vocab_size)) + "\n", "utf-8")
+        (tmp / "vocab.txt").write_text("\n".join(filled_vocab(vocab, model.config.vocab_size)) + "\n", "utf-8")
         model.save_pretrained(str(tmp))
         ErnieTokenizer(str(tmp / "vocab.txt")).save_pretrained(str(tmp))
         params = sum(int(p.size) for p in model.parameters())

@@ -155,8 +155,8 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
     params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
     if options.ort_threads:
         params["intra_op_threads"] = options.ort_threads
-    if options.ort_spinning:
-        params["ort_spinning"] = "true"
+    if options.ort_spinning != "off":
+        params["ort_spinning"] = options.ort_spinning
     return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
 
 

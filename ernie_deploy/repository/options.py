@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LONG_TEXT_MODES, TaskSpec
+from ernie_deploy.serving.runtime import SPIN_MODES
 
 RUNTIMES = ("onnxruntime", "python")
 DEVICES = ("cpu", "gpu")
@@ -32,7 +33,9 @@ class BuildOptions:
     # ... and a request that waited this long in a step's queue is refused (UNAVAILABLE). 0: no timeout.
     queue_timeout_us: int = 0
     ort_threads: int = 0  # onnxruntime intra-op threads of the model step; 0: onnxruntime's default (all cores)
-    ort_spinning: bool = False  # python model step: let onnxruntime's idle threads busy-wait (measured slower)
+    # python model step: how onnxruntime's threads wait for work (serving.runtime.SPIN_MODES): "off" (they sleep),
+    # "run" (busy inside a run, asleep between runs) or "always" (onnxruntime's default; measured slower in a server).
+    ort_spinning: str = "off"
     # Let python steps take requests of different lengths in one batch (they pad them together).
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
@@ -93,6 +96,10 @@ def check_options(options: BuildOptions) -> None:
             "--max-queue-size and --queue-timeout-us bound the dynamic batcher's queue; --classic has no dynamic "
             "batcher",
             "drop --classic, or drop the queue options",
+        )
+    if options.ort_spinning not in SPIN_MODES:
+        raise ErnieDeployError(
+            f"unknown --ort-spinning mode {options.ort_spinning!r}", f"use one of {', '.join(SPIN_MODES)}"
         )
     if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
         raise ErnieDeployError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")

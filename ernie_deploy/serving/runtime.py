@@ -10,6 +10,16 @@ import numpy as np
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 
+# How onnxruntime's intra-op threads wait for work: never busy ("off"), busy inside a run only ("run"), or busy
+# between runs too ("always", onnxruntime's own default).
+SPIN_MODES = ("off", "run", "always")
+
+
+def spin_mode(value: str) -> str:
+    """A model config's `ort_spinning` parameter as a SPIN_MODES entry; "true" and "false" are what repositories
+    built before the "run" mode hold."""
+    return {"true": "always", "false": "off"}.get(value, value)
+
 
 class OnnxModel:
     """An onnxruntime session over `model.onnx` whose signature is checked against what the pipeline feeds."""
@@ -19,13 +29,15 @@ class OnnxModel:
         path: str | Path,
         *,
         intra_op_threads: int | None = None,
-        spinning: bool = True,
+        spinning: str = "always",
         outputs: tuple[str, ...] = (LOGITS,),
     ):
         """outputs: what `run` returns (a model built with --graph-postprocess answers labels, not logits).
-        spinning: onnxruntime's worker threads busy-wait between runs (its default). Best alone in a
-        process that owns the cores; inside a server, where the tokenizer and postprocess processes need
-        the same cores, turning it off was measured to raise throughput (docs/BENCHMARKS.md)."""
+        spinning: how onnxruntime's worker threads wait for work (SPIN_MODES). "always" (onnxruntime's default):
+        they busy-wait, between runs too; best alone in a process that owns the cores. "off": they sleep, which
+        leaves the cores to the tokenizer and postprocess processes of a server but wakes them late at every
+        parallel section of a run. "run": they busy-wait inside a run and stop at its end: a lone request runs
+        nearly as fast as with "always", and idle threads take no CPU (docs/BENCHMARKS.md, Levers)."""
         import onnxruntime as ort
 
         path = Path(path)
@@ -36,8 +48,14 @@ class OnnxModel:
         threads = intra_op_threads or int(os.environ.get("ERNIE_DEPLOY_ORT_THREADS", "0"))
         if threads:
             options.intra_op_num_threads = threads
-        if not spinning:
+        if spinning not in SPIN_MODES:
+            raise ErnieDeployError(
+                f"unknown onnxruntime spinning mode {spinning!r}", f"use one of {', '.join(SPIN_MODES)}"
+            )
+        if spinning == "off":
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        elif spinning == "run":
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         inputs = [i.name for i in self.session.get_inputs()]
         found = [o.name for o in self.session.get_outputs()]

@@ -274,7 +274,7 @@ class OnnxStep(Step):
     request's own length."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.runtime import OnnxModel
+        from ernie_deploy.serving.runtime import OnnxModel, spin_mode
 
         threads = int(parameter(config, "intra_op_threads", "0"))
         # What the model answers: its logits, or (build --graph-postprocess) the postprocess's tensors, one row per
@@ -284,7 +284,7 @@ class OnnxStep(Step):
         self.model = OnnxModel(
             Path(version_dir) / parameter(config, "model_file", "model.onnx"),
             intra_op_threads=threads or None,
-            spinning=parameter(config, "ort_spinning", "false") == "true",
+            spinning=spin_mode(parameter(config, "ort_spinning", "off")),
             outputs=self.outputs,
         )
         self.pad_id = int(parameter(config, "pad_token_id", "0"))
