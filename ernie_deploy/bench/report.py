@@ -18,10 +18,12 @@ from ernie_deploy.bench.rows import (
     SERVED_BATCH,
     at_concurrency,
     best_row,
+    driven_by_tools,
     load_generators,
     rows_of,
     total_errors,
 )
+from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 
@@ -270,7 +272,7 @@ def render_tools(results: dict) -> list[str]:
     for task, facts in results.get("tasks", {}).items():
         max_len = facts.get("max_seq_len", 128)
         for kind in ROW_KINDS.values():
-            if kind.inprocess:
+            if not driven_by_tools(kind.key):
                 continue
             rows = [r for tool in tools for r in rows_of(results, task, kind.key, tool)]
             for row in sorted(rows, key=lambda r: (r.concurrency, tools.index(r.tool) if r.tool in tools else 9)):
@@ -455,6 +457,7 @@ def render_file(results_file: str | Path, out: str | Path | None = None, plot_pn
     """Rewrite BENCHMARKS.md and bench.png in `out` (default: beside the results file) from a results file, and
     print what was written and the report."""
     results = load_json(results_file)
+    results["ratios"] = compute_ratios(results)  # the targets as they are defined now, from the rows
     for path in write_outputs(results, Path(out or Path(results_file).parent), plot_png):
         print(f"wrote {path}")
     print(report(results))

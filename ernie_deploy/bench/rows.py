@@ -259,8 +259,15 @@ def rows_of(results: dict, task: str | None = None, kind: str | None = None, too
         for r in results.get("rows", [])
         if (task is None or r["task"] == task)
         and (kind is None or r["kind"] == kind)
-        and (tool is None or r.get("concurrency") is None or r.get("tool", "python") == tool)
+        and (tool is None or not driven_by_tools(r["kind"]) or r.get("tool", "python") == tool)
     ]
+
+
+def driven_by_tools(kind: str) -> bool:
+    """Whether rows of `kind` are measured by each of the run's load generators in turn: the Triton layouts. The
+    in-process rows have no load generator, and the peer's HTTP rows have their own."""
+    layout = ROW_KINDS[kind].layout
+    return layout is not None and layout != "peer"
 
 
 def best_row(results: dict, task: str, kind: str) -> Row | None:
