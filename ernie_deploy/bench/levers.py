@@ -25,6 +25,7 @@ LEVERS = {
     "--instances 2 --ort-threads 1": {"instances": 2, "ort_threads": 1},
     "--max-queue-delay-us 1000": {"max_queue_delay_us": 1000},
     "--fused": {"fused": True},
+    "--fused --ort-spinning always (fewest hops, no thread wake-ups)": {"fused": True, "ort_spinning": "always"},
     "--graph-postprocess (classifiers: the postprocess in the ONNX graph; tokenizer -> model)": {
         "graph_postprocess": True
     },
