@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from ernie_deploy.bench.peer_app import HANDLERS
 from ernie_deploy.bench.rows import PEER, PEER_BATCH, Row, chunks, tick
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.server.procs import wait_group_gone
+from ernie_deploy.server.procs import stop_group
 
 CHECK_BATCH = 32  # texts per request when checking answers (the handler runs them one by one anyway)
 
@@ -177,22 +176,9 @@ class PeerServer:
 
     def stop(self, timeout: float = 15) -> int | None:
         """SIGTERM (uvicorn finishes open requests and exits), then SIGKILL to the group after `timeout`."""
-        proc = self._proc
-        if proc is None:
+        if self._proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=10)
-        wait_group_gone(proc.pid, timeout=10)
-        return proc.returncode
+        return stop_group(self._proc, timeout)
 
     def __enter__(self) -> PeerServer:
         if not self.is_running():

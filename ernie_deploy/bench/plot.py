@@ -77,16 +77,7 @@ def plot(results: dict, path: str | Path) -> Path:
         if concurrency:
             for ax in (ax_tp, ax_lat):
                 ax.set_xticks(concurrency, [str(c) for c in concurrency])
-    machine = results.get("machine", {})
-    fig.suptitle(
-        f"ernie-deploy bench, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9
-    )
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, "ernie-deploy bench", results, path)
 
 
 def plot_sizes(results: dict, path: str | Path) -> Path:
@@ -138,10 +129,15 @@ def plot_sizes(results: dict, path: str | Path) -> Path:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
+    return _save(fig, "ERNIE 3.0 sizes", results, path)
+
+
+def _save(fig, title: str, results: dict, path: str | Path) -> Path:
+    """Title the figure with the run's machine and date, write it atomically as a PNG and free it."""
+    import matplotlib.pyplot as plt
+
     machine = results.get("machine", {})
-    fig.suptitle(
-        f"ERNIE 3.0 sizes, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9
-    )
+    fig.suptitle(f"{title}, {machine.get('cpu')}, {machine.get('cores')} cores, {results.get('date')}", fontsize=9)
     fig.tight_layout()
     path = Path(path)
     with atomic_path(path, suffix=".png") as tmp:

@@ -158,26 +158,22 @@ def _tokenize_share(rows: RunRows) -> Measured | None:
     return None
 
 
-def _int8_vs_fp32(rows: RunRows) -> Measured | None:
-    int8, fp32 = rows.best(LIMIT_INT8), rows.best(LIMIT)
-    if int8 and fp32:
-        detail = (
-            f"{int8.throughput:.1f} (b{int8.batch}) / {fp32.throughput:.1f} (b{fp32.batch}) "
-            "seq/s; accuracy is gated by tests/test_quantize.py"
-        )
-        return int8.throughput / fp32.throughput, detail
+def _best_vs_best(rows: RunRows, kind: str, baseline: str, note: str) -> Measured | None:
+    """Throughput of `kind` over `baseline`, each at its best batch size."""
+    row, base = rows.best(kind), rows.best(baseline)
+    if row and base:
+        detail = f"{row.throughput:.1f} (b{row.batch}) / {base.throughput:.1f} (b{base.batch}) seq/s{note}"
+        return row.throughput / base.throughput, detail
     return None
+
+
+def _int8_vs_fp32(rows: RunRows) -> Measured | None:
+    return _best_vs_best(rows, LIMIT_INT8, LIMIT, "; accuracy is gated by tests/test_quantize.py")
 
 
 def _int8_opt_vs_fp32_opt(rows: RunRows) -> Measured | None:
-    int8, fp32 = rows.best(LIMIT_INT8_OPT), rows.best(LIMIT_OPT)
-    if int8 and fp32:
-        detail = (
-            f"{int8.throughput:.1f} (b{int8.batch}) / {fp32.throughput:.1f} (b{fp32.batch}) seq/s, both "
-            "`convert --optimize`; accuracy is gated by tests/test_quantize.py"
-        )
-        return int8.throughput / fp32.throughput, detail
-    return None
+    note = ", both `convert --optimize`; accuracy is gated by tests/test_quantize.py"
+    return _best_vs_best(rows, LIMIT_INT8_OPT, LIMIT_OPT, note)
 
 
 def _p50_c1(rows: RunRows) -> Measured | None:

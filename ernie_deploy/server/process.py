@@ -32,7 +32,7 @@ from ernie_deploy.server.preflight import (
     check_shm,
     free_ports,
 )
-from ernie_deploy.server.procs import wait_group_gone
+from ernie_deploy.server.procs import stop_group
 
 _LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
@@ -331,32 +331,15 @@ class TritonServer:
         if self.watchdog is not None:  # stubs exit during shutdown: that is no death to repair
             self.watchdog.stop()
         t0 = time.monotonic()
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self._killpg(signal.SIGKILL)
-                proc.wait(timeout=10)
         # Model stubs left behind by a crash or a kill: the group outlives its leader only through them.
-        # Wait until they are really gone, so a caller that restarts at once finds the ports and shm free.
-        self._killpg(signal.SIGKILL)
-        wait_group_gone(proc.pid, timeout=10)
+        # stop_group waits until they are really gone, so a caller that restarts at once finds the ports and shm free.
+        stop_group(proc, timeout)
         self._sweep_shm()
         self._stopped = True
         self.stop_seconds = time.monotonic() - t0
         with _LIVE_LOCK:
             _LIVE.discard(self)
         return proc.returncode
-
-    def _killpg(self, sig: int) -> None:
-        try:
-            os.killpg(self._proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _sweep_shm(self, shm_path: str = "/dev/shm") -> None:
         try:

@@ -53,6 +53,31 @@ def group_members(pgid: int, proc: str = "/proc") -> list[int]:
     return [p.pid for p in processes(proc) if p.pgrp == pgid and p.alive]
 
 
+def stop_group(proc, timeout: float) -> int | None:
+    """Stop a process started as the leader of its own group (a subprocess.Popen): SIGTERM, `timeout` seconds to
+    exit on its own, then SIGKILL to the whole group, so that children left behind by a crash or the kill (Triton's
+    model stubs) go too, and wait until all of them are gone. Returns the leader's exit code."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
+    wait_group_gone(proc.pid, timeout=10)
+    return proc.returncode
+
+
 def wait_group_gone(pgid: int, timeout: float) -> bool:
     """Wait until nothing of group `pgid` is alive. A SIGKILLed process lingers for a moment while the
     kernel tears it down, so "signal sent" is not yet "gone"."""
