@@ -184,8 +184,15 @@ def test_levers_pick_by_build_option():
     assert [o for o in picked.values()] == [
         {},
         {"fused": True},
+        {"fused": True, "ort_spinning": "always"},
         {"graph_postprocess": True},
         {"tokenizer_in_model": True},
+    ]
+    assert [o for o in pick_levers(["ort_spinning"]).values()] == [
+        {},
+        {"ort_spinning": "run"},
+        {"ort_spinning": "always"},
+        {"fused": True, "ort_spinning": "always"},
     ]
     assert pick_levers(None) is LEVERS
     with pytest.raises(ErnieDeployError, match="no lever sets"):
