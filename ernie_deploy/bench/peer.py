@@ -32,7 +32,7 @@ from ernie_deploy.bench.peer_app import HANDLERS
 from ernie_deploy.bench.rows import PEER, PEER_BATCH, Row, chunks, tick
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.server.procs import stop_group
+from ernie_deploy.server.procs import start_group, stop_group
 
 CHECK_BATCH = 32  # texts per request when checking answers (the handler runs them one by one anyway)
 
@@ -118,7 +118,6 @@ class PeerServer:
 
     def start(self, timeout: float = 180) -> PeerServer:
         from ernie_deploy.server.preflight import free_ports
-        from ernie_deploy.server.process import _pdeathsig_preexec
 
         t0 = time.monotonic()
         self.port = self.port or free_ports(1, self.host)[0]
@@ -130,15 +129,8 @@ class PeerServer:
         path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
         with open(self.log_path, "wb") as log:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group: its CPU time is counted, stop() reaches it all
-                preexec_fn=_pdeathsig_preexec(),
-            )
+            # its own process group: its CPU time is counted, stop() reaches it all
+            self._proc = start_group(argv, log, env)
         try:
             self._wait_ready(timeout)
         except BaseException:

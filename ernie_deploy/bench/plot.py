@@ -112,11 +112,7 @@ def plot_sizes(results: dict, path: str | Path) -> Path:
             ax_share.plot(*zip(*points), style, color=color, label=label)
     ax_share.axhline(0.8, color="k", linestyle="--", label="target 0.8")
     ax_share.set_ylabel("throughput / in-process limit+tok")
-    extra = [
-        (x, f[SERVED, 1].p50_ms - f["alone"].p50_ms)
-        for x, f in zip(params, facts)
-        if f[SERVED, 1] and f["alone"] and f[SERVED, 1].p50_ms and f["alone"].p50_ms
-    ]
+    extra = [(x, f["extra_ms"]) for x, f in zip(params, facts) if f["extra_ms"] is not None]
     if extra:
         ax_alone.plot(*zip(*extra), "o-", color="C0", label="served c1 p50 - in-process b1 p50")
     ax_alone.axhline(1.0, color="k", linestyle="--", label="target 1 ms")

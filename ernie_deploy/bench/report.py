@@ -181,7 +181,7 @@ def sized_models(results: dict) -> list[tuple[str, dict]]:
 
 def size_facts(results: dict, name: str) -> dict:
     """One model's numbers for the size table: the in-process limit with tokenization (best batch), the lone
-    request's cost over it, and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
+    request's extra ms over it (extra_ms), and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
     limit = best_row(results, name, LIMIT_TOK)
     alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
     facts = {"limit": limit, "alone": alone}
@@ -189,6 +189,8 @@ def size_facts(results: dict, name: str) -> dict:
         for c in (1, REFERENCE_CONCURRENCY, 16):
             row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
             facts[kind, c] = row
+    one = facts[SERVED, 1]
+    facts["extra_ms"] = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
     return facts
 
 
@@ -219,8 +221,7 @@ def render_sizes(results: dict) -> list[str]:
     ]
     for name, shape in sized:
         f = size_facts(results, name)
-        limit, alone, one, ref = f["limit"], f["alone"], f[SERVED, 1], f[SERVED, c]
-        extra = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
+        limit, alone, one, ref, extra = f["limit"], f["alone"], f[SERVED, 1], f[SERVED, c], f["extra_ms"]
         lines.append(
             f"| {shape['size']} | {shape['layers']} × {shape['hidden']} | {shape['params'] / 1e6:.0f} M | "
             f"{_num(limit.throughput if limit else None)}{f' (b{limit.batch})' if limit else ''} | "

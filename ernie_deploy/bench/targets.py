@@ -176,8 +176,13 @@ def _int8_opt_vs_fp32_opt(rows: RunRows) -> Measured | None:
     return _best_vs_best(rows, LIMIT_INT8_OPT, LIMIT_OPT, note)
 
 
+def _served_c1(rows: RunRows) -> Row | None:
+    """The served row at concurrency 1 (1 text per request), if it has a p50."""
+    return next((r for r in rows.rows(SERVED) if r.concurrency == 1 and r.p50_ms), None)
+
+
 def _p50_c1(rows: RunRows) -> Measured | None:
-    one = next((r for r in rows.rows(SERVED) if r.concurrency == 1 and r.p50_ms), None)
+    one = _served_c1(rows)
     if one:
         return one.p50_ms, f"served, 1 text per request, {one.requests} requests"
     return None
@@ -186,7 +191,7 @@ def _p50_c1(rows: RunRows) -> Measured | None:
 def _c1_overhead(rows: RunRows) -> Measured | None:
     """What a lone request pays over the same text run in-process: served p50 at concurrency 1 (1 text per request)
     minus the in-process batch-1 p50 with tokenization."""
-    served = next((r for r in rows.rows(SERVED) if r.concurrency == 1 and r.p50_ms), None)
+    served = _served_c1(rows)
     alone = next((r for r in rows.rows(LIMIT_TOK) if r.batch == 1 and r.p50_ms), None)
     if served and alone:
         return served.p50_ms - alone.p50_ms, f"{served.p50_ms:.2f} ms served c1 - {alone.p50_ms:.2f} ms in-process b1"

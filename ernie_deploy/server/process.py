@@ -32,7 +32,7 @@ from ernie_deploy.server.preflight import (
     check_shm,
     free_ports,
 )
-from ernie_deploy.server.procs import stop_group
+from ernie_deploy.server.procs import start_group, stop_group
 
 _LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
@@ -47,28 +47,6 @@ def _stop_all() -> None:
             server.stop(timeout=10)
         except Exception:
             pass
-
-
-def _pdeathsig_preexec():
-    """A preexec_fn that makes the server get SIGTERM when the thread that started it dies.
-
-    Keeps a killed test run or CLI from leaving an orphan server holding the ports. The libc
-    function is looked up here, before the fork; the child only calls it.
-    """
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent is already gone
-            os._exit(1)
-
-    return preexec
 
 
 class TritonServer:
@@ -250,15 +228,8 @@ class TritonServer:
             log.write(("$ " + self._shown(argv) + "\n").encode())
             log.flush()
             try:
-                self._proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=server_env(self.binary),
-                    start_new_session=True,  # its own process group: stop() reaches the model stubs too
-                    preexec_fn=_pdeathsig_preexec() if self.die_with_parent else None,
-                )
+                # its own process group: stop() reaches the model stubs too
+                self._proc = start_group(argv, log, server_env(self.binary), die_with_parent=self.die_with_parent)
             except OSError as exc:
                 raise ErnieDeployError(
                     f"cannot run {self.binary.path}: {exc}", "check the file is an executable tritonserver"

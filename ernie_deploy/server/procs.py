@@ -53,6 +53,45 @@ def group_members(pgid: int, proc: str = "/proc") -> list[int]:
     return [p.pid for p in processes(proc) if p.pgrp == pgid and p.alive]
 
 
+def start_group(argv: list[str], log, env: dict | None = None, *, die_with_parent: bool = True):
+    """Start `argv` as the leader of a new process group (a subprocess.Popen), stdout and stderr into the open file
+    `log`: everything it starts shares its group, so `stop_group` and `group_cpu_seconds` reach all of it. With
+    `die_with_parent`, it gets SIGTERM when the thread that started it dies, so a killed test run or CLI leaves no
+    orphan holding ports. OSError (no such executable) is the caller's to word."""
+    import subprocess
+
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_pdeathsig_preexec() if die_with_parent else None,
+    )
+
+
+def _pdeathsig_preexec():
+    """A preexec_fn that sets the child's parent-death signal to SIGTERM (Linux prctl; elsewhere nothing). The libc
+    function is looked up here, before the fork; the child only calls it."""
+    import signal
+
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent is already gone
+            os._exit(1)
+
+    return preexec
+
+
 def stop_group(proc, timeout: float) -> int | None:
     """Stop a process started as the leader of its own group (a subprocess.Popen): SIGTERM, `timeout` seconds to
     exit on its own, then SIGKILL to the whole group, so that children left behind by a crash or the kill (Triton's

@@ -315,10 +315,7 @@ class OnnxStep(Step):
             return self._run_windows(items)
         if len(items) == 1:
             return [{LOGITS: self.model(*items[0])}]
-        width = max(ids.shape[1] for ids, _ in items)
-        ids = np.concatenate([_pad(ids, width, self.pad_id) for ids, _ in items])
-        types = np.concatenate([_pad(types, width, 0) for _, types in items])
-        logits = self.model(ids, types)
+        logits = self.model(*self._merged(items))
         results = []
         for rows, (own, _) in zip(_split_rows([len(i) for i, _ in items]), items):
             part = logits[rows]
@@ -327,13 +324,17 @@ class OnnxStep(Step):
             results.append({LOGITS: np.ascontiguousarray(part)})
         return results
 
-    def _run_graph(self, items):
-        """A model with its postprocess in the graph: one padded run, then each request's rows. Label names come
-        out of onnxruntime as str; Triton sends BYTES, as the python postprocess returns them."""
+    def _merged(self, items) -> tuple[np.ndarray, np.ndarray]:
+        """The requests' ids and token types as one batch, padded to the longest."""
         width = max(ids.shape[1] for ids, _ in items)
         ids = np.concatenate([_pad(ids, width, self.pad_id) for ids, _ in items])
         types = np.concatenate([_pad(types, width, 0) for _, types in items])
-        values = self.model.run(ids, types)
+        return ids, types
+
+    def _run_graph(self, items):
+        """A model with its postprocess in the graph: one padded run, then each request's rows. Label names come
+        out of onnxruntime as str; Triton sends BYTES, as the python postprocess returns them."""
+        values = self.model.run(*self._merged(items))
         values = [
             np.array([v.encode("utf-8") for v in value.reshape(-1)], dtype=np.object_).reshape(value.shape)
             if value.dtype == np.object_
