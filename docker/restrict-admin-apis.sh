@@ -10,6 +10,11 @@
 # The flags are those of ernie_deploy.server.args.restricted_args (tests/test_admin_key.py runs this script
 # and compares). tritonserver takes the key only on its command line: whoever can list the container's
 # processes can read it.
+#
+# gRPC over TLS, when these name PEM files (a mounted Secret; `ernie-deploy serve --grpc-tls-*` alike):
+#   ERNIE_DEPLOY_GRPC_TLS_CERT, ERNIE_DEPLOY_GRPC_TLS_KEY  the server's certificate and key, both or neither;
+#   ERNIE_DEPLOY_GRPC_TLS_CA                               also: mutual TLS, clients need a certificate it signed.
+# The flags are ernie_deploy.server.args.grpc_tls_args (tests/test_tls.py compares). HTTP stays plain.
 set -eu
 
 fail() {
@@ -42,6 +47,20 @@ esac
 [ "$#" -gt 0 ] || fail "no command to run" "give the server's command line, e.g. tritonserver --model-repository=/models"
 # The server's own processes (and the python models) have no use for the key: keep it out of their environment.
 unset ERNIE_DEPLOY_ADMIN_KEY ERNIE_DEPLOY_ADMIN_KEY_FILE
+
+tls_cert=${ERNIE_DEPLOY_GRPC_TLS_CERT:-}
+tls_key=${ERNIE_DEPLOY_GRPC_TLS_KEY:-}
+tls_ca=${ERNIE_DEPLOY_GRPC_TLS_CA:-}
+if [ -n "$tls_cert$tls_key$tls_ca" ]; then
+    [ -n "$tls_cert" ] && [ -n "$tls_key" ] \
+        || fail "gRPC TLS needs ERNIE_DEPLOY_GRPC_TLS_CERT and ERNIE_DEPLOY_GRPC_TLS_KEY, and one is not set" \
+            "set both to the server's certificate and key (on Kubernetes: the tls.crt and tls.key of a TLS Secret)"
+    for file in "$tls_cert" "$tls_key" ${tls_ca:+"$tls_ca"}; do
+        [ -r "$file" ] || fail "gRPC TLS file $file cannot be read" "mount the TLS Secret at that path"
+    done
+    set -- "$@" --grpc-use-ssl=true "--grpc-server-cert=$tls_cert" "--grpc-server-key=$tls_key"
+    [ -z "$tls_ca" ] || set -- "$@" --grpc-use-ssl-mutual=true "--grpc-root-cert=$tls_ca"
+fi
 
 apis=model-repository,model-config
 exec "$@" "--http-restricted-api=$apis:ernie-deploy-admin-key=$key" \

@@ -90,7 +90,8 @@ def test_interrupted_convert_leaves_the_previous_model_intact(converted, monkeyp
         raise KeyboardInterrupt
 
     monkeypatch.setattr(convert, "convert" if where == "paddle2onnx" else "check_parity", interrupted)
-    assert main([*args, "--quantize", "int8"]) == 130  # the CLI's exit status for Ctrl-C
+    calibration = ["--calibration-data", args[-1]]  # static INT8's texts: the parity file, not the data splits
+    assert main([*args, "--quantize", "int8", *calibration]) == 130  # the CLI's exit status for Ctrl-C
     assert _snapshot(out.parent) == before  # no staging folder left either
 
 

@@ -315,3 +315,20 @@ def test_cli_writes_the_manifests_and_reports_bad_input(tmp_path, capsys):
     assert main(["manifests", str(MODELS), "--out", str(out), "--memory-limit", "lots"]) == 2
     assert "not a Kubernetes memory quantity" in capsys.readouterr().err
     assert main(["manifests", str(MODELS), "--out", str(out), "--min-replicas", "5", "--max-replicas", "2"]) == 2
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_grpc_tls_manifests_pass_the_kubernetes_schemas(tmp_path, capsys, version):
+    """`manifests --grpc-tls-mutual`: the TLS Secret's mount and variables are valid Kubernetes (what they mean:
+    tests/test_tls.py), and the command says how to create that Secret."""
+    out = tmp_path / "k8s"
+    assert main(["manifests", str(MODELS), "--out", str(out), "--name", "nlp", "--grpc-tls-mutual"]) == 0
+    assert "kubectl create secret generic nlp-grpc-tls --type=kubernetes.io/tls" in capsys.readouterr().out
+    for name in manifests.FILES:
+        assert kubernetes_validate.validate(yaml.safe_load((out / name).read_text()), version, strict=True) == version
+    (volume,) = [
+        v
+        for v in yaml.safe_load((out / "deployment.yaml").read_text())["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "grpc-tls"
+    ]
+    assert volume["secret"]["secretName"] == "nlp-grpc-tls"

@@ -415,3 +415,18 @@ def test_entities_from_json_rejects_non_json_types():
     assert json.loads(entities_to_json([{"type": "PER", "start": 0, "end": 1, "text": "\u2028"}])) == [
         {"type": "PER", "start": 0, "end": 1, "text": "\u2028"}
     ]
+
+
+def test_chunked_viterbi_finds_the_one_pass_path_on_long_texts(monkeypatch):
+    """A long text is decoded in chunks joined afterwards (time linear in its tokens); the path is the one a single
+    pass finds, for rows of every length, chunk edges included."""
+    import ernie_deploy.serving.entities as E
+
+    rng = np.random.default_rng(1)
+    lengths = np.array([2, 3, 9, 10, 11, 17, 250, 603])  # [CLS] and [SEP] included
+    logits = rng.normal(size=(len(lengths), 605, len(LABELS))) * 2
+    monkeypatch.setattr(E, "_CHUNK_STEPS", 10**9)
+    whole = constrained_label_ids(logits, lengths, LABELS)
+    for chunk in (1, 8, 64):
+        monkeypatch.setattr(E, "_CHUNK_STEPS", chunk)
+        assert constrained_label_ids(logits, lengths, LABELS).tolist() == whole.tolist()

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
-from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates
+from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates, counted, within
 from ernie_deploy.export.precision import check_drift, convert_fp16, require_drift
 from ernie_deploy.repository import check
 from ernie_deploy.repository.build import TaskArtifacts, build
@@ -488,13 +488,15 @@ def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, 
     texts, gold = read_split_file(split_file(pipeline.data, "test", task.split_format))
     report = check_drift("fp16", static, pipeline.onnx, half, texts[:256], max_seq_len=task.max_seq_len)
     assert report.ok, report
-    scores = {}
+    reports = {}
     for kind, path in (("fp32", pipeline.onnx), ("fp16", half)):
         predicted = onnx_predictions(task, path, static.vocab_file, static.labels, texts)
-        scores[kind] = score(task, texts, gold, predicted, static.labels)[task.metric]
+        reports[kind] = score(task, texts, gold, predicted, static.labels)
+    scores = {kind: r[task.metric] for kind, r in reports.items()}
     print(f"{task.name} {task.metric}: FP32 {scores['fp32']:.4f}  FP16 {scores['fp16']:.4f}")
     assert scores["fp32"] > (0.7 if task.metric == "accuracy" else 0.5), scores
-    assert abs(scores["fp16"] - scores["fp32"]) <= 0.001, scores
+    # A tenth of a point: on 1,000 texts' accuracy at most 1 text changed (a count); on F1, 0.001 and float rounding.
+    assert within(scores["fp16"], scores["fp32"], 0.001, n=counted(reports["fp32"])), scores
 
 
 def test_a_queue_bound_rejects_on_every_batching_step(tiny_pipeline):

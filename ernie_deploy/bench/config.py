@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifact_dir
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import ServerTls, Tls
 
 if TYPE_CHECKING:
     from ernie_deploy.export.static import StaticModel
@@ -48,6 +49,9 @@ class BenchConfig:
     sizes: tuple[str, ...] = SIZES  # the classifier remade in these shapes, benched beside it (bench.sizes)
     server_timeout_s: float = 180.0
     progress: bool = True
+    # gRPC over TLS: the bench's servers serve with grpc_tls, its load generators connect with tls (both or neither).
+    grpc_tls: ServerTls | None = None
+    tls: Tls | None = None
 
     @classmethod
     def smoke(cls, **overrides) -> BenchConfig:

@@ -149,4 +149,6 @@ def reference_predictions(inputs: TaskInputs, texts: list[str]) -> list:
 
     labels = inputs.static.labels
     files = model_files(inputs.task, Path(inputs.onnx).parent, labels)  # a multi-label model's thresholds
+    if inputs.static.ner_decoding:  # a token model's NER decoding, as export recorded it and `build` serves it
+        files["decoding"] = inputs.static.ner_decoding
     return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, **files)

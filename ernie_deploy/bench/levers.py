@@ -49,7 +49,10 @@ def measure_levers(
         if not fitting:
             continue
         repo = build_layout(fitting, workdir / f"lever{n}", **options)
-        with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"lever{n}.log") as server:
+        log = workdir / f"lever{n}.log"
+        with TritonServer(
+            repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, grpc_tls=config.grpc_tls
+        ) as server:
             for item in fitting:
                 requests = prepare_requests(item.task, item.texts, 1)
                 for concurrency in config.concurrency:
@@ -61,6 +64,7 @@ def measure_levers(
                         warmup_s=config.warmup_s,
                         duration_s=config.duration_s,
                         server_pgid=server.pid,
+                        tls=config.tls,
                     )
                     row = load_row(item.task, SERVED, 1, concurrency, result)
                     out.append(

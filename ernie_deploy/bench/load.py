@@ -13,6 +13,7 @@ import numpy as np
 from ernie_deploy.bench.machine import self_cpu_seconds
 from ernie_deploy.bench.rows import Row, chunks, summarize
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.procs import group_cpu_seconds
 
 # -- the asyncio load generator ---------------------------------------------------------------------
@@ -131,11 +132,12 @@ async def _drive(
     count: int | None,
     server_pgid: int | None,
     stats_url: str | None,
+    tls: Tls | None,
 ) -> LoadResult:
     from tritonclient.grpc import InferRequestedOutput
-    from tritonclient.grpc.aio import InferenceServerClient
     from tritonclient.utils import InferenceServerException
 
+    from ernie_deploy.client.grpc_client import grpc_client
     from ernie_deploy.server.stats import snapshot, steps_between
 
     outputs = [InferRequestedOutput(o.name) for o in task.outputs]
@@ -144,7 +146,7 @@ async def _drive(
         before = snapshot(stats_url)
         return lambda: steps_between(before, snapshot(stats_url), task.ensemble)
 
-    async with InferenceServerClient(url=url) as client:
+    async with grpc_client(url, tls, aio=True) as client:
 
         async def send(request: PreparedRequest) -> str | None:
             try:
@@ -172,13 +174,16 @@ def run_load(
     count: int | None = None,
     server_pgid: int | None = None,
     stats_url: str | None = None,
+    tls: Tls | None = None,
 ) -> LoadResult:
     """`concurrency` workers send requests back to back (after a warm-up) for `duration_s`, or `count`
     requests in all; one gRPC channel, one event loop. `stats_url` (the server's HTTP endpoint): also each
-    pipeline step's queue and compute time over the measurement, from the server's statistics."""
+    pipeline step's queue and compute time over the measurement, from the server's statistics. `tls`: gRPC over TLS."""
     import asyncio
 
-    return asyncio.run(_drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url))
+    return asyncio.run(
+        _drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url, tls)
+    )
 
 
 @dataclass
@@ -197,12 +202,15 @@ class OpenLoopResult:
 REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
 
 
-async def _open_loop(url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float):
+async def _open_loop(
+    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None
+):
     import asyncio
 
     from tritonclient.grpc import InferRequestedOutput
-    from tritonclient.grpc.aio import InferenceServerClient
     from tritonclient.utils import InferenceServerException
+
+    from ernie_deploy.client.grpc_client import grpc_client
 
     outputs = [InferRequestedOutput(o.name) for o in task.outputs]
     result = OpenLoopResult()
@@ -222,7 +230,7 @@ async def _open_loop(url: str, task: TaskSpec, requests: list[PreparedRequest], 
             return
         result.latencies_s.append(time.perf_counter() - t0)
 
-    async with InferenceServerClient(url=url) as client:
+    async with grpc_client(url, tls, aio=True) as client:
         pending = []
         start = time.perf_counter()
         n = max(1, int(rate * duration_s))
@@ -238,13 +246,13 @@ async def _open_loop(url: str, task: TaskSpec, requests: list[PreparedRequest], 
 
 
 def run_open_loop(
-    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float
+    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None = None
 ) -> OpenLoopResult:
     """Send `rate` requests a second for `duration_s`, each without waiting for earlier answers (an open loop: how
     traffic arrives from many independent users), and wait for every answer."""
     import asyncio
 
-    return asyncio.run(_open_loop(url, task, requests, rate, duration_s))
+    return asyncio.run(_open_loop(url, task, requests, rate, duration_s, tls))
 
 
 def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: LoadResult) -> Row:

@@ -44,7 +44,10 @@ def measure_overload(
     rows, capacity = [], {}
     for n, (name, options) in enumerate((policies or POLICIES).items()):
         repo = build_layout(inputs, workdir / f"policy{n}", **options)
-        with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"policy{n}.log") as srv:
+        log = workdir / f"policy{n}.log"
+        with TritonServer(
+            repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, grpc_tls=config.grpc_tls
+        ) as srv:
             for item in inputs:
                 requests = prepare_requests(item.task, item.texts, 1)
                 key = item.task.artifact_name
@@ -56,6 +59,7 @@ def measure_overload(
                         CAPACITY_CONCURRENCY,
                         warmup_s=config.warmup_s,
                         duration_s=config.duration_s,
+                        tls=config.tls,
                     )
                     if closed.errors or not closed.sequences:
                         raise ErnieDeployError(
@@ -64,7 +68,7 @@ def measure_overload(
                     capacity[key] = closed.sequences / closed.seconds
                 for multiple in multiples:
                     rate = multiple * capacity[key]
-                    got = run_open_loop(srv.grpc_url, item.task, requests, rate, config.duration_s)
+                    got = run_open_loop(srv.grpc_url, item.task, requests, rate, config.duration_s, config.tls)
                     rows.append(_row(name, options, key, multiple, rate, got))
                     if config.progress:
                         r = rows[-1]

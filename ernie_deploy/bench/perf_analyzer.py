@@ -19,6 +19,7 @@ from ernie_deploy.bench.rows import Row
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import Tls
 
 PYTHON, PERF_ANALYZER = "python", "perf_analyzer"  # Row.tool
 INSTALL_SCRIPT = "scripts/install_perf_analyzer.sh"
@@ -101,9 +102,10 @@ def perf_analyzer_command(
     batch: int = 1,
     duration_s: float = 10.0,
     requests: int | None = None,
+    tls: Tls | None = None,
 ) -> list[str]:
-    """One perf_analyzer run at one concurrency (a list like 1,4,8,16 is no start:end:step range) over gRPC,
-    measured over `duration_s` (3 windows of a third each) or `requests` requests."""
+    """One perf_analyzer run at one concurrency (a list like 1,4,8,16 is no start:end:step range) over gRPC (with
+    `tls`, over TLS), measured over `duration_s` (3 windows of a third each) or `requests` requests."""
     if requests:
         window = ["--measurement-mode=count_windows", f"--measurement-request-count={max(1, -(-requests // WINDOWS))}"]
     else:
@@ -130,7 +132,21 @@ def perf_analyzer_command(
         "--verbose-csv",
         "-f",
         str(csv_file),
+        *perf_analyzer_tls_args(tls),
     ]
+
+
+def perf_analyzer_tls_args(tls: Tls | None) -> list[str]:
+    """perf_analyzer's gRPC TLS options (its command_line_parser: --ssl-grpc-use-ssl takes no value; without a root
+    file it trusts the system's CAs)."""
+    if tls is None:
+        return []
+    files = [
+        ("--ssl-grpc-root-certifications-file", tls.ca),
+        ("--ssl-grpc-private-key-file", tls.key),
+        ("--ssl-grpc-certificate-chain-file", tls.cert),
+    ]
+    return ["--ssl-grpc-use-ssl", *(f"{flag}={path}" for flag, path in files if path is not None)]
 
 
 def parse_perf_analyzer_csv(text: str) -> list[dict]:
@@ -196,6 +212,7 @@ def run_perf_analyzer(
     *,
     requests: int | None = None,
     server_pgid: int | None = None,
+    tls: Tls | None = None,
 ) -> Row:
     """One served cell driven by perf_analyzer on `url` (gRPC); `stats_url`: the server's HTTP endpoint, for its
     statistics. perf_analyzer's process CPU (a waited-for child's, from getrusage) and the
@@ -206,7 +223,7 @@ def run_perf_analyzer(
 
     csv_file = workdir / f"{task.artifact_name}_{kind}_b{batch}_c{concurrency}_perf_analyzer.csv"
     argv = perf_analyzer_command(
-        binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s, requests
+        binary, task.ensemble, url, input_file, csv_file, concurrency, batch, duration_s, requests, tls
     )
     row = Row(task.artifact_name, kind, batch, concurrency, tool=PERF_ANALYZER)
     before, server0, cpu0 = snapshot(stats_url), group_cpu_seconds(server_pgid), _children_cpu_seconds()

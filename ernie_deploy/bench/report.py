@@ -323,7 +323,8 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
                 version=f"; {versions['perf_analyzer']}" if versions.get("perf_analyzer") else ""
             )
             for t in load_generators(results)
-        ),
+        )
+        + (f", gRPC over {settings['grpc_tls']}" if settings.get("grpc_tls") else ""),
     ]
     for name, info in servers.items():
         colds = ", ".join(

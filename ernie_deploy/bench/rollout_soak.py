@@ -19,6 +19,7 @@ from pathlib import Path
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.operate.rollout import canary_probe, rollout
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
@@ -57,6 +58,7 @@ def rollout_soak(
     admin: RepositoryAdmin,
     concurrency: int = 4,
     settle_s: float = 2.0,
+    tls: Tls | None = None,
 ) -> RolloutSoakReport:
     """Traffic on `task.ensemble` throughout: `settle_s`, rollout to versions[1], `settle_s`, rollback to
     versions[0], `settle_s`. `references[v][i]` is version v's offline prediction for texts[i]."""
@@ -69,7 +71,7 @@ def rollout_soak(
 
     def worker(seed: int) -> None:
         # No retries: a request the switch disturbs must show up as failed, not be hidden by a resend.
-        with Client(task, url, retry=NO_RETRY) as client:
+        with Client(task, url, retry=NO_RETRY, tls=tls) as client:
             i = seed
             while not stop.is_set():
                 i = (i + concurrency) % len(texts)
@@ -95,7 +97,7 @@ def rollout_soak(
     time.sleep(settle_s)
     windows.append((start, time.monotonic(), old))
     for target in (new, old):
-        report.switches.append(rollout(repository, task, target, admin, canary_probe(url)).to_dict())
+        report.switches.append(rollout(repository, task, target, admin, canary_probe(url, tls)).to_dict())
         switched = time.monotonic()
         time.sleep(settle_s)
         windows.append((switched, time.monotonic(), target))
@@ -128,6 +130,7 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     """What `version` of served model `task.ensemble` answers, computed in-process from the repository's own files
     (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
     from ernie_deploy.evaluate.offline import model_files, predictions
+    from ernie_deploy.serving.entities import DECODING_PARAMETER
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import encode_items, load_tokenizer
 
@@ -139,8 +142,11 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     tokenizer = load_tokenizer(repository / tokenizer_step / "1" / "tokenizer.json")
     onnx = OnnxModel(repository / task.model_step / str(version) / "model.onnx")
     labels = json.loads((repository / task.postprocess_step / str(version) / "labels.json").read_text("utf-8"))
-    # What else that version's postprocess reads: a multi-label model's thresholds.
+    # What else that version's postprocess reads: a multi-label model's thresholds, a token model's NER decoding.
     files = model_files(task, repository / task.postprocess_step / str(version), labels)
+    post = parse((repository / task.postprocess_step / "config.pbtxt").read_text(encoding="utf-8"))
+    if DECODING_PARAMETER in post.parameters:
+        files["decoding"] = post.parameters[DECODING_PARAMETER].string_value
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
@@ -157,6 +163,8 @@ def run_rollout_soak(
     *,
     concurrency: int = 4,
     settle_s: float = 5.0,
+    grpc_tls: ServerTls | None = None,
+    tls: Tls | None = None,
 ) -> dict:
     """Serve `repository` on free loopback ports and run traffic on `name` through a rollout to `to_version` and a
     rollback; the report's `clean` says whether nothing failed, got lost or was answered by the wrong version."""
@@ -167,8 +175,8 @@ def run_rollout_soak(
     current = VersionedModel.read(repository, name).serving()
     references = {v: version_predictions(repository, task, v, texts) for v in (current, to_version)}
     differ = sum(a != b for a, b in zip(references[current], references[to_version]))
-    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
-        with RepositoryAdmin(server.grpc_url, server.admin_key) as admin:
+    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=grpc_tls) as server:
+        with RepositoryAdmin(server.grpc_url, server.admin_key, tls=tls) as admin:
             report = rollout_soak(
                 server.grpc_url,
                 repository,
@@ -179,6 +187,7 @@ def run_rollout_soak(
                 admin=admin,
                 concurrency=concurrency,
                 settle_s=settle_s,
+                tls=tls,
             )
     return {
         "model": name,

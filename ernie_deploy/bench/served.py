@@ -59,7 +59,10 @@ def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
     from ernie_deploy.repository.build import TaskArtifacts, build
     from ernie_deploy.repository.options import BuildOptions
 
-    entries = [TaskArtifacts(i.task, Path(i.onnx), i.static.vocab_file, i.static.labels) for i in inputs]
+    entries = [
+        TaskArtifacts(i.task, Path(i.onnx), i.static.vocab_file, i.static.labels, ner_decoding=i.static.ner_decoding)
+        for i in inputs
+    ]
     build(entries, out, BuildOptions(runtime="python", **options))
     return out
 
@@ -84,7 +87,12 @@ def bench_server(
     from ernie_deploy.server.process import TritonServer
 
     server = TritonServer(
-        repository, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / f"{name}_tritonserver.log"
+        repository,
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        log_file=workdir / f"{name}_tritonserver.log",
+        grpc_tls=config.grpc_tls,
     )
     server.start(timeout=config.server_timeout_s)
     info = {
@@ -100,7 +108,7 @@ def bench_server(
         for item in inputs:
             task = item.task
             facts: dict = {}
-            with Client(task, server.grpc_url) as client:
+            with Client(task, server.grpc_url, tls=config.tls) as client:
                 client.check_ready()
                 # The first request after ready: the cost a cold server puts on its first caller.
                 t0 = time.perf_counter()
@@ -132,7 +140,13 @@ def bench_server(
                             # Python generator does, then hand it over.
                             if config.warmup_s > 0:
                                 run_load(
-                                    server.grpc_url, task, requests, concurrency, warmup_s=0, duration_s=config.warmup_s
+                                    server.grpc_url,
+                                    task,
+                                    requests,
+                                    concurrency,
+                                    warmup_s=0,
+                                    duration_s=config.warmup_s,
+                                    tls=config.tls,
                                 )
                             row = run_perf_analyzer(
                                 config.perf_analyzer,
@@ -147,6 +161,7 @@ def bench_server(
                                 workdir,
                                 requests=config.requests,
                                 server_pgid=server.pid,
+                                tls=config.tls,
                             )
                         else:
                             result = run_load(
@@ -159,6 +174,7 @@ def bench_server(
                                 count=config.requests,
                                 server_pgid=server.pid,
                                 stats_url=server.http_url,
+                                tls=config.tls,
                             )
                             row = load_row(task, kind, batch, concurrency, result)
                         rows.append(row)
@@ -247,6 +263,9 @@ def run_benchmark(
         "versions": package_versions(),
         "settings": {
             **dataclasses.asdict(config),
+            # what the gRPC wire was (the files' paths mean nothing on another machine)
+            "grpc_tls": config.grpc_tls.describe() if config.grpc_tls else None,
+            "tls": config.tls.describe() if config.tls else None,
             "ort_threads": os.environ.get("ERNIE_DEPLOY_ORT_THREADS") or "onnxruntime default",
         },
         "tasks": {

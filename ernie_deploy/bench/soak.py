@@ -2,11 +2,11 @@
 checked against the offline ONNX result for its texts.
 
 A request holds 1-4 texts. A bad request mixes good texts with at least one bad one (empty, blank, invalid
-UTF-8, only control characters) and must be refused as INVALID_ARGUMENT naming exactly its bad texts; a good
-request must come back with every text's prediction equal to the in-process onnxruntime prediction. Anything
-else counts: an unexpected error, a mismatched answer, a request that never got an answer. With `chaos_s`, a
-random python-backend stub is SIGKILLed every `chaos_s` seconds (at most `chaos_kills` times, if set): the
-launcher's watchdog reloads it and the client's retries carry the requests through.
+UTF-8, only control characters, past the default length limit) and must be refused as INVALID_ARGUMENT naming
+exactly its bad texts; a good request must come back with every text's prediction equal to the in-process
+onnxruntime prediction. Anything else counts: an unexpected error, a mismatched answer, a request that never got an
+answer. With `chaos_s`, a random python-backend stub is SIGKILLed every `chaos_s` seconds (at most `chaos_kills`
+times, if set): the launcher's watchdog reloads it and the client's retries carry the requests through.
 """
 
 from __future__ import annotations
@@ -25,12 +25,16 @@ from ernie_deploy.bench.inprocess import reference_predictions
 from ernie_deploy.client.grpc_client import Client, Retry, decode_outputs
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import ServerTls, Tls
+from ernie_deploy.serving.limits import CUT
 
 BAD_TEXTS = [
     ("", "is empty"),
     ("  \t", "is empty"),
     (b"\xff\xfe", "is not valid UTF-8"),
     ("\x00\x01", "has only control or format characters"),
+    # one character past the longest default length limit (serving.limits): refused before it is tokenized
+    ("国" * (CUT.max_text_chars + 1), "max_text_chars"),
 ]
 
 
@@ -122,6 +126,7 @@ def soak(
     chaos_kills: int = 0,
     retry: Retry = Retry(),
     progress: bool = True,
+    tls: Tls | None = None,
 ) -> SoakReport:
     """Drive `requests` requests through `concurrency` client threads; `server` (a TritonServer) lets the
     report count stub restarts and notice a server restart, and is needed for `chaos_s`."""
@@ -145,7 +150,7 @@ def soak(
                 report.examples.append(text[:300])
 
     def worker() -> None:
-        clients = {c.task.ensemble: Client(c.task, url, retry=retry) for c in cases}
+        clients = {c.task.ensemble: Client(c.task, url, retry=retry, tls=tls) for c in cases}
         try:
             while True:
                 with lock:
@@ -233,6 +238,8 @@ class SoakOptions:
     chaos_s: float = 0.0  # SIGKILL a random python-backend stub every this many seconds (0: never)
     chaos_kills: int = 0  # stop killing after this many (0: no limit)
     seed: int = 0
+    grpc_tls: ServerTls | None = None  # serve gRPC over TLS ...
+    tls: Tls | None = None  # ... and connect with this (both or neither)
 
 
 def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
@@ -250,7 +257,7 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     for task in tasks:
         inputs = TaskInputs.load(task, max_texts=options.texts)
         cases.append(SoakCase(task, inputs.texts, reference_predictions(inputs, inputs.texts)))
-    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0) as server:
+    with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=options.grpc_tls) as server:
         report = soak(
             server.grpc_url,
             cases,
@@ -261,6 +268,7 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
             server=server,
             chaos_s=options.chaos_s,
             chaos_kills=options.chaos_kills,
+            tls=options.tls,
         )
     result = {
         **report.to_dict(),

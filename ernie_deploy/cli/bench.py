@@ -10,6 +10,7 @@ from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig, TaskInputs
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.layout import artifacts_dir
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS, get_task
+from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 
 LOAD_GENERATORS = ("auto", "python", "perf_analyzer", "both")
 
@@ -117,6 +118,13 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         "queues (build --max-queue-size), and report answered and refused shares and latency; writes overload.json",
     )
     p.add_argument(
+        "--input-cost",
+        action="store_true",
+        help="instead: the time and server memory of one text by its length (1,000 to 40,000 characters of test "
+        "texts), per model, then the default limits (at the limit: answered; one character more: refused); writes "
+        "input_cost.json",
+    )
+    p.add_argument(
         "--levers",
         action="store_true",
         help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
@@ -129,6 +137,9 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         help="with --levers: measure the default and only the levers that set this build option (a BuildOptions "
         "field: fused, graph_postprocess, tokenizer_in_model, ort_threads, ...; repeatable)",
     )
+    # Serve the bench's servers with gRPC over TLS and drive them over TLS (the load generators, perf_analyzer).
+    add_server_tls_arguments(p)
+    add_tls_arguments(p)
 
 
 def config_from_args(args) -> BenchConfig:
@@ -165,6 +176,7 @@ def config_from_args(args) -> BenchConfig:
     if args.no_int8:
         changes["int8"] = False
     changes.update(load_generator_settings(args.load_generator))
+    changes["grpc_tls"], changes["tls"] = self_served_tls(args, "bench")
     if args.no_peer:
         changes["peer"] = False
     return dataclasses.replace(base, **changes)
@@ -217,6 +229,11 @@ def run(args) -> None:
 
         config = config_from_args(args)
         run_overload(inputs_from_args(args, config), config, _out(args))
+    elif args.input_cost:
+        from ernie_deploy.bench.input_cost import run_input_cost
+
+        config = config_from_args(args)
+        run_input_cost(inputs_from_args(args, config), config, _out(args), smoke=args.smoke)
     elif args.levers:
         from ernie_deploy.bench.levers import pick_levers, run_levers
 

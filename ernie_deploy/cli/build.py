@@ -17,6 +17,8 @@ from ernie_deploy.repository.options import (
     BuildOptions,
     check_options,
 )
+from ernie_deploy.serving.entities import DECODINGS
+from ernie_deploy.serving.limits import CUT, WINDOWS
 
 
 def register(sub) -> None:
@@ -179,6 +181,27 @@ def register(sub) -> None:
         type=int,
         help="head_tail: tokens kept from the head, the rest of max_seq_len - 2 from the tail (default: a quarter)",
     )
+    p.add_argument(
+        "--ner-decoding",
+        choices=DECODINGS,
+        help="token models only: how logits become entities, over what `export --ner-decoding` recorded (default: "
+        "that, else constrained): constrained (the best valid IOB2 sequence) or argmax (as PaddleNLP's own pipeline "
+        "decodes: the same entities as PaddleNLP)",
+    )
+    p.add_argument(
+        "--max-text-chars",
+        type=int,
+        help="the longest text a request may carry, in characters; a longer one is refused by name before it is "
+        f"tokenized (default: {CUT.max_text_chars:,} for a model that reads the cut text, {WINDOWS.max_text_chars:,} "
+        "for one that reads windows over all of it, each within about a second on 2 cores; the cost per character "
+        "is in docs/RELIABILITY.md)",
+    )
+    p.add_argument(
+        "--max-request-chars",
+        type=int,
+        help="the most characters one request may carry in all its texts (default: "
+        f"{CUT.max_request_chars:,} for a cut text, {WINDOWS.max_request_chars:,} for windows)",
+    )
     p.set_defaults(func=run)
 
 
@@ -230,13 +253,22 @@ def run(args) -> None:
         window_size=args.window_size,
         window_stride=args.window_stride,
         head_tokens=args.head_tokens,
+        ner_decoding=args.ner_decoding,
+        max_text_chars=args.max_text_chars,
+        max_request_chars=args.max_request_chars,
     )
     check_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
     for task, name in wanted:
         static = static_model(task, args.static, name)
         entries.append(
-            TaskArtifacts(static.task.named(name), onnx_file(static, args.onnx, name), static.vocab_file, static.labels)
+            TaskArtifacts(
+                static.task.named(name),
+                onnx_file(static, args.onnx, name),
+                static.vocab_file,
+                static.labels,
+                ner_decoding=static.ner_decoding,
+            )
         )
     if args.thresholds:
         if len(entries) != 1 or not entries[0].task.thresholds:

@@ -16,11 +16,19 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.repository.check import check_repository, model_dirs
+    from ernie_deploy.repository.build import served_limits
+    from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
 
     problems = check_repository(args.repository)
     for problem in problems:
         print(problem)
+    for name, decoding in ner_decodings(args.repository).items():
+        print(f"{name}: NER decoding {decoding}")
+    for name, (step, limits) in served_limits(args.repository).items():
+        print(
+            f"{name}: texts of at most {limits.max_text_chars:,} characters, {limits.max_request_chars:,} per request "
+            f"(checked by {step})"
+        )
     if problems:
         # main() turns this into exit status 2
         raise ErnieDeployError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")

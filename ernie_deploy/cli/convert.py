@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASKS
@@ -12,6 +14,12 @@ from ernie_deploy.export.gates import (
     DEFAULT_TOLERANCE,
 )
 from ernie_deploy.export.onnx import DEFAULT_OPSET
+from ernie_deploy.export.precision import (
+    CALIBRATION_METHODS,
+    DEFAULT_CALIBRATION_METHOD,
+    DEFAULT_CALIBRATION_N,
+    reduced,
+)
 
 
 def register(sub) -> None:
@@ -43,11 +51,31 @@ def register(sub) -> None:
     p.add_argument(
         "--quantize",
         default="none",
-        choices=["none", "int8"],
-        help="int8: after the FP32 model passes parity, write a dynamically quantized model (INT8 "
-        "MatMul weights) to --out, the model `build` serves, and keep the FP32 one beside it as "
-        "model.fp32.onnx; INT8-vs-FP32 label agreement and logit drift go to parity.json under "
-        '"int8"',
+        choices=["none", "int8", "int8-static", "int8-dynamic"],
+        help="int8: after the FP32 model passes parity, write an INT8 model (INT8 MatMul weights) to --out, the "
+        "model `build` serves, and keep the FP32 one beside it as model.fp32.onnx; INT8-vs-FP32 label agreement "
+        'and logit drift go to parity.json under "int8". int8 is int8-static: activation scales fixed once, '
+        "calibrated on --calibration-data, so a text's answer does not depend on the texts the server batches it "
+        "with. int8-dynamic scales each batch by its own range (no calibration; a near tie's answer can then "
+        "depend on its batch companions)",
+    )
+    p.add_argument(
+        "--calibration-data",
+        help="with --quantize int8 / int8-static: the texts that fix the activation scales, texts like those the "
+        "model will serve: a split file (.tsv or .jsonl) or a .txt file with one text per line (default: the "
+        "task's dev split; a model of your own should be given texts of its own domain)",
+    )
+    p.add_argument(
+        "--calibration-n",
+        type=int,
+        default=DEFAULT_CALIBRATION_N,
+        help="with --quantize int8 / int8-static: calibrate on at most this many of those texts (one model run each)",
+    )
+    p.add_argument(
+        "--calibration-method",
+        choices=CALIBRATION_METHODS,
+        default=DEFAULT_CALIBRATION_METHOD,
+        help="with --quantize int8 / int8-static: how the scales are read from the calibration activations",
     )
     p.add_argument(
         "--int8-min-agree",
@@ -85,9 +113,9 @@ def run(args) -> None:
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file
 
-    if args.quantize == "int8" and args.fp16:
+    if args.quantize != "none" and args.fp16:
         raise ErnieDeployError(
-            "--fp16 and --quantize int8 each turn model.onnx into a reduced-precision copy of "
+            f"--fp16 and --quantize {args.quantize} each turn model.onnx into a reduced-precision copy of "
             "the FP32 model; they do not combine",
             "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving",
         )
@@ -98,6 +126,7 @@ def run(args) -> None:
             f"--dev chooses a multi-label model's thresholds; {args.name or task.name} is a {task.name} model",
             "drop --dev",
         )
+    calibrate = calibration(args, static)
     texts: list[str] = []
     if not args.skip_parity:
         if args.parity_data:
@@ -116,12 +145,62 @@ def run(args) -> None:
         static,
         onnx_file(static, args.out, args.name),
         max_seq_len=task.max_seq_len,
-        precision="int8" if args.quantize == "int8" else "fp16" if args.fp16 else "fp32",
+        precision=args.quantize if args.quantize != "none" else "fp16" if args.fp16 else "fp32",
         gates=gates,
         opset=args.opset,
         thresholds_dev=(args.dev or split_file(data_dir(task.dataset), "dev", task.split_format))
         if task.thresholds
         else None,
         optimize=args.optimize,
+        calibration=calibrate,
         log=lambda line: print(f"{args.name or task.name}: {line}"),
+    )
+
+
+def calibration(args, static):
+    """What fixes a static INT8 model's activation scales: the first --calibration-n texts of --calibration-data,
+    else of the task's dev split; None for the other precisions. Checked before any conversion work."""
+    from ernie_deploy.export.precision import Calibration
+    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+
+    task = static.task
+    if args.quantize == "none" or not reduced(args.quantize).calibrated:
+        if args.calibration_data:
+            raise ErnieDeployError(
+                "--calibration-data fixes a static INT8 model's scales; this run makes none",
+                "drop --calibration-data, or add --quantize int8",
+            )
+        return None
+    if args.calibration_n < 1:
+        raise ErnieDeployError(f"--calibration-n {args.calibration_n}: calibration needs at least one text")
+    path = (
+        Path(args.calibration_data)
+        if args.calibration_data
+        else split_file(data_dir(task.dataset), "dev", task.split_format)
+    )
+    if not path.exists():
+        raise ErnieDeployError(
+            "static INT8 fixes its activation scales on texts like those the model will serve: "
+            + (
+                f"--calibration-data {path} does not exist"
+                if args.calibration_data
+                else f"no --calibration-data given, and {task.name}'s dev split {path} does not exist"
+            ),
+            "pass texts like those the model will serve (--calibration-data FILE: a .txt with one text per line, "
+            "or a .tsv / .jsonl split file), run `ernie-deploy fetch-data` for the demo task's data, or choose "
+            "--quantize int8-dynamic (no calibration; a text's answer may then depend on its batch companions)",
+        )
+    if path.suffix == ".txt":
+        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        texts = read_split_file(path)[0]
+    if not texts:
+        raise ErnieDeployError(f"{path} holds no texts to calibrate on", "give --calibration-data a file with texts")
+    return Calibration(
+        tuple(texts[: args.calibration_n]),
+        static.vocab_file,
+        task.max_seq_len,
+        lowercase=static.do_lower_case,
+        source=str(path),
+        method=args.calibration_method,
     )

@@ -35,5 +35,15 @@ def run(args) -> None:
     results = evaluate(task, static, onnx_path, split)
     if args.report:
         write_json(results, args.report)
-    for name, report in results.items():
+    if "decodings" in results:  # a token model, scored under each NER decoding
+        print(f"{'NER decoding':<16}{'paddle ' + task.metric:>12}{'onnx ' + task.metric:>12}")
+        for decoding, reports in results["decodings"].items():
+            mark = " *" if decoding == results["ner_decoding"] else ""
+            print(f"{decoding + mark:<16}{reports['paddle'][task.metric]:>12.4f}{reports['onnx'][task.metric]:>12.4f}")
+        print(
+            "* recorded with the model: what `build` serves (argmax decodes as PaddleNLP's own pipeline; change it "
+            "with `export --ner-decoding` or `build --ner-decoding`)"
+        )
+    for name in ("paddle", "onnx"):
+        report = results[name]
         print(f"{name}: {task.metric}: {report[task.metric]:.4f} (n={report['n']})")

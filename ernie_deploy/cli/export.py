@@ -8,6 +8,7 @@ from pathlib import Path
 from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, artifact_name
 from ernie_deploy.core.layout import artifact_dir
 from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.serving.entities import DECODINGS
 
 
 def register(sub) -> None:
@@ -23,6 +24,13 @@ def register(sub) -> None:
         help="the longest input in tokens, [CLS] and [SEP] included, that convert, build and serve tokenize to "
         "(default: the task's 128, at most the model's max_position_embeddings)",
     )
+    p.add_argument(
+        "--ner-decoding",
+        choices=DECODINGS,
+        help="token models: how logits become entities, recorded with the model for `build`: constrained (the "
+        "default: the best valid IOB2 sequence) or argmax (each token's best label, read as PaddleNLP's own "
+        "pipeline reads it: use it for the same entities as PaddleNLP)",
+    )
     p.set_defaults(func=run)
 
 
@@ -35,5 +43,6 @@ def run(args) -> None:
     checkpoint = inspect_checkpoint(Path(args.checkpoint or artifact_dir("checkpoints", folder)))
     labels = json.loads(Path(args.labels).read_text()) if args.labels else None
     out = args.out or artifact_dir("static", folder)
-    static = export(checkpoint, task, out, labels=labels, max_seq_len=args.max_seq_len)
-    print(f"{args.name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len})")
+    static = export(checkpoint, task, out, labels=labels, max_seq_len=args.max_seq_len, ner_decoding=args.ner_decoding)
+    decoding = f", NER decoding {static.ner_decoding}" if static.ner_decoding else ""
+    print(f"{args.name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len}{decoding})")

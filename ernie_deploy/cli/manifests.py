@@ -43,6 +43,17 @@ def register(sub) -> None:
         default=defaults.shm_default_byte_size,
         help="python backend shared-memory region per model instance",
     )
+    p.add_argument(
+        "--grpc-tls",
+        action="store_true",
+        help="serve gRPC over TLS with the certificate and key of the kubernetes.io/tls Secret NAME-grpc-tls "
+        "(HTTP, and the probes on it, stay plain)",
+    )
+    p.add_argument(
+        "--grpc-tls-mutual",
+        action="store_true",
+        help="--grpc-tls, and serve only clients with a certificate signed by the Secret's ca.crt",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,14 +69,19 @@ def options(args) -> ManifestOptions:
         memory_limit=args.memory_limit,
         gpus=args.gpus,
         shm_default_byte_size=args.shm_default_byte_size,
+        grpc_tls=args.grpc_tls or args.grpc_tls_mutual,
+        grpc_tls_mutual=args.grpc_tls_mutual,
     )
 
 
 def run(args) -> None:
-    from ernie_deploy.server.manifests import secret_command, secret_name, write
+    from ernie_deploy.server.manifests import secret_command, secret_name, tls_secret_command, tls_secret_name, write
 
     for path in write(args.repository, args.out, options(args)):
         print(f"wrote {path}")
     # The Deployment mounts the admin key from a Secret that is never written to a file here (see manifests.py).
     print(f"The pods need the Secret {secret_name(args.name)} (the admin key); create it once per namespace:")
     print(f"  {secret_command(args.name)}")
+    if args.grpc_tls or args.grpc_tls_mutual:
+        print(f"and the gRPC TLS Secret {tls_secret_name(args.name)} (or let cert-manager write it):")
+        print(f"  {tls_secret_command(args.name, args.grpc_tls_mutual)}")

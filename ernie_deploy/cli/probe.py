@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tls import add_tls_arguments, https_tls
 from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard library only: cheap to import
 
 
@@ -16,14 +17,16 @@ def register(sub) -> None:
     p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
     p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
+    add_tls_arguments(p, http=True)
     p.set_defaults(func=run)
 
 
 def run(args) -> None:
     from ernie_deploy.server.probe import ProbeFailed, probe
 
+    tls = https_tls(args.url, args)
     try:
-        results = probe(args.url, args.model, args.text, args.timeout)
+        results = probe(args.url, args.model, args.text, args.timeout, tls)
     except ProbeFailed as exc:
         raise ErnieDeployError(
             f"cannot probe {args.url}: {exc}", "check that the server is up and the URL points at its HTTP port"

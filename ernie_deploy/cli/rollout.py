@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ernie_deploy.core.endpoints import GRPC_URL
+from ernie_deploy.core.tls import add_tls_arguments
 
 
 def _common(p) -> None:
@@ -16,6 +17,7 @@ def _common(p) -> None:
         "$ERNIE_DEPLOY_ADMIN_KEY)",
     )
     p.add_argument("--probe-text", action="append", help="text the canary must answer (repeatable)")
+    add_tls_arguments(p)
 
 
 def register(sub) -> None:
@@ -31,6 +33,7 @@ def register(sub) -> None:
 
 def run(args, to_version: int | None = None) -> None:
     from ernie_deploy.client.admin import RepositoryAdmin
+    from ernie_deploy.core.tls import tls_from_args
     from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe, rollout
     from ernie_deploy.repository.build import served_models
 
@@ -41,13 +44,14 @@ def run(args, to_version: int | None = None) -> None:
         raise ErnieDeployError(
             f"{args.repository} serves no model {args.name!r}", f"use one of: {', '.join(sorted(models)) or 'none'}"
         )
-    with RepositoryAdmin.from_env(args.url, args.admin_key_file) as admin:
+    tls = tls_from_args(args)
+    with RepositoryAdmin.from_env(args.url, args.admin_key_file, tls=tls) as admin:
         report = rollout(
             args.repository,
             models[args.name],
             to_version or args.to,
             admin,
-            canary_probe(args.url),
+            canary_probe(args.url, tls),
             probe_texts=args.probe_text or PROBE_TEXTS,
             log=print,
         )

@@ -9,6 +9,9 @@ ERNIE_DEPLOY_ADMIN_KEY. Without any, the server is still restricted, never open:
   which Triton does not grant, so a page cannot unload the models through a restricted server;
 - on any other host it refuses to start: a server reachable from other machines gets a key its operator
   chose and can hand to the tools that load and unload models.
+
+--grpc-tls-cert/--grpc-tls-key (and --grpc-tls-ca: mutual TLS) encrypt gRPC. Triton's HTTP and metrics endpoints
+have no TLS: --http-host keeps them on another address (127.0.0.1) than --host, e.g. behind a TLS proxy.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ernie_deploy.core.admin_key import (
 )
 from ernie_deploy.core.endpoints import LOOPBACK, PORTS
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tls import add_server_tls_arguments, server_tls_from_args
 
 
 def register(sub) -> None:
@@ -36,6 +40,11 @@ def register(sub) -> None:
     p.add_argument("repository", nargs="?", default="models")
     p.add_argument("--tritonserver", help="path to a tritonserver binary (default: the nvidia-pytriton wheel's)")
     p.add_argument("--host", default=LOOPBACK)
+    p.add_argument(
+        "--http-host",
+        help="address of the HTTP and metrics endpoints, which have no TLS (default: --host), e.g. 127.0.0.1 "
+        "while gRPC, over TLS, listens on --host 0.0.0.0",
+    )
     for name, port in PORTS.items():
         p.add_argument(f"--{name}-port", type=int, default=port)
     p.add_argument(
@@ -49,6 +58,7 @@ def register(sub) -> None:
         help=f"file holding the key for the model-repository and model-config APIs (header {ADMIN_KEY_HEADER}); "
         f"default: ${ADMIN_KEY_FILE_ENV}, then ${ADMIN_KEY_ENV}, else a key generated for the run (loopback only)",
     )
+    add_server_tls_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -80,7 +90,19 @@ def admin_key_for(host: str, key_file: str | None = None, environ=None) -> tuple
 def run(args) -> None:
     from ernie_deploy.server.process import serve_forever
 
-    key, generated = admin_key_for(args.host, args.admin_key_file)
+    grpc_tls = server_tls_from_args(args)
+    http_host = args.http_host or args.host
+    if grpc_tls is not None and not is_loopback(http_host):
+        print(
+            f"note: gRPC is encrypted; HTTP (port {args.http_port}) and metrics (port {args.metrics_port}) on "
+            f"{http_host} are not (Triton has no TLS for them): --http-host 127.0.0.1 keeps them local, behind a "
+            "TLS proxy if other machines need them",
+            file=sys.stderr,
+            flush=True,
+        )
+    # the key is needed where either address is reachable from other machines
+    exposed = args.host if not is_loopback(args.host) else http_host
+    key, generated = admin_key_for(exposed, args.admin_key_file)
     if generated is not None:
         print(
             f"admin key: none set ({ADMIN_KEY_ENV}, {ADMIN_KEY_FILE_ENV}, --admin-key-file), so one was generated "
@@ -97,10 +119,12 @@ def run(args) -> None:
             args.repository,
             tritonserver=args.tritonserver,
             host=args.host,
+            http_host=http_host,
             http_port=args.http_port,
             grpc_port=args.grpc_port,
             metrics_port=args.metrics_port,
             admin_key=key,
+            grpc_tls=grpc_tls,
             **shm,
         )
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ernie_deploy.bench.soak import SoakOptions
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 
 
 def register(sub) -> None:
@@ -39,6 +40,8 @@ def register(sub) -> None:
     )
     p.add_argument("--to", type=int, help="with --rollout: the version to roll out to (added by build --version)")
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
+    add_server_tls_arguments(p)  # serve gRPC over TLS, and soak it over TLS
+    add_tls_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -49,8 +52,9 @@ def run(args) -> None:
     from ernie_deploy.bench.soak import run_soak
     from ernie_deploy.core.files import write_json
 
+    grpc_tls, tls = self_served_tls(args, "soak")
     if args.rollout:
-        _rollout(args)
+        _rollout(args, grpc_tls, tls)
         return
     options = SoakOptions(
         requests=args.requests,
@@ -60,6 +64,8 @@ def run(args) -> None:
         chaos_s=args.chaos,
         chaos_kills=args.chaos_kills,
         seed=args.seed,
+        grpc_tls=grpc_tls,
+        tls=tls,
     )
     result, ok = run_soak(args.repository, options)
     if args.report:
@@ -73,7 +79,7 @@ def run(args) -> None:
         )
 
 
-def _rollout(args) -> None:
+def _rollout(args, grpc_tls, tls) -> None:
     import json
 
     from ernie_deploy.bench.config import TaskInputs
@@ -87,7 +93,9 @@ def _rollout(args) -> None:
     if args.rollout not in models:
         raise ErnieDeployError(f"{args.repository} serves no model {args.rollout!r}", f"use one of {sorted(models)}")
     texts = TaskInputs.texts_of(models[args.rollout], args.texts)
-    result = run_rollout_soak(args.repository, args.rollout, args.to, texts, concurrency=args.concurrency)
+    result = run_rollout_soak(
+        args.repository, args.rollout, args.to, texts, concurrency=args.concurrency, grpc_tls=grpc_tls, tls=tls
+    )
     if args.report:
         write_json(result, args.report)
     print(json.dumps(result, ensure_ascii=False, indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ernie_deploy.core.tls import add_tls_arguments
 from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: cheap to import
 
 
@@ -21,6 +22,7 @@ def register(sub) -> None:
         help="seconds between two snapshots: show what happened in between (default: everything since load)",
     )
     p.add_argument("--json", help="also write the numbers as JSON to this file")
+    add_tls_arguments(p, http=True)
     p.set_defaults(func=run)
 
 
@@ -30,6 +32,7 @@ def run(args) -> None:
 
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.core.files import write_json
+    from ernie_deploy.core.tls import https_tls
     from ernie_deploy.repository.build import served_steps
     from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
@@ -44,10 +47,11 @@ def run(args) -> None:
             f"{', '.join(unknown)} is not a served model of {args.repository}", f"use one of: {', '.join(steps)}"
         )
     steps = {name: members for name, members in steps.items() if not args.model or name in args.model}
-    before = snapshot(args.url) if args.interval > 0 else None
+    tls = https_tls(args.url, args)
+    before = snapshot(args.url, tls=tls) if args.interval > 0 else None
     if before is not None:
         time.sleep(args.interval)
-    rows = served_times(steps, snapshot(args.url), before)
+    rows = served_times(steps, snapshot(args.url, tls=tls), before)
     print(format_table(rows))
     if args.json:
         write_json(to_dict(rows), args.json)

@@ -2,7 +2,8 @@
 
 A server started by ernie-deploy answers these only to requests carrying the header ADMIN_KEY_HEADER with its
 key (ernie_deploy.core.admin_key). This client sends it over gRPC (`host:port`) or HTTP (`http://host:port`),
-and turns a refusal into an ErnieDeployError that says whether the key was missing or wrong.
+and turns a refusal into an ErnieDeployError that says whether the key was missing or wrong. Over gRPC with TLS
+(`tls`), the way every client of this project connects (grpc_client.grpc_client).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ernie_deploy.core.admin_key import (
 )
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tls import Tls
 
 # Triton 2.51's answer to a request without the right header: HTTP 403 "This API is restricted, expecting
 # header '<name>'", gRPC UNAVAILABLE "This protocol is restricted, expecting header 'triton-grpc-protocol-<name>'"
@@ -31,7 +33,9 @@ _REFUSED = "is restricted, expecting header"
 class RepositoryAdmin:
     """The repository API of one server. `key`: the admin key (a string, an AdminKey, or None to send none)."""
 
-    def __init__(self, url: str = GRPC_URL, key: str | AdminKey | None = None, *, timeout: float = 60.0):
+    def __init__(
+        self, url: str = GRPC_URL, key: str | AdminKey | None = None, *, timeout: float = 60.0, tls: Tls | None = None
+    ):
         self.url = url
         self.key = check_admin_key(key, "the key argument") if isinstance(key, str) else key
         self.timeout = timeout
@@ -39,13 +43,17 @@ class RepositoryAdmin:
         if self.http:
             import tritonclient.http as httpclient
 
+            if tls is not None:
+                raise ErnieDeployError(
+                    f"TLS options were given for the HTTP URL {url}", "give the server's gRPC address (host:port)"
+                )
             self._client = httpclient.InferenceServerClient(
                 url.split("://", 1)[1], ssl=url.startswith("https://"), network_timeout=timeout
             )
         else:
-            import tritonclient.grpc as grpcclient
+            from ernie_deploy.client.grpc_client import grpc_client
 
-            self._client = grpcclient.InferenceServerClient(url)
+            self._client = grpc_client(url, tls)
 
     @classmethod
     def from_env(cls, url: str = GRPC_URL, key_file: str | os.PathLike | None = None, **kw) -> RepositoryAdmin:

@@ -12,6 +12,7 @@ import numpy as np
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import Tls
 from ernie_deploy.serving.steps import text_problem
 
 DEFAULT_URL = GRPC_URL
@@ -28,6 +29,32 @@ TRANSIENT = {
     "StatusCode.RESOURCE_EXHAUSTED",
     "StatusCode.CANCELLED",
 }
+
+
+def grpc_client(url: str, tls: Tls | None = None, *, aio: bool = False):
+    """A tritonclient gRPC client for `url` (asyncio's with `aio`): plaintext, or over TLS with `tls`'s CA and client
+    certificate. The one place this project makes gRPC clients."""
+    if aio:
+        from tritonclient.grpc.aio import InferenceServerClient
+    else:
+        from tritonclient.grpc import InferenceServerClient
+    if tls is None:
+        return InferenceServerClient(url=url)
+    files = {"root_certificates": tls.ca, "private_key": tls.key, "certificate_chain": tls.cert}
+    return InferenceServerClient(url=url, ssl=True, **{k: str(v) for k, v in files.items() if v is not None})
+
+
+def connect_fix(url: str, tls: Tls | None) -> str:
+    """What to try when nothing answers at `url`: a server that is not there, or one that speaks TLS otherwise."""
+    if tls is None:
+        return (
+            "start one with `ernie-deploy serve models/` or pass --url; if the server serves gRPC over TLS, pass "
+            "--tls-ca (the CA that signed its certificate), and under mutual TLS --tls-cert and --tls-key"
+        )
+    return (
+        f"check the server at {url} is up and serves gRPC over TLS with a certificate --tls-ca signed (for "
+        "this host name or IP); under mutual TLS pass --tls-cert and --tls-key signed by the CA it trusts"
+    )
 
 
 @dataclass(frozen=True)
@@ -60,27 +87,36 @@ class TextError:
 
 
 class Client:
-    def __init__(self, task: TaskSpec, url: str = DEFAULT_URL, *, timeout_s: float = 60.0, retry: Retry = Retry()):
+    def __init__(
+        self,
+        task: TaskSpec,
+        url: str = DEFAULT_URL,
+        *,
+        timeout_s: float = 60.0,
+        retry: Retry = Retry(),
+        tls: Tls | None = None,
+    ):
         import tritonclient.grpc as grpcclient
 
         self.task = task
         self.url = url
         self.timeout_s = timeout_s
         self.retry = retry
+        self.tls = tls
         self.retries = 0  # how many resends this client has made (reported by the soak test)
         self._grpc = grpcclient
-        self.client = grpcclient.InferenceServerClient(url=url)
+        self.client = grpc_client(url, tls)
 
     def check_ready(self) -> None:
         """Fail with a clear message when the server or the model is not there."""
         from tritonclient.utils import InferenceServerException
 
         try:
-            live = self.client.is_server_live()
+            live = self.client.is_server_live(client_timeout=self.timeout_s)
         except InferenceServerException as exc:
+            how = f" over {self.tls.describe()}" if self.tls is not None else ""
             raise ErnieDeployError(
-                f"no Triton server answers at {self.url} ({exc.message()})",
-                "start one with `ernie-deploy serve models/` or pass --url",
+                f"no Triton server answers at {self.url}{how} ({exc.message()})", connect_fix(self.url, self.tls)
             ) from None
         if not live or not self.client.is_server_ready():
             raise ErnieDeployError(f"the Triton server at {self.url} is not ready", "wait for it to finish loading")

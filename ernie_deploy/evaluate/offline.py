@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.serving.entities import DEFAULT_DECODING
 from ernie_deploy.serving.tokenizer import Encoded
 
 
@@ -35,11 +36,21 @@ def _labels(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str
     return [labels[i] for i in logits.argmax(-1)]
 
 
-def _entities(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
-    from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
+def _entities(
+    labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], decoding: str | tuple = DEFAULT_DECODING
+) -> list:
+    return decoded_entities(labels, logits, enc.lengths, enc.offsets, texts, decoding)
 
-    ids = constrained_label_ids(logits, enc.lengths, labels)
-    return [decode_entities(text, ids[i], enc.offsets[i], int(enc.lengths[i]), labels) for i, text in enumerate(texts)]
+
+def decoded_entities(labels: list[str], logits, lengths, offsets, texts: list[str], decoding: str | tuple) -> list:
+    """Each text's entities under `decoding` (serving.entities.DECODINGS), as TokenClsPostprocess decodes them; with
+    a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
+    from ernie_deploy.serving.entities import batch_entities
+
+    if not isinstance(decoding, str):
+        each = {d: batch_entities(texts, logits, lengths, offsets, labels, d) for d in decoding}
+        return [{d: each[d][i] for d in decoding} for i in range(len(texts))]
+    return batch_entities(texts, logits, lengths, offsets, labels, decoding)
 
 
 def _label_sets(
@@ -155,24 +166,40 @@ def evaluate(
 ) -> dict:
     """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines). long_text: how
     a text longer than max_seq_len is read, "window" or a cut ("head"; head_tail is the tokenizer step's alone);
-    None: as `build` serves the task by default (tasks.LONG_TEXT_MODES), so the scores are the served ones."""
+    None: as `build` serves the task by default (tasks.LONG_TEXT_MODES), so the scores are the served ones.
+
+    A token model is scored under every NER decoding from one run of each model: "paddle" and "onnx" are the
+    scores under the decoding its export recorded (the one `build` serves), "ner_decoding" names it, and
+    "decodings" holds {decoding: {"paddle": report, "onnx": report}} for each of serving.entities.DECODINGS."""
     from ernie_deploy.core.tasks import LONG_TEXT_MODES
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
+    from ernie_deploy.serving.entities import DECODINGS
 
     texts, gold = read_split_file(split_file)
     mode = long_text or LONG_TEXT_MODES.get(task.kind, ("head",))[0]
+    decodings = {"decoding": DECODINGS} if task.kind == "token" else {}
     if mode == "window":
-        paddle = paddle_window_predictions(task, static, texts)
-        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts)
+        paddle = paddle_window_predictions(task, static, texts, **decodings)
+        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **decodings)
     else:
-        files = model_files(task, Path(onnx_path).parent, static.labels)
+        files = {**model_files(task, Path(onnx_path).parent, static.labels), **decodings}
         paddle = paddle_predictions(task, static, texts, **files)
         onnx = onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **files)
-    return {
-        "paddle": score(task, texts, gold, paddle, static.labels),
-        "onnx": score(task, texts, gold, onnx, static.labels),
+    if not decodings:
+        return {
+            "paddle": score(task, texts, gold, paddle, static.labels),
+            "onnx": score(task, texts, gold, onnx, static.labels),
+        }
+    each = {
+        d: {
+            name: score(task, texts, gold, [p[d] for p in predicted], static.labels)
+            for name, predicted in (("paddle", paddle), ("onnx", onnx))
+        }
+        for d in DECODINGS
     }
+    served = static.ner_decoding or DEFAULT_DECODING
+    return {**each[served], "ner_decoding": served, "decodings": each}
 
 
 def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
@@ -199,11 +226,12 @@ def window_predict(
     *,
     batch_size: int = 64,
     desc: str = "",
+    decoding: str | tuple = DEFAULT_DECODING,
 ) -> list:
     """Entities of each text read in windows, as the served windowed model returns them: `whole` tokenizes texts
     untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
-    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids."""
-    from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
+    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids.
+    decoding: the NER decoding, or a tuple of them (decoded_entities)."""
     from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
 
     check_stride(stride, max_seq_len)
@@ -223,9 +251,9 @@ def window_predict(
         window_logits = np.zeros((*win.window_ids.shape, logits.shape[-1]), dtype=logits.dtype)
         window_logits[real] = logits
         merged = merge_windows(window_logits, win.window_starts, win.text_lengths)
-        predicted = constrained_label_ids(merged, win.text_lengths, labels)
-        for row, (i, text) in enumerate(zip(idx, batch)):
-            out[i] = decode_entities(text, predicted[row], win.text_offsets[row], int(win.text_lengths[row]), labels)
+        decoded = decoded_entities(labels, merged, win.text_lengths, win.text_offsets, batch, decoding)
+        for i, entities in zip(idx, decoded):
+            out[i] = entities
     return out
 
 
@@ -250,7 +278,13 @@ def _specials(vocab_file: str | Path) -> tuple[int, int, int]:
 
 
 def paddle_window_predictions(
-    task: TaskSpec, static: StaticModel, texts: list[str], stride: int | None = None, *, window: int | None = None
+    task: TaskSpec,
+    static: StaticModel,
+    texts: list[str],
+    stride: int | None = None,
+    *,
+    window: int | None = None,
+    decoding: str | tuple = DEFAULT_DECODING,
 ) -> list:
     """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
     per window, [CLS] and [SEP] included (default max_seq_len); stride: default half a window."""
@@ -267,6 +301,7 @@ def paddle_window_predictions(
         window,
         stride or default_stride(window),
         desc="paddle windows",
+        decoding=decoding,
     )
 
 
@@ -279,6 +314,7 @@ def onnx_window_predictions(
     stride: int | None = None,
     *,
     window: int | None = None,
+    decoding: str | tuple = DEFAULT_DECODING,
 ) -> list:
     """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.runtime import OnnxModel
@@ -296,4 +332,5 @@ def onnx_window_predictions(
         window,
         stride or default_stride(window),
         desc="onnx windows",
+        decoding=decoding,
     )

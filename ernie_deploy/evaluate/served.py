@@ -12,6 +12,7 @@ from ernie_deploy.client.grpc_client import DEFAULT_URL, Client, decode_outputs
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 
 
 def _print_label(text, prediction: str, out: dict, i: int) -> None:
@@ -54,10 +55,11 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         parser.add_argument("--text-pair", action="append", help="the second text of each --text, in order")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
     try:
         task = task.named(args.model)
-        with Client(task, args.url) as client:
+        with Client(task, args.url, tls=tls_from_args(args)) as client:
             client.check_ready()
             if args.text:
                 items = args.text

@@ -16,7 +16,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.gates import Gates, require_logits_rank
-from ernie_deploy.export.precision import REDUCED, check_drift, require_drift
+from ernie_deploy.export.precision import ALIASES, REDUCED, Calibration, canonical, check_drift, require_drift
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
@@ -78,13 +78,35 @@ class ParityReport:
     max_abs_diff: float
     labels_agree: float  # fraction of rows whose argmax matches
     tolerance: float
+    # Token models: the NER decoding recorded with the model (the one `build` serves), and under each decoding
+    # (serving.entities.DECODINGS) the fraction of texts whose entities are the same from Paddle and from ONNX.
+    # The gate holds the recorded decoding to 1.0; the others are reported.
+    ner_decoding: str | None = None
+    entities_agree: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.max_abs_diff <= self.tolerance and self.labels_agree == 1.0
+        entities = self.entities_agree is None or self.entities_agree[self.ner_decoding] == 1.0
+        return self.max_abs_diff <= self.tolerance and self.labels_agree == 1.0 and entities
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
+        data = asdict(self)
+        if self.ner_decoding is None:  # not a token model: no entities
+            del data["ner_decoding"], data["entities_agree"]
+        return {**data, "ok": self.ok}
+
+    def summary(self) -> str:
+        line = (
+            f"parity on {self.n} texts: max abs logit diff {self.max_abs_diff:.2e}, "
+            f"labels agree {self.labels_agree:.2%}"
+        )
+        if self.entities_agree is not None:
+            each = ", ".join(
+                f"{d}{' (served)' if d == self.ner_decoding else ''} {agree:.2%}"
+                for d, agree in self.entities_agree.items()
+            )
+            line += f", entities agree: {each}"
+        return line
 
 
 def check_parity(
@@ -96,8 +118,10 @@ def check_parity(
     batch_size: int = 32,
     tolerance: float = 1e-4,
 ) -> ParityReport:
-    """Run the same batches through Paddle Inference and onnxruntime and compare logits."""
+    """Run the same batches through Paddle Inference and onnxruntime and compare logits; for a token model, also
+    the entities decoded from each under every NER decoding."""
     from ernie_deploy.export.static import PaddlePredictor
+    from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING, batch_entities
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
 
@@ -112,8 +136,10 @@ def check_parity(
     tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
+    entities_same = dict.fromkeys(DECODINGS, 0) if task.kind == "token" else None
     for start in range(0, len(texts), batch_size):
-        enc = encode_items(tokenizer, texts[start : start + batch_size], max_seq_len)
+        batch = texts[start : start + batch_size]
+        enc = encode_items(tokenizer, batch, max_seq_len)
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, static.model_file)
@@ -123,21 +149,33 @@ def check_parity(
         if task.logits_rank == 2:  # per-token labels: a text agrees when every real token does (padding is ignored)
             same = (same | ~enc.attention_mask.astype(bool)).all(axis=-1)
         agree += int(same.sum())
-    return ParityReport(len(texts), worst, agree / len(texts), tolerance)
+        for decoding in entities_same or ():
+            pair = [batch_entities(batch, x, enc.lengths, enc.offsets, static.labels, decoding) for x in (a, b)]
+            entities_same[decoding] += sum(x == y for x, y in zip(*pair))
+    if entities_same is None:
+        return ParityReport(len(texts), worst, agree / len(texts), tolerance)
+    entities_agree = {decoding: same / len(texts) for decoding, same in entities_same.items()}
+    decoding = static.ner_decoding or DEFAULT_DECODING
+    return ParityReport(len(texts), worst, agree / len(texts), tolerance, decoding, entities_agree)
 
 
 def require_parity(report: ParityReport, onnx_path: Path) -> None:
     if not report.ok:
         raise ErnieDeployError(
             f"Paddle and ONNX disagree on {onnx_path}: max abs logit diff {report.max_abs_diff:.3g} "
-            f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts",
+            f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts"
+            + (
+                f", entities ({report.ner_decoding} decoding) on {report.entities_agree[report.ner_decoding]:.2%}"
+                if report.entities_agree is not None
+                else ""
+            ),
             "try another --opset, or convert without optimization; do not serve this model",
         )
 
 
 # --- the whole step: convert, gate, publish -------------------------------------------------------------------
 
-PRECISIONS = ("fp32", *REDUCED)
+PRECISIONS = ("fp32", *ALIASES, *REDUCED)
 REJECTED_REPORT = "parity.rejected.json"
 
 
@@ -151,6 +189,7 @@ def convert_checked(
     opset: int = DEFAULT_OPSET,
     thresholds_dev: str | Path | None = None,
     optimize: bool = False,
+    calibration: Calibration | None = None,
     log=print,
 ) -> Path:
     """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
@@ -164,12 +203,21 @@ def convert_checked(
     staging folder next to `out` and moved in only after every gate passed, `out` last: a failed or interrupted
     run leaves the previous files as they were, and a refused run's report is kept as parity.rejected.json
     (never read by `build`).
+
+    `calibration`: the texts that fix a static INT8 model's activation scales (precision int8-static, and int8,
+    which is it); required there, unused otherwise.
     """
     if precision not in PRECISIONS:
         raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    precision = canonical(precision)
     gates = gates or Gates()
     out = Path(out)
     reduced = REDUCED.get(precision)
+    if reduced is not None and reduced.calibrated and calibration is None:
+        raise ErnieDeployError(
+            f"{reduced.label} needs calibration texts",
+            "pass texts like those the model will serve (`convert --calibration-data FILE`)",
+        )
     fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
     texts = list(gates.texts)
     with staging_dir(out.parent, f"{out.stem}.convert") as staging:
@@ -192,21 +240,17 @@ def convert_checked(
                     static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len, tolerance=gates.tolerance
                 )
                 write_json({**report.to_dict(), **(optimized or {})}, s_parity)
-                log(
-                    f"parity on {report.n} texts: max abs logit diff {report.max_abs_diff:.2e}, "
-                    f"labels agree {report.labels_agree:.2%}"
-                )
+                log(report.summary())
                 require_parity(report, fp32 if reduced else out)
             if reduced:
                 started = time.perf_counter()
-                info = reduced.make(s_fp32, s_out)
-                log(
-                    f"{precision.upper()} model {out} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})"
-                )
+                info = reduced.make(s_fp32, s_out, *([calibration] if reduced.calibrated else []))
+                log(f"{reduced.label} model {out} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})")
                 if texts:
                     drift = check_drift(precision, static, s_fp32, s_out, texts, max_seq_len=max_seq_len, gates=gates)
                     write_json(
-                        {**report.to_dict(), **(optimized or {}), precision: {**drift.to_dict(), **info}}, s_parity
+                        {**report.to_dict(), **(optimized or {}), reduced.report_key: {**drift.to_dict(), **info}},
+                        s_parity,
                     )
                     log(drift.summary())
                     require_drift(drift, out)

@@ -83,6 +83,161 @@ def quantize_int8(
     return {"quantized": counts}
 
 
+# --- INT8, static scales -------------------------------------------------------------------------------------
+
+# What won on the demo models (docs/BENCHMARKS.md, "INT8: static vs dynamic scales"); see quantize_int8_static.
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+QUANT_FORMATS = ("qdq", "qoperator")
+DEFAULT_CALIBRATION_N = 256  # texts; more moved no score on the demo models and costs a model run each
+DEFAULT_CALIBRATION_METHOD = "minmax"
+DEFAULT_QUANT_FORMAT = "qdq"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The texts whose activations fix a static INT8 model's scales, tokenized as the served model's inputs are."""
+
+    texts: tuple  # str, or (text, text_pair) for pair models
+    vocab_file: Path
+    max_seq_len: int
+    lowercase: bool | None = None
+    source: str = ""  # where the texts came from, for parity.json and the log
+    method: str = DEFAULT_CALIBRATION_METHOD
+
+    def feeds(self):
+        """One feed per text, each text alone: no padding, so the recorded ranges are those of real tokens only
+        (a served batch's padding positions may then clip, which changes nothing: attention masks them out and
+        every other op is per token)."""
+        from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
+
+        tokenizer = build_tokenizer(self.vocab_file, lowercase=self.lowercase)
+        for text in self.texts:
+            enc = encode_items(tokenizer, [text], self.max_seq_len)
+            yield {"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids}
+
+
+def _activation_matmuls(model) -> list[str]:
+    """MatMuls whose both inputs are activations (attention's QK^T and its weights x V)."""
+    weights = {i.name for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+
+    def constant(name: str) -> bool:
+        node = producers.get(name)
+        # paddle2onnx keeps some weights behind a Transpose / Cast / Identity of an initializer
+        while node is not None and node.op_type in ("Transpose", "Cast", "Identity", "Reshape") and node.input:
+            name, node = node.input[0], producers.get(node.input[0])
+        return name in weights or (node is not None and node.op_type == "Constant")
+
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and not constant(n.input[1])]
+
+
+def quantize_int8_static(
+    fp32_onnx: str | Path,
+    out_path: str | Path,
+    calibration: Calibration,
+    *,
+    quant_format: str = DEFAULT_QUANT_FORMAT,
+    weights_only: bool = True,
+    activation_type: str = "quint8",
+    reduce_range: bool = False,
+) -> dict:
+    """Static INT8 quantization with onnxruntime: INT8 MatMul weights and INT8 activations at fixed scales,
+    calibrated once on `calibration`'s texts, so a text's answer does not depend on the texts it is batched with
+    (dynamic INT8 scales each batch by its own range). Per-tensor scales; `weights_only`: only the MatMuls with a
+    weight input (those dynamic INT8 quantizes), not attention's activation products. The graph keeps the FP32
+    model's inputs and output exactly; out_path appears only complete, after a test run. Returns counts of the
+    quantized ops and how it was calibrated."""
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    fp32_onnx, out_path = Path(fp32_onnx), Path(out_path)
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+        "entropy": CalibrationMethod.Entropy,
+    }
+    formats = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
+    types = {"qint8": QuantType.QInt8, "quint8": QuantType.QUInt8}
+    for value, known, what in (
+        (calibration.method, methods, "calibration method"),
+        (quant_format, formats, "quantization format"),
+        (activation_type, types, "activation type"),
+    ):
+        if value not in known:
+            raise ErnieDeployError(f"unknown {what} {value!r}", f"use one of {', '.join(known)}")
+    if not calibration.texts:
+        raise ErnieDeployError(
+            "static INT8 needs calibration texts and got none",
+            "pass texts like those the model will serve (--calibration-data), or --quantize int8-dynamic",
+        )
+
+    class Texts(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = calibration.feeds()
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    reference = onnx.load(str(fp32_onnx))
+    excluded = _activation_matmuls(reference) if weights_only else []
+    with tempfile.TemporaryDirectory(prefix="ernie-deploy-int8-static.") as work:
+        src, dst = Path(work) / "fp32.onnx", Path(work) / "int8.onnx"
+        onnx.save(reference, str(src))
+        with _quiet_onnxruntime_tools():
+            quantize_static(
+                src,
+                dst,
+                Texts(),
+                quant_format=formats[quant_format],
+                op_types_to_quantize=["MatMul"],
+                per_channel=False,
+                reduce_range=reduce_range,
+                activation_type=types[activation_type],
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=excluded,
+                calibrate_method=methods[calibration.method],
+                # A float MatMul output feeds float ops (Add, LayerNorm): no requantization after it. (Not
+                # CalibMaxIntermediateOutputs: onnxruntime 1.32 drops each full chunk of outputs uncounted.)
+                extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]},
+            )
+        model = onnx.load(str(dst))
+    _require_same_signature(reference, model, out_path)
+    counts = _static_counts(model)
+    if not counts:
+        raise ErnieDeployError(f"onnxruntime quantized nothing in {fp32_onnx}", "convert without --quantize")
+    with atomic_path(out_path, suffix=".onnx") as tmp:
+        onnx.save(model, str(tmp))
+        _smoke_run(tmp)
+    return {
+        "quantized": counts,
+        "scales": "static",
+        "calibration": {"n": len(calibration.texts), "method": calibration.method, "source": calibration.source},
+    }
+
+
+def _static_counts(model) -> dict[str, int]:
+    """QOperator: the quantized ops; QDQ: the MatMuls whose inputs are dequantized (onnxruntime fuses each into an
+    integer MatMul when it loads the model)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        kind = node.op_type
+        if kind == "MatMul" and all(
+            producers.get(i) is not None and producers[i].op_type == "DequantizeLinear" for i in node.input
+        ):
+            kind = "MatMul (QDQ)"
+        elif kind not in ("QLinearMatMul", "MatMulIntegerToFloat"):
+            continue
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 @contextlib.contextmanager
 def _quiet_onnxruntime_tools():
     """Hide the quantizer's warnings below ERROR, chiefly its advice to run its pre-processing first (measured:
@@ -188,7 +343,7 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
 class DriftReport:
     """A reduced-precision model vs its FP32 source on the parity texts: a drift measure, not an equality check."""
 
-    precision: str  # a key of REDUCED
+    precision: str  # a key of REDUCED (or an alias of one)
     n: int
     labels_agree: float  # fraction of texts whose argmax (every real token's, for token tasks) matches
     max_abs_diff: float  # over real tokens, for token tasks
@@ -204,6 +359,8 @@ class DriftReport:
     @property
     def ok(self) -> bool:
         within = self.tolerance is None or self.max_abs_diff <= self.tolerance
+        # One division (count / total) against a decimal threshold compares in floats as the counts do (297 / 300
+        # and 0.99 are the same float); a difference of two scores does not (export.gates.within).
         return within and self.agreement >= self.min_labels_agree
 
     def to_dict(self) -> dict:
@@ -220,9 +377,8 @@ class DriftReport:
             diff = f"max abs logit diff {self.max_abs_diff:.3f}"
         else:
             diff = f"max abs logit diff {self.max_abs_diff:.3g} (tolerance {self.tolerance:g})"
-        return (
-            f"{self.precision.upper()} vs FP32 on {self.n} texts: labels agree {self.labels_agree:.2%}{tokens}, {diff}"
-        )
+        name = reduced(self.precision).label
+        return f"{name} vs FP32 on {self.n} texts: labels agree {self.labels_agree:.2%}{tokens}, {diff}"
 
 
 def check_drift(
@@ -277,7 +433,7 @@ def check_drift(
 def require_drift(report: DriftReport, path: Path) -> None:
     if report.ok:
         return
-    name = report.precision.upper()
+    name = reduced(report.precision).label
     unit = "tokens" if report.token_labels_agree is not None else "texts"
     if report.tolerance is None:
         problem = (
@@ -301,18 +457,41 @@ def require_drift(report: DriftReport, path: Path) -> None:
 class Precision:
     """A precision `convert` can serve instead of FP32: how its model is made from the FP32 one, and its gate."""
 
-    make: Callable[[Path, Path], dict]  # (FP32 model, out path) -> what was made, recorded in parity.json
+    make: Callable[..., dict]  # (FP32 model, out path[, Calibration]) -> what was made, recorded in parity.json
     describe: Callable[[dict], str]  # what was made, in the log's words
     gate: Callable[[Gates], tuple[float | None, float]]  # -> (max abs logit diff allowed or None, least agreement)
     fix: str  # what to do when its model fails the gate
+    label: str  # its name in the log and in errors
+    report_key: str  # its section of parity.json
+    calibrated: bool = False  # `make` takes a Calibration: the texts that fix its activation scales
+
+
+_INT8_FIX = "serve the FP32 model (convert without --quantize)"
+
+
+def _describe_int8(info: dict) -> str:
+    calibration = info.get("calibration")
+    how = f"; scales calibrated on {calibration['n']} texts ({calibration['method']})" if calibration else ""
+    return f"quantized {info['quantized']}{how}"
 
 
 REDUCED: dict[str, Precision] = {
-    "int8": Precision(
-        make=quantize_int8,
-        describe=lambda info: f"quantized {info['quantized']}",
+    "int8-static": Precision(
+        make=quantize_int8_static,
+        describe=_describe_int8,
         gate=lambda gates: (None, gates.int8_min_agree),
-        fix="serve the FP32 model (convert without --quantize)",
+        fix=f"{_INT8_FIX}, or calibrate on texts like those it will serve (--calibration-data FILE)",
+        label="INT8 (static scales)",
+        report_key="int8",
+        calibrated=True,
+    ),
+    "int8-dynamic": Precision(
+        make=lambda fp32, out: {**quantize_int8(fp32, out), "scales": "dynamic"},
+        describe=_describe_int8,
+        gate=lambda gates: (None, gates.int8_min_agree),
+        fix=_INT8_FIX,
+        label="INT8 (dynamic scales)",
+        report_key="int8",
     ),
     "fp16": Precision(
         make=convert_fp16,
@@ -320,11 +499,25 @@ REDUCED: dict[str, Precision] = {
         gate=lambda gates: (gates.fp16_tolerance, gates.fp16_min_agree),
         fix="serve the FP32 model (convert without --fp16), or raise --fp16-tolerance / lower --fp16-min-agree "
         "if this drift is acceptable",
+        label="FP16",
+        report_key="fp16",
     ),
 }
 
+# `--quantize int8`: the INT8 kind chosen by measurement (docs/BENCHMARKS.md, "INT8: static vs dynamic scales"):
+# static scales, so that a text's answer does not depend on the texts the server batches it with.
+INT8_DEFAULT = "int8-static"
+ALIASES = {"int8": INT8_DEFAULT}
+
+
+def canonical(precision: str) -> str:
+    """A precision's name in REDUCED ("int8" is INT8_DEFAULT); other names are returned as they are."""
+    return ALIASES.get(precision, precision)
+
 
 def reduced(precision: str) -> Precision:
+    precision = canonical(precision)
     if precision not in REDUCED:
-        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(REDUCED)}")
+        names = ", ".join([*ALIASES, *REDUCED])
+        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {names}")
     return REDUCED[precision]

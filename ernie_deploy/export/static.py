@@ -5,7 +5,8 @@ static model (PIR `.json` or legacy `.pdmodel`) is copied through unchanged.
 
 export.json, beside the model, carries what later stages must agree on: the task, the label names, the
 longest input (`max_seq_len`, at most the model's `max_position_embeddings`) and the tokenizer's
-`do_lower_case` (also written to tokenizer_config.json beside vocab.txt, where the serving tokenizer reads it).
+`do_lower_case` (also written to tokenizer_config.json beside vocab.txt, where the serving tokenizer reads it);
+for a token model, its NER decoding (`ner_decoding`, serving.entities.DECODINGS), which `build` serves.
 
 ERNIE 3.0 checkpoints (`use_task_id`) export with the same two inputs as the others: given no task_type_ids,
 paddlenlp's embedding layer adds the row of the config's `task_id` (0) to every token, and that constant
@@ -41,6 +42,8 @@ class StaticModel:
     task: TaskSpec
     max_positions: int | None = None  # the model's max_position_embeddings, when its config said
     do_lower_case: bool = True  # the tokenizer's, from the checkpoint's tokenizer_config.json
+    # A token model's NER decoding (serving.entities.DECODINGS); None: not recorded (the default; other kinds).
+    ner_decoding: str | None = None
 
     @property
     def max_seq_len(self) -> int:
@@ -74,6 +77,7 @@ class StaticModel:
             task,
             info.get("max_positions"),
             bool(info.get("do_lower_case", True)),
+            info.get("ner_decoding") if task.kind == "token" else None,
         )
 
 
@@ -115,11 +119,21 @@ def export(
     labels: list[str] | None = None,
     *,
     max_seq_len: int | None = None,
+    ner_decoding: str | None = None,
 ) -> StaticModel:
     """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically).
 
     max_seq_len: the longest input, in tokens, that later stages tokenize to (default: the task's, at most the
-    model's max_position_embeddings)."""
+    model's max_position_embeddings). ner_decoding: a token model's NER decoding (serving.entities.DECODINGS;
+    default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does."""
+    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+
+    if task.kind != "token" and ner_decoding is not None:
+        raise ErnieDeployError(
+            f"--ner-decoding sets how a token model decodes entities; {task.name} is a {task.kind} task",
+            "drop --ner-decoding",
+        )
+    decoding = check_decoding(ner_decoding or DEFAULT_DECODING) if task.kind == "token" else None
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}
@@ -150,6 +164,8 @@ def export(
             "max_positions": max_positions,
             "do_lower_case": do_lower_case,
         }
+        if decoding is not None:
+            meta["ner_decoding"] = decoding
         write_json(meta, tmp / "export.json")
     return StaticModel.load(out_dir)
 

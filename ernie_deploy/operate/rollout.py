@@ -21,6 +21,7 @@ from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tls import Tls
 from ernie_deploy.repository.versions import VersionedModel
 
 # Real text for the canary probe when the caller gives none: Chinese, Latin and digits, one long enough to be cut.
@@ -118,11 +119,12 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
             log(f"{model.name}: could not reload {step}: {exc.problem}")
 
 
-def canary_probe(url: str) -> Callable[[TaskSpec, Sequence[str]], None]:
-    """The probe `rollout` takes: every text sent to the canary over gRPC must come back as a well-formed answer."""
+def canary_probe(url: str, tls: Tls | None = None) -> Callable[[TaskSpec, Sequence[str]], None]:
+    """The probe `rollout` takes: every text sent to the canary over gRPC (with `tls`, over TLS) must come back as a
+    well-formed answer."""
 
     def probe(canary: TaskSpec, texts: Sequence[str]) -> None:
-        with Client(canary, url) as client:
+        with Client(canary, url, tls=tls) as client:
             client.check_ready()
             # A pair model gets each text paired with itself, as `ernie-deploy probe` sends it.
             items = [t if len(canary.inputs) == 1 else (t,) * len(canary.inputs) for t in texts]

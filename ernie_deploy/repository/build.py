@@ -26,9 +26,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
-from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
+from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, WINDOW_OUTPUTS, TaskSpec, get_task
 from ernie_deploy.repository.configs import parse, render, task_configs, tokenizer_config, warmup_files
 from ernie_deploy.repository.options import BuildOptions, long_text_mode
+from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 VERSION = "1"
@@ -41,13 +42,15 @@ SETTINGS_PARAMETER = "settings_sha256"
 class TaskArtifacts:
     """What `build` needs of one model: its task under the model's name (`task.ensemble`; see TaskSpec.named),
     the converted model, the vocabulary and the label names; for a task with per-label thresholds, the thresholds
-    file (default: thresholds.json beside the ONNX model, as `convert` writes it)."""
+    file (default: thresholds.json beside the ONNX model, as `convert` writes it); for a token model, the NER
+    decoding its export recorded (StaticModel.ner_decoding; None: the default), which `--ner-decoding` overrides."""
 
     task: TaskSpec
     onnx: Path
     vocab_file: Path
     labels: list[str]
     thresholds: Path | None = None
+    ner_decoding: str | None = None
 
     def checked_thresholds(self) -> dict[str, float] | None:
         """The model's thresholds, checked against its labels (None: its task has none)."""
@@ -101,6 +104,10 @@ class _Existing:
             if SETTINGS_PARAMETER in config.parameters
         }
 
+    def steps(self, name: str) -> list[str]:
+        """The models a request to served model `name` runs through: an ensemble's steps in order, or itself."""
+        return [step.model_name for step in self.configs[name].ensemble_scheduling.step] or [name]
+
     def served(self) -> list[str]:
         """Names of the models users call: ensembles, and fused models (python models that name a task)."""
         return [
@@ -129,10 +136,30 @@ def served_steps(repository: str | Path) -> dict[str, list[str]]:
     """The models users can call in `repository`, each with the models its requests run through: an ensemble's
     steps in order, or a fused model alone."""
     existing = _Existing.read(Path(repository))
-    return {
-        name: [step.model_name for step in existing.configs[name].ensemble_scheduling.step] or [name]
-        for name in sorted(existing.served())
-    }
+    return {name: existing.steps(name) for name in sorted(existing.served())}
+
+
+def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
+    """The models users can call in `repository`, each with the step that tokenizes its texts and the request limits
+    that step holds it to (serving.limits: those of the reading it asks for, windows or the cut text; a tokenizer
+    built before the limits were recorded enforces the defaults)."""
+    existing = _Existing.read(Path(repository))
+    out = {}
+    for name in sorted(existing.served()):
+        served = existing.configs[name]
+        asked = {key for step in served.ensemble_scheduling.step for key in step.output_map}
+        for step in existing.steps(name):
+            parameters = existing.configs[step].parameters
+            if "tokenizer_file" in parameters:
+
+                def read(key, parameters=parameters):
+                    return parameters[key].string_value if key in parameters else None
+
+                # an ensemble asks its tokenizer for the window tensors; a fused model reads them itself
+                windows = bool(asked & set(WINDOW_OUTPUTS)) or read("long_text") == "window"
+                out[name] = (step, ReadingLimits.from_parameters(read).reading(windows))
+                break
+    return out
 
 
 def tokenizer_steps(
@@ -221,7 +248,13 @@ def build(
         (
             e,
             task_configs(
-                e.task, e.onnx, options, tokenizers[e.task.ensemble][0], pad_token_id(e.vocab_file), labels=e.labels
+                e.task,
+                e.onnx,
+                options,
+                tokenizers[e.task.ensemble][0],
+                pad_token_id(e.vocab_file),
+                labels=e.labels,
+                recorded_decoding=e.ner_decoding,
             ),
         )
         for e in entries
@@ -355,10 +388,17 @@ def build_version(
     configs = {
         c.name: c
         for c in task_configs(
-            entry.task, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file), labels=entry.labels
+            entry.task,
+            entry.onnx,
+            options,
+            tokenizer,
+            pad_token_id(entry.vocab_file),
+            labels=entry.labels,
+            recorded_decoding=entry.ner_decoding,
         )
     }
     for step, current in model.steps.items():
+        _unrecorded_default_decoding(configs[step], current)
         if without_versions(configs[step]) != without_versions(current):
             raise ErnieDeployError(
                 f"version {version} of {name!r} does not fit {step}'s config (another signature, label count or "
@@ -392,6 +432,17 @@ def build_version(
             model.write(model.with_versions(step, [serving]))
     model.write(model.pinned(serving))
     return written
+
+
+def _unrecorded_default_decoding(new: mc.ModelConfig, current: mc.ModelConfig) -> None:
+    """A postprocess built before the NER decoding was recorded runs the default one: a new version that decodes
+    the same way fits it, so the parameter it would add is left out of the comparison."""
+    from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING
+
+    if DECODING_PARAMETER in current.parameters or DECODING_PARAMETER not in new.parameters:
+        return
+    if new.parameters[DECODING_PARAMETER].string_value == DEFAULT_DECODING:
+        del new.parameters[DECODING_PARAMETER]
 
 
 def remove(repository: str | Path, names: list[str]) -> None:

@@ -274,6 +274,43 @@ def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:
     return problems
 
 
+def _check_ner_decoding(name: str, config: mc.ModelConfig) -> list[Problem]:
+    """A token postprocess's NER decoding must be one it knows, or the step does not load."""
+    from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS
+
+    if DECODING_PARAMETER not in config.parameters:
+        return []
+    value = config.parameters[DECODING_PARAMETER].string_value
+    if value in DECODINGS:
+        return []
+    return [
+        Problem(
+            name,
+            f"parameter {DECODING_PARAMETER} is {value!r}, not one of {', '.join(DECODINGS)}",
+            f"rebuild the model with `ernie-deploy build --ner-decoding {DECODINGS[0]}` (or {DECODINGS[1]})",
+        )
+    ]
+
+
+def ner_decodings(path: str | Path) -> dict[str, str]:
+    """Each token model served from the repository at `path` -> the NER decoding its postprocess runs (the step that
+    answers the entities: the ensemble's last step, or a fused model itself). A model built before the decoding was
+    recorded runs the default."""
+    from ernie_deploy.repository.build import served_models, served_steps
+    from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING
+
+    root, out = Path(path), {}
+    steps = served_steps(root)
+    for name, task in served_models(root).items():
+        if task.kind != "token":
+            continue
+        config, _ = _load(root / steps[name][-1])
+        parameters = config.parameters if config is not None else {}
+        recorded = DECODING_PARAMETER in parameters
+        out[name] = parameters[DECODING_PARAMETER].string_value if recorded else f"{DEFAULT_DECODING} (not recorded)"
+    return out
+
+
 def _check_model(
     model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig], gpus: int
 ) -> list[Problem]:
@@ -318,6 +355,7 @@ def _check_model(
             )
         )
     problems.extend(_check_ort_options(name, config))
+    problems.extend(_check_ner_decoding(name, config))
     for warmup in config.model_warmup:
         for input_name, item in warmup.inputs.items():
             if item.input_data_file and not (model_dir / "warmup" / item.input_data_file).is_file():

@@ -27,6 +27,7 @@ from ernie_deploy.repository.options import (
     check_task_options,
     head_tokens,
     long_text_mode,
+    ner_decoding,
     window_size,
     window_stride,
 )
@@ -114,7 +115,8 @@ def tokenizer_config(
 ) -> mc.ModelConfig:
     """The tokenizer model of the tasks that take `inputs` (a text, or a text and its pair)."""
     multiple = max_seq_len if options.classic else options.pad_to_multiple_of
-    params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len}
+    # The request limits live with the tokenizer that enforces them (and so in its fingerprint).
+    params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len, **options.limits.parameters()}
     outputs = list(TOKENIZER_OUTPUTS)
     if len(inputs) == 1:
         # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
@@ -160,10 +162,18 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
     return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
 
 
-def postprocess_config(task: TaskSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
+def postprocess_config(
+    task: TaskSpec, logits: TensorSpec, options: BuildOptions, recorded_decoding: str | None = None
+) -> mc.ModelConfig:
+    """recorded_decoding: a token model's NER decoding as its export recorded it (options.ner_decoding overrides)."""
+    from ernie_deploy.serving.entities import DECODING_PARAMETER
+
     inputs = [logits, *task.postprocess_extra_inputs]
     outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
     params = {"labels_file": "labels.json"}
+    decoding = ner_decoding(task, options, recorded_decoding)
+    if decoding is not None:
+        params[DECODING_PARAMETER] = decoding  # written always, so `check` and a reader of the config see it
     if long_text_mode(task, options) == "window":
         # The windows' logits and where each window starts in the whole text; the postprocess merges them and
         # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
@@ -218,10 +228,12 @@ def task_configs(
     tokenizer_step: str = TOKENIZER_STEP,
     pad_token_id: int = 0,
     labels: list[str] | None = None,
+    recorded_decoding: str | None = None,
 ) -> list[mc.ModelConfig]:
     """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
     dims are checked, not assumed. `labels` (the model's label names) are needed by --graph-postprocess only,
-    whose model step outputs are those of the postprocess graph built from them."""
+    whose model step outputs are those of the postprocess graph built from them. `recorded_decoding`: a token
+    model's NER decoding as its export recorded it (StaticModel.ner_decoding); options.ner_decoding overrides it."""
     check_options(options)
     check_task_options(task, options)
     inputs, outputs = onnx_signature(onnx_path)
@@ -266,7 +278,7 @@ def task_configs(
         steps = [tokenizer, model_config(task, ordered, graph_outputs, options, pad_token_id)]
         return steps + [ensemble_config(task, steps, options)]
     model = model_config(task, ordered, outputs, options, pad_token_id)
-    steps = [tokenizer, model, postprocess_config(task, outputs[0], options)]
+    steps = [tokenizer, model, postprocess_config(task, outputs[0], options, recorded_decoding)]
     ensemble = ensemble_config(task, steps, options)
     if options.fused:
         return [fused_config(task, steps, ensemble, options)]

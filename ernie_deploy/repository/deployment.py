@@ -13,6 +13,7 @@
         task: token_cls
         source: bootstrap         # or a local folder / archive
         fetch: {budget: 5}        # per-stage options: `ernie-deploy fetch|export|convert` flags
+        export: {ner_decoding: argmax}   # a token model's decoding, recorded with it: PaddleNLP's own argmax
         convert: {quantize: int8}
 
 `ernie-deploy apply deploy.yaml` runs each model through fetch, export and convert, then builds the repository

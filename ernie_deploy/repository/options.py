@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LONG_TEXT_MODES, TaskSpec
+from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.runtime import SPIN_MODES
 
 RUNTIMES = ("onnxruntime", "python")
@@ -70,10 +71,22 @@ class BuildOptions:
     # The tokenizer inside the python model step (text -> logits in one process), the postprocess a step of its
     # own: a layout between the default ensemble and --fused, one hop fewer than the ensemble; python runtime only.
     tokenizer_in_model: bool = False
+    # Token models: how logits become entities (serving.entities.DECODINGS), over what each model's export recorded;
+    # None: the recorded one (constrained where none was). Refused for models of other kinds.
+    ner_decoding: str | None = None
+    # What one request may cost (serving.limits): the longest text and the most text per request, in characters;
+    # past either the tokenizer refuses the request by name (INVALID_ARG) before tokenizing anything. None: the
+    # measured default of the model's reading (the cut text, or windows over all of it).
+    max_text_chars: int | None = None
+    max_request_chars: int | None = None
 
     @property
     def batching(self) -> bool:
         return not self.classic
+
+    @property
+    def limits(self) -> ReadingLimits:
+        return ReadingLimits.given(self.max_text_chars, self.max_request_chars)
 
 
 def check_options(options: BuildOptions) -> None:
@@ -146,10 +159,29 @@ def check_options(options: BuildOptions) -> None:
             "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
         )
     _check_layout(options)
+    _check_limits(options)
+    if options.ner_decoding is not None:
+        from ernie_deploy.serving.entities import check_decoding
+
+        check_decoding(options.ner_decoding)
     if options.head_tokens is not None and options.long_text != "head_tail":
         raise ErnieDeployError(
             "--head-tokens sets how --long-text head_tail splits a text",
             "drop --head-tokens, or add --long-text head_tail",
+        )
+
+
+def _check_limits(options: BuildOptions) -> None:
+    """A limit of at least one character, and requests that can carry a text of the longest length."""
+    given = [v for v in (options.max_text_chars, options.max_request_chars) if v is not None]
+    limits = options.limits
+    if any(v < 1 for v in given) or any(r.max_request_chars < r.max_text_chars for r in (limits.cut, limits.windows)):
+        raise ErnieDeployError(
+            f"--max-text-chars {options.max_text_chars} and --max-request-chars {options.max_request_chars}: a text "
+            f"needs at least one character, and a request must be able to carry one text of the longest length (the "
+            f"defaults: {limits.cut.max_text_chars:,} and {limits.cut.max_request_chars:,} for a cut text, "
+            f"{limits.windows.max_text_chars:,} and {limits.windows.max_request_chars:,} for windows)",
+            "pass --max-text-chars of 1 or more and --max-request-chars of at least as many",
         )
 
 
@@ -209,6 +241,23 @@ def check_task_options(task: TaskSpec, options: BuildOptions) -> None:
             "build it without --graph-postprocess (build models of other kinds separately, with --task or --name)",
         )
     long_text_mode(task, options)
+    ner_decoding(task, options)
+
+
+def ner_decoding(task: TaskSpec, options: BuildOptions, recorded: str | None = None) -> str | None:
+    """How `task`'s model turns logits into entities: --ner-decoding, else `recorded` (what its export.json says),
+    else the default; None for a model of another kind, which has no entities (a --ner-decoding for it is refused)."""
+    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+
+    if task.kind != "token":
+        if options.ner_decoding is not None:
+            raise ErnieDeployError(
+                f"--ner-decoding sets how a token model decodes entities; {task.ensemble!r} is a {task.kind} model",
+                "build token models separately with it (--task token_cls or --name N), or record it per model "
+                "with `ernie-deploy export --ner-decoding` (a deployment file's export: {ner_decoding: ...})",
+            )
+        return None
+    return check_decoding(options.ner_decoding or recorded or DEFAULT_DECODING)
 
 
 def long_text_mode(task: TaskSpec, options: BuildOptions) -> str:

@@ -54,3 +54,19 @@ def restricted_args(key: str) -> list[str]:
         f"--http-restricted-api={apis}:{ADMIN_KEY_HEADER}={key}",
         f"--grpc-restricted-protocol={apis}:{ADMIN_KEY_HEADER}={key}",
     ]
+
+
+# The image's wrapper (docker/restrict-admin-apis.sh) adds grpc_tls_args() for the files these name (the Kubernetes
+# Deployment sets them to its TLS Secret's files; tests/test_tls.py runs the script and compares).
+GRPC_TLS_CERT_ENV = "ERNIE_DEPLOY_GRPC_TLS_CERT"
+GRPC_TLS_KEY_ENV = "ERNIE_DEPLOY_GRPC_TLS_KEY"
+GRPC_TLS_CA_ENV = "ERNIE_DEPLOY_GRPC_TLS_CA"
+
+
+def grpc_tls_args(cert: str | os.PathLike, key: str | os.PathLike, ca: str | os.PathLike | None = None) -> list[str]:
+    """The flags that make tritonserver (2.51) serve gRPC over TLS with `cert` and `key`, and with `ca` mutual TLS:
+    a client must present a certificate `ca` signed. HTTP and metrics stay plain: Triton has no TLS for them."""
+    args = ["--grpc-use-ssl=true", f"--grpc-server-cert={cert}", f"--grpc-server-key={key}"]
+    if ca is not None:
+        args += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={ca}"]
+    return args

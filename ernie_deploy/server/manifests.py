@@ -10,6 +10,10 @@ The admin key (ernie_deploy.core.admin_key) is a Kubernetes Secret the Deploymen
 hand with `kubectl create secret` (secret_command()). No Secret object is written: a template with a
 placeholder in deploy/k8s/ would be applied with the rest by `kubectl apply -f deploy/k8s/`, and every
 cluster would share the placeholder as its key.
+
+gRPC over TLS (`grpc_tls`, `grpc_tls_mutual`): the Deployment mounts a kubernetes.io/tls Secret (tls.crt, tls.key,
+and ca.crt for mutual TLS: what cert-manager writes) and points the image's wrapper at its files
+(args.GRPC_TLS_*_ENV). The probes are HTTP, which stays plain, and keep working unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ernie_deploy.core import endpoints
 from ernie_deploy.core.admin_key import ADMIN_KEY_FILE_ENV
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.server.args import server_args
+from ernie_deploy.server.args import GRPC_TLS_CA_ENV, GRPC_TLS_CERT_ENV, GRPC_TLS_KEY_ENV, server_args
 from ernie_deploy.server.preflight import (
     DEFAULT_SHM_BYTE_SIZE,
     PYTHON_BACKEND_GROWTH_BYTE_SIZE,
@@ -40,6 +44,8 @@ KEY_WRAPPER = "restrict-admin-apis"
 # The Secret holding the admin key is mounted here; the key is its entry SECRET_KEY.
 SECRET_MOUNT = "/run/secrets/ernie-deploy"
 SECRET_KEY = "admin-key"
+# The gRPC TLS Secret (kubernetes.io/tls, plus ca.crt for mutual TLS) is mounted here.
+TLS_MOUNT = "/run/secrets/ernie-deploy-grpc-tls"
 DEFAULT_IMAGE = "ernie-deploy:0.1.0"
 PORTS = tuple(endpoints.PORTS.items())
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
@@ -74,10 +80,26 @@ class ManifestOptions:
     gpus: int = 0
     shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE
     shm_growth_byte_size: int = PYTHON_BACKEND_GROWTH_BYTE_SIZE
+    grpc_tls: bool = False  # serve gRPC over TLS with the Secret tls_secret_name(name)
+    grpc_tls_mutual: bool = False  # and require client certificates signed by its ca.crt (implies grpc_tls)
 
 
 def secret_name(name: str) -> str:
     return f"{name}-admin-key"
+
+
+def tls_secret_name(name: str) -> str:
+    return f"{name}-grpc-tls"
+
+
+def tls_secret_command(name: str = ManifestOptions.name, mutual: bool = False) -> str:
+    """The command that creates the gRPC TLS Secret from the server's certificate and key (and the CA that signs
+    client certificates). cert-manager's Certificate writes the same Secret, ca.crt included."""
+    ca = " --from-file=ca.crt=ca.crt" if mutual else ""
+    return (
+        f"kubectl create secret generic {tls_secret_name(name)} --type=kubernetes.io/tls "
+        f"--from-file=tls.crt=server.crt --from-file=tls.key=server.key{ca}"
+    )
 
 
 def secret_command(name: str = ManifestOptions.name) -> str:
@@ -150,6 +172,15 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             "raise --memory-limit, or lower the shared memory per instance (--shm-default-byte-size)",
         )
 
+    # gRPC TLS: the Secret's files, named to the image's wrapper (which adds the flags), and where it is mounted.
+    tls_env, tls_mounts, tls_volumes = [], [], []
+    if options.grpc_tls or options.grpc_tls_mutual:
+        files = {GRPC_TLS_CERT_ENV: "tls.crt", GRPC_TLS_KEY_ENV: "tls.key"}
+        if options.grpc_tls_mutual:
+            files[GRPC_TLS_CA_ENV] = "ca.crt"
+        tls_env = [{"name": env, "value": f"{TLS_MOUNT}/{file}"} for env, file in files.items()]
+        tls_mounts = [{"name": "grpc-tls", "mountPath": TLS_MOUNT, "readOnly": True}]
+        tls_volumes = [{"name": "grpc-tls", "secret": {"secretName": tls_secret_name(options.name)}}]
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
     probe = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "timeoutSeconds": 2}
     limits: dict[str, object] = {"memory": options.memory_limit}
@@ -170,12 +201,13 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             ),
         ],
         # The wrapper reads the admin key from the Secret's file (a missing Secret keeps the pod from starting).
-        "env": [{"name": ADMIN_KEY_FILE_ENV, "value": f"{SECRET_MOUNT}/{SECRET_KEY}"}],
+        "env": [{"name": ADMIN_KEY_FILE_ENV, "value": f"{SECRET_MOUNT}/{SECRET_KEY}"}, *tls_env],
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": limits},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "admin-key", "mountPath": SECRET_MOUNT, "readOnly": True},
+            *tls_mounts,
         ],
         # Models load before the HTTP endpoint answers at all: up to 5 minutes before liveness counts.
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
@@ -208,6 +240,7 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
                     "volumes": [
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}},
                         {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},
+                        *tls_volumes,
                     ],
                 },
             },
@@ -261,6 +294,14 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
             f"# Admin key (guards loading and unloading models): create the Secret {secret_name(options.name)} once:\n"
             f"#   {secret_command(options.name)}\n"
         )
+        if options.grpc_tls or options.grpc_tls_mutual:
+            mutual = options.grpc_tls_mutual
+            text += (
+                f"# gRPC over {'mutual ' if mutual else ''}TLS: create the Secret {tls_secret_name(options.name)} "
+                "from the server's certificate and key"
+                + (" and the CA of the clients' certificates" if mutual else "")
+                + f" (HTTP and the probes stay plain):\n#   {tls_secret_command(options.name, mutual)}\n"
+            )
     return text
 
 

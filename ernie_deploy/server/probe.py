@@ -8,7 +8,8 @@ liveness check: it sends one short text through every loaded ensemble (or fused 
 so the orchestrator restarts the container.
 
 Standard library only, over HTTP: it runs every few seconds as its own process, so it must start fast
-and import nothing heavy.
+and import nothing heavy. Over https:// (a TLS proxy in front of Triton's HTTP port, which has no TLS of its own)
+with `tls`'s CA and client certificate.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from ernie_deploy.core.endpoints import HTTP_URL
+from ernie_deploy.core.tls import Tls
 
 DEFAULT_URL = HTTP_URL
 PROBE_TEXT = "ok"
@@ -40,11 +42,24 @@ class ProbeFailed(Exception):
     """The server cannot be probed at all (down, or nothing to send a text to)."""
 
 
-def _request(url: str, timeout: float, body: dict | None = None) -> dict:
+def _opener(tls: Tls | None) -> urllib.request.OpenerDirector:
+    if tls is None:
+        return _OPENER
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls.ssl_context())
+    )
+
+
+def http_json(
+    url: str, timeout: float, body: dict | None = None, *, headers: dict | None = None, tls: Tls | None = None
+) -> dict:
+    """GET `url` (POST `body` as JSON) and return the JSON answer; ProbeFailed with Triton's reason if it fails."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    req = urllib.request.Request(
+        url, data=data, headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})}
+    )
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
+        with _opener(tls).open(req, timeout=timeout) as resp:
             payload = resp.read()
     except urllib.error.HTTPError as e:  # Triton puts its reason in {"error": "..."}
         try:
@@ -57,16 +72,16 @@ def _request(url: str, timeout: float, body: dict | None = None) -> dict:
     return json.loads(payload) if payload else {}
 
 
-def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0) -> list[str]:
+def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0, tls: Tls | None = None) -> list[str]:
     """Names of the ready models users call: ensembles, each covering every step it wires, and fused models
     (python models that take only texts and do not answer with token ids, as a tokenizer step does).
 
     Read from the statistics (loaded models) and metadata (platform, tensors) APIs, which stay open where the
     server puts its repository index and model configs behind the admin key: a liveness check holds no secret.
     """
-    stats = _request(f"{url}/v2/models/stats", timeout)
+    stats = http_json(f"{url}/v2/models/stats", timeout, tls=tls)
     names = sorted({entry["name"] for entry in stats.get("model_stats", [])})
-    return [name for name in names if _served(_request(f"{url}/v2/models/{name}", timeout))]
+    return [name for name in names if _served(http_json(f"{url}/v2/models/{name}", timeout, tls=tls))]
 
 
 def _served(meta: dict) -> bool:
@@ -81,17 +96,19 @@ def _text_tensor(spec: dict, text: str) -> dict:
     return {"name": spec["name"], "datatype": "BYTES", "shape": shape, "data": [text] * math.prod(shape)}
 
 
-def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0) -> ProbeResult:
+def probe_model(
+    name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0, tls: Tls | None = None
+) -> ProbeResult:
     """One inference of `text` through model `name`, its text inputs found from the model's metadata."""
     t0 = time.monotonic()
     try:
-        meta = _request(f"{url}/v2/models/{name}", timeout)
+        meta = http_json(f"{url}/v2/models/{name}", timeout, tls=tls)
         inputs = meta.get("inputs", [])
         if not inputs or any(i.get("datatype") != "BYTES" for i in inputs):
             raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, not the text inputs a probe can send")
         # The same text in every text input: a pair model is probed with the text paired with itself.
         body = {"inputs": [_text_tensor(i, text) for i in inputs]}
-        answer = _request(f"{url}/v2/models/{name}/infer", timeout, body)
+        answer = http_json(f"{url}/v2/models/{name}/infer", timeout, body, tls=tls)
         if not answer.get("outputs"):
             raise ProbeFailed("answered with no outputs")
     except ProbeFailed as e:
@@ -100,14 +117,18 @@ def probe_model(name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeo
 
 
 def probe(
-    url: str = DEFAULT_URL, models: list[str] | None = None, text: str = PROBE_TEXT, timeout: float = 5.0
+    url: str = DEFAULT_URL,
+    models: list[str] | None = None,
+    text: str = PROBE_TEXT,
+    timeout: float = 5.0,
+    tls: Tls | None = None,
 ) -> list[ProbeResult]:
     """Probe `models` (default: every ready ensemble). Raises ProbeFailed when there is nothing to probe."""
     url = url.rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
-    _request(f"{url}/v2/health/live", timeout)
-    names = models or ensembles(url, timeout)
+    http_json(f"{url}/v2/health/live", timeout, tls=tls)
+    names = models or ensembles(url, timeout, tls)
     if not names:
         raise ProbeFailed(f"{url} has no ready ensemble to send a text to")
-    return [probe_model(name, url, text, timeout) for name in names]
+    return [probe_model(name, url, text, timeout, tls) for name in names]

@@ -22,7 +22,8 @@ from pathlib import Path
 from ernie_deploy.core.admin_key import AdminKey, check_admin_key, read_admin_key_file
 from ernie_deploy.core.endpoints import PORTS
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server.args import restricted_args, server_args
+from ernie_deploy.core.tls import ServerTls
+from ernie_deploy.server.args import grpc_tls_args, restricted_args, server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
 from ernie_deploy.server.logs import likely_fix, log_excerpt
 from ernie_deploy.server.preflight import (
@@ -63,6 +64,10 @@ class TritonServer:
     model-repository and model-config APIs answer only requests carrying it in the header
     ernie_deploy.core.admin_key.ADMIN_KEY_HEADER (see args.restricted_args); without one they are open, as
     Triton's are. `ernie-deploy serve` always passes one (see ernie_deploy/cli/serve.py).
+
+    grpc_tls: serve gRPC over TLS (mutual TLS when it has a CA). HTTP and metrics stay plain (Triton has no TLS
+    for them): http_host binds those two elsewhere than `host`, e.g. gRPC on 0.0.0.0 and HTTP on 127.0.0.1. The
+    launcher's own calls (readiness, the stub watchdog) go over HTTP, so they need no client certificate.
     """
 
     def __init__(
@@ -85,6 +90,8 @@ class TritonServer:
         on_stub_restart=None,
         admin_key: str | AdminKey | None = None,
         admin_key_file: str | os.PathLike | None = None,
+        grpc_tls: ServerTls | None = None,
+        http_host: str | None = None,
     ):
         if shm_default_byte_size <= 0:
             raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
@@ -94,6 +101,8 @@ class TritonServer:
         self.model_repository = Path(model_repository).absolute()
         self._tritonserver = tritonserver
         self.host = host
+        self.http_host = http_host or host  # HTTP and metrics
+        self.grpc_tls = grpc_tls
         self._wanted_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
         self.ports = dict(self._wanted_ports)
         self.shm_default_byte_size = shm_default_byte_size
@@ -117,25 +126,28 @@ class TritonServer:
         self.stop_seconds: float | None = None
 
     # -- addresses ---------------------------------------------------------------------------
-    @property
-    def _client_host(self) -> str:
-        if self.host in ("", "0.0.0.0"):
+    @staticmethod
+    def _client_host(host: str) -> str:
+        if host in ("", "0.0.0.0"):
             return "127.0.0.1"
-        if self.host == "::":
+        if host == "::":
             return "[::1]"
-        return f"[{self.host}]" if ":" in self.host else self.host
+        return f"[{host}]" if ":" in host else host
+
+    def _bind_host(self, what: str) -> str:
+        return self.host if what == "grpc" else self.http_host
 
     @property
     def grpc_url(self) -> str:
-        return f"{self._client_host}:{self.ports['grpc']}"
+        return f"{self._client_host(self.host)}:{self.ports['grpc']}"
 
     @property
     def http_url(self) -> str:
-        return f"http://{self._client_host}:{self.ports['http']}"
+        return f"http://{self._client_host(self.http_host)}:{self.ports['http']}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self._client_host}:{self.ports['metrics']}/metrics"
+        return f"http://{self._client_host(self.http_host)}:{self.ports['metrics']}/metrics"
 
     @property
     def pid(self) -> int | None:
@@ -170,11 +182,11 @@ class TritonServer:
             # What only this launcher needs: the wheel's prepared backends, loopback addresses and
             # chosen ports, a region prefix of its own (so stop() can sweep what a killed server leaks).
             f"--backend-directory={prepared_backend_dir(self.binary)}",
-            f"--http-address={self.host}",
+            f"--http-address={self.http_host}",
             f"--http-port={self.ports['http']}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.ports['grpc']}",
-            f"--metrics-address={self.host}",
+            f"--metrics-address={self.http_host}",
             f"--metrics-port={self.ports['metrics']}",
             "--allow-gpu-metrics=false",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -186,6 +198,8 @@ class TritonServer:
             args += ["--model-control-mode=explicit", "--load-model=*"]
         if self.admin_key is not None:
             args += restricted_args(self.admin_key.value)
+        if self.grpc_tls is not None:
+            args += grpc_tls_args(self.grpc_tls.cert, self.grpc_tls.key, self.grpc_tls.ca)
         return args + list(self.extra_args)
 
     def _shown(self, argv: list[str]) -> str:
@@ -204,7 +218,7 @@ class TritonServer:
             check_shm(self.model_repository, self.shm_default_byte_size, self.shm_growth_byte_size)
         for what, port in self.ports.items():
             if port:
-                check_port_free(self.host, port, what)
+                check_port_free(self._bind_host(what), port, what)
 
     def start(self, timeout: float = 120) -> TritonServer:
         if self.is_running():
@@ -248,9 +262,9 @@ class TritonServer:
 
             self.watchdog = StubWatchdog(
                 self._proc.pid,
-                self.grpc_url,
+                self.http_url,
                 on_restart=self.on_stub_restart,
-                headers=self.admin_key.headers(grpc=True) if self.admin_key is not None else None,
+                headers=self.admin_key.headers() if self.admin_key is not None else None,
             )
             self.watchdog.start()
         return self
@@ -361,9 +375,10 @@ def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float =
             previous[sig] = signal.signal(sig, lambda signum, frame: stop_requested.set())
     try:
         server.start(timeout=start_timeout)
+        grpc_tls = f" ({server.grpc_tls.describe()})" if server.grpc_tls is not None else ""
         print(
             f"Triton is ready in {server.start_seconds:.1f} s (pid {server.pid}, {server.binary.kind})\n"
-            f"  grpc:    {server.grpc_url}\n"
+            f"  grpc:    {server.grpc_url}{grpc_tls}\n"
             f"  http:    {server.http_url}\n"
             f"  metrics: {server.metrics_url}\n"
             f"  log:     {server.log_path}\n"

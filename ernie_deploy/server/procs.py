@@ -53,6 +53,20 @@ def group_members(pgid: int, proc: str = "/proc") -> list[int]:
     return [p.pid for p in processes(proc) if p.pgrp == pgid and p.alive]
 
 
+def group_rss_bytes(pgid: int, proc: str = "/proc") -> int:
+    """The resident memory of every live process in group `pgid`, added up (pages two of them share, such as the
+    python backend's shared memory, count in each: an upper bound). 0 where none can be read."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in group_members(pgid, proc):
+        try:
+            with open(f"{proc}/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def start_group(argv: list[str], log, env: dict | None = None, *, die_with_parent: bool = True):
     """Start `argv` as the leader of a new process group (a subprocess.Popen), stdout and stderr into the open file
     `log`: everything it starts shares its group, so `stop_group` and `group_cpu_seconds` reach all of it. With

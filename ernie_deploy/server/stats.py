@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server.probe import ProbeFailed, _request
+from ernie_deploy.core.tls import Tls
+from ernie_deploy.server.probe import ProbeFailed, http_json
 
 NS_PER_MS = 1e6
 
@@ -70,10 +71,10 @@ def _times(entry: dict) -> ModelTimes:
     )
 
 
-def snapshot(url: str, timeout: float = 5.0) -> dict[str, ModelTimes]:
-    """Every loaded model's counters, by name, from `GET <url>/v2/models/stats`."""
+def snapshot(url: str, timeout: float = 5.0, tls: Tls | None = None) -> dict[str, ModelTimes]:
+    """Every loaded model's counters, by name, from `GET <url>/v2/models/stats` (over https://: `tls`)."""
     try:
-        answer = _request(f"{url}/v2/models/stats", timeout)
+        answer = http_json(f"{url}/v2/models/stats", timeout, tls=tls)
     except ProbeFailed as exc:
         raise ErnieDeployError(
             f"cannot read statistics from {url}: {exc}", "check that the server is up and the URL is its HTTP port"

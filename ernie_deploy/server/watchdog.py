@@ -6,6 +6,9 @@ code): every later request to that model fails with "Stub process ... is not hea
 the server with explicit model control and this watchdog: it watches the server's stub processes and,
 when one is gone, reloads its model through the repository API. A reload with an unchanged config is a
 no-op in Triton, so the reload carries a config override that differs only in a counter parameter.
+
+It calls the server's HTTP endpoint, which is plain whatever gRPC is: under mutual TLS the launcher holds no
+client certificate, and needs none.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ernie_deploy.server.probe import ProbeFailed, http_json
 from ernie_deploy.server.procs import processes
 
 STUB_COMM = "triton_python_"  # /proc/<pid>/comm is cut at 15 characters
@@ -51,12 +55,13 @@ def stub_processes(server_pid: int, proc: str = "/proc") -> dict[int, str]:
 
 
 class StubWatchdog(threading.Thread):
-    """Polls the server's stubs every `interval` seconds and reloads a model whose stub count dropped."""
+    """Polls the server's stubs every `interval` seconds and reloads a model whose stub count dropped, through the
+    server's HTTP endpoint `url` (http://host:port)."""
 
     def __init__(
         self,
         server_pid: int,
-        grpc_url: str,
+        url: str,
         *,
         interval: float = 0.5,
         on_restart: Callable[[StubRestart], None] | None = None,
@@ -64,7 +69,7 @@ class StubWatchdog(threading.Thread):
     ):
         super().__init__(name=f"stub-watchdog-{server_pid}", daemon=True)
         self.server_pid = server_pid
-        self.grpc_url = grpc_url
+        self.url = url
         self.interval = interval
         self.on_restart = on_restart
         self.headers = headers  # the admin key's header, where the server restricts its repository API
@@ -78,29 +83,32 @@ class StubWatchdog(threading.Thread):
             self.join(timeout=5)
 
     def run(self) -> None:
-        import tritonclient.grpc as grpcclient
+        while not self._halt.wait(self.interval):
+            if not os.path.exists(f"/proc/{self.server_pid}"):
+                return  # the server itself is gone: that is the launcher's business, not ours
+            now = Counter(stub_processes(self.server_pid).values())
+            for model, want in self._expected.items():
+                if now[model] < want and not self._halt.is_set():
+                    self._reload(model)
 
-        client = grpcclient.InferenceServerClient(self.grpc_url)
+    def _ready(self, model: str) -> bool:
         try:
-            while not self._halt.wait(self.interval):
-                if not os.path.exists(f"/proc/{self.server_pid}"):
-                    return  # the server itself is gone: that is the launcher's business, not ours
-                now = Counter(stub_processes(self.server_pid).values())
-                for model, want in self._expected.items():
-                    if now[model] < want and not self._halt.is_set():
-                        self._reload(client, model)
-        finally:
-            client.close()
+            http_json(f"{self.url}/v2/models/{model}/ready", 10)
+        except ProbeFailed:  # 400 while not ready
+            return False
+        return True
 
-    def _reload(self, client, model: str) -> None:
+    def _reload(self, model: str) -> None:
         died, t0 = time.time(), time.monotonic()
         try:
-            config = client.get_model_config(model, headers=self.headers, as_json=True)["config"]
+            config = http_json(f"{self.url}/v2/models/{model}/config", 10, headers=self.headers)
             params = config.setdefault("parameters", {})
             count = int(params.get(RESTART_PARAMETER, {}).get("string_value", "0")) + 1
             params[RESTART_PARAMETER] = {"string_value": str(count)}
-            client.load_model(model, headers=self.headers, config=json.dumps(config))
-            event = StubRestart(model, died, time.monotonic() - t0, client.is_model_ready(model))
+            # A reload waits for the model to load: seconds for a python model, longer for a large ONNX one.
+            body = {"parameters": {"config": json.dumps(config)}}
+            http_json(f"{self.url}/v2/repository/models/{model}/load", 300, body, headers=self.headers)
+            event = StubRestart(model, died, time.monotonic() - t0, self._ready(model))
         except Exception as exc:  # keep watching the other models; the failure is reported
             event = StubRestart(model, died, time.monotonic() - t0, False, str(exc))
         self.restarts.append(event)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
+from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
@@ -51,25 +52,44 @@ _FIXES = {
 }
 
 
-def decode_texts(array: np.ndarray, name: str = "text") -> list[str]:
+def decode_texts(array: np.ndarray, name: str = "text", limits: TextLimits | None = None) -> list[str]:
     """BYTES tensor [B, 1] -> list of str, rejecting what the model cannot use with a message that names
-    every bad text of the request by its input and index (so a caller can resend the good ones)."""
+    every bad text of the request by its input and index (so a caller can resend the good ones). With `limits`, a
+    text over the model's length limit is one of those, found before it is decoded where its bytes tell."""
     if array.dtype != np.object_:
         raise BadRequest(
             f"input {name!r} has dtype {array.dtype}; expected BYTES (TYPE_STRING)",
             "send UTF-8 strings as a BYTES tensor of shape [batch, 1]",
         )
-    items = array.reshape(-1)
-    problems = [(i, p) for i, p in enumerate(map(text_problem, items)) if p]
+    texts, problems, fixes = [], [], {}
+    for i, item in enumerate(array.reshape(-1)):
+        text, problem, fix = _decode_one(item, limits)
+        if problem:
+            problems.append(f"{name} {i} {problem}")
+            fixes[fix] = None
+        texts.append(text)
     if problems:
-        fixes = dict.fromkeys(fix for key, fix in _FIXES.items() for _, p in problems if p.startswith(key))
-        raise BadRequest("; ".join(f"{name} {i} {p}" for i, p in problems), "; ".join(fixes))
-    return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in items]
+        raise BadRequest("; ".join(problems), "; ".join(fixes))
+    return texts
 
 
-def decode_inputs(inputs: dict[str, np.ndarray], names: list[str]) -> list:
+def _decode_one(item, limits: TextLimits | None) -> tuple[str | None, str | None, str | None]:
+    """(text, None, None) for a text the model can serve, else (None, problem, fix)."""
+    if limits is not None and isinstance(item, bytes) and (problem := limits.bytes_problem(item)):
+        return None, problem, limits.text_fix  # too long to be within the limit, whatever it decodes to
+    problem = text_problem(item)
+    if problem:
+        return None, problem, next(fix for key, fix in _FIXES.items() if problem.startswith(key))
+    text = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+    if limits is not None and (problem := limits.text_problem(text)):
+        return None, problem, limits.text_fix
+    return text, None, None
+
+
+def decode_inputs(inputs: dict[str, np.ndarray], names: list[str], limits: TextLimits | None = None) -> list:
     """The request's texts (one input) or (text, text_pair) tuples (two inputs), every input checked and named in
-    the error: a pair with an empty side fails with that side's name and index."""
+    the error: a pair with an empty side fails with that side's name and index. With `limits`, each text is held to
+    the model's length limit and the request's texts together to its request limit."""
     missing = [n for n in names if inputs.get(n) is None]
     if missing:
         raise BadRequest(
@@ -79,11 +99,15 @@ def decode_inputs(inputs: dict[str, np.ndarray], names: list[str]) -> list:
     columns, problems = [], []
     for name in names:
         try:
-            columns.append(decode_texts(inputs[name], name))
+            columns.append(decode_texts(inputs[name], name, limits))
         except BadRequest as exc:
             problems.append(exc)
     if problems:
         raise BadRequest("; ".join(e.problem for e in problems), "; ".join(dict.fromkeys(e.fix for e in problems)))
+    if limits is not None:
+        problem = limits.request_problem(sum(map(len, (t for c in columns for t in c))), sum(map(len, columns)))
+        if problem:
+            raise BadRequest(problem, limits.request_fix)
     if len(columns) == 1:
         return columns[0]
     if len({len(c) for c in columns}) != 1:
@@ -104,18 +128,27 @@ class Step:
         """Validate and unpack one request; raise BadRequest naming what is wrong with it."""
         return inputs
 
+    def check_request(self, inputs: dict[str, np.ndarray], wanted: set[str] | None):
+        """`check`, for a step whose checks depend on what the request asks of it (`wanted`: its output names; None:
+        all)."""
+        return self.check(inputs)
+
     def run(self, items: list, requested: set[str] | None) -> list[dict[str, np.ndarray]]:
         """The checked requests -> their outputs, in order; `requested`: the outputs anyone reads (None: all)."""
         raise NotImplementedError
 
     def run_requests(
-        self, requests: list[dict[str, np.ndarray]], requested: set[str] | None = None
+        self,
+        requests: list[dict[str, np.ndarray]],
+        requested: set[str] | None = None,
+        wanted: list[set[str]] | None = None,
     ) -> list[dict[str, np.ndarray] | ErnieDeployError]:
+        """`requested`: the outputs any request reads (None: all); `wanted`: each request's own (None: `requested`)."""
         results: list = [None] * len(requests)
         good, items = [], []
         for i, inputs in enumerate(requests):
             try:
-                items.append(self.check(inputs))
+                items.append(self.check_request(inputs, requested if wanted is None else wanted[i]))
                 good.append(i)
             except ErnieDeployError as exc:
                 results[i] = exc
@@ -179,6 +212,8 @@ class TokenizerStep(Step):
         self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
         head = parameter(config, "head_tokens", "")
         self.head_tokens = int(head) if head else None
+        # What one request may cost (serving.limits), per reading: checked before anything is tokenized.
+        self.limits = ReadingLimits.from_parameters(lambda key: parameter(config, key, "") or None)
         # What it can make: every tokenizer output, but windows for a single text only (a pair is cut, never windowed).
         able = [t.name for t in TOKENIZER_OUTPUTS if len(self.inputs) == 1 or t.name not in WINDOW_OUTPUTS]
         self.outputs = [o["name"] for o in config.get("output", [])] or able
@@ -190,7 +225,12 @@ class TokenizerStep(Step):
             )
 
     def check(self, inputs):
-        return decode_inputs(inputs, self.inputs)
+        return self.check_request(inputs, None)
+
+    def check_request(self, inputs, wanted):
+        # A request that asks for the window tensors has its whole text read by the model: the windows' limits.
+        windows = bool(_WINDOW_OUTPUTS.intersection(self.outputs if wanted is None else wanted))
+        return decode_inputs(inputs, self.inputs, self.limits.reading(windows))
 
     def run(self, items: list[list], requested=None) -> list[dict[str, np.ndarray]]:
         from ernie_deploy.serving.tokenizer import encode_pairs, padded_width
@@ -221,12 +261,14 @@ class TokenizerStep(Step):
                 else None
             )
         windowed = len(cut) < len(names)
-        win = encode_windows(self.tokenizer, flat, self.window, self.stride, whole=whole) if windowed else None
         results = []
         for rows in _split_rows([len(texts) for texts in items]):
             out = {}
-            if win is not None:
-                own = _own_windows(win, rows, self.window, self.pad_to_multiple_of, self.tokenizer)
+            if windowed:
+                # Windows per request, not over the merged batch: a batch's window tensors are padded to its longest
+                # text, so one long text would make every request it was merged with pay for its windows.
+                win = encode_windows(self.tokenizer, flat[rows], self.window, self.stride, whole=whole[rows])
+                own = _own_windows(win, self.window, self.pad_to_multiple_of, self.tokenizer)
                 out.update({name: own[name] for name in names if name in own})
             if enc is None:
                 results.append(out)
@@ -243,16 +285,14 @@ class TokenizerStep(Step):
         return results
 
 
-def _own_windows(win, rows: slice, window: int, pad_to_multiple_of: int, tokenizer) -> dict[str, np.ndarray]:
-    """One request's window tensors: its own window count, window width and text length, whoever shared the batch.
-    The width goes to a length bucket with pad_to_multiple_of, as `input_ids` do (for model steps that batch only
-    requests of one shape)."""
+def _own_windows(win, window: int, pad_to_multiple_of: int, tokenizer) -> dict[str, np.ndarray]:
+    """One request's window tensors (`win`: its texts' windows). The width goes to a length bucket with
+    pad_to_multiple_of, as `input_ids` do (for model steps that batch only requests of one shape)."""
     from ernie_deploy.serving.tokenizer import PAD, padded_width
 
-    count = int((win.window_starts[rows] >= 0).sum(axis=1).max())
-    longest = int(win.text_lengths[rows].max())
+    longest = int(win.text_lengths.max())
     width = padded_width(min(longest, window), window, pad_to_multiple_of)
-    ids, types = win.window_ids[rows, :count, :width], win.window_type_ids[rows, :count, :width]
+    ids, types = win.window_ids[:, :, :width], win.window_type_ids[:, :, :width]
     if ids.shape[2] < width:
         pad = ((0, 0), (0, 0), (0, width - ids.shape[2]))
         ids = np.pad(ids, pad, constant_values=tokenizer.token_to_id(PAD) or 0)
@@ -260,9 +300,9 @@ def _own_windows(win, rows: slice, window: int, pad_to_multiple_of: int, tokeniz
     return {
         "window_ids": np.ascontiguousarray(ids),
         "window_type_ids": np.ascontiguousarray(types),
-        "window_starts": np.ascontiguousarray(win.window_starts[rows, :count]),
-        "text_offsets": np.ascontiguousarray(win.text_offsets[rows, :longest]),
-        "text_lengths": win.text_lengths[rows].reshape(-1, 1),
+        "window_starts": win.window_starts,
+        "text_offsets": win.text_offsets,
+        "text_lengths": win.text_lengths.reshape(-1, 1),
     }
 
 
@@ -426,6 +466,10 @@ class TokenClsPostprocess(Step):
         self.labels = _read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
         # build --long-text window: the logits of each text's windows, merged here
         self.windowed = parameter(config, "long_text", "") == "window"
+        from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING, check_decoding
+
+        # build --ner-decoding (or what export recorded): argmax as PaddleNLP, or the best valid IOB2 sequence
+        self.decoding = check_decoding(parameter(config, DECODING_PARAMETER, DEFAULT_DECODING))
 
     def check(self, inputs):
         if self.windowed:
@@ -439,16 +483,16 @@ class TokenClsPostprocess(Step):
             )
         if offsets.shape[:2] != logits.shape[:2]:
             raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
-        from ernie_deploy.serving.entities import constrained_label_ids
+        from ernie_deploy.serving.entities import label_ids
 
         lengths = inputs["lengths"].reshape(-1)
-        return decode_texts(inputs["text"]), constrained_label_ids(logits, lengths, self.labels), offsets, lengths
+        return decode_texts(inputs["text"]), label_ids(logits, lengths, self.labels, self.decoding), offsets, lengths
 
     def _check_windows(self, inputs):
         """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
         [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into whole-text logits
         (ernie_deploy.serving.windows), then decoded like a text that fit."""
-        from ernie_deploy.serving.entities import constrained_label_ids
+        from ernie_deploy.serving.entities import label_ids
         from ernie_deploy.serving.windows import merge_windows
 
         logits, starts = inputs[LOGITS], inputs["window_starts"]
@@ -487,7 +531,7 @@ class TokenClsPostprocess(Step):
         # Checked above: every token lies in a window, so no entity was cut off (the response's `truncated`).
         truncated = np.zeros((len(lengths), 1), dtype=bool)
         lengths = np.where(empty, 0, lengths)
-        predicted = constrained_label_ids(merged, lengths, self.labels)
+        predicted = label_ids(merged, lengths, self.labels, self.decoding)
         return decode_texts(inputs["text"]), predicted, offsets, lengths, truncated
 
     def run(self, items, requested=None):
@@ -496,7 +540,9 @@ class TokenClsPostprocess(Step):
         results = []
         for texts, predicted, offsets, lengths, *truncated in items:  # decoding walks each text's spans
             entities = [
-                entities_to_json(decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels))
+                entities_to_json(
+                    decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels, self.decoding)
+                )
                 for i, text in enumerate(texts)
             ]
             results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
@@ -553,7 +599,7 @@ class PipelineStep(Step):
         self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
 
     def check(self, inputs):
-        return self.tokenizer.check(inputs), inputs["text"]
+        return self.tokenizer.check_request(inputs, set(self.inputs)), inputs["text"]
 
     def run(self, items, requested=None):
         tokens = self.tokenizer.run([texts for texts, _ in items], self.tokens)
@@ -577,7 +623,7 @@ class TokenizerOnnxStep(Step):
         self.outputs = [o["name"] for o in config.get("output", [])] or [LOGITS]
 
     def check(self, inputs):
-        return self.tokenizer.check(inputs)
+        return self.tokenizer.check_request(inputs, set(self.inputs))
 
     def run(self, items, requested=None):
         wanted = set(self.outputs if requested is None else requested) | set(self.inputs)

@@ -42,7 +42,7 @@ class StepModel:
             wanted.append(set(request.requested_output_names()) or set(self.outputs))
         # All requests of this execute run as one batch; a bad request fails alone, with its message,
         # and the model and the server stay up.
-        results = self.impl.run_requests(inputs, set().union(*wanted))
+        results = self.impl.run_requests(inputs, set().union(*wanted), wanted)
         responses = []
         for result, names in zip(results, wanted):
             if isinstance(result, ErnieDeployError):

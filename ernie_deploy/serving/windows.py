@@ -74,15 +74,24 @@ def deciding_window(tokens: int, starts: Sequence[int], size: int) -> np.ndarray
     context there is on that side), so it does not count. Ties go to the earlier window."""
     if tokens == 0:
         return np.zeros(0, dtype=np.int64)
-    starts_arr = np.asarray(starts, dtype=np.int64)[:, None]
+    starts_arr = np.asarray(starts, dtype=np.int64)
     ends = np.minimum(starts_arr + size, tokens)  # exclusive
-    position = np.arange(tokens)[None, :]
-    inside = (position >= starts_arr) & (position < ends)
+    position = np.arange(tokens)
+    # Only the windows that hold a token can decide it, and with increasing starts (and so ends) those are a run of
+    # consecutive windows: from the first that ends after it to the last that starts at or before it. Scoring those
+    # alone costs tokens x (windows per token), linear in the text; a [windows, tokens] table grew with its square
+    # (a 300,000-character text took 18 GB).
+    first = np.searchsorted(ends, position, side="right")
+    count = np.searchsorted(starts_arr, position, side="right") - first
+    candidates = first[None, :] + np.arange(max(int(count.max()), 1))[:, None]  # [most windows per token, tokens]
+    inside = candidates < (first + count)[None, :]
+    candidates = np.minimum(candidates, len(starts_arr) - 1)
+    own_start, own_end = starts_arr[candidates], ends[candidates]
     big = tokens + size  # farther than any real distance
-    left = np.where(starts_arr > 0, position - starts_arr, big)
-    right = np.where(ends < tokens, ends - 1 - position, big)
+    left = np.where(own_start > 0, position - own_start, big)
+    right = np.where(own_end < tokens, own_end - 1 - position, big)
     margin = np.where(inside, np.minimum(left, right), -1)
-    return margin.argmax(axis=0)
+    return candidates[margin.argmax(axis=0), position]
 
 
 def merge_window_logits(window_logits: np.ndarray, starts: Sequence[int], tokens: int, size: int) -> np.ndarray:

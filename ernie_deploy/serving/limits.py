@@ -1,0 +1,121 @@
+"""What one request may cost: a limit on one text's length and on all the text one request carries, checked before
+any tokenization, so a hostile or careless client cannot make a served model spend unbounded time or memory.
+
+Limits count characters (Unicode code points), not tokens:
+- characters can be counted before the tokenizer runs, and the tokenizer is itself a cost that grows with the text
+  (about 4 us a character here, measured); a token limit could only be checked after paying for it;
+- every cost after the tokenizer (windows, the model, decoding, offsets, the entities' JSON) grows linearly with the
+  tokens, and the tokens with the characters: one per CJK character, one per one or more Latin letters, and at most
+  a few for a character that Unicode decomposes into a letter and marks;
+- a user can check them without the vocabulary, in the same unit their text editor shows.
+
+What a character costs depends on how the model reads a text, so each reading has its own limits. A model that reads
+the cut text (a classifier; NER with `--long-text head`) runs on max_seq_len tokens whatever the length: past the
+tokenizer its cost is fixed. A model that reads the whole text in windows (NER's default) runs every token through
+the model about twice (windows overlap by half): measured with the demo NER model, about 0.3 ms a character against
+6 us for the classifier (docs/RELIABILITY.md, "Bounded cost per request"). A tokenizer shared by models of both
+readings holds both, and holds each request to the limits of what it asks for (the window tensors, or the cut).
+
+Standard library only: runs inside Triton's python backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """The longest text, and the most characters in all the texts of one request."""
+
+    max_text_chars: int
+    max_request_chars: int
+
+    def bytes_problem(self, item: bytes) -> str | None:
+        """Why one raw text is refused before it is decoded (too many bytes to be within the limit), or None."""
+        if len(item) > _UTF8_MAX_BYTES_PER_CHAR * self.max_text_chars:
+            return (
+                f"is {len(item):,} bytes, so more than the {self.max_text_chars:,} characters this model takes per "
+                "text (max_text_chars)"
+            )
+        return None
+
+    def text_problem(self, text: str) -> str | None:
+        """Why one decoded text is refused for its length, or None."""
+        if len(text) > self.max_text_chars:
+            return f"has {len(text):,} characters, over this model's limit of {self.max_text_chars:,} (max_text_chars)"
+        return None
+
+    def request_problem(self, total_chars: int, texts: int) -> str | None:
+        if total_chars > self.max_request_chars:
+            return (
+                f"the request carries {total_chars:,} characters in {texts} texts, over this model's limit of "
+                f"{self.max_request_chars:,} per request (max_request_chars)"
+            )
+        return None
+
+    @property
+    def text_fix(self) -> str:
+        return (
+            f"send texts of at most {self.max_text_chars:,} characters (split a longer one), or rebuild the model with "
+            "`ernie-deploy build --max-text-chars N` (docs/RELIABILITY.md gives the time and memory per character)"
+        )
+
+    @property
+    def request_fix(self) -> str:
+        return (
+            f"send at most {self.max_request_chars:,} characters per request (fewer texts per request), or rebuild the "
+            "model with `ernie-deploy build --max-request-chars N`"
+        )
+
+
+# The most bytes a character takes in UTF-8: a text of more bytes than 4 x the limit is refused before it is decoded.
+_UTF8_MAX_BYTES_PER_CHAR = 4
+
+# The defaults per reading: the longest text answered within a budget of about a second and a few hundred MB of server
+# memory on 2 CPU cores with the demo models (bench.input_cost; the figures are in docs/RELIABILITY.md), and a request
+# of at most four such texts (a few seconds: a batch client sends many texts at once, most of them short).
+CUT = TextLimits(max_text_chars=100_000, max_request_chars=400_000)
+WINDOWS = TextLimits(max_text_chars=4_000, max_request_chars=16_000)
+
+
+@dataclass(frozen=True)
+class ReadingLimits:
+    """The limits a tokenizer enforces: for requests that read the cut text, and for those that read windows."""
+
+    cut: TextLimits = CUT
+    windows: TextLimits = WINDOWS
+
+    # config parameter -> (reading, field)
+    PARAMETERS = {
+        "max_text_chars": ("cut", "max_text_chars"),
+        "max_request_chars": ("cut", "max_request_chars"),
+        "window_max_text_chars": ("windows", "max_text_chars"),
+        "window_max_request_chars": ("windows", "max_request_chars"),
+    }
+
+    @classmethod
+    def given(cls, max_text_chars: int | None = None, max_request_chars: int | None = None) -> ReadingLimits:
+        """The defaults, with what the user set (`build --max-text-chars/--max-request-chars`) for every reading."""
+
+        def one(default: TextLimits) -> TextLimits:
+            return TextLimits(max_text_chars or default.max_text_chars, max_request_chars or default.max_request_chars)
+
+        return cls(one(CUT), one(WINDOWS))
+
+    def reading(self, windows: bool) -> TextLimits:
+        return self.windows if windows else self.cut
+
+    def parameters(self) -> dict[str, int]:
+        return {key: getattr(getattr(self, reading), field) for key, (reading, field) in self.PARAMETERS.items()}
+
+    @classmethod
+    def from_parameters(cls, read) -> ReadingLimits:
+        """From a model config's parameters (`read(key)` -> str, or None where absent); absent ones take the defaults,
+        so a repository built before the limits existed is bounded too."""
+        values = {"cut": CUT.__dict__.copy(), "windows": WINDOWS.__dict__.copy()}
+        for key, (reading, field) in cls.PARAMETERS.items():
+            value = read(key)
+            if value is not None:
+                values[reading][field] = int(value)
+        return cls(TextLimits(**values["cut"]), TextLimits(**values["windows"]))
