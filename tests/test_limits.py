@@ -121,13 +121,21 @@ def test_build_records_the_limits_and_check_shows_each_models_own(tiny_pipeline,
 
 @pytest.mark.parametrize(
     "text_chars, request_chars, message",
-    [(0, 10, "at least one character"), (100, 99, "one text of the longest length"), (None, 10, "longest length")],
+    [(0, 10, "at least one character"), (100, 99, "one text of the longest length"), (None, 0, "at least one")],
 )
 def test_limits_that_cannot_work_are_refused_at_build(text_chars, request_chars, message):
     from ernie_deploy.repository.options import BuildOptions, check_options
 
     with pytest.raises(ErnieDeployError, match=message):
         check_options(BuildOptions(max_text_chars=text_chars, max_request_chars=request_chars))
+
+
+def test_one_limit_set_alone_moves_the_other_default_where_it_must():
+    assert ReadingLimits.given(max_request_chars=24_000) == ReadingLimits(
+        TextLimits(24_000, 24_000), TextLimits(4_000, 24_000)
+    )
+    assert ReadingLimits.given(max_text_chars=50_000).windows == TextLimits(50_000, 50_000)
+    assert ReadingLimits.given(max_text_chars=50_000).cut == TextLimits(50_000, CUT.max_request_chars)
 
 
 def test_the_build_command_takes_the_limits():

@@ -96,10 +96,13 @@ class ReadingLimits:
 
     @classmethod
     def given(cls, max_text_chars: int | None = None, max_request_chars: int | None = None) -> ReadingLimits:
-        """The defaults, with what the user set (`build --max-text-chars/--max-request-chars`) for every reading."""
+        """The defaults, with what the user set (`build --max-text-chars/--max-request-chars`) for every reading. One
+        set alone moves the other default where it must: a request limit below a reading's text limit lowers that
+        text limit to it, a text limit above a reading's request limit raises that request limit to it."""
 
         def one(default: TextLimits) -> TextLimits:
-            return TextLimits(max_text_chars or default.max_text_chars, max_request_chars or default.max_request_chars)
+            text = max_text_chars or min(default.max_text_chars, max_request_chars or default.max_text_chars)
+            return TextLimits(text, max_request_chars or max(default.max_request_chars, text))
 
         return cls(one(CUT), one(WINDOWS))
 
