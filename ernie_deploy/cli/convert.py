@@ -14,12 +14,7 @@ from ernie_deploy.export.gates import (
     DEFAULT_TOLERANCE,
 )
 from ernie_deploy.export.onnx import DEFAULT_OPSET
-from ernie_deploy.export.precision import (
-    CALIBRATION_METHODS,
-    DEFAULT_CALIBRATION_METHOD,
-    DEFAULT_CALIBRATION_N,
-    reduced,
-)
+from ernie_deploy.export.precision import DEFAULT_CALIBRATION_N, reduced
 
 
 def register(sub) -> None:
@@ -70,12 +65,6 @@ def register(sub) -> None:
         type=int,
         default=DEFAULT_CALIBRATION_N,
         help="with --quantize int8 / int8-static: calibrate on at most this many of those texts (one model run each)",
-    )
-    p.add_argument(
-        "--calibration-method",
-        choices=CALIBRATION_METHODS,
-        default=DEFAULT_CALIBRATION_METHOD,
-        help="with --quantize int8 / int8-static: how the scales are read from the calibration activations",
     )
     p.add_argument(
         "--int8-min-agree",
@@ -202,5 +191,4 @@ def calibration(args, static):
         task.max_seq_len,
         lowercase=static.do_lower_case,
         source=str(path),
-        method=args.calibration_method,
     )
