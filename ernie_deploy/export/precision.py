@@ -93,9 +93,10 @@ def quantize_int8(
 # - MinMax calibration: Percentile and Entropy scored the same (token_cls F1 0.6634 all three), took 5x longer and
 #   hold every activation of every calibration text in memory (and need them all of one shape).
 # - 256 calibration texts: 1,000 scored the same (0.6637 against 0.6634 F1) at 4x the time.
-# - QOperator format (QLinearMatMul): as fast as QDQ within this host's noise (-7% to +6% per cell, QDQ ~2% ahead on
-#   average), and a text's logits are bit-identical whatever its batch companions and their number; with QDQ,
-#   onnxruntime's fused MatMulIntegerToFloat moved them by up to 4e-6 with the parity of the batch's row count.
+# - QOperator format (QLinearMatMul): a text's logits are bit-identical whatever its batch companions and their
+#   number; with QDQ, onnxruntime's fused MatMulIntegerToFloat moved them by up to 4e-6 with the parity of the batch's
+#   row count. Speed: within this host's noise of QDQ with the sessions side by side (-7% to +6% per cell), ~8% behind
+#   it (13 of 16 cells) with each session timed alone.
 DEFAULT_CALIBRATION_N = 256
 DEFAULT_QUANT_FORMAT = "qoperator"
 
