@@ -54,33 +54,49 @@ def quantize_int8(
     types = {"qint8": QuantType.QInt8, "quint8": QuantType.QUInt8}
     if weight_type not in types:
         raise ErnieDeployError(f"unknown weight type {weight_type!r}", f"use one of {sorted(types)}")
+
+    def run(src, dst):
+        quantize_dynamic(
+            src,
+            dst,
+            op_types_to_quantize=list(op_types),
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            weight_type=types[weight_type],
+        )
+
+    def count(model) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in model.graph.node:
+            if node.op_type in _QUANTIZED_OPS:
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        return counts
+
     reference = onnx.load(str(fp32_onnx))
+    nothing = f"onnxruntime quantized nothing in {fp32_onnx} (op types {list(op_types)})"
+    return {"quantized": _quantized_copy(reference, out_path, run, count, nothing)}
+
+
+def _quantized_copy(reference, out_path: Path, run, count, nothing: str) -> dict[str, int]:
+    """`run(src, dst)` (an onnxruntime quantizer, which writes beside its input) on a copy of `reference` in a
+    temporary folder; the result must keep the FP32 signature and quantize something (`count(model)`, else the
+    problem `nothing`), and appears at out_path only complete, after a test run. Returns its counts."""
+    import onnx
+
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-int8.") as work:
         src, dst = Path(work) / "fp32.onnx", Path(work) / "int8.onnx"
         onnx.save(reference, str(src))
         with _quiet_onnxruntime_tools():
-            quantize_dynamic(
-                src,
-                dst,
-                op_types_to_quantize=list(op_types),
-                per_channel=per_channel,
-                reduce_range=reduce_range,
-                weight_type=types[weight_type],
-            )
+            run(src, dst)
         model = onnx.load(str(dst))
     _require_same_signature(reference, model, out_path)
-    counts: dict[str, int] = {}
-    for node in model.graph.node:
-        if node.op_type in _QUANTIZED_OPS:
-            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    counts = count(model)
     if not counts:
-        raise ErnieDeployError(
-            f"onnxruntime quantized nothing in {fp32_onnx} (op types {list(op_types)})", "convert without --quantize"
-        )
+        raise ErnieDeployError(nothing, "convert without --quantize")
     with atomic_path(out_path, suffix=".onnx") as tmp:
         onnx.save(model, str(tmp))
         _smoke_run(tmp)
-    return {"quantized": counts}
+    return counts
 
 
 # --- INT8, static scales -------------------------------------------------------------------------------------
@@ -180,34 +196,26 @@ def quantize_int8_static(
 
     reference = onnx.load(str(fp32_onnx))
     excluded = _activation_matmuls(reference) if weights_only else []
-    with tempfile.TemporaryDirectory(prefix="ernie-deploy-int8-static.") as work:
-        src, dst = Path(work) / "fp32.onnx", Path(work) / "int8.onnx"
-        onnx.save(reference, str(src))
-        with _quiet_onnxruntime_tools():
-            quantize_static(
-                src,
-                dst,
-                Texts(),
-                quant_format=formats[quant_format],
-                op_types_to_quantize=["MatMul"],
-                per_channel=False,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                nodes_to_exclude=excluded,
-                calibrate_method=CalibrationMethod.MinMax,
-                # QDQ: a MatMul's float output feeds float ops (Add, LayerNorm), so no requantization after it. Not
-                # CalibMaxIntermediateOutputs: onnxruntime 1.32 drops each full chunk of outputs uncounted (MinMax
-                # keeps two numbers per tensor and text anyway).
-                extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]},
-            )
-        model = onnx.load(str(dst))
-    _require_same_signature(reference, model, out_path)
-    counts = _static_counts(model)
-    if not counts:
-        raise ErnieDeployError(f"onnxruntime quantized nothing in {fp32_onnx}", "convert without --quantize")
-    with atomic_path(out_path, suffix=".onnx") as tmp:
-        onnx.save(model, str(tmp))
-        _smoke_run(tmp)
+
+    def run(src, dst):
+        quantize_static(
+            src,
+            dst,
+            Texts(),
+            quant_format=formats[quant_format],
+            op_types_to_quantize=["MatMul"],
+            per_channel=False,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+            calibrate_method=CalibrationMethod.MinMax,
+            # QDQ: a MatMul's float output feeds float ops (Add, LayerNorm), so no requantization after it. Not
+            # CalibMaxIntermediateOutputs: onnxruntime 1.32 drops each full chunk of outputs uncounted (MinMax
+            # keeps two numbers per tensor and text anyway).
+            extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]},
+        )
+
+    counts = _quantized_copy(reference, out_path, run, _static_counts, f"onnxruntime quantized nothing in {fp32_onnx}")
     return {
         "quantized": counts,
         "scales": "static",
