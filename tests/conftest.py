@@ -83,6 +83,13 @@ def tiny_pipeline(tmp_path_factory) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def tiny_pipeline_v2(tmp_path_factory) -> Pipeline:
+    """The same shape and vocabulary as tiny_pipeline, other weights: a retrained model's next version."""
+    work = tmp_path_factory.mktemp("tiny_v2")
+    return run_stages(SEQ_CLS, make_tiny_checkpoint(work / "checkpoint", seed=1), work)
+
+
+@pytest.fixture(scope="session")
 def tiny_token_pipeline(tmp_path_factory) -> Pipeline:
     work = tmp_path_factory.mktemp("tiny_token")
     return run_stages(TOKEN_CLS, make_tiny_checkpoint(work / "checkpoint", MSRA_LABELS, task=TOKEN_CLS), work)
@@ -90,15 +97,15 @@ def tiny_token_pipeline(tmp_path_factory) -> Pipeline:
 
 @pytest.fixture(scope="session")
 def thucnews() -> Path:
-    from ernie_deploy.fetch.data import prepare
+    from ernie_deploy.fetch.datasets import prepare
 
     return prepare("thucnews")
 
 
 def bootstrap_pipeline(task, tmp_path_factory) -> Pipeline:
     """The real path for a task: its bootstrap model (trained once, then cached) exported and converted."""
-    from ernie_deploy.fetch.bootstrap import train
-    from ernie_deploy.fetch.data import prepare
+    from ernie_deploy.fetch.datasets import prepare
+    from ernie_deploy.train.bootstrap import train
 
     data = prepare(task.dataset)
     return run_stages(task, train(task, data, progress=False), tmp_path_factory.mktemp(task.name), data)
@@ -118,7 +125,7 @@ def pair_cls_pipeline(tmp_path_factory) -> Pipeline:
 
 @pytest.fixture(scope="session")
 def msra_ner() -> Path:
-    from ernie_deploy.fetch.data import prepare
+    from ernie_deploy.fetch.datasets import prepare
 
     return prepare("msra_ner")
 
@@ -131,7 +138,7 @@ def token_cls_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
 
 @pytest.fixture(scope="session")
 def msra_multilabel() -> Path:
-    from ernie_deploy.fetch.data import prepare
+    from ernie_deploy.fetch.datasets import prepare
 
     return prepare("msra_multilabel")
 
@@ -144,9 +151,9 @@ def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
     from ernie_deploy.export.gates import Gates
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.static import export
-    from ernie_deploy.fetch.bootstrap import train
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint
     from ernie_deploy.fetch.data import split_file
+    from ernie_deploy.train.bootstrap import train
 
     work = tmp_path_factory.mktemp("multi_label")
     checkpoint = train(MULTI_LABEL, msra_multilabel, progress=False)
@@ -165,13 +172,10 @@ def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     """Both tasks built the way `scripts/convert.sh` builds models/ on a pip-only machine."""
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.repository.build import BuildOptions, build, model_artifacts
 
     repo = tmp_path_factory.mktemp("models")
-    entries = [
-        TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-        for p in (seq_cls_pipeline, token_cls_pipeline)
-    ]
+    entries = [model_artifacts(p.static, p.onnx) for p in (seq_cls_pipeline, token_cls_pipeline)]
     build(entries, repo, BuildOptions(runtime="python"))
     return repo
 

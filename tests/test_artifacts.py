@@ -44,7 +44,9 @@ def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, 
     if where == "write_json":  # labels.json, after the tokenizer and the model were written
         monkeypatch.setattr(repository, "write_json", interrupted)
     else:
-        monkeypatch.setattr(repository.shutil, "copyfile", interrupted)
+        from ernie_deploy.repository.layouts import base
+
+        monkeypatch.setattr(base.shutil, "copyfile", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime", max_batch_size=8))
     assert _snapshot(repo) == before

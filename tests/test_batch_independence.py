@@ -36,8 +36,9 @@ PRECISIONS = ("fp32", "int8")  # int8: what `convert --quantize int8` makes (sta
 def _margins(task, onnx_path, static, texts: list[str]) -> np.ndarray:
     """Per text, the gap between its best and second-best logit (for NER, the smallest over its real tokens), each
     text run alone, in-process: the smaller, the nearer a tie."""
+    from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
     model = OnnxModel(onnx_path)
@@ -170,8 +171,9 @@ def test_dynamic_int8_answers_move_with_batch_companions(task, request, tmp_path
     """In-process, on the demo model's nearest ties: each text run alone and in batches with random companions.
     FP32 and static INT8 logits stay put (float rounding at most); dynamic INT8's move, and labels flip."""
     from ernie_deploy.export.precision import quantize_int8
+    from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     pipeline = request.getfixturevalue(f"{task.name}_pipeline")
     static = pipeline.static

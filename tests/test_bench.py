@@ -13,7 +13,7 @@ import pytest
 from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInputs
 from ernie_deploy.bench.inprocess import paddle_available
 from ernie_deploy.bench.levers import measure_levers, render_levers
-from ernie_deploy.bench.peer import peer_available
+from ernie_deploy.bench.markdown import BEGIN_MARK, END_MARK, format_steps, render_generated, update_markdown
 from ernie_deploy.bench.perf_analyzer import (
     parse_perf_analyzer_csv,
     parse_request_count,
@@ -21,19 +21,8 @@ from ernie_deploy.bench.perf_analyzer import (
     perf_analyzer_input,
 )
 from ernie_deploy.bench.plot import plot
-from ernie_deploy.bench.report import (
-    BEGIN_MARK,
-    END_MARK,
-    format_met,
-    format_steps,
-    load_json,
-    ratio_table,
-    render_generated,
-    report,
-    sanity_notes,
-    update_markdown,
-    write_outputs,
-)
+from ernie_deploy.bench.report import report, write_outputs
+from ernie_deploy.bench.results import format_met, load_json, ratio_table, sanity_notes
 from ernie_deploy.bench.rows import (
     CLASSIC,
     FUSED,
@@ -60,6 +49,7 @@ from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.cli.bench import config_from_args
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.peer.server import peer_available
 
 # -- statistics -------------------------------------------------------------------------------------
 
@@ -652,7 +642,7 @@ def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipe
 
     inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
-    levers = {"default": {}, "fused": {"fused": True}}
+    levers = {"default": {}, "fused": {"layout": "fused"}}
     rows = measure_levers(inputs, config, tmp_path, levers)
     assert [(r["lever"], r["concurrency"]) for r in rows] == [("default", 2), ("fused", 2)]
     assert all(r["errors"] == 0 and r["throughput"] > 0 and r["ready_s"] > 0 for r in rows)
@@ -752,7 +742,7 @@ def test_a_lever_only_some_kinds_have_is_measured_on_those(tiny_pipeline, tiny_t
         TaskInputs(TOKEN_CLS, tiny_token_pipeline.onnx, tiny_token_pipeline.static, TINY_TEXTS),
     ]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
-    levers = {"default": {}, "graph": {"graph_postprocess": True}, "tok": {"tokenizer_in_model": True}}
+    levers = {"default": {}, "graph": {"layout": "graph-postprocess"}, "tok": {"layout": "tokenizer-in-model"}}
     rows = measure_levers(inputs, config, tmp_path, levers)
     assert [(r["lever"], r["task"]) for r in rows] == [
         ("default", "seq_cls"),

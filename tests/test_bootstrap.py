@@ -14,10 +14,11 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS
-from ernie_deploy.fetch import bootstrap
 from ernie_deploy.fetch.data import write_tsv
-from ernie_deploy.fetch.recipes import recipe_for
-from ernie_deploy.fetch.vocab import build_vocab, unk_rate, write_vocab
+from ernie_deploy.train import batching, bootstrap, loop
+from ernie_deploy.train.plan import PLAN_AFTER_STEPS, Plan
+from ernie_deploy.train.recipes import recipe_for
+from ernie_deploy.train.vocab import build_vocab, unk_rate, write_vocab
 
 TINY = {
     "hidden_size": 32,
@@ -151,17 +152,17 @@ def test_cache_key_treats_equal_numbers_as_one(tmp_path):
 
 
 def test_the_plan_spends_the_budget_at_the_measured_rate():
-    plan = bootstrap._Plan(max_steps=10_000, budget_minutes=1.0, warmup_ratio=0.1)
+    plan = Plan(max_steps=10_000, budget_minutes=1.0, warmup_ratio=0.1)
     assert not plan.replan(10, 1.0) and plan.total == 10_000  # too few steps to measure a rate yet
-    assert plan.replan(bootstrap.PLAN_AFTER_STEPS, 3.0)  # 10 steps/s, 57 s left
-    assert plan.total == bootstrap.PLAN_AFTER_STEPS + 570
+    assert plan.replan(PLAN_AFTER_STEPS, 3.0)  # 10 steps/s, 57 s left
+    assert plan.total == PLAN_AFTER_STEPS + 570
     assert plan.lr_factor(0) == 0.0 and plan.lr_factor(plan.total // 10) == pytest.approx(1.0)
     assert plan.lr_factor(plan.total) == 0.0  # the rate has decayed by the last planned step
     assert plan.replan(400, 70.0, force=True) and plan.total == 400  # over budget: stop here
     assert not plan.replan(400, 1.0, force=True) and plan.total == 400  # a plan never grows again
-    roomy = bootstrap._Plan(max_steps=100, budget_minutes=60.0, warmup_ratio=0.1)
-    assert not roomy.replan(bootstrap.PLAN_AFTER_STEPS, 1.0) and roomy.total == 100  # the epochs end first
-    unbounded = bootstrap._Plan(max_steps=100, budget_minutes=None, warmup_ratio=0.1)
+    roomy = Plan(max_steps=100, budget_minutes=60.0, warmup_ratio=0.1)
+    assert not roomy.replan(PLAN_AFTER_STEPS, 1.0) and roomy.total == 100  # the epochs end first
+    unbounded = Plan(max_steps=100, budget_minutes=None, warmup_ratio=0.1)
     assert not unbounded.replan(50, 1e6, force=True) and unbounded.total == 100
 
 
@@ -198,7 +199,7 @@ def test_concurrent_requests_for_one_checkpoint_train_it_once(tmp_path, monkeypa
         for name in ("config.json", "model_state.pdparams", "vocab.txt", bootstrap.META_FILE):
             (out / name).write_text("{}")
 
-    monkeypatch.setattr(bootstrap, "_train_into", fake_train)
+    monkeypatch.setattr(bootstrap, "train_into", fake_train)
     results = []
     workers = [
         threading.Thread(target=lambda: results.append(bootstrap.train(SEQ_CLS, data_dir, recipe=TINY)))
@@ -230,7 +231,7 @@ def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_import_stays_paddle_free():
-    code = "import sys, ernie_deploy.fetch.bootstrap; sys.exit(1 if 'paddle' in sys.modules else 0)"
+    code = "import sys, ernie_deploy.train.bootstrap; sys.exit(1 if 'paddle' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -308,7 +309,7 @@ def test_second_call_is_a_cache_hit(trained, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("trained again")
 
-    monkeypatch.setattr(bootstrap, "_train_into", boom)
+    monkeypatch.setattr(bootstrap, "train_into", boom)
     t0 = time.time()
     assert bootstrap.train(SEQ_CLS, trained["data_dir"], progress=False, recipe=TINY) == trained["ckpt"]
     assert time.time() - t0 < 1.0
@@ -325,7 +326,7 @@ def test_failed_run_leaves_nothing_behind(tmp_path, monkeypatch):
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bootstrap, "_train_into", half_then_crash)
+    monkeypatch.setattr(bootstrap, "train_into", half_then_crash)
     with pytest.raises(KeyboardInterrupt):
         bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=TINY)
     assert list((tmp_path / "cache" / "bootstrap").iterdir()) == []
@@ -354,7 +355,7 @@ def test_pair_rows_get_erniess_token_types(tmp_path):
     from paddlenlp.transformers import ErnieTokenizer
 
     from ernie_deploy.core.tasks import PAIR_CLS
-    from ernie_deploy.fetch.recipes import KIND_RECIPES
+    from ernie_deploy.train.recipes import KIND_RECIPES
 
     write_vocab(build_vocab([t for _, t in _rows(50, 1)], 2), tmp_path / "vocab.txt")
     tokenizer = ErnieTokenizer(str(tmp_path / "vocab.txt"))
@@ -362,7 +363,7 @@ def test_pair_rows_get_erniess_token_types(tmp_path):
     items = [("股市大涨的", "冠军 nba"), "球赛冠军", ("玩家", "网游基金 2010 的的的")]
     rows = [kind.encode(tokenizer, item, "a", {"a": 0}, 16) for item in items]
     sep = tokenizer.convert_tokens_to_ids("[SEP]")
-    ids, types, _ = bootstrap._collate(rows, [0, 1, 2], kind, 0, sep)
+    ids, types, _ = batching.collate(rows, [0, 1, 2], kind, 0, sep)
     for r, item in enumerate(items):
         want = tokenizer(*(item if isinstance(item, tuple) else (item,)), max_length=16, truncation=True)
         n = len(want["input_ids"])
@@ -380,7 +381,7 @@ def test_a_warm_start_takes_the_encoder_and_keys_on_the_base(tmp_path, monkeypat
     from ernie_deploy.core.tasks import PAIR_CLS
 
     data = _write_data(tmp_path / "data" / "pairs")
-    monkeypatch.setattr(bootstrap.data_mod, "prepare", lambda name, root=None: data)
+    monkeypatch.setattr(bootstrap.datasets, "prepare", lambda name, root=None: data)
     recipe = recipe_for(PAIR_CLS, {"vocab_datasets": []})
     keys = {
         name: bootstrap.cache_key(data, bootstrap._with_base(recipe, data, lambda task, d, n=name: Path(n)))
@@ -404,10 +405,10 @@ def test_a_warm_start_takes_the_encoder_and_keys_on_the_base(tmp_path, monkeypat
     paddle.save(base.state_dict(), str(tmp_path / "model_state.pdparams"))
     warm = model(16, 2)
     head = warm.classifier.weight.numpy().copy()
-    bootstrap._load_encoder(warm, tmp_path)
+    loop._load_encoder(warm, tmp_path)
     encoder = [name for name in base.state_dict() if name.startswith("ernie.")]
     assert encoder and all(np.array_equal(base.state_dict()[n].numpy(), warm.state_dict()[n].numpy()) for n in encoder)
     assert np.array_equal(warm.classifier.weight.numpy(), head)  # the head: its own fresh init, not the base's
     assert not np.array_equal(head, base.classifier.weight.numpy())
     with pytest.raises(ErnieDeployError, match="does not fit this model's encoder"):
-        bootstrap._load_encoder(model(32, 3), tmp_path)
+        loop._load_encoder(model(32, 3), tmp_path)

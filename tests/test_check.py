@@ -127,7 +127,7 @@ def test_fused_repository_checks_clean(tmp_path, tiny_pipeline):
     build(
         TaskArtifacts(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels),
         tmp_path,
-        BuildOptions(runtime="python", fused=True),
+        BuildOptions(runtime="python", layout="fused"),
     )
     assert check_repository(tmp_path) == []
 

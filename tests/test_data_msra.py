@@ -7,11 +7,9 @@ import json
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.fetch import data
+from ernie_deploy.fetch import data, datasets
 from ernie_deploy.fetch.data import (
-    bmes_to_bio,
     entity_label_names,
-    parse_bmes,
     read_jsonl,
     read_split,
     read_split_file,
@@ -19,6 +17,7 @@ from ernie_deploy.fetch.data import (
     write_jsonl,
     write_tsv,
 )
+from ernie_deploy.fetch.datasets import bmes_to_bio, parse_bmes
 
 MSRA_TAGS = {"O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"}
 
@@ -166,8 +165,8 @@ def test_entity_label_names_order():
 
 
 def test_split_formats_of_datasets():
-    assert data.DATASETS["thucnews"].split_format == "tsv"
-    assert data.DATASETS["msra_ner"].split_format == "jsonl"
+    assert datasets.DATASETS["thucnews"].split_format == "tsv"
+    assert datasets.DATASETS["msra_ner"].split_format == "jsonl"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -184,7 +183,7 @@ def _strict_bio_errors(tags: list[str]) -> list[int]:
 
 
 def test_prepare_msra_ner(tmp_path):
-    out = data.prepare("msra_ner", root=tmp_path / "a")
+    out = datasets.prepare("msra_ner", root=tmp_path / "a")
     assert out == tmp_path / "a" / "msra_ner"
     assert sorted(p.name for p in out.iterdir()) == ["SOURCE", "dev.jsonl", "test.jsonl", "train.jsonl"]
     splits = {s: read_split(out, s, "jsonl") for s in data.SPLITS}
@@ -200,13 +199,13 @@ def test_prepare_msra_ner(tmp_path):
     assert entity_label_names(splits["train"][1]) == ["O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER"]
 
     # Another folder gives byte-identical files: the dev sample is seeded.
-    again = data.prepare("msra_ner", root=tmp_path / "b")
+    again = datasets.prepare("msra_ner", root=tmp_path / "b")
     for s in data.SPLITS:
         assert split_file(again, s, "jsonl").read_bytes() == split_file(out, s, "jsonl").read_bytes()
 
     # Prepared once, later calls reuse the files.
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    assert data.prepare("msra_ner", root=tmp_path / "a") == out
+    assert datasets.prepare("msra_ner", root=tmp_path / "a") == out
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
@@ -215,19 +214,19 @@ def test_prepare_checks_the_files_of_the_dataset_format(tmp_path, monkeypatch):
     out = tmp_path / "msra_ner"
     for s in data.SPLITS:
         write_tsv(out / f"{s}.tsv", [])
-    (out / "SOURCE").write_text(data.MSRA_NER.archive.sha256 + "\n")
+    (out / "SOURCE").write_text(datasets.MSRA_NER.archive.sha256 + "\n")
     fetched = []
 
     def fake_fetch(spec):
         fetched.append(spec)
         raise ErnieDeployError("stop here")
 
-    monkeypatch.setattr(data, "fetch_archive", fake_fetch)
+    monkeypatch.setattr(datasets, "fetch_archive", fake_fetch)
     with pytest.raises(ErnieDeployError, match="stop here"):
-        data.prepare("msra_ner", root=tmp_path)
-    assert fetched == [data.MSRA_NER.archive]
+        datasets.prepare("msra_ner", root=tmp_path)
+    assert fetched == [datasets.MSRA_NER.archive]
 
 
 def test_prepare_unknown_dataset(tmp_path):
     with pytest.raises(ErnieDeployError, match="unknown dataset"):
-        data.prepare("nope", root=tmp_path)
+        datasets.prepare("nope", root=tmp_path)

@@ -142,7 +142,7 @@ def test_argmax_ignores_specials_and_padding_like_constrained():
 
 
 def _post(tmp_path: Path, decoding: str | None, windowed: bool = False):
-    from ernie_deploy.serving.steps import TokenClsPostprocess
+    from ernie_deploy.serving.postprocess_steps import TokenClsPostprocess
 
     (tmp_path / "labels.json").write_text(json.dumps(LABELS))
     params = {} if decoding is None else {DECODING_PARAMETER: {"string_value": decoding}}
@@ -187,7 +187,7 @@ def test_postprocess_refuses_an_unknown_decoding_at_load(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Where it is recorded: export.json, build options, the postprocess config, `check`
+# Where it is recorded: the model record (model.json), build options, the postprocess config, `check`
 
 
 def test_build_options_check_the_decoding_and_refuse_it_for_other_kinds():
@@ -209,7 +209,7 @@ def _param(config, key=DECODING_PARAMETER):
 
 
 def test_the_decoding_is_a_parameter_of_the_token_postprocess_and_of_a_fused_model(tiny_token_pipeline, tiny_pipeline):
-    from ernie_deploy.repository.configs import task_configs
+    from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
 
     onnx = tiny_token_pipeline.onnx
@@ -218,7 +218,7 @@ def test_the_decoding_is_a_parameter_of_the_token_postprocess_and_of_a_fused_mod
     assert _param(task_configs(TOKEN_CLS, onnx, BuildOptions(), recorded_decoding="argmax")[2]) == "argmax"
     head = task_configs(TOKEN_CLS, onnx, BuildOptions(long_text="head", ner_decoding="argmax"), recorded_decoding=None)
     assert _param(head[2]) == "argmax" and _param(head[2], "long_text") is None
-    (fused,) = task_configs(TOKEN_CLS, onnx, BuildOptions(fused=True), recorded_decoding="argmax")
+    (fused,) = task_configs(TOKEN_CLS, onnx, BuildOptions(layout="fused"), recorded_decoding="argmax")
     assert _param(fused) == "argmax"
     # A classifier has no entities: no parameter, and an explicit decoding is refused.
     assert all(_param(c) is None for c in task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions()))
@@ -226,20 +226,26 @@ def test_the_decoding_is_a_parameter_of_the_token_postprocess_and_of_a_fused_mod
         task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ner_decoding="argmax"))
 
 
-def test_export_json_records_the_decoding_of_token_models_only(tiny_token_pipeline, tmp_path):
+def test_the_record_holds_the_decoding_of_token_models_only(tiny_token_pipeline, tmp_path):
     import shutil
+    from dataclasses import replace
 
+    from ernie_deploy.core.spec import ModelSpec
     from ernie_deploy.export.static import StaticModel, export
 
     assert tiny_token_pipeline.static.ner_decoding == "constrained"  # recorded by export, the default
     copy = tmp_path / "static"
     shutil.copytree(tiny_token_pipeline.static.root, copy)
-    meta = json.loads((copy / "export.json").read_text())
-    meta["ner_decoding"] = "argmax"
-    (copy / "export.json").write_text(json.dumps(meta))
+    replace(ModelSpec.read(copy), ner_decoding="argmax").write(copy)
     assert StaticModel.load(copy).ner_decoding == "argmax"
-    del meta["ner_decoding"]  # an export made before the setting existed
-    (copy / "export.json").write_text(json.dumps(meta))
+    # An export made before model.json kept its facts in export.json, and one before the setting existed had none.
+    spec = ModelSpec.read(copy)
+    (copy / "model.json").unlink()
+    files = json.loads((copy / "export.json").read_text())
+    legacy = {**files, "task": "token_cls", "labels": list(spec.labels), "max_seq_len": spec.max_seq_len}
+    (copy / "export.json").write_text(json.dumps({**legacy, "ner_decoding": "argmax"}))
+    assert StaticModel.load(copy).ner_decoding == "argmax"
+    (copy / "export.json").write_text(json.dumps(legacy))
     assert StaticModel.load(copy).ner_decoding is None
     with pytest.raises(ErnieDeployError, match="seq_cls is a sequence task"):
         export(None, SEQ_CLS, tmp_path / "never", ner_decoding="argmax")  # refused before anything is read
@@ -413,7 +419,7 @@ def test_served_argmax_entities_equal_paddlenlps_on_its_own_checkpoint(tmp_path,
     exported = ["export", "--task", "token_cls", "--checkpoint", str(checkpoint), "--out", str(static)]
     assert main([*exported, "--ner-decoding", "argmax"]) == 0
     assert "NER decoding argmax" in capsys.readouterr().out
-    assert json.loads((static / "export.json").read_text())["ner_decoding"] == "argmax"
+    assert json.loads((static / "model.json").read_text())["ner_decoding"] == "argmax"
     assert main(["convert", "--static", str(static), "--out", str(onnx), "--parity-data", str(data)]) == 0
     parity = json.loads((onnx.parent / "parity.json").read_text())
     assert parity["ner_decoding"] == "argmax" and parity["ok"]
@@ -471,7 +477,8 @@ def _seqeval(tags: list[str]) -> list:
 def test_a_version_keeps_its_models_decoding_also_in_a_repository_built_before_it_was_recorded(
     tiny_token_pipeline, tmp_path
 ):
-    from ernie_deploy.repository.build import TaskArtifacts, build, build_version
+    from ernie_deploy.repository.add_version import build_version
+    from ernie_deploy.repository.build import TaskArtifacts, build
     from ernie_deploy.repository.configs import parse, render
     from ernie_deploy.repository.options import BuildOptions
 

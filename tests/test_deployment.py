@@ -13,8 +13,8 @@ import pytest
 
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.repository.build import served_models
 from ernie_deploy.repository.deployment import load_deployment
+from ernie_deploy.repository.served import served_models
 from tests.conftest import MSRA_LABELS, make_tiny_checkpoint
 
 SHA = "a" * 64

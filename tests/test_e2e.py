@@ -128,7 +128,7 @@ def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
             for p in (seq_cls_pipeline, token_cls_pipeline)
         ],
         repo,
-        BuildOptions(runtime="python", fused=True),
+        BuildOptions(runtime="python", layout="fused"),
     )
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "fused.log") as fused:
         yield fused

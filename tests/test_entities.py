@@ -312,7 +312,7 @@ def _predicted(char_tags, offsets, length):
 
 
 def test_tokenizer_offsets_targets_and_decoding(tokenizer):
-    from ernie_deploy.serving.tokenizer import encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
 
     text = "张三在2008年用iPhone 拍照于北京"
     gold = {"张三": "PER", "2008年": "ORG", "iPhone": "ORG", "北京": "LOC"}
@@ -351,7 +351,7 @@ def test_tokenizer_offsets_targets_and_decoding(tokenizer):
 
 
 def test_tokenizer_truncation(tokenizer):
-    from ernie_deploy.serving.tokenizer import encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
 
     text = "张三在2008年用iPhone 拍照于北京"
     enc = encode_batch(tokenizer, [text], 6)  # [CLS] 张 三 在 20 [SEP]

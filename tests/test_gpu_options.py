@@ -16,12 +16,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.export.drift import check_drift, require_drift
 from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates, counted, within
-from ernie_deploy.export.precision import check_drift, convert_fp16, require_drift
+from ernie_deploy.export.precision import convert_fp16
 from ernie_deploy.repository import check
 from ernie_deploy.repository.build import TaskArtifacts, build
 from ernie_deploy.repository.check import check_repository
-from ernie_deploy.repository.configs import parse, render, task_configs
+from ernie_deploy.repository.configs import parse, render
+from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import onnx_signature
 
@@ -100,7 +102,7 @@ def test_gpu_options_leave_the_tensors_alone(tiny_pipeline):
     "options, message",
     [
         (dict(runtime="python", device="gpu"), "--device gpu needs the ONNX Runtime backend"),
-        (dict(runtime="python", device="gpu", fused=True), "--device gpu needs the ONNX Runtime backend"),
+        (dict(runtime="python", device="gpu", layout="fused"), "--device gpu needs the ONNX Runtime backend"),
         (dict(runtime="onnxruntime", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
         (dict(runtime="python", trt_fp16=True), "--trt-fp16 is a GPU execution accelerator"),
         (dict(runtime="python", ort_graph_level="basic"), "--ort-graph-level configure"),
@@ -228,8 +230,9 @@ def test_every_float_weight_is_fp16(fp16):
 
 
 def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
+    from ernie_deploy.serving.encoding import encode_batch
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     pipeline, out, _ = fp16
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)
@@ -455,7 +458,8 @@ def _cuda_provider() -> bool:
 def test_fp16_model_on_cuda_agrees_with_fp32_on_cpu(fp16):
     import onnxruntime as ort
 
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     pipeline, out, _ = fp16
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)

@@ -8,9 +8,11 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS, TOKEN_CLS
-from ernie_deploy.repository.configs import task_configs
-from ernie_deploy.repository.options import BuildOptions, check_options
-from ernie_deploy.serving.steps import OnnxStep, SeqClsPostprocess, TokenizerOnnxStep, TokenizerStep
+from ernie_deploy.repository.layouts import check_build_options, task_configs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.serving.model_steps import OnnxStep
+from ernie_deploy.serving.postprocess_steps import SeqClsPostprocess
+from ernie_deploy.serving.tokenizer_steps import TokenizerOnnxStep, TokenizerStep
 from tests.test_steps import _step_files, _texts
 
 
@@ -27,7 +29,7 @@ def graph_dir(tiny_pipeline, tmp_path):
 def _graph_step_config(pipeline):
     from google.protobuf.json_format import MessageToDict
 
-    options = BuildOptions(graph_postprocess=True)
+    options = BuildOptions(layout="graph-postprocess")
     _, model, _ = task_configs(SEQ_CLS, pipeline.onnx, options, labels=pipeline.static.labels)
     return MessageToDict(model, preserving_proto_field_name=True)
 
@@ -104,7 +106,7 @@ def test_tokenizer_in_model_answers_what_the_two_steps_answer(which, request):
     task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
     folder = request.getfixturevalue("step_dirs" if which == "seq_cls" else "token_step_dirs")
-    merged_config, post_config, _ = task_configs(task, pipeline.onnx, BuildOptions(tokenizer_in_model=True))
+    merged_config, post_config, _ = task_configs(task, pipeline.onnx, BuildOptions(layout="tokenizer-in-model"))
     merged_config = MessageToDict(merged_config, preserving_proto_field_name=True)
     merged = TokenizerOnnxStep(merged_config, folder)
     tokenizer = TokenizerStep({**merged_config, "output": []}, folder)  # its parameters: stride, max_seq_len
@@ -139,7 +141,7 @@ def step_dirs(tiny_pipeline, tmp_path):
 def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, runtime):
     from ernie_deploy.repository.configs import parse, render
 
-    options = BuildOptions(runtime=runtime, graph_postprocess=True)
+    options = BuildOptions(runtime=runtime, layout="graph-postprocess")
     configs = [parse(render(c)) for c in task_configs(SEQ_CLS, tiny_pipeline.onnx, options, labels=["x"] * 10)]
     tokenizer, model, ensemble = configs
     outputs = {o.name: (o.data_type, list(o.dims)) for o in model.output}
@@ -157,18 +159,18 @@ def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, 
 @pytest.mark.parametrize(
     "task, options, message",
     [
-        (TOKEN_CLS, {"graph_postprocess": True}, "not expressed as an ONNX graph"),
-        (SEQ_CLS, {"graph_postprocess": True, "fused": True}, "--fused and --graph-postprocess"),
-        (SEQ_CLS, {"graph_postprocess": True, "classic": True}, "pick one of them"),
-        (SEQ_CLS, {"graph_postprocess": True, "tokenizer_in_model": True}, "which is --fused's layout"),
-        (SEQ_CLS, {"tokenizer_in_model": True, "fused": True}, "pick one of them"),
-        (SEQ_CLS, {"tokenizer_in_model": True, "runtime": "onnxruntime"}, "--runtime python"),
-        (SEQ_CLS, {"graph_postprocess": True, "long_text": "window"}, "window"),
+        (TOKEN_CLS, {"layout": "graph-postprocess"}, "not expressed as an ONNX graph"),
+        (SEQ_CLS, {"layout": "graph-postprocess", "classic": True}, "fixed-shape baseline of the ensemble"),
+        (SEQ_CLS, {"layout": "fused", "classic": True}, "--layout ensemble"),
+        (SEQ_CLS, {"layout": "tokenizer-in-model", "runtime": "onnxruntime"}, "--runtime python"),
+        (SEQ_CLS, {"layout": "fused", "runtime": "onnxruntime"}, "--runtime python"),
+        (SEQ_CLS, {"layout": "graph-postprocess", "long_text": "window"}, "window"),
+        (SEQ_CLS, {"layout": "pipeline"}, "unknown layout"),
     ],
 )
 def test_layouts_that_do_not_combine_are_refused(tiny_pipeline, task, options, message):
     with pytest.raises(ErnieDeployError, match=message) as caught:
-        check_options(BuildOptions(**options))
+        check_build_options(BuildOptions(**options))
         task_configs(task, tiny_pipeline.onnx, BuildOptions(**options), labels=["x"] * 10)
     assert caught.value.fix
 
@@ -180,19 +182,19 @@ def test_pairs_have_the_graph_postprocess_too():
 def test_levers_pick_by_build_option():
     from ernie_deploy.bench.levers import LEVERS, pick_levers
 
-    picked = pick_levers(["fused", "graph_postprocess", "tokenizer_in_model"])
+    picked = pick_levers(["fused", "graph_postprocess", "tokenizer-in-model"])
     assert [o for o in picked.values()] == [
         {},
-        {"fused": True},
-        {"fused": True, "ort_spinning": "always"},
-        {"graph_postprocess": True},
-        {"tokenizer_in_model": True},
+        {"layout": "fused"},
+        {"layout": "fused", "ort_spinning": "always"},
+        {"layout": "graph-postprocess"},
+        {"layout": "tokenizer-in-model"},
     ]
     assert [o for o in pick_levers(["ort_spinning"]).values()] == [
         {},
         {"ort_spinning": "run"},
         {"ort_spinning": "always"},
-        {"fused": True, "ort_spinning": "always"},
+        {"layout": "fused", "ort_spinning": "always"},
     ]
     assert pick_levers(None) is LEVERS
     with pytest.raises(ErnieDeployError, match="no lever sets"):

@@ -1,52 +1,126 @@
 """The package tree is the architecture: each package imports only the layers below it (data flows one way:
 checkpoint -> static -> ONNX -> repository -> server -> client -> report), and what runs inside Triton imports
-only numpy, tokenizers and onnxruntime. Function-level (lazy) imports count too."""
+only numpy, tokenizers and onnxruntime. Function-level (lazy) imports count too.
+
+ALLOWED says what the code does: every edge it allows is one some module uses, and no module imports another that
+imports it back, directly or around a circle."""
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "ernie_deploy"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ernie_deploy"
 
 # package -> the ernie_deploy packages it may import (itself always allowed)
 ALLOWED = {
     "core": set(),
     "serving": {"core"},
-    "fetch": {"core", "serving"},
+    "fetch": {"core"},
+    "train": {"core", "serving", "fetch"},
     "export": {"core", "serving", "fetch"},
-    "repository": {"core", "serving", "export"},
-    "server": {"core", "repository"},
+    "repository": {"core", "serving"},
+    "server": {"core"},
     "client": {"core", "serving"},
     "evaluate": {"core", "serving", "fetch", "export", "client"},
-    "operate": {"core", "serving", "repository", "client"},
-    "bench": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "operate"},
-    "cli": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "operate", "bench"},
+    "operate": {"core", "repository", "client"},
+    "peer": {"core", "server", "client"},
+    "bench": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "peer"},
+    "reliability": {"core", "serving", "repository", "server", "client", "evaluate", "operate", "bench"},
+    "cli": {
+        "core",
+        "serving",
+        "fetch",
+        "train",
+        "export",
+        "repository",
+        "server",
+        "client",
+        "evaluate",
+        "operate",
+        "bench",
+        "reliability",
+    },
+}
+# Code outside the package, by the files it is (relative to the repository root) -> the packages it may import: the
+# command-line clients (the served accuracy report of ernie_deploy.evaluate, a task from core), and the Python models
+# `ernie-deploy build` generates, which Triton runs and which hand everything to ernie_deploy.serving.
+OUTSIDE = {
+    "clients/*.py": {"core", "evaluate"},
+    "models/*/1/model.py": {"serving"},
 }
 # What may be imported from outside the project, where that is restricted.
+INSIDE_TRITON = {"numpy", "tokenizers", "onnxruntime", "triton_python_backend_utils"}
 THIRD_PARTY = {
     "core": set(),
-    "serving": {"numpy", "tokenizers", "onnxruntime", "triton_python_backend_utils"},
+    "serving": INSIDE_TRITON,
+    "clients/*.py": set(),
+    "models/*/1/model.py": INSIDE_TRITON,
 }
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    found = []
+def _import_nodes(path: Path) -> Iterator[tuple[int, str, list[str]]]:
+    """(line, module, names imported from it) of every import in the file, module level or not."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            yield from ((node.lineno, alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 pytest.fail(f"{path}:{node.lineno}: relative import; write ernie_deploy.<package>.<module>")
-            found.append((node.lineno, node.module or ""))
-    return found
+            yield node.lineno, node.module or "", [alias.name for alias in node.names]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    return [(line, module) for line, module, _ in _import_nodes(path)]
 
 
 def _packages() -> list[Path]:
     return sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+
+
+def _files(room: str) -> list[Path]:
+    """The files of a package (every module in it) or of a rule in OUTSIDE."""
+    if room in OUTSIDE:
+        return sorted(PACKAGE.parent.glob(room))
+    return sorted((PACKAGE / room).rglob("*.py"))
+
+
+def _rules() -> dict[str, set[str]]:
+    return {**ALLOWED, **OUTSIDE}
+
+
+def _layer(module: str) -> str | None:
+    """The ernie_deploy package an import names (`ernie_deploy.fetch.data` -> fetch), or None outside the project or
+    for the top-level package itself."""
+    top, _, rest = module.partition(".")
+    if top != "ernie_deploy":
+        return None
+    return rest.partition(".")[0] or None
+
+
+def _problems(room: str) -> list[str]:
+    allowed = _rules()[room]
+    problems = []
+    for path in _files(room):
+        for line, module in _imports(path):
+            top = module.partition(".")[0]
+            where = f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
+            layer = _layer(module)
+            if top == "ernie_deploy":
+                if layer and layer != room and layer not in allowed:
+                    problems.append(f"{where} (may import: {', '.join(sorted(allowed)) or 'nothing'})")
+            elif room in THIRD_PARTY and top not in sys.stdlib_module_names and top != "__future__":
+                if top not in THIRD_PARTY[room]:
+                    problems.append(
+                        f"{where} (outside the project, may import: "
+                        f"{', '.join(sorted(THIRD_PARTY[room])) or 'the standard library only'})"
+                    )
+    return problems
 
 
 def test_every_package_has_a_rule():
@@ -56,22 +130,28 @@ def test_every_package_has_a_rule():
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_the_layers_below_it(package):
-    problems = []
-    for path in sorted((PACKAGE / package).rglob("*.py")):
-        for line, module in _imports(path):
-            top, _, rest = module.partition(".")
-            where = f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
-            if top == "ernie_deploy":
-                layer = rest.partition(".")[0]
-                if layer and layer != package and layer not in ALLOWED[package]:
-                    problems.append(f"{where} (may import: {', '.join(sorted(ALLOWED[package])) or 'nothing'})")
-            elif package in THIRD_PARTY and top not in sys.stdlib_module_names and top != "__future__":
-                if top not in THIRD_PARTY[package]:
-                    problems.append(
-                        f"{where} (outside the project, may import: "
-                        f"{', '.join(sorted(THIRD_PARTY[package])) or 'the standard library only'})"
-                    )
+    problems = _problems(package)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("files", sorted(OUTSIDE))
+def test_clients_and_generated_models_import_only_their_layers(files):
+    problems = _problems(files)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_allowed_edge_is_used():
+    """An edge no module uses is a rule that says more than the code does: it would let the next import cross a
+    layer without anyone deciding it should."""
+    unused = []
+    for room, allowed in _rules().items():
+        files = _files(room)
+        if not files:
+            unused.append(f"{room}: no file matches; remove its rule")
+            continue
+        used = {_layer(module) for path in files for _, module in _imports(path)}
+        unused += [f"{room} -> {layer}: no module imports it" for layer in sorted(allowed - used)]
+    assert not unused, "\n".join(unused) + "\nremove these edges from ALLOWED / OUTSIDE in tests/test_layers.py"
 
 
 def test_the_rule_catches_a_wrong_import(tmp_path, monkeypatch):
@@ -84,3 +164,129 @@ def test_the_rule_catches_a_wrong_import(tmp_path, monkeypatch):
         test_package_imports_only_the_layers_below_it("serving")
     assert "import paddle" not in str(failure.value)  # reported by module name, with its line
     assert "x.py:1: paddle" in str(failure.value) and "x.py:2: ernie_deploy.server" in str(failure.value)
+
+
+def test_the_rule_covers_clients_and_generated_models(tmp_path, monkeypatch):
+    (tmp_path / "clients").mkdir()
+    (tmp_path / "clients" / "c.py").write_text("from ernie_deploy.server.process import TritonServer\n")
+    (tmp_path / "models" / "m" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "1" / "model.py").write_text("import paddle\nfrom ernie_deploy.core import tasks\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ernie_deploy")
+    with pytest.raises(AssertionError, match=r"clients/c.py:1: ernie_deploy.server.process \(may import: core"):
+        test_clients_and_generated_models_import_only_their_layers("clients/*.py")
+    with pytest.raises(AssertionError) as failure:
+        test_clients_and_generated_models_import_only_their_layers("models/*/1/model.py")
+    assert "model.py:1: paddle (outside the project" in str(failure.value)
+    assert "model.py:2: ernie_deploy.core (may import: serving)" in str(failure.value)
+
+
+def test_an_unused_edge_is_caught(monkeypatch):
+    monkeypatch.setitem(ALLOWED, "serving", {"core", "fetch"})
+    with pytest.raises(AssertionError, match="serving -> fetch: no module imports it"):
+        test_every_allowed_edge_is_used()
+
+
+# --------------------------------------------------------------------------------------------------
+# Import cycles between modules
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: the line}, over every module of the package, lazy imports included. An import
+    points at the module it names (`from ernie_deploy.fetch import data` at ernie_deploy.fetch.data, `from
+    ernie_deploy.cli import main` at ernie_deploy.cli), not at the packages above it."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, dict[str, int]] = {name: {} for name in modules}
+    for name, path in modules.items():
+        for line, module, names in _import_nodes(path):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            if len(targets) < len(names) or not names:
+                # `import a.b.c`, or names defined in the module: the longest prefix that is a module
+                while module and module not in modules:
+                    module = module.rpartition(".")[0]
+                targets.append(module)
+            for target in targets:
+                if target and target != name:
+                    graph[name].setdefault(target, line)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One circle [a, b, ..., a] for each group of modules that reach each other (Tarjan's strongly connected
+    components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, {}):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [_circle(graph, group) for group in groups]
+
+
+def _circle(graph: dict[str, dict[str, int]], group: list[str]) -> list[str]:
+    """The shortest circle from the group's first module back to it, breadth first inside the group."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        step = []
+        for module in frontier:
+            for target in sorted(graph[module]):
+                if target == start:
+                    return [*paths[module], start]
+                if target in members and target not in paths:
+                    paths[target] = [*paths[module], target]
+                    step.append(target)
+        frontier = step
+    raise AssertionError(f"{start} reaches no circle, though its group {group} is strongly connected")
+
+
+def test_no_import_cycles_inside_the_package():
+    graph = _module_graph()
+    circles = [
+        " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(circle, circle[1:])) + f" -> {circle[-1]}"
+        for circle in _cycles(graph)
+    ]
+    assert not circles, (
+        "modules that import each other, directly or around a circle (lazy imports count):\n"
+        + "\n".join(circles)
+        + "\nmove what both need into a module below them, or pass it in as an argument"
+    )
+
+
+def test_the_cycle_check_catches_a_lazy_circle(tmp_path, monkeypatch):
+    package = tmp_path / "ernie_deploy" / "bench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from ernie_deploy.bench.b import g\n")
+    (package / "b.py").write_text("def g():\n    from ernie_deploy.bench import c\n")
+    (package / "c.py").write_text("import ernie_deploy.bench.a\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ernie_deploy")
+    with pytest.raises(AssertionError) as failure:
+        test_no_import_cycles_inside_the_package()
+    assert (
+        "ernie_deploy.bench.a (line 1) -> ernie_deploy.bench.b (line 2) -> ernie_deploy.bench.c (line 1) -> "
+        "ernie_deploy.bench.a" in str(failure.value)
+    )

@@ -16,17 +16,18 @@ from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 # model name -> (task, build options): one repository holds every layout, one server serves them all.
 LAYOUTS = {
     "news": (SEQ_CLS, {}),
-    "news_graph": (SEQ_CLS, {"graph_postprocess": True}),
-    "news_tok": (SEQ_CLS, {"tokenizer_in_model": True}),
+    "news_graph": (SEQ_CLS, {"layout": "graph-postprocess"}),
+    "news_tok": (SEQ_CLS, {"layout": "tokenizer-in-model"}),
     "ner": (TOKEN_CLS, {}),
-    "ner_tok": (TOKEN_CLS, {"tokenizer_in_model": True}),
+    "ner_tok": (TOKEN_CLS, {"layout": "tokenizer-in-model"}),
 }
 
 
 @pytest.fixture(scope="module")
 def layouts_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
-    from ernie_deploy.repository.build import TaskArtifacts, build, served_steps
+    from ernie_deploy.repository.build import TaskArtifacts, build
     from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.served import served_steps
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("layouts")

@@ -10,7 +10,8 @@ import pytest
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.serving.limits import CUT, WINDOWS, ReadingLimits, TextLimits
-from ernie_deploy.serving.steps import PipelineStep, TokenizerStep
+from ernie_deploy.serving.pipeline import PipelineStep
+from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 from tests.test_steps import _step_files, _texts
 
 READ_CUT = {"input_ids", "token_type_ids"}  # what a classifier's ensemble asks its tokenizer for
@@ -93,8 +94,9 @@ def test_a_tokenizer_built_before_limits_existed_enforces_the_defaults(step_dirs
 
 def test_build_records_the_limits_and_check_shows_each_models_own(tiny_pipeline, tiny_token_pipeline, tmp_path, capsys):
     from ernie_deploy.cli import main
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, served_limits
+    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
     from ernie_deploy.repository.configs import parse
+    from ernie_deploy.repository.served import served_limits
 
     repo = tmp_path / "models"
     entries = [

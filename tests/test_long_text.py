@@ -9,11 +9,14 @@ import pytest
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS, WINDOW_INPUTS
-from ernie_deploy.repository.build import TaskArtifacts, build, tokenizer_steps
-from ernie_deploy.repository.configs import parse, task_configs
+from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions, check_options, long_text_mode
+from ernie_deploy.repository.tokenizers import tokenizer_steps
+from ernie_deploy.serving import encoding
 from ernie_deploy.serving import windows as W
-from ernie_deploy.serving.tokenizer import CLS, SEP, build_tokenizer, encode_batch
+from ernie_deploy.serving.tokenizer import CLS, SEP, build_tokenizer
 
 from .conftest import MSRA_LABELS
 
@@ -106,16 +109,21 @@ TEXTS = ["国足公布世预赛名单", "新闻 abc 财经 iphone15 " * 30, "中
 
 
 def test_the_head_cut_of_the_whole_encoding_is_the_truncating_tokenizer(tokenizer):
-    want = encode_batch(tokenizer, TEXTS, 128)
-    got = W.encode_cut(tokenizer, TEXTS, 128)
-    for name in ("input_ids", "token_type_ids", "offsets", "lengths", "truncated"):
-        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    # The Rust tokenizer's own truncation, which the head cut replaces: the same tokens, offsets and flags.
+    tokenizer.enable_truncation(128)
+    want = tokenizer.encode_batch(TEXTS)
+    got = encoding.encode_batch(tokenizer, TEXTS, 128)  # turns the truncation off again
+    assert tokenizer.truncation is None
+    for b, e in enumerate(want):
+        n = int(got.lengths[b])
+        assert got.input_ids[b, :n].tolist() == e.ids and got.offsets[b, :n].tolist() == [list(o) for o in e.offsets]
+        assert got.token_type_ids[b, :n].tolist() == e.type_ids and bool(got.truncated[b]) == bool(e.overflowing)
     assert got.truncated.tolist() == [False, True, False, True, True]
 
 
 def test_windows_are_slices_of_the_whole_sequence_with_exact_offsets(tokenizer):
-    whole = W.encode_whole(tokenizer, TEXTS)
-    win = W.encode_windows(tokenizer, TEXTS, 128, 63)
+    whole = encoding.encode_whole(tokenizer, TEXTS)
+    win = encoding.encode_windows(tokenizer, TEXTS, 128, 63)
     counts = (win.window_starts >= 0).sum(axis=1).tolist()
     assert counts[0] == 1 and counts[2] == 1 and counts[3] == 2  # 126 tokens fit; 127 take two windows
     cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
@@ -135,8 +143,8 @@ def test_entity_offsets_from_windows_are_exact_in_the_original_text(tokenizer):
     from ernie_deploy.serving.entities import constrained_label_ids, decode_entities
 
     text = "abc 新闻 " * 60 + "iphone15 中国美元"  # ~500 tokens, word pieces throughout, an entity at the end
-    win = W.encode_windows(tokenizer, [text], 128, 63)
-    whole = W.encode_whole(tokenizer, [text])[0]
+    win = encoding.encode_windows(tokenizer, [text], 128, 63)
+    whole = encoding.encode_whole(tokenizer, [text])[0]
     # Logits that tag every piece of "iphone15" as one ORG, and "中国" as LOC, from whichever window decides them.
     spans = whole[1]
     want = {
@@ -167,7 +175,7 @@ def test_head_tail_ids_are_paddlenlps_ids_of_the_kept_tokens(tiny_token_pipeline
     from paddlenlp.transformers import ErnieTokenizer
 
     paddle = ErnieTokenizer(str(tiny_token_pipeline.static.vocab_file))
-    got = W.encode_cut(tokenizer, TEXTS, 128, head_tokens=head)
+    got = encoding.encode_batch(tokenizer, TEXTS, 128, head_tokens=head)
     for b, text in enumerate(TEXTS):
         ids = paddle(text, truncation=False)["input_ids"][1:-1]
         kept = ids if len(ids) <= 126 else ids[:head] + ids[len(ids) - (126 - head) :]
@@ -220,12 +228,16 @@ def _artifacts(pipeline):
     return TaskArtifacts(pipeline.task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
 
 
+def _tokenizers(entries, options):
+    return tokenizer_steps(entries, {e.task.ensemble: options for e in entries})
+
+
 def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipeline, tiny_token_pipeline):
     entries = [_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)]
-    default = tokenizer_steps(entries, BuildOptions())
-    assert default[SEQ_CLS.ensemble][1] == default[TOKEN_CLS.ensemble][1]  # one tokenizer serves head and window
+    default = _tokenizers(entries, BuildOptions())
+    assert default[SEQ_CLS.ensemble].fingerprint == default[TOKEN_CLS.ensemble].fingerprint  # head and window share
     fingerprints = {
-        tokenizer_steps([entries[1]], options)[TOKEN_CLS.ensemble][1]
+        _tokenizers([entries[1]], options)[TOKEN_CLS.ensemble].fingerprint
         for options in (
             BuildOptions(),
             BuildOptions(window_stride=32),
@@ -233,9 +245,25 @@ def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipe
             BuildOptions(long_text="head"),
         )
     }
-    fingerprints |= {tokenizer_steps([entries[0]], BuildOptions(long_text="head_tail"))[SEQ_CLS.ensemble][1]}
+    fingerprints |= {_tokenizers([entries[0]], BuildOptions(long_text="head_tail"))[SEQ_CLS.ensemble].fingerprint}
     # head and window read different outputs of one tokenizer config; window size, stride and head_tail change it.
     assert len(fingerprints) == 4
+
+
+def test_a_classifier_shares_the_tokenizer_of_a_model_reading_windows_of_any_size(tiny_pipeline, tiny_token_pipeline):
+    """The window settings change nothing a classifier reads: it joins the NER model's tokenizer, in one build or
+    added later, and only the model reading windows writes the tokenizer's config."""
+    from dataclasses import replace
+
+    classifier, ner = _artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)
+    per_model = {SEQ_CLS.ensemble: BuildOptions(), TOKEN_CLS.ensemble: BuildOptions(window_size=8)}
+    steps = tokenizer_steps([classifier, ner], per_model)
+    assert steps[SEQ_CLS.ensemble].name == steps[TOKEN_CLS.ensemble].name
+    assert steps[TOKEN_CLS.ensemble].owner and not steps[SEQ_CLS.ensemble].owner
+    # Two models reading windows of different sizes do not share.
+    other = replace(ner, task=TOKEN_CLS.named("ner_wide"))
+    steps = tokenizer_steps([ner, other], {TOKEN_CLS.ensemble: BuildOptions(window_size=8), "ner_wide": BuildOptions()})
+    assert steps[TOKEN_CLS.ensemble].name != steps["ner_wide"].name
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -299,7 +327,7 @@ def test_wrapped_model_for_the_ort_backend_gives_the_python_steps_logits(tiny_to
     import onnxruntime as ort
 
     from ernie_deploy.repository.signature import onnx_signature
-    from ernie_deploy.serving.steps import OnnxStep
+    from ernie_deploy.serving.model_steps import OnnxStep
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
@@ -312,7 +340,7 @@ def test_wrapped_model_for_the_ort_backend_gives_the_python_steps_logits(tiny_to
     assert [(i.name, tuple(i.dims)) for i in config.input] == [(n, (-1, -1)) for n in WINDOW_INPUTS]
     assert outputs[0].dims == (-1, -1, len(MSRA_LABELS)) == tuple(config.output[0].dims)
     tokenizer = build_tokenizer(p.static.vocab_file)
-    win = W.encode_windows(tokenizer, TEXTS, 128, 63)
+    win = encoding.encode_windows(tokenizer, TEXTS, 128, 63)
     session = ort.InferenceSession(str(model_dir / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     wrapped = session.run(["logits"], {"window_ids": win.window_ids, "window_type_ids": win.window_type_ids})[0]
     step = OnnxStep({"input": [{"name": n} for n in WINDOW_INPUTS]}, p.onnx.parent)
@@ -327,7 +355,7 @@ def test_fused_windowed_model_answers_as_the_ensemble(tiny_token_pipeline, tmp_p
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
-    build([_artifacts(p)], repo, BuildOptions(runtime="python", fused=True))
+    build([_artifacts(p)], repo, BuildOptions(runtime="python", layout="fused"))
     fused = _steps(repo)(TOKEN_CLS.ensemble, "pipeline")
     out = fused({"text": np.array(TEXTS, dtype=object).reshape(-1, 1)})
     got = [entities_from_json(e) for e in out["entities"][:, 0]]
@@ -359,7 +387,7 @@ def test_head_tail_classifier_says_when_a_text_was_cut(tiny_pipeline, tmp_path):
 
 
 def test_documents_join_consecutive_sentences_with_their_tags():
-    from ernie_deploy.fetch.data import join_sentences
+    from ernie_deploy.fetch.datasets import join_sentences
 
     rng = np.random.default_rng(1)
     rows = []

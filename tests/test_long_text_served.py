@@ -37,7 +37,8 @@ def window_server(token_cls_pipeline, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def docs():
-    from ernie_deploy.fetch.data import prepare, read_split
+    from ernie_deploy.fetch.data import read_split
+    from ernie_deploy.fetch.datasets import prepare
 
     return read_split(prepare("msra_docs"), "test", "jsonl")
 

@@ -167,7 +167,8 @@ def test_micro_and_macro_f1_match_a_hand_count():
 
 
 def test_entity_type_sets_come_from_the_real_msra_sentences(msra_ner, msra_multilabel):
-    from ernie_deploy.fetch.data import entity_types, read_split
+    from ernie_deploy.fetch.data import read_split
+    from ernie_deploy.fetch.datasets import entity_types
 
     for split in ("dev", "test"):
         texts, tags = read_split(msra_ner, split, "jsonl")
@@ -248,7 +249,10 @@ def test_convert_whose_dev_split_does_not_fit_keeps_the_previous_model_and_thres
 
 def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi_label, tmp_path, capsys):
     from ernie_deploy.cli import main
-    from ernie_deploy.serving.steps import STEPS, OnnxStep, PipelineStep, TokenizerStep
+    from ernie_deploy.serving.model_steps import OnnxStep
+    from ernie_deploy.serving.pipeline import PipelineStep
+    from ernie_deploy.serving.steps import STEPS
+    from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
     pipeline, onnx = tiny_multi_label
     repo = tmp_path / "models"

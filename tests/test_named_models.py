@@ -11,8 +11,9 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TASK_PARAMETER, TOKEN_CLS, TOKENIZER_STEP, check_model_name
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, served_models
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.served import served_models
 
 PYTHON = BuildOptions(runtime="python")
 
@@ -79,7 +80,7 @@ def test_replacing_a_model_removes_what_it_no_longer_uses(tiny_pipeline, tmp_pat
     repo = tmp_path / "models"
     build([_entry(tiny_pipeline, "news"), _entry(tiny_pipeline, "sentiment")], repo, PYTHON)
     sentiment = _files(repo, {"sentiment", "sentiment_model", "sentiment_postprocess", TOKENIZER_STEP})
-    build(_entry(tiny_pipeline, "news"), repo, BuildOptions(runtime="python", fused=True))
+    build(_entry(tiny_pipeline, "news"), repo, BuildOptions(runtime="python", layout="fused"))
     assert not (repo / "news_model").exists() and not (repo / "news_postprocess").exists()
     assert (repo / "news" / "1" / "model.onnx").exists()
     assert _files(repo, {"sentiment", "sentiment_model", "sentiment_postprocess", TOKENIZER_STEP}) == sentiment

@@ -22,7 +22,8 @@ def _ops(path) -> Counter:
 
 
 def _logits(pipeline, path, texts=PARITY_TEXTS):
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), texts, 128)
     return OnnxModel(path)(enc.input_ids, enc.token_type_ids)

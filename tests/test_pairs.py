@@ -12,8 +12,9 @@ import pytest
 from ernie_deploy.client.grpc_client import Client, TextError, input_columns
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS
-from ernie_deploy.fetch import data
-from ernie_deploy.serving.steps import PipelineStep, TokenizerStep
+from ernie_deploy.fetch import data, datasets
+from ernie_deploy.serving.pipeline import PipelineStep
+from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
 from .conftest import make_tiny_checkpoint, run_stages
 
@@ -26,8 +27,8 @@ def _texts(*items):
 
 def test_title_pairs_are_balanced_seeded_and_labelled_by_class():
     rows = [(label, f"{label} title {i}") for label in ("a", "b", "c") for i in range(7)]
-    pairs = data.title_pairs(rows, random.Random(1))
-    assert pairs == data.title_pairs(rows, random.Random(1)) and len(pairs) == len(rows)
+    pairs = datasets.title_pairs(rows, random.Random(1))
+    assert pairs == datasets.title_pairs(rows, random.Random(1)) and len(pairs) == len(rows)
     assert Counter(label for label, _, _ in pairs) == {"same": 11, "different": 10}
     assert sorted(first for _, first, _ in pairs) == sorted(title for _, title in rows)  # each title once first
     cls = {title: label for label, title in rows}
@@ -36,7 +37,7 @@ def test_title_pairs_are_balanced_seeded_and_labelled_by_class():
 
 
 def test_pair_splits_use_only_their_own_split_titles(thucnews):
-    pairs = data.prepare("thucnews_pairs")
+    pairs = datasets.prepare("thucnews_pairs")
     for split in data.SPLITS:
         titles = set(data.read_split(thucnews, split, "tsv")[0])
         items, labels = data.read_split(pairs, split, "tsv")
@@ -79,7 +80,8 @@ PAIR_CONFIG = {
 
 
 def test_tokenizer_step_encodes_pairs_as_encode_pairs(pair_dir):
-    from ernie_deploy.serving.tokenizer import encode_pairs, load_tokenizer
+    from ernie_deploy.serving.encoding import encode_pairs
+    from ernie_deploy.serving.tokenizer import load_tokenizer
 
     step = TokenizerStep(PAIR_CONFIG, pair_dir)
     texts, pairs = ["国足公布世预赛名单", "股市" * 20], ["美元 1.5亿", "中国"]
@@ -148,7 +150,11 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
 
     p = tiny_pair
     repo = tmp_path / "models"
-    build([TaskArtifacts(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels)], repo, BuildOptions(fused=fused))
+    build(
+        [TaskArtifacts(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels)],
+        repo,
+        BuildOptions(layout="fused" if fused else "ensemble"),
+    )
     items = [("国足公布世预赛名单", "股市大涨"), ("股市大涨", "国足公布世预赛名单"), ("美元 1.5亿", "体育" * 90)]
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
         with Client(PAIR_CLS, server.grpc_url) as client:

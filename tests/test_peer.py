@@ -1,4 +1,4 @@
-"""The peer (PaddleNLP SimpleServing on our static model, bench/peer.py): a real server process over real HTTP,
+"""The peer (PaddleNLP SimpleServing on our static model, ernie_deploy/peer): a real server process over real HTTP,
 answering like in-process Paddle and ONNX, stopped with nothing left behind."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from ernie_deploy.bench.peer import PeerServer, peer_available, peer_predictions, request_body
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.peer.server import PeerServer, peer_available, peer_predictions, request_body
 
 pytestmark = pytest.mark.skipif(not peer_available(), reason="paddlenlp (SimpleServing) is not installed")
 
@@ -33,7 +33,8 @@ def test_peer_answers_like_in_process_paddle_and_onnx_and_stops_cleanly(tiny_pip
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.server.preflight import check_port_free
     from ernie_deploy.server.procs import group_members
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
+    from ernie_deploy.serving.encoding import encode_items
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     static = tiny_pipeline.static
     server = PeerServer(static.root, SEQ_CLS).start(timeout=120)

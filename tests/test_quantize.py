@@ -14,13 +14,13 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
+from ernie_deploy.export.drift import check_drift
 from ernie_deploy.export.gates import Gates, counted, drop_within
 from ernie_deploy.export.optimize import optimize_transformer
 from ernie_deploy.export.precision import (
     DEFAULT_QUANT_FORMAT,
     Calibration,
     _require_same_signature,
-    check_drift,
     quantize_int8,
     quantize_int8_static,
 )
@@ -59,7 +59,8 @@ def quantized(request, tmp_path_factory):
 
 
 def _encode(pipeline, texts):
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     return encode_batch(build_tokenizer(pipeline.static.vocab_file), texts, 128)
 
@@ -156,7 +157,8 @@ def test_static_int8_answers_do_not_depend_on_batch_companions_dynamic_ones_do(n
     """Each text run alone, and in one batch with every other text (padded to the longest, one of 128 tokens): with
     FP32 and static INT8 its logits are the same either way; dynamic INT8 scales a batch by its own range, so its
     logits move with the companions (issue 23: a near tie's label then depends on them)."""
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.encoding import encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     pipeline = request.getfixturevalue(name)
     tokenizer = build_tokenizer(pipeline.static.vocab_file)

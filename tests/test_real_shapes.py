@@ -17,7 +17,7 @@ holds one model per task, under fixed names), nano with a token_cls head beside 
 gRPC with Paddle's labels, confidences, logits and entities.
 
 Measured here (2 cores, shared host): the whole module in 355 s, every size served. Per size, export 1.4-7.7 s and
-convert 6-44 s (base); the numbers are in README.md. Set ERNIE_DEPLOY_REAL_SHAPES_REPORT=FILE to get them as JSON.
+convert 6-44 s (base); the numbers are in docs/CONVERT.md. Set ERNIE_DEPLOY_REAL_SHAPES_REPORT=FILE to get them as JSON.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ TEXTS = [
     "气温-5℃～3℃，北风3级",
     "上证指数" * 50,
 ]
-TOLERANCE = 1e-4  # convert's default gate; measured diffs are in the module's report (README)
+TOLERANCE = 1e-4  # convert's default gate; measured diffs are in the module's report (docs/CONVERT.md)
 REPORT_ENV = "ERNIE_DEPLOY_REAL_SHAPES_REPORT"  # a JSON file to write this module's measurements to
 
 
@@ -199,8 +199,9 @@ def workshop(tmp_path_factory):
 def onnx_vs_paddle(made, staged: Staged) -> float:
     """Serving tokenizer + onnxruntime against ErnieTokenizer + Paddle's forward pass (`made.ids`, `made.logits`),
     text by text: the ids must be equal and the labels too; returns the largest logit difference."""
+    from ernie_deploy.serving.encoding import encode_batch
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(staged.static.vocab_file)
     model = OnnxModel(staged.onnx)
@@ -404,13 +405,14 @@ def test_export_carries_max_seq_len_and_do_lower_case_to_every_tokenizer(tmp_pat
     from ernie_deploy.cli import main
     from ernie_deploy.evaluate.offline import paddle_encoder
     from ernie_deploy.export.static import StaticModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch, load_tokenizer, save_tokenizer
+    from ernie_deploy.serving.encoding import encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer, load_tokenizer, save_tokenizer
 
     checkpoint = _cased_checkpoint(tmp_path / "ck")
     argv = ["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "static"), "--max-seq-len", "16"]
     assert main(argv) == 0
     static = StaticModel.load(tmp_path / "static")
-    meta = json.loads((tmp_path / "static" / "export.json").read_text())
+    meta = json.loads((tmp_path / "static" / "model.json").read_text())
     assert (meta["max_seq_len"], meta["max_positions"], meta["do_lower_case"]) == (16, 512, False)
     assert (static.max_seq_len, static.task.max_seq_len, static.task.name, static.do_lower_case) == (
         16,

@@ -254,9 +254,9 @@ def test_concurrent_requests_sharing_a_batch_fail_alone(server, seq_cls_pipeline
 
 
 def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
-    from ernie_deploy.bench.soak import SoakCase
     from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.fetch.data import read_split
+    from ernie_deploy.reliability.soak import SoakCase
 
     cases = []
     for p in (seq_cls_pipeline, token_cls_pipeline):
@@ -268,7 +268,7 @@ def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
 
 
 def test_soak_mixed_good_and_bad_requests(server, seq_cls_pipeline, token_cls_pipeline):
-    from ernie_deploy.bench.soak import soak
+    from ernie_deploy.reliability.soak import soak
 
     report = soak(
         server.grpc_url,
@@ -303,7 +303,7 @@ def fault_server(repository, tmp_path_factory):
 def test_killed_stubs_are_reloaded_and_no_request_is_lost(fault_server, seq_cls_pipeline, token_cls_pipeline):
     """SIGKILL one python stub after another under load (soak chaos): the watchdog reloads each model,
     the client retries, and every answer still equals the offline one."""
-    from ernie_deploy.bench.soak import soak
+    from ernie_deploy.reliability.soak import soak
     from ernie_deploy.server.watchdog import stub_processes
 
     stubs_before = sorted(stub_processes(fault_server.pid).values())

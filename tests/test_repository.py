@@ -9,7 +9,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 from ernie_deploy.repository.build import TaskArtifacts, build
-from ernie_deploy.repository.configs import parse, render, task_configs
+from ernie_deploy.repository.configs import parse, render
+from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions, check_options
 from ernie_deploy.repository.signature import onnx_signature
 from ernie_deploy.serving.runtime import spin_mode
@@ -246,7 +247,7 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
 
 def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_token_pipeline, tmp_path):
     ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())[-1]
-    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(fused=True))
+    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(layout="fused"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN_CLS.ensemble]
     fused = parse((tmp_path / TOKEN_CLS.ensemble / "config.pbtxt").read_text())
     assert fused.backend == "python" and not fused.HasField("ensemble_scheduling")
@@ -256,4 +257,4 @@ def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_toke
     assert sorted(p.name for p in version.iterdir()) == ["labels.json", "model.onnx", "model.py", "tokenizer.json"]
     assert 'step = "pipeline"' in (version / "model.py").read_text()
     with pytest.raises(ErnieDeployError, match="--runtime python"):
-        task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(fused=True, runtime="onnxruntime"))
+        task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(layout="fused", runtime="onnxruntime"))

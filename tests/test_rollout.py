@@ -9,10 +9,10 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build, build_version
+from ernie_deploy.repository.add_version import build_version
+from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
-from tests.conftest import make_tiny_checkpoint, run_stages
 
 PYTHON = BuildOptions(runtime="python")
 NEWS = SEQ_CLS.named("news")
@@ -29,10 +29,8 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def second_version(tmp_path_factory):
-    """The same shape and vocabulary as tiny_pipeline, other weights: a retrained model's next version."""
-    work = tmp_path_factory.mktemp("tiny_v2")
-    return run_stages(SEQ_CLS, make_tiny_checkpoint(work / "checkpoint", seed=1), work)
+def second_version(tiny_pipeline_v2):
+    return tiny_pipeline_v2
 
 
 def _entry(pipeline) -> TaskArtifacts:
@@ -51,7 +49,7 @@ def test_a_new_version_lands_beside_the_serving_one_and_serving_stays(tiny_pipel
     model = VersionedModel.read(repo, "news")
     assert model.on_disk() == [1, 2] and model.serving() == 1
     # A restarted server would serve 1 too: the ensemble pins it and the steps load only it.
-    pins = {s.model_name: s.model_version for s in model.ensemble.ensemble_scheduling.step}
+    pins = {s.model_name: s.model_version for s in model.entry.ensemble_scheduling.step}
     assert pins == {"ernie_tokenizer": -1, "news_model": 1, "news_postprocess": 1}
     for step in model.steps.values():
         assert list(step.version_policy.specific.versions) == [1]
@@ -76,7 +74,7 @@ def test_a_version_that_does_not_fit_the_model_is_refused(tiny_pipeline, tiny_to
     fewer_labels = TaskArtifacts(NEWS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, ["a", "b"])
     build_version(fewer_labels, repo, PYTHON, version=3)  # labels are the version's own file
     with pytest.raises(ErnieDeployError, match="fused"):
-        build_version(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", fused=True), version=4)
+        build_version(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="fused"), version=4)
     with pytest.raises(ErnieDeployError, match="no model 'other'"):
         build_version(TaskArtifacts(SEQ_CLS.named("other"), tiny_pipeline.onnx, other_vocab, []), repo, version=2)
     assert {k: v for k, v in _digests(repo).items() if not k.startswith("news_model/3")} == before
@@ -104,10 +102,10 @@ def test_build_command_adds_a_version(tiny_pipeline, second_version, tmp_path, m
 
 @pytest.mark.integration
 def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, second_version, tmp_path):
-    from ernie_deploy.bench.rollout_soak import rollout_soak
     from ernie_deploy.cli import main
     from ernie_deploy.client.admin import RepositoryAdmin
     from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.reliability.rollout_soak import rollout_soak
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path / "models"

@@ -8,7 +8,7 @@ import pytest
 
 from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.tasks import SEQ_CLS
-from ernie_deploy.repository.build import served_steps
+from ernie_deploy.repository.served import served_steps
 from ernie_deploy.server.stats import format_table, served_times, snapshot
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def tiny_server(tmp_path_factory, tiny_pipeline):
     build(
         TaskArtifacts(SEQ_CLS.named("fused"), p.onnx, p.static.vocab_file, p.static.labels),
         repo,
-        BuildOptions(fused=True),
+        BuildOptions(layout="fused"),
     )
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "stats.log") as server:
         yield server, repo

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.serving.steps import OnnxStep, SeqClsPostprocess, TokenClsPostprocess, TokenizerStep, decode_texts
+from ernie_deploy.serving.model_steps import OnnxStep
+from ernie_deploy.serving.postprocess_steps import SeqClsPostprocess, TokenClsPostprocess
+from ernie_deploy.serving.texts import decode_texts
+from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
 
 def _texts(*items):
@@ -194,11 +197,11 @@ def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
 def _fused_config(pipeline, task):
     from google.protobuf.json_format import MessageToDict
 
-    from ernie_deploy.repository.configs import task_configs
+    from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
 
     # The head cut, as the three steps below run (the windowed fused model: tests/test_long_text.py).
-    (config,) = task_configs(task, pipeline.onnx, BuildOptions(fused=True, long_text="head"))
+    (config,) = task_configs(task, pipeline.onnx, BuildOptions(layout="fused", long_text="head"))
     return MessageToDict(config, preserving_proto_field_name=True)
 
 
@@ -214,7 +217,8 @@ def test_every_task_names_a_postprocess_step_that_exists():
 @pytest.mark.parametrize("which", ["seq_cls", "token_cls"])
 def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
     from ernie_deploy.core.tasks import TASKS
-    from ernie_deploy.serving.steps import STEPS, PipelineStep
+    from ernie_deploy.serving.pipeline import PipelineStep
+    from ernie_deploy.serving.steps import STEPS
 
     task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
@@ -249,3 +253,94 @@ def test_a_request_that_breaks_the_merged_run_fails_alone(step_dirs):
     assert isinstance(out[1], ErnieDeployError) and "OnnxStep failed on this request" in str(out[1])
     np.testing.assert_allclose(out[0]["logits"], model(good)["logits"], atol=1e-6)
     np.testing.assert_allclose(out[2]["logits"], model(good)["logits"], atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The gates read what the server reads: parity, drift, calibration, evaluation and the bench tokenize with the
+# tokenizer step's own code (serving.encoding.encode_items)
+
+GATE_TEXTS = [
+    "国足公布世预赛名单",  # fits
+    "新闻 ABC 财经 iPhone15 " * 12,  # longer than max_seq_len: the served cut decides
+    "a\x00b\x01c\x7fd\u200b中国\ufeff股市",  # control and format characters, which the tokenizer drops
+    "股市\ud800大涨 abc",  # a lone surrogate (a file read with surrogateescape), which cannot cross into Rust
+    "中国" * 7,  # exactly max_seq_len - 2 tokens: not cut
+]
+GATE_PAIRS = [
+    ("国足公布", "美元 ABC"),
+    ("股市" * 20, "中国"),  # the longer text gives way
+    ("a\x00b\u200b中国", "新闻\ud800财经"),
+    ("中国", "abc 财经" * 10),
+]
+ENCODED = ("input_ids", "token_type_ids", "offsets", "lengths", "truncated")
+
+
+def _served_tokens(step, items):
+    """What the tokenizer step answers for items (texts, or (text, text_pair) tuples) that passed its checks (a
+    request's BYTES tensors decode to exactly such strs; a lone surrogate never comes from UTF-8)."""
+    return step.run([items])[0]
+
+
+def _assert_same_tokens(served, gate, max_seq_len):
+    for name in ENCODED:
+        want = getattr(gate, name)
+        want = want.reshape(-1, 1) if want.ndim == 1 else want
+        assert np.array_equal(served[name], want), name
+    assert served["input_ids"].shape[1] <= max_seq_len
+
+
+@pytest.mark.parametrize("items", [GATE_TEXTS, GATE_PAIRS], ids=["texts", "pairs"])
+def test_the_gates_tokenize_exactly_as_the_tokenizer_step(items, step_dirs, tiny_pipeline):
+    from ernie_deploy.export.drift import gate_batches
+
+    inputs = [{"name": "text"}] + ([{"name": "text_pair"}] if isinstance(items[0], tuple) else [])
+    step = TokenizerStep({"input": inputs, "parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    served = _served_tokens(step, items)
+    ((batch, gate),) = gate_batches(tiny_pipeline.static, items, 16, 32)
+    assert batch == items
+    _assert_same_tokens(served, gate, 16)
+    assert served["truncated"][:, 0].tolist() == (
+        [False, True, False, False, False] if len(items) == 5 else [False, True, False, True]
+    )
+    # The surrogate is dropped as ErnieTokenizer drops it, leaving the characters around it where they were.
+    row = 3 if isinstance(items[3], str) else 2
+    dropped = items[row].replace("\ud800", "") if row == 3 else tuple(t.replace("\ud800", "") for t in items[row])
+    alone = _served_tokens(step, [dropped])
+    assert served["input_ids"][row, : int(served["lengths"][row, 0])].tolist() == alone["input_ids"][0].tolist()
+
+
+def test_every_consumer_cuts_long_texts_as_the_tokenizer_step_does(step_dirs, tiny_pipeline):
+    """Offline evaluation and the in-process bench call encode_items; the step's head+tail cut is encode_items' too."""
+    from ernie_deploy.serving.encoding import encode_items
+    from ernie_deploy.serving.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(step_dirs / "tokenizer.json")
+    params = {"max_seq_len": {"string_value": "16"}, "head_tokens": {"string_value": "3"}}
+    step = TokenizerStep({"parameters": params}, step_dirs)
+    _assert_same_tokens(_served_tokens(step, GATE_TEXTS), encode_items(tokenizer, GATE_TEXTS, 16, head_tokens=3), 16)
+    head_only = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    _assert_same_tokens(_served_tokens(head_only, GATE_TEXTS), encode_items(tokenizer, GATE_TEXTS, 16), 16)
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_the_gates_lowercase_as_the_served_tokenizer(lowercase, tiny_pipeline, tmp_path):
+    """`build` makes the served tokenizer from vocab.txt alone, lowercasing as the tokenizer_config.json export
+    writes beside it says; the gates lowercase by the do_lower_case export records with the model: the same."""
+    from types import SimpleNamespace
+
+    from ernie_deploy.export.drift import gate_batches
+    from ernie_deploy.serving.tokenizer import TOKENIZER_CONFIG, save_tokenizer
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "vocab.txt").write_bytes(tiny_pipeline.static.vocab_file.read_bytes())
+    (model / TOKENIZER_CONFIG).write_text(json.dumps({"do_lower_case": lowercase}))
+    static = SimpleNamespace(vocab_file=model / "vocab.txt", do_lower_case=lowercase)  # what the gates read of it
+    save_tokenizer(static.vocab_file, tmp_path / "tokenizer.json")
+    step = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "64"}}}, tmp_path)
+    texts = ["iPhone ABC 新闻", "iphone abc 新闻"]
+    served = _served_tokens(step, texts)
+    ((_, gate),) = gate_batches(static, texts, 64, 32)
+    _assert_same_tokens(served, gate, 64)
+    upper, lower = served["input_ids"].tolist()
+    assert (upper == lower) == lowercase  # "ABC" reads as "abc" only when the model lowercases

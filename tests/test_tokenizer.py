@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.fetch.data import prepare, read_tsv
+from ernie_deploy.fetch.data import read_tsv
+from ernie_deploy.fetch.datasets import prepare
+from ernie_deploy.serving.encoding import encode_batch, encode_pairs, pair_lengths
 from ernie_deploy.serving.tokenizer import (
     CLS,
     PAD,
@@ -20,10 +22,7 @@ from ernie_deploy.serving.tokenizer import (
     SPECIALS,
     UNK,
     build_tokenizer,
-    encode_batch,
-    encode_pairs,
     load_tokenizer,
-    pair_lengths,
     save_tokenizer,
 )
 
@@ -403,7 +402,7 @@ def test_lowercase_false_keeps_case_and_accents(tmp_path):
 def test_module_imports_no_paddle():
     """It runs inside Triton's python backend, where only numpy and tokenizers are installed."""
     code = (
-        "import sys, ernie_deploy.serving.tokenizer; "
+        "import sys, ernie_deploy.serving.tokenizer, ernie_deploy.serving.encoding, ernie_deploy.serving.steps; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'paddle', 'paddlenlp', 'torch', 'sklearn'}); "
         "assert not bad, bad"
     )
@@ -475,3 +474,16 @@ def test_pair_errors_name_the_problem(full_tok):
         encode_pairs(full_tok, ["a"], ["b"], 2)
     with pytest.raises(ErnieDeployError, match="not str"):
         encode_pairs(full_tok, ["a"], [b"b"], MAX_SEQ_LEN)
+
+
+def test_truncation_or_padding_set_on_the_tokenizer_changes_nothing(vocabs):
+    """A tokenizer.json saved with truncation or padding, or a caller that set them: each text is still tokenized
+    whole and cut as the tokenizer step cuts it."""
+    tok = build_tokenizer(vocabs["full"])
+    want = encode_batch(tok, HARD, 16)
+    tok.enable_truncation(5)
+    tok.enable_padding(length=40)
+    got = encode_batch(tok, HARD, 16)
+    assert tok.truncation is None and tok.padding is None
+    for name in ("input_ids", "token_type_ids", "offsets", "lengths", "truncated"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name

@@ -40,7 +40,7 @@ class BenchConfig:
     int8: bool = True  # quantize the model (as `convert --quantize int8` does) and add its in-process rows
     fused: bool = True
     classic: bool = True
-    peer: bool = True  # PaddleNLP SimpleServing on the same static model (bench/peer.py), where paddlenlp is installed
+    peer: bool = True  # PaddleNLP SimpleServing on the same model (bench/peer_rows.py), where paddlenlp is installed
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
     # What drives the served rows, each in turn at every cell ("python", "perf_analyzer"); the first is the primary:
     # the ratios, the plot and the main tables use its rows, the others are shown beside it.

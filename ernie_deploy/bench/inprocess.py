@@ -59,8 +59,8 @@ def bench_inprocess(
     row shown), each model freed before the next so that no idle thread pool competes with the servers.
     `variants`: other graphs of the model by row kind (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT), each timed right
     after the FP32 graph on the same batches."""
+    from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import encode_items
 
     task = inputs.task
     max_len = task.max_seq_len
@@ -112,7 +112,7 @@ def paddle_available() -> bool:
 def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
     """Paddle Inference on the serving tokenizer's ids (identical to paddlenlp's), with as many math threads as
     onnxruntime gets. One row per batch size; the best is marked."""
-    from ernie_deploy.serving.tokenizer import encode_items
+    from ernie_deploy.serving.encoding import encode_items
 
     task = inputs.task
     if not paddle_available():

@@ -158,7 +158,7 @@ def _line(row: dict) -> str:
 def run_input_cost(inputs: list[TaskInputs], config: BenchConfig, out: Path, smoke: bool = False) -> dict:
     """Every length on a server whose limits let it through, then the default limits on one that has them; writes
     `out`/input_cost.json."""
-    from ernie_deploy.repository.build import served_limits
+    from ernie_deploy.repository.served import served_limits
     from ernie_deploy.server.process import TritonServer
 
     lengths = SMOKE_LENGTHS if smoke else LENGTHS

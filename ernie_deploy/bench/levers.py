@@ -24,12 +24,12 @@ LEVERS = {
     "--ort-threads 1": {"ort_threads": 1},
     "--instances 2 --ort-threads 1": {"instances": 2, "ort_threads": 1},
     "--max-queue-delay-us 1000": {"max_queue_delay_us": 1000},
-    "--fused": {"fused": True},
-    "--fused --ort-spinning always (fewest hops, no thread wake-ups)": {"fused": True, "ort_spinning": "always"},
+    "--fused": {"layout": "fused"},
+    "--fused --ort-spinning always (fewest hops, no thread wake-ups)": {"layout": "fused", "ort_spinning": "always"},
     "--graph-postprocess (classifiers: the postprocess in the ONNX graph; tokenizer -> model)": {
-        "graph_postprocess": True
+        "layout": "graph-postprocess"
     },
-    "--tokenizer-in-model (tokenizer and onnxruntime in one step -> postprocess)": {"tokenizer_in_model": True},
+    "--tokenizer-in-model (tokenizer and onnxruntime in one step -> postprocess)": {"layout": "tokenizer-in-model"},
     "--classic": {"classic": True},
 }
 
@@ -39,13 +39,15 @@ def measure_levers(
 ) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
-    from ernie_deploy.repository.options import BuildOptions, graph_postprocess_fits
+    from ernie_deploy.repository.layouts import get_layout
+    from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     out = []
     for n, (name, options) in enumerate((levers or LEVERS).items()):
         # A lever that only some kinds have (--graph-postprocess: classifiers) is measured on those; no row else.
-        fitting = [i for i in inputs if graph_postprocess_fits(i.task, BuildOptions(**options)) is None]
+        layout = get_layout(BuildOptions(**options).layout)
+        fitting = [i for i in inputs if layout.fits(i.task, BuildOptions(**options)) is None]
         if not fitting:
             continue
         repo = build_layout(fitting, workdir / f"lever{n}", **options)
@@ -106,17 +108,27 @@ def render_levers(rows: list[dict]) -> str:
 
 
 def pick_levers(keys: list[str] | None) -> dict[str, dict]:
-    """The default row and the levers that set any of these build options (BuildOptions field names, e.g. fused,
-    graph_postprocess); None: every lever."""
+    """The default row and the levers that set any of these build options (BuildOptions field names, e.g.
+    ort_spinning) or choose any of these layouts (e.g. fused, graph-postprocess); None: every lever."""
     if not keys:
         return LEVERS
-    known = {key for options in LEVERS.values() for key in options}
+    keys = {k.replace("_", "-") if k.replace("_", "-") in _layouts() else k for k in keys}
+    known = {key for options in LEVERS.values() for key in options} | _layouts()
     unknown = sorted(set(keys) - known)
     if unknown:
         raise ErnieDeployError(
-            f"--lever {', '.join(unknown)}: no lever sets that build option", f"use some of {', '.join(sorted(known))}"
+            f"--lever {', '.join(unknown)}: no lever sets that build option or layout",
+            f"use some of {', '.join(sorted(known))}",
         )
-    return {name: options for name, options in LEVERS.items() if not options or set(options) & set(keys)}
+    return {
+        name: options
+        for name, options in LEVERS.items()
+        if not options or set(options) & keys or options.get("layout") in keys
+    }
+
+
+def _layouts() -> set[str]:
+    return {options["layout"] for options in LEVERS.values() if "layout" in options}
 
 
 def run_levers(

@@ -16,6 +16,8 @@ from ernie_deploy.bench.rows import (
     SERVED_BATCH,
     best_row,
     rows_of,
+    size_facts,
+    sized_models,
 )
 from ernie_deploy.core.files import atomic_path
 
@@ -90,7 +92,6 @@ def plot_sizes(results: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
-    from ernie_deploy.bench.report import size_facts, sized_models
 
     sized = sized_models(results)
     params = [shape["params"] / 1e6 for _, shape in sized]

@@ -11,7 +11,7 @@ Per task, on the task's test texts, these rows are measured (throughput in seque
     classic        the classic layout (every text padded to 128 tokens, no dynamic batching, one instance),
                    same load generator, one text per request
     peer           PaddleNLP's SimpleServing (FastAPI, uvicorn, Paddle Inference) on the same static model, HTTP
-                   JSON, same closed loop, one text per request (bench/peer.py)
+                   JSON, same closed loop, one text per request (bench/peer_rows.py, ernie_deploy/peer)
     peer bN        the same with N texts per request
 """
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
 from ernie_deploy.core.errors import ErnieDeployError
 
 # Row kinds, in the order the tables show them.
@@ -286,3 +287,24 @@ def at_concurrency(rows: list[Row], wanted: int) -> Row | None:
 
 def total_errors(results: dict) -> int:
     return sum(r.errors for r in rows_of(results, tool=None))
+
+
+def sized_models(results: dict) -> list[tuple[str, dict]]:
+    """The models remade in real shapes (bench.sizes), smallest first, each with its shape's facts."""
+    sized = [(name, facts["shape"]) for name, facts in results.get("tasks", {}).items() if facts.get("shape")]
+    return sorted(sized, key=lambda item: item[1]["params"])
+
+
+def size_facts(results: dict, name: str) -> dict:
+    """One model's numbers for the size table: the in-process limit with tokenization (best batch), the lone
+    request's extra ms over it (extra_ms), and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
+    limit = best_row(results, name, LIMIT_TOK)
+    alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
+    facts = {"limit": limit, "alone": alone}
+    for kind in (SERVED, SERVED_BATCH, FUSED):
+        for c in (1, REFERENCE_CONCURRENCY, 16):
+            row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
+            facts[kind, c] = row
+    one = facts[SERVED, 1]
+    facts["extra_ms"] = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
+    return facts

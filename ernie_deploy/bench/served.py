@@ -28,7 +28,7 @@ from ernie_deploy.bench.machine import (
     server_version,
     utc_stamp,
 )
-from ernie_deploy.bench.peer import bench_peer, peer_available
+from ernie_deploy.bench.peer_rows import bench_peer
 from ernie_deploy.bench.perf_analyzer import (
     PERF_ANALYZER,
     PYTHON,
@@ -51,6 +51,7 @@ from ernie_deploy.bench.rows import (
 from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.peer.server import peer_available
 
 
 def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
@@ -68,8 +69,13 @@ def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
 
 
 def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served") -> Path:
-    """A layout into `out`: "served" (the ensemble, defaults), "fused" or "classic"."""
-    return build_layout(inputs, out, fused=layout == "fused", classic=layout == "classic")
+    """A layout into `out`: "served" (the default ensemble), "classic" (its fixed-shape baseline), or any layout's
+    name (repository/layouts)."""
+    if layout == "served":
+        return build_layout(inputs, out)
+    if layout == "classic":
+        return build_layout(inputs, out, classic=True)
+    return build_layout(inputs, out, layout=layout)
 
 
 def bench_server(

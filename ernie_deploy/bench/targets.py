@@ -228,7 +228,7 @@ TARGETS = (
         3.0,
         _served_vs_peer,
         also=_p99_no_worse_than_peer,
-        task_kinds=("sequence",),  # the kinds SimpleServing has handlers for (bench.peer_app.HANDLERS)
+        task_kinds=("sequence",),  # the kinds SimpleServing has handlers for (peer.app.HANDLERS)
         sizes=False,
     ),
     Target(

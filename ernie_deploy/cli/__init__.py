@@ -7,7 +7,6 @@ Imports: any package; the library imports nothing from here.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ernie_deploy.cli import (
     apply,
@@ -27,7 +26,7 @@ from ernie_deploy.cli import (
     soak,
     stats,
 )
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.cli.dispatch import run_command
 
 # In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
 COMMANDS = (
@@ -59,12 +58,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except ErnieDeployError as exc:
-        print(f"ernie-deploy {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_command(build_parser().parse_args(argv))

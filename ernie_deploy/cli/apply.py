@@ -26,7 +26,9 @@ def register(sub) -> None:
     p.add_argument("file", help="the deployment file (YAML; format in ernie_deploy/repository/deployment.py)")
     p.add_argument("--dry-run", action="store_true", help="check the file and print the commands; run nothing")
     p.add_argument("--keep-others", action="store_true", help="leave models the file does not list in the repository")
-    p.set_defaults(func=run)
+    # The other commands, by name: `sub` holds every one of them by the time this command runs. Taken from here
+    # rather than from ernie_deploy.cli, which imports this module to register it.
+    p.set_defaults(func=lambda args: run(args, sub.choices))
 
 
 def _flags(parser: argparse.ArgumentParser, where: str, options: dict) -> list[str]:
@@ -79,20 +81,20 @@ def commands(deployment, subparsers: dict[str, argparse.ArgumentParser]) -> list
     return plan
 
 
-def run(args) -> None:
-    from ernie_deploy.cli import build_parser, main
-    from ernie_deploy.repository.build import remove, served_models
+def run(args, subparsers: dict[str, argparse.ArgumentParser]) -> None:
+    """Carry out the deployment file with the commands in `subparsers` (command name -> its parser)."""
+    from ernie_deploy.cli.dispatch import run_command
+    from ernie_deploy.repository.build import remove
     from ernie_deploy.repository.deployment import load_deployment
+    from ernie_deploy.repository.served import served_models
 
     deployment = load_deployment(args.file)
-    parser = build_parser()
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     plan = commands(deployment, subparsers)
     listed = {m.name for m in deployment.models}
     stale = [] if args.keep_others else sorted(set(served_models(deployment.repository)) - listed)
     for argv in plan:
         print(f"==> ernie-deploy {shlex.join(argv)}", flush=True)
-        if not args.dry_run and main(argv) != 0:
+        if not args.dry_run and run_command(_parse(subparsers, argv)) != 0:
             raise ErnieDeployError(
                 f"`ernie-deploy {argv[0]}` failed for {args.file} (its message is above)",
                 "fix what it names and run apply again; the repository was left as it was",
@@ -102,3 +104,10 @@ def run(args) -> None:
         if not args.dry_run:
             remove(deployment.repository, stale)
     print(f"{deployment.repository}: {', '.join(sorted(listed))}" + (" (dry run)" if args.dry_run else ""))
+
+
+def _parse(subparsers: dict[str, argparse.ArgumentParser], argv: list[str]) -> argparse.Namespace:
+    """`ernie-deploy <argv>` parsed as the entry point parses it: by the command's own parser, named."""
+    args = subparsers[argv[0]].parse_args(argv[1:])
+    args.command = argv[0]
+    return args

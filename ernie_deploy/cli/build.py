@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import argparse
+from dataclasses import fields, replace
 from pathlib import Path
 
 from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
+from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, LAYOUTS, check_build_options, get_layout
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
@@ -15,10 +17,22 @@ from ernie_deploy.repository.options import (
     ORT_GRAPH_LEVELS,
     SPIN_MODES,
     BuildOptions,
-    check_options,
 )
 from ernie_deploy.serving.entities import DECODINGS
 from ernie_deploy.serving.limits import CUT, WINDOWS
+
+
+class _LayoutFlag(argparse.Action):
+    """--fused, --graph-postprocess, --tokenizer-in-model: shorthands of --layout, each refusing another layout."""
+
+    def __init__(self, option_strings, dest, const, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        chosen = getattr(namespace, self.dest, None)
+        if chosen not in (None, self.const):
+            parser.error(f"{option_string} asks for the {self.const} layout, and {chosen} was asked for too: pick one")
+        setattr(namespace, self.dest, self.const)
 
 
 def register(sub) -> None:
@@ -134,24 +148,18 @@ def register(sub) -> None:
         help="pad token tensors to length buckets of this size (helps batching where ragged can't be used)",
     )
     p.add_argument(
-        "--fused",
-        action="store_true",
-        help="one python model per task (tokenizer + onnxruntime + postprocess) under the ensemble's "
-        "name: the same tensors, fewer hops; python runtime only",
+        "--layout",
+        choices=list(LAYOUTS),
+        help="how the model is split into Triton models: "
+        + "; ".join(f"{name}: {layout.summary}" for name, layout in LAYOUTS.items())
+        + f" (default: {DEFAULT_LAYOUT}; for --version, the model's own)",
     )
-    p.add_argument(
-        "--graph-postprocess",
-        action="store_true",
-        help="classifiers: append softmax, argmax and the label lookup to the ONNX graph, so the model step "
-        "answers label_id, label and confidence and the ensemble is tokenizer -> model (one python hop fewer; "
-        "the ORT backend runs it too)",
-    )
-    p.add_argument(
-        "--tokenizer-in-model",
-        action="store_true",
-        help="run the tokenizer inside the python model step (text -> logits in one process), the postprocess "
-        "a step of its own: one hop fewer than the ensemble, less than --fused; python runtime only",
-    )
+    for flag, layout in (
+        ("--fused", "fused"),
+        ("--graph-postprocess", "graph-postprocess"),
+        ("--tokenizer-in-model", "tokenizer-in-model"),
+    ):
+        p.add_argument(flag, dest="layout", action=_LayoutFlag, const=layout, help=f"--layout {layout}")
     p.add_argument(
         "--classic",
         action="store_true",
@@ -205,8 +213,24 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def options_from(args, **given) -> BuildOptions:
+    """BuildOptions from the parsed command line: every field whose flag was given (its dest is the field's name;
+    --no-ragged is the one negation), then `given`."""
+    values = {f.name: getattr(args, f.name) for f in fields(BuildOptions) if getattr(args, f.name, None) is not None}
+    values["ragged"] = not args.no_ragged
+    return BuildOptions(**{**values, **given})
+
+
+def _served_layout(repository: str, name: str) -> str | None:
+    """The layout model `name` is served in (a new version keeps it), or None where the repository has no such model."""
+    from ernie_deploy.repository.served import served_layouts
+
+    layout = served_layouts(repository).get(name) if Path(repository).is_dir() else None
+    return layout.name if layout else None
+
+
 def run(args) -> None:
-    from ernie_deploy.repository.build import TaskArtifacts, build, pick_runtime
+    from ernie_deploy.repository.build import build, model_artifacts, pick_runtime
     from ernie_deploy.server.binary import available_backends, find_tritonserver
 
     if args.name:
@@ -221,55 +245,23 @@ def run(args) -> None:
         raise ErnieDeployError(
             "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
         )
+    layout = args.layout or (_served_layout(args.repository, args.name[0]) if args.version is not None else None)
+    options = options_from(args, runtime="python", layout=layout or DEFAULT_LAYOUT)
     runtime = args.runtime
-    if runtime == "auto" and (args.fused or args.tokenizer_in_model):
-        runtime = "python"  # these layouts run onnxruntime inside a python model, whatever backends the server has
+    if runtime == "auto" and "onnxruntime" not in get_layout(options.layout).runtimes:
+        runtime = "python"  # the layout runs onnxruntime inside a python model, whatever backends the server has
     if runtime == "auto":
         try:
             backends = available_backends(find_tritonserver(args.tritonserver))
         except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
             backends = set()
         runtime = pick_runtime(backends)
-    options = BuildOptions(
-        runtime=runtime,
-        max_batch_size=args.max_batch_size,
-        instances=args.instances,
-        max_queue_delay_us=args.max_queue_delay_us,
-        max_queue_size=args.max_queue_size,
-        queue_timeout_us=args.queue_timeout_us,
-        ort_threads=args.ort_threads,
-        classic=args.classic,
-        ragged=not args.no_ragged,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        fused=args.fused,
-        graph_postprocess=args.graph_postprocess,
-        tokenizer_in_model=args.tokenizer_in_model,
-        ort_spinning=args.ort_spinning or BuildOptions.ort_spinning,
-        ort_graph_level=args.ort_graph_level,
-        ort_inter_op_threads=args.ort_inter_op_threads,
-        device=args.device,
-        trt_fp16=args.trt_fp16,
-        long_text=args.long_text,
-        window_size=args.window_size,
-        window_stride=args.window_stride,
-        head_tokens=args.head_tokens,
-        ner_decoding=args.ner_decoding,
-        max_text_chars=args.max_text_chars,
-        max_request_chars=args.max_request_chars,
-    )
-    check_options(options)  # before reading any model: a bad combination is the user's first error
+    options = replace(options, runtime=runtime)
+    check_build_options(options)  # before reading any model: a bad combination is the user's first error
     entries = []
     for task, name in wanted:
         static = static_model(task, args.static, name)
-        entries.append(
-            TaskArtifacts(
-                static.task.named(name),
-                onnx_file(static, args.onnx, name),
-                static.vocab_file,
-                static.labels,
-                ner_decoding=static.ner_decoding,
-            )
-        )
+        entries.append(model_artifacts(static, onnx_file(static, args.onnx, name), name))
     if args.thresholds:
         if len(entries) != 1 or not entries[0].task.thresholds:
             raise ErnieDeployError(
@@ -279,7 +271,7 @@ def run(args) -> None:
             )
         entries[0] = replace(entries[0], thresholds=Path(args.thresholds))
     if args.version is not None:
-        from ernie_deploy.repository.build import build_version
+        from ernie_deploy.repository.add_version import build_version
 
         for path in build_version(entries[0], args.repository, options, version=args.version):
             print(f"wrote {path}")

@@ -16,8 +16,8 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.repository.build import served_limits
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
+    from ernie_deploy.repository.served import served_limits
 
     problems = check_repository(args.repository)
     for problem in problems:

@@ -7,6 +7,7 @@ from pathlib import Path
 from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, onnx_file, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.export.drift import reduced
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
     DEFAULT_FP16_TOLERANCE,
@@ -14,7 +15,7 @@ from ernie_deploy.export.gates import (
     DEFAULT_TOLERANCE,
 )
 from ernie_deploy.export.onnx import DEFAULT_OPSET
-from ernie_deploy.export.precision import DEFAULT_CALIBRATION_N, reduced
+from ernie_deploy.export.precision import DEFAULT_CALIBRATION_N
 
 
 def register(sub) -> None:

@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.fetch.data import prepare
+    from ernie_deploy.fetch.datasets import prepare
 
     for name in args.dataset or sorted({t.dataset for t in TASKS.values()}):
         print(f"{name}: {prepare(name)}")

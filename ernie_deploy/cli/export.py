@@ -43,6 +43,14 @@ def run(args) -> None:
     checkpoint = inspect_checkpoint(Path(args.checkpoint or artifact_dir("checkpoints", folder)))
     labels = json.loads(Path(args.labels).read_text()) if args.labels else None
     out = args.out or artifact_dir("static", folder)
-    static = export(checkpoint, task, out, labels=labels, max_seq_len=args.max_seq_len, ner_decoding=args.ner_decoding)
+    static = export(
+        checkpoint,
+        task,
+        out,
+        labels=labels,
+        max_seq_len=args.max_seq_len,
+        ner_decoding=args.ner_decoding,
+        name=args.name,
+    )
     decoding = f", NER decoding {static.ner_decoding}" if static.ner_decoding else ""
     print(f"{args.name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len}{decoding})")

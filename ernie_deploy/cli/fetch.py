@@ -38,8 +38,8 @@ def run(args) -> None:
     task = get_task(args.task)
     out = Path(args.out or artifact_dir("checkpoints", artifact_name(task.name, args.name)))
     if args.bootstrap:
-        from ernie_deploy.fetch.bootstrap import train
-        from ernie_deploy.fetch.data import prepare
+        from ernie_deploy.fetch.datasets import prepare
+        from ernie_deploy.train.bootstrap import train
 
         recipe = {"budget_minutes": args.budget} if args.budget is not None else None
         source = train(task, prepare(task.dataset), force=args.force, recipe=recipe)

@@ -27,7 +27,8 @@ def run(args) -> None:
     from ernie_deploy.bench.long_text import measure, table
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.core.files import write_json
-    from ernie_deploy.fetch.data import prepare, read_split
+    from ernie_deploy.fetch.data import read_split
+    from ernie_deploy.fetch.datasets import prepare
 
     static = static_model(None if args.static or args.name else "token_cls", args.static, args.name)
     task = static.task

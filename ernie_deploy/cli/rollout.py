@@ -35,7 +35,7 @@ def run(args, to_version: int | None = None) -> None:
     from ernie_deploy.client.admin import RepositoryAdmin
     from ernie_deploy.core.tls import tls_from_args
     from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe, rollout
-    from ernie_deploy.repository.build import served_models
+    from ernie_deploy.repository.served import served_models
 
     models = served_models(args.repository)
     if args.name not in models:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ernie_deploy.bench.soak import SoakOptions
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
+from ernie_deploy.reliability.soak import SoakOptions
 
 
 def register(sub) -> None:
@@ -49,8 +49,8 @@ def run(args) -> None:
     import json
     import sys
 
-    from ernie_deploy.bench.soak import run_soak
     from ernie_deploy.core.files import write_json
+    from ernie_deploy.reliability.soak import run_soak
 
     grpc_tls, tls = self_served_tls(args, "soak")
     if args.rollout:
@@ -83,9 +83,9 @@ def _rollout(args, grpc_tls, tls) -> None:
     import json
 
     from ernie_deploy.bench.config import TaskInputs
-    from ernie_deploy.bench.rollout_soak import run_rollout_soak
     from ernie_deploy.core.files import write_json
-    from ernie_deploy.repository.build import served_models
+    from ernie_deploy.reliability.rollout_soak import run_rollout_soak
+    from ernie_deploy.repository.served import served_models
 
     if args.to is None:
         raise ErnieDeployError("--rollout needs the version to roll out to", "add --to N")

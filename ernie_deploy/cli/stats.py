@@ -33,7 +33,7 @@ def run(args) -> None:
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.core.files import write_json
     from ernie_deploy.core.tls import https_tls
-    from ernie_deploy.repository.build import served_steps
+    from ernie_deploy.repository.served import served_steps
     from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
     if not Path(args.repository).is_dir():

@@ -13,7 +13,7 @@ from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
-from ernie_deploy.serving.steps import text_problem
+from ernie_deploy.serving.texts import text_problem
 
 DEFAULT_URL = GRPC_URL
 

@@ -3,7 +3,7 @@
 
 Triton encrypts gRPC only; its HTTP endpoint (health, metrics, statistics, the admin key's HTTP side) has no TLS.
 A tool that speaks HTTP takes the same client options for an https:// URL: a TLS-terminating proxy in front of
-that port (README, "Encrypted gRPC (TLS)").
+that port (docs/SECURITY.md, "Encrypted gRPC (TLS)").
 
 Files are PEM, keys unencrypted (neither gRPC nor tritonserver takes a passphrase). The files are loaded here with
 the standard library's ssl module, so a missing file, a key that is not the certificate's, or something that is not

@@ -15,8 +15,8 @@ from tqdm import tqdm
 
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DEFAULT_DECODING
-from ernie_deploy.serving.tokenizer import Encoded
 
 
 def _chars(item) -> int:
@@ -146,8 +146,9 @@ def onnx_predictions(
     task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str], **model_files
 ) -> list:
     """What the server computes, in-process: the serving tokenizer and onnxruntime."""
+    from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(vocab_file)
     return predict(
@@ -317,9 +318,10 @@ def onnx_window_predictions(
     decoding: str | tuple = DEFAULT_DECODING,
 ) -> list:
     """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
+    from ernie_deploy.serving.encoding import encode_whole
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer
-    from ernie_deploy.serving.windows import default_stride, encode_whole
+    from ernie_deploy.serving.windows import default_stride
 
     tokenizer = build_tokenizer(vocab_file)
     window = window or task.max_seq_len

@@ -15,8 +15,9 @@ import numpy as np
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
+from ernie_deploy.export.drift import ALIASES, REDUCED, canonical, check_drift, gate_batches, require_drift
 from ernie_deploy.export.gates import Gates, require_logits_rank
-from ernie_deploy.export.precision import ALIASES, REDUCED, Calibration, canonical, check_drift, require_drift
+from ernie_deploy.export.precision import Calibration
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
@@ -123,23 +124,18 @@ def check_parity(
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING, batch_entities
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_items
 
-    if not texts:
-        raise ErnieDeployError("parity check needs at least one text")
     if static.max_positions and max_seq_len > static.max_positions:
         raise ErnieDeployError(
             f"max_seq_len {max_seq_len} is more than the {static.max_positions} positions of {static.model_file}",
             f"check parity with max_seq_len {static.max_positions} or less (the model's max_position_embeddings)",
         )
     task = static.task
-    tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
+    batches = gate_batches(static, texts, max_seq_len, batch_size)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
     entities_same = dict.fromkeys(DECODINGS, 0) if task.kind == "token" else None
-    for start in range(0, len(texts), batch_size):
-        batch = texts[start : start + batch_size]
-        enc = encode_items(tokenizer, batch, max_seq_len)
+    for batch, enc in batches:
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)
         require_logits_rank(task, a, static.model_file)

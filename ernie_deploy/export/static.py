@@ -17,37 +17,52 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, write_json
+from ernie_deploy.core.spec import SPEC_FILE, ModelSpec
 from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec, get_task
-from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config
+from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_tokens
 
 PREFIX = "inference"
 
 
 @dataclass(frozen=True)
 class StaticModel:
-    """A Paddle inference model plus what serving needs beside it (vocab, label names)."""
+    """A Paddle inference model plus what serving needs beside it (vocab, and the model's record: core.spec)."""
 
     root: Path
     model_file: Path  # inference.json (PIR) or *.pdmodel (legacy)
     params_file: Path
     vocab_file: Path
-    labels: list[str]
-    # What it was exported for, recorded in export.json: later stages need not be told again. Its max_seq_len is
-    # the one the model was exported with.
-    task: TaskSpec
-    max_positions: int | None = None  # the model's max_position_embeddings, when its config said
-    do_lower_case: bool = True  # the tokenizer's, from the checkpoint's tokenizer_config.json
-    # A token model's NER decoding (serving.entities.DECODINGS); None: not recorded (the default; other kinds).
-    ner_decoding: str | None = None
+    # What it was exported for, recorded in model.json: later stages need not be told again.
+    spec: ModelSpec
+
+    @property
+    def task(self) -> TaskSpec:
+        return self.spec.task_spec
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.spec.labels)
 
     @property
     def max_seq_len(self) -> int:
-        return self.task.max_seq_len
+        return self.spec.max_seq_len
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.spec.max_positions
+
+    @property
+    def do_lower_case(self) -> bool:
+        return self.spec.do_lower_case
+
+    @property
+    def ner_decoding(self) -> str | None:
+        return self.spec.ner_decoding
 
     @classmethod
     def load(cls, root: str | Path) -> StaticModel:
@@ -58,27 +73,28 @@ class StaticModel:
                 f"{root} is not an exported model (no export.json)", "run `ernie-deploy export` first"
             )
         info = json.loads(meta.read_text())
-        if "task" not in info:
-            raise ErnieDeployError(
-                f"{meta} does not say which task the model is for",
-                "export it again with `ernie-deploy export --task ...`",
-            )
-        task = get_task(info["task"])
-        # Exports made before these were recorded used the task's max_seq_len and a lowercasing tokenizer.
-        max_seq_len = int(info.get("max_seq_len") or task.max_seq_len)
-        if max_seq_len != task.max_seq_len:
-            task = replace(task, max_seq_len=max_seq_len)
-        return cls(
-            root,
-            root / info["model_file"],
-            root / info["params_file"],
-            root / "vocab.txt",
-            info["labels"],
-            task,
-            info.get("max_positions"),
-            bool(info.get("do_lower_case", True)),
-            info.get("ner_decoding") if task.kind == "token" else None,
+        spec = ModelSpec.read(root) if (root / SPEC_FILE).exists() else _legacy_spec(root, info)
+        return cls(root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", spec)
+
+
+def _legacy_spec(root: Path, info: dict) -> ModelSpec:
+    """The record of an export made before model.json: its facts were in export.json (and those made before they
+    were recorded used the task's max_seq_len and a lowercasing tokenizer)."""
+    if "task" not in info:
+        raise ErnieDeployError(
+            f"{root / 'export.json'} does not say which task the model is for",
+            "export it again with `ernie-deploy export --task ...`",
         )
+    task = get_task(info["task"])
+    return ModelSpec(
+        name=task.ensemble,
+        task=task.name,
+        labels=tuple(info["labels"]),
+        max_seq_len=int(info.get("max_seq_len") or task.max_seq_len),
+        do_lower_case=bool(info.get("do_lower_case", True)),
+        max_positions=info.get("max_positions"),
+        ner_decoding=info.get("ner_decoding") if task.kind == "token" else None,
+    )
 
 
 def label_names_from_config(config: dict) -> list[str]:
@@ -120,12 +136,15 @@ def export(
     *,
     max_seq_len: int | None = None,
     ner_decoding: str | None = None,
+    name: str | None = None,
 ) -> StaticModel:
     """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically).
 
     max_seq_len: the longest input, in tokens, that later stages tokenize to (default: the task's, at most the
     model's max_position_embeddings). ner_decoding: a token model's NER decoding (serving.entities.DECODINGS;
-    default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does."""
+    default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does. name: the model's
+    name (default: the task's demo model). The record (model.json) also carries the token length the checkpoint was
+    trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS)."""
     from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
 
     if task.kind != "token" and ner_decoding is not None:
@@ -155,18 +174,17 @@ def export(
         if checkpoint.tokenizer_config_file is not None:
             tokenizer_config = json.loads(Path(checkpoint.tokenizer_config_file).read_text(encoding="utf-8"))
         write_json({**tokenizer_config, "do_lower_case": do_lower_case}, tmp / TOKENIZER_CONFIG)
-        meta = {
-            "task": task.name,
-            "model_file": model_name,
-            "params_file": f"{PREFIX}.pdiparams",
-            "labels": labels,
-            "max_seq_len": max_seq_len,
-            "max_positions": max_positions,
-            "do_lower_case": do_lower_case,
-        }
-        if decoding is not None:
-            meta["ner_decoding"] = decoding
-        write_json(meta, tmp / "export.json")
+        write_json({"model_file": model_name, "params_file": f"{PREFIX}.pdiparams"}, tmp / "export.json")
+        ModelSpec(
+            name=name or task.ensemble,
+            task=task.name,
+            labels=tuple(labels),
+            max_seq_len=max_seq_len,
+            do_lower_case=do_lower_case,
+            max_positions=max_positions,
+            trained_tokens=trained_tokens(root),
+            ner_decoding=decoding,
+        ).write(tmp)
     return StaticModel.load(out_dir)
 
 

@@ -71,8 +71,9 @@ def dev_thresholds(
 ) -> dict[str, float]:
     """Thresholds chosen on a dev split file with the ONNX model at `onnx_path` and the serving tokenizer."""
     from ernie_deploy.fetch.data import read_split_file
+    from ernie_deploy.serving.encoding import encode_batch
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer, encode_batch
+    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     texts, gold = read_split_file(dev_file)
     if not texts or not all(isinstance(g, list) for g in gold):

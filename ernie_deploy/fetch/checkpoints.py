@@ -6,7 +6,7 @@
 - `Checkpoint.model_config`, `.max_positions`, `.do_lower_case`: what later stages read from the checkpoint's
   config.json and tokenizer_config.json.
 
-The `--bootstrap` source (training a small model offline) is ernie_deploy.fetch.bootstrap.
+The `--bootstrap` source (training a small model offline) is ernie_deploy.train.bootstrap.
 """
 
 from __future__ import annotations
@@ -340,3 +340,20 @@ def _inspect_archive(archive: Path, out: Path) -> Checkpoint:
     if not out.is_dir():
         safe_extract(archive, out)
     return inspect_checkpoint(out)
+
+
+# A bootstrap checkpoint's record of its training (train.bootstrap writes it beside the weights).
+TRAINING_RECORD = "bootstrap.json"
+
+
+def trained_tokens(root: str | Path) -> int | None:
+    """The token length of the texts the checkpoint at `root` was trained on ([CLS] and [SEP] included), where its
+    training record says (a bootstrap checkpoint records its own: `trained_tokens`); None where nothing says."""
+    path = Path(root) / TRAINING_RECORD
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("trained_tokens")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None

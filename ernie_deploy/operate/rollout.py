@@ -1,12 +1,14 @@
 """Rollout and rollback of a named model's version on a running server, with no request lost.
 
-Triton has no traffic split, so a canary here is a second ensemble, `<name>_canary`, pinned to the new version
-and wired to the same steps: rollout loads the new version beside the serving one, probes the canary with real
-text (and callers may send their own canary traffic to it by name), and only then re-points `<name>` at the new
-version in one ensemble reload: Triton finishes in-flight requests on the old config while new ones take the new.
-The old version is unloaded last. Every edit is written to the repository's configs first (atomically), so a
-restarted server serves what was rolled out. The server must run in explicit model control mode (the project's
-launcher does) and, where its repository API is guarded, the caller must hold the admin key.
+Triton has no traffic split, so a canary here is a second model, `<name>_canary`, that answers with the new
+version: for a layout whose entry is an ensemble, a second ensemble pinned to the new version and wired to the same
+steps (rollout first loads the new version beside the serving one in the versioned steps); for a fused model, a copy
+of the model holding the new version. Rollout probes the canary with real text (and callers may send their own canary
+traffic to it by name), and only then re-points `<name>` at the new version in one reload: Triton finishes in-flight
+requests on the old config while new ones take the new. The old version is unloaded last.
+Every edit is written to the repository's configs first (atomically), so a restarted server serves what was rolled
+out. The server must run in explicit model control mode (the project's launcher does) and, where its repository API
+is guarded, the caller must hold the admin key.
 """
 
 from __future__ import annotations
@@ -75,11 +77,12 @@ def rollout(
 
     canary_dir = model.repository / model.canary
     try:
-        for step in model.steps:  # both versions loaded: the serving one keeps answering throughout
-            model.write(model.with_versions(step, [current, to_version]))
-            admin.load(step)
+        if model.routed:  # both versions loaded: the serving one keeps answering throughout
+            for step in model.steps:
+                model.write(model.with_versions(step, [current, to_version]))
+                admin.load(step)
         phase("load")
-        model.write(model.pinned(to_version, model.canary))
+        model.write_canary(to_version)
         admin.load(model.canary)
         probe(task.named(model.canary), list(probe_texts))
         phase("probe")
@@ -88,7 +91,9 @@ def rollout(
         raise
     model.write(model.pinned(to_version))
     try:
-        admin.load(model.name)  # the switch: in-flight requests finish on the old config, new ones take the new
+        # The switch: in-flight requests finish on the old config, new ones take the new. A model that holds its
+        # versions itself loads the new version and only then lets the old one go.
+        admin.load(model.name)
     except BaseException:
         model.write(model.pinned(current))
         _undo(model, admin, current, canary_dir, log)
@@ -96,9 +101,10 @@ def rollout(
     phase("switch")
     admin.unload(model.canary)
     shutil.rmtree(canary_dir, ignore_errors=True)
-    for step in model.steps:
-        model.write(model.with_versions(step, [to_version]))
-        admin.load(step)
+    if model.routed:
+        for step in model.steps:
+            model.write(model.with_versions(step, [to_version]))
+            admin.load(step)
     phase("unload")
     return report
 
@@ -111,6 +117,8 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
             action()
         except ErnieDeployError:
             pass
+    if not model.routed:
+        return  # the serving model itself was not touched before the switch
     for step in model.steps:
         model.write(model.with_versions(step, [current]))
         try:

@@ -48,20 +48,32 @@ def _dims_fit(config_dims: tuple, onnx_dims: tuple) -> bool:
     return len(config_dims) == len(onnx_dims) and all(o == -1 or c == o for c, o in zip(config_dims, onnx_dims))
 
 
-def _onnx_file(config: mc.ModelConfig) -> str | None:
-    """The ONNX file name in the version folder when the config serves one, else None."""
+def _onnx_file(config: mc.ModelConfig, graph_models: set[str]) -> str | None:
+    """The ONNX file name in the version folder when the config's tensors are that file's, else None: an ORT backend
+    model, or a python model its layout says serves the file as it is (Layout.graph_models; a fused model or a model
+    step that tokenizes also holds model.onnx, but takes text)."""
     if config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime":
         return config.default_model_filename or "model.onnx"
-    params = config.parameters
-    # A fused model also carries model_file, but its tensors are the pipeline's (text in), not the ONNX file's; so
-    # does a model step that tokenizes (build --tokenizer-in-model).
-    if config.backend == "python" and "model_file" in params and not {"postprocess", "tokenizer_file"} & set(params):
-        return params["model_file"].string_value
+    if config.backend == "python" and config.name in graph_models and "model_file" in config.parameters:
+        return config.parameters["model_file"].string_value
     return None
 
 
-def _check_onnx(name: str, config: mc.ModelConfig, version: Path) -> list[Problem]:
-    file_name = _onnx_file(config)
+def _graph_models(configs: dict[str, mc.ModelConfig]) -> set[str]:
+    from ernie_deploy.repository.layouts import layout_of, served_task
+
+    out = set()
+    for name, config in configs.items():
+        try:
+            task = served_task(name, config)
+            if task is not None:
+                out.update(layout_of(name, configs).graph_models(task))
+        except ErnieDeployError:  # an unknown task or layout is reported where that config is checked
+            continue
+    return out
+
+
+def _check_onnx(name: str, config: mc.ModelConfig, version: Path, file_name: str) -> list[Problem]:
     path = version / file_name
     if not path.is_file():
         return [
@@ -296,7 +308,7 @@ def ner_decodings(path: str | Path) -> dict[str, str]:
     """Each token model served from the repository at `path` -> the NER decoding its postprocess runs (the step that
     answers the entities: the ensemble's last step, or a fused model itself). A model built before the decoding was
     recorded runs the default."""
-    from ernie_deploy.repository.build import served_models, served_steps
+    from ernie_deploy.repository.served import served_models, served_steps
     from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING
 
     root, out = Path(path), {}
@@ -312,7 +324,7 @@ def ner_decodings(path: str | Path) -> dict[str, str]:
 
 
 def _check_model(
-    model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig], gpus: int
+    model_dir: Path, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig], gpus: int, graph_models: set[str]
 ) -> list[Problem]:
     name = model_dir.name
     problems = []
@@ -338,9 +350,10 @@ def _check_model(
                 f"build them (`ernie-deploy build --name NAME --version {missing[0]}`) or take them out of the policy",
             )
         )
-    if _onnx_file(config):
+    file_name = _onnx_file(config, graph_models)
+    if file_name:
         for version in versions:
-            problems.extend(_check_onnx(name, config, version))
+            problems.extend(_check_onnx(name, config, version, file_name))
     if config.platform == "ensemble":
         problems.extend(_check_ensemble(name, config, configs))
     if config.backend == "python":
@@ -390,7 +403,8 @@ def check_repository(path: str | Path) -> list[Problem]:
         else:
             configs[model_dir.name] = config
     gpus = gpu_count()
+    graph_models = _graph_models(configs)
     for model_dir in dirs:
         if model_dir.name in configs:
-            problems.extend(_check_model(model_dir, configs[model_dir.name], configs, gpus))
+            problems.extend(_check_model(model_dir, configs[model_dir.name], configs, gpus, graph_models))
     return problems

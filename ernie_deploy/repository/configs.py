@@ -1,21 +1,16 @@
-"""The Triton configs of a task, built as tritonclient's typed ModelConfig from the ONNX signature: tokenizer,
-model, postprocess and ensemble (or one fused model), each warmed up before it reports ready."""
+"""The Triton configs a layout composes (repository/layouts), built as tritonclient's typed ModelConfig from the ONNX
+signature: tokenizer, model, postprocess and ensemble, each warmed up before it reports ready."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import (
-    LOGITS,
-    MODEL_INPUTS,
     TASK_PARAMETER,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
-    TOKENIZER_STEP,
     WINDOW_OUTPUTS,
     TaskSpec,
     TensorSpec,
@@ -23,15 +18,13 @@ from ernie_deploy.core.tasks import (
 from ernie_deploy.repository.options import (
     ORT_GRAPH_LEVELS,
     BuildOptions,
-    check_options,
-    check_task_options,
     head_tokens,
     long_text_mode,
     ner_decoding,
     window_size,
     window_stride,
 )
-from ernie_deploy.repository.signature import onnx_signature, spec_of
+from ernie_deploy.repository.signature import spec_of
 
 
 def _tensor(message, spec: TensorSpec):
@@ -41,7 +34,7 @@ def _tensor(message, spec: TensorSpec):
     return message
 
 
-def _base(
+def base_config(
     name: str,
     inputs,
     outputs,
@@ -131,7 +124,7 @@ def tokenizer_config(
         outputs = [t for t in outputs if t.name not in WINDOW_OUTPUTS]
     if multiple > 1:
         params["pad_to_multiple_of"] = multiple
-    return _base(name, list(inputs), outputs, options, backend="python", params=params)
+    return base_config(name, list(inputs), outputs, options, backend="python", params=params)
 
 
 def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
@@ -143,7 +136,7 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
         if options.ort_inter_op_threads:
             params["inter_op_thread_count"] = options.ort_inter_op_threads
             params["execution_mode"] = 1  # parallel; the sequential default ignores inter_op_thread_count
-        config = _base(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
+        config = base_config(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
         config.default_model_filename = "model.onnx"
         if ORT_GRAPH_LEVELS[options.ort_graph_level]:
             config.optimization.graph.level = ORT_GRAPH_LEVELS[options.ort_graph_level]
@@ -159,7 +152,7 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
         params["intra_op_threads"] = options.ort_threads
     if options.ort_spinning != "off":
         params["ort_spinning"] = options.ort_spinning
-    return _base(task.model_step, inputs, outputs, options, backend="python", params=params)
+    return base_config(task.model_step, inputs, outputs, options, backend="python", params=params)
 
 
 def postprocess_config(
@@ -181,7 +174,7 @@ def postprocess_config(
         inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in ("text_offsets", "text_lengths", "window_starts"))]
         outputs = [o for o in task.outputs if o.name not in set(tokenized) - {"truncated"}]
         params["long_text"] = "window"
-    return _base(task.postprocess_step, inputs, outputs, options, backend="python", params=params)
+    return base_config(task.postprocess_step, inputs, outputs, options, backend="python", params=params)
 
 
 def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
@@ -202,7 +195,7 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
     read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
     # A tensor two steps produce (`truncated`, from a windowed postprocess) is taken from the later one.
     source = {o.name: step.name for step in steps for o in step.output}
-    config = _base(
+    config = base_config(
         task.ensemble,
         list(task.inputs),
         [produced[o.name] for o in task.outputs],
@@ -219,108 +212,6 @@ def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildO
             if tensor.name in read and source[tensor.name] == step.name:
                 entry.output_map[tensor.name] = tensor.name
     return config
-
-
-def task_configs(
-    task: TaskSpec,
-    onnx_path: str | Path,
-    options: BuildOptions,
-    tokenizer_step: str = TOKENIZER_STEP,
-    pad_token_id: int = 0,
-    labels: list[str] | None = None,
-    recorded_decoding: str | None = None,
-) -> list[mc.ModelConfig]:
-    """Tokenizer, model, postprocess and ensemble configs for a task, derived from the ONNX file; names and
-    dims are checked, not assumed. `labels` (the model's label names) are needed by --graph-postprocess only,
-    whose model step outputs are those of the postprocess graph built from them. `recorded_decoding`: a token
-    model's NER decoding as its export recorded it (StaticModel.ner_decoding); options.ner_decoding overrides it."""
-    check_options(options)
-    check_task_options(task, options)
-    inputs, outputs = onnx_signature(onnx_path)
-    names = sorted(s.name for s in inputs)
-    if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
-        raise ErnieDeployError(
-            f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
-            f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
-            "convert with `ernie-deploy convert`, which names the tensors",
-        )
-    by_name = {s.name: s for s in inputs}
-    tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
-    for name in MODEL_INPUTS:
-        if by_name[name].data_type != tokenized[name].data_type or len(by_name[name].dims) != 1:
-            raise ErnieDeployError(
-                f"{onnx_path}: input {name!r} is {by_name[name].data_type} with dims {list(by_name[name].dims)} "
-                f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
-                "export with int64 [batch, sequence] inputs (`ernie-deploy export`)",
-            )
-    if len(outputs[0].dims) != task.logits_rank:
-        raise ErnieDeployError(
-            f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
-            f"{task.name} ({'[classes]' if task.logits_rank == 1 else '[tokens, classes]'})",
-            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for",
-        )
-    ordered = [by_name[n] for n in MODEL_INPUTS]
-    if long_text_mode(task, options) == "window":
-        # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
-        # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
-        from ernie_deploy.repository.windows import windowed_signature
-
-        ordered, outputs = windowed_signature(ordered, outputs)
-    tokenizer = tokenizer_config(tokenizer_step, task.max_seq_len, options, task.inputs)
-    if options.graph_postprocess:
-        # The model step answers what the postprocess would: its outputs are the appended graph's (postprocess_graph).
-        from ernie_deploy.repository.postprocess_graph import postprocess_graph
-        from ernie_deploy.repository.signature import model_signature
-
-        if labels is None:
-            raise ErnieDeployError(f"--graph-postprocess needs the label names of {task.ensemble!r}")
-        _, graph_outputs = model_signature(postprocess_graph(task, onnx_path, labels), onnx_path)
-        steps = [tokenizer, model_config(task, ordered, graph_outputs, options, pad_token_id)]
-        return steps + [ensemble_config(task, steps, options)]
-    model = model_config(task, ordered, outputs, options, pad_token_id)
-    steps = [tokenizer, model, postprocess_config(task, outputs[0], options, recorded_decoding)]
-    ensemble = ensemble_config(task, steps, options)
-    if options.fused:
-        return [fused_config(task, steps, ensemble, options)]
-    if options.tokenizer_in_model:
-        steps = [tokenizer_model_config(task, steps, options), steps[2]]
-        return steps + [ensemble_config(task, steps, options)]
-    return steps + [ensemble]
-
-
-def tokenizer_model_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
-    """--tokenizer-in-model: the tokenizer and the model step as one python model under the model step's name. It
-    takes the ensemble's inputs and returns the logits and whatever tokenizer outputs the postprocess or the caller
-    reads (offsets, lengths, truncated; the windows' positions), so the postprocess step stays as it is."""
-    tokenizer, model, post = steps
-    read = {t.name for t in post.input} | {o.name for o in task.outputs}
-    outputs = [spec_of(o) for o in model.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
-    params = {key: value.string_value for step in (tokenizer, model) for key, value in step.parameters.items()}
-    if [t.name for t in model.input] != list(MODEL_INPUTS):
-        params["long_text"] = "window"  # the model reads the windows (window_ids, window_type_ids)
-    return _base(task.model_step, list(task.inputs), outputs, options, backend="python", params=params)
-
-
-def fused_config(
-    task: TaskSpec, steps: list[mc.ModelConfig], ensemble: mc.ModelConfig, options: BuildOptions
-) -> mc.ModelConfig:
-    """The ensemble's interface as one python model whose parameters are its steps' parameters."""
-    if options.runtime != "python":
-        raise ErnieDeployError(
-            "a fused model runs onnxruntime inside the python backend",
-            "build it with --runtime python, or drop --fused to use the ORT backend",
-        )
-    params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
-    params["postprocess"] = task.postprocess
-    params[TASK_PARAMETER] = task.name
-    return _base(
-        task.ensemble,
-        list(task.inputs),
-        [spec_of(o) for o in ensemble.output],
-        options,
-        backend="python",
-        params=params,
-    )
 
 
 def render(config: mc.ModelConfig) -> str:

@@ -40,9 +40,9 @@ class BuildOptions:
     # Let python steps take requests of different lengths in one batch (they pad them together).
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
-    # One python model per task under the ensemble's name (tokenizer, onnxruntime and postprocess in one
-    # process) instead of the four-model ensemble: same tensors for clients, fewer hops; python runtime only.
-    fused: bool = False
+    # How the pipeline is split into Triton models: a key of ernie_deploy.repository.layouts.LAYOUTS (ensemble,
+    # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits.
+    layout: str = "ensemble"
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.
     classic: bool = False
@@ -64,13 +64,6 @@ class BuildOptions:
     window_size: int | None = None  # tokens per window, [CLS] and [SEP] included; None: the model's max_seq_len
     window_stride: int | None = None  # tokens from one window's start to the next; None: half a window
     head_tokens: int | None = None  # head_tail: tokens kept from the head; None: a quarter of the kept tokens
-    # The postprocess as ONNX nodes appended to the model (postprocess_graph.py), for the tasks whose TaskSpec has
-    # a graph_postprocess: the ensemble is tokenizer -> model, one python hop fewer (the model step answers the
-    # labels itself, on the ORT backend too).
-    graph_postprocess: bool = False
-    # The tokenizer inside the python model step (text -> logits in one process), the postprocess a step of its
-    # own: a layout between the default ensemble and --fused, one hop fewer than the ensemble; python runtime only.
-    tokenizer_in_model: bool = False
     # Token models: how logits become entities (serving.entities.DECODINGS), over what each model's export recorded;
     # None: the recorded one (constrained where none was). Refused for models of other kinds.
     ner_decoding: str | None = None
@@ -158,7 +151,6 @@ def check_options(options: BuildOptions) -> None:
             f"--window-stride {options.window_stride}: windows that do not move never reach the text's end",
             "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
         )
-    _check_layout(options)
     _check_limits(options)
     if options.ner_decoding is not None:
         from ernie_deploy.serving.entities import check_decoding
@@ -185,61 +177,9 @@ def _check_limits(options: BuildOptions) -> None:
         )
 
 
-def _check_layout(options: BuildOptions) -> None:
-    """The layout options (--fused, --classic, --graph-postprocess, --tokenizer-in-model) that do not combine."""
-    layouts = [
-        flag
-        for flag, used in (
-            ("--fused", options.fused),
-            ("--classic", options.classic),
-            ("--graph-postprocess", options.graph_postprocess),
-            ("--tokenizer-in-model", options.tokenizer_in_model),
-        )
-        if used
-    ]
-    if set(layouts) == {"--graph-postprocess", "--tokenizer-in-model"}:
-        raise ErnieDeployError(
-            "--graph-postprocess with --tokenizer-in-model leaves one python model doing everything, which is "
-            "--fused's layout",
-            "build with --fused, or with one of the two options",
-        )
-    if len(layouts) > 1:
-        raise ErnieDeployError(
-            f"{' and '.join(layouts)} each choose the layout of the served model (--fused: one python model; "
-            "--classic: the fixed-shape baseline; --graph-postprocess: tokenizer -> model with the postprocess in "
-            "the graph; --tokenizer-in-model: tokenizer and model in one step -> postprocess)",
-            "pick one of them",
-        )
-    if options.tokenizer_in_model and options.runtime != "python":
-        raise ErnieDeployError(
-            "--tokenizer-in-model runs the tokenizer and onnxruntime in one python model, but the model step was "
-            f"asked to run on the {options.runtime} backend",
-            "build it with --runtime python, or drop --tokenizer-in-model to use the ORT backend",
-        )
-
-
-def graph_postprocess_fits(task: TaskSpec, options: BuildOptions) -> str | None:
-    """Why `task`'s model cannot be built with `options` (--graph-postprocess), or None when it can."""
-    if not options.graph_postprocess:
-        return None
-    if not task.graph_postprocess:
-        return (
-            f"--graph-postprocess: the postprocess of {task.kind} model {task.ensemble!r} ({task.postprocess}) is not "
-            "expressed as an ONNX graph"
-        )
-    if options.long_text not in ("auto", "head", "head_tail"):
-        return f"--graph-postprocess reads one logits row per text; --long-text {options.long_text} gives windows"
-    return None
-
-
 def check_task_options(task: TaskSpec, options: BuildOptions) -> None:
-    """Refuse what does not fit this model (its kind), beyond what `check_options` refuses for any model."""
-    problem = graph_postprocess_fits(task, options)
-    if problem:
-        raise ErnieDeployError(
-            problem,
-            "build it without --graph-postprocess (build models of other kinds separately, with --task or --name)",
-        )
+    """Refuse what does not fit this model (its kind), beyond what `check_options` refuses for any model (what does
+    not fit its layout, the layout refuses: repository/layouts)."""
     long_text_mode(task, options)
     ner_decoding(task, options)
 

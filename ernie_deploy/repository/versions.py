@@ -1,14 +1,18 @@
 """Versions of a named model: which one is serving, which are on disk, and the config edits that move between them.
 
-A model `<name>` keeps its versions in the version folders of its own steps (`<name>_model/<N>/model.onnx`,
-`<name>_postprocess/<N>/labels.json`). What serves is written in the configs, so a restarted server serves the same:
-the ensemble pins its steps to one version (`model_version: N`), and each step loads exactly the versions in its
-`version_policy { specific { versions: [...] } }`. A version keeps the model's tokenizer and tensor signature; a
-model whose vocabulary or labels change is a new model, under another name.
+A model keeps its versions in the version folders of the Triton models its layout versions (`Layout.versioned`:
+`<name>_model/<N>/` and `<name>_postprocess/<N>/` for the ensemble, `<name>_model/<N>/` alone where the postprocess is
+in the graph, `<name>/<N>/` for a fused model). What serves is written in the configs, so a restarted server serves
+the same: an ensemble pins its versioned steps to one version (`model_version: N`) and each step loads exactly the
+versions in its `version_policy { specific { versions: [...] } }`; a fused model loads exactly the version its own
+policy names. A version keeps the model's tokenizer and tensor signature; a model whose vocabulary or labels change is
+a new model, under another name.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,46 +20,60 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.spec import SPEC_PARAMETER
 from ernie_deploy.repository.configs import parse, render
+from ernie_deploy.repository.layouts import Layout, layout_of, served_task
 
 CANARY_SUFFIX = "_canary"
 
 
+def _read(repository: Path, name: str) -> mc.ModelConfig:
+    return parse((repository / name / "config.pbtxt").read_text(encoding="utf-8"))
+
+
 @dataclass(frozen=True)
 class VersionedModel:
-    """One served model's configs in a repository: the ensemble and the two steps that carry versions."""
+    """One served model's configs in a repository: its entry (the model users call) and the Triton models that carry
+    its versions (for a fused model, the entry itself)."""
 
     repository: Path
     name: str
-    ensemble: mc.ModelConfig
-    steps: dict[str, mc.ModelConfig]  # <name>_model, <name>_postprocess
+    layout: Layout
+    entry: mc.ModelConfig
+    steps: dict[str, mc.ModelConfig]
 
     @classmethod
     def read(cls, repository: str | Path, name: str) -> VersionedModel:
         repository = Path(repository)
-        path = repository / name / "config.pbtxt"
-        if not path.exists():
+        if not (repository / name / "config.pbtxt").exists():
             raise ErnieDeployError(f"{repository} has no model {name!r}", "check the name, or build it first")
-        ensemble = parse(path.read_text(encoding="utf-8"))
-        if ensemble.platform != "ensemble":
-            raise ErnieDeployError(
-                f"{name!r} is a fused model: its versions cannot be switched step by step",
-                "build it without --fused to give it versions",
-            )
+        entry = _read(repository, name)
+        configs = {name: entry}
+        for step in entry.ensemble_scheduling.step:
+            if (repository / step.model_name / "config.pbtxt").exists():
+                configs[step.model_name] = _read(repository, step.model_name)
+        task = served_task(name, entry)
+        if task is None:
+            raise ErnieDeployError(f"{name!r} in {repository} is not a model users call", "name a served model")
+        layout = layout_of(name, configs)
         steps = {}
-        for step_name in (f"{name}_model", f"{name}_postprocess"):
-            step_path = repository / step_name / "config.pbtxt"
-            if not step_path.exists():
+        for step_name in layout.versioned(task):
+            if step_name not in configs:
                 raise ErnieDeployError(f"{repository} has no {step_name} for model {name!r}", "rebuild the model")
-            steps[step_name] = parse(step_path.read_text(encoding="utf-8"))
-        return cls(repository, name, ensemble, steps)
+            steps[step_name] = configs[step_name]
+        return cls(repository, name, layout, entry, steps)
 
     @property
     def canary(self) -> str:
         return f"{self.name}{CANARY_SUFFIX}"
 
+    @property
+    def routed(self) -> bool:
+        """Whether the entry is an ensemble that routes to versioned steps (else it holds its versions itself)."""
+        return self.entry.platform == "ensemble"
+
     def on_disk(self) -> list[int]:
-        """Versions whose files are complete in every versioned step."""
+        """Versions whose files are complete in every versioned model."""
         found = None
         for step in self.steps:
             numbers = {int(p.name) for p in (self.repository / step).iterdir() if p.is_dir() and p.name.isdigit()}
@@ -64,10 +82,14 @@ class VersionedModel:
         return sorted(found or ())
 
     def serving(self) -> int:
-        """The version the ensemble answers with: its pin, or the newest on disk where it pins none (-1)."""
-        pins = {s.model_version for s in self.ensemble.ensemble_scheduling.step if s.model_name in self.steps}
+        """The version that answers: the ensemble's pin (a fused model's policy), or the newest on disk where none is
+        pinned."""
+        if self.routed:
+            pins = {s.model_version for s in self.entry.ensemble_scheduling.step if s.model_name in self.steps}
+        else:
+            pins = set(self.entry.version_policy.specific.versions) or {-1}
         if len(pins) != 1:
-            raise ErnieDeployError(f"{self.name}: its steps are pinned to different versions {sorted(pins)}")
+            raise ErnieDeployError(f"{self.name}: its versioned models are pinned to different versions {sorted(pins)}")
         pin = pins.pop()
         if pin > 0:
             return pin
@@ -77,17 +99,20 @@ class VersionedModel:
         return versions[-1]
 
     def pinned(self, version: int, name: str | None = None) -> mc.ModelConfig:
-        """The ensemble's config with its versioned steps pinned to `version` (under `name`, e.g. the canary's)."""
+        """The entry's config answering with `version` (under `name`, e.g. the canary's)."""
         config = mc.ModelConfig()
-        config.CopyFrom(self.ensemble)
+        config.CopyFrom(self.entry)
         config.name = name or self.name
-        for step in config.ensemble_scheduling.step:
-            if step.model_name in self.steps:
-                step.model_version = version
+        if self.routed:
+            for step in config.ensemble_scheduling.step:
+                if step.model_name in self.steps:
+                    step.model_version = version
+        else:
+            config.version_policy.specific.versions[:] = [version]
         return config
 
     def with_versions(self, step: str, versions: list[int]) -> mc.ModelConfig:
-        """A step's config that loads exactly `versions`."""
+        """A versioned model's config that loads exactly `versions`."""
         config = mc.ModelConfig()
         config.CopyFrom(self.steps[step])
         config.version_policy.specific.versions[:] = sorted(set(versions))
@@ -102,10 +127,35 @@ class VersionedModel:
             tmp.write_text(render(config), encoding="utf-8")
         return path
 
+    def write_canary(self, version: int) -> Path:
+        """The canary `<name>_canary`, answering with `version` beside the serving model: a second ensemble over the
+        same steps, or, for a model that holds its versions itself, a copy of it holding that version (its files
+        hard-linked where the filesystem allows, so a large model is not copied)."""
+        folder = self.repository / self.canary
+        if not self.routed:
+            target = folder / str(version)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(self.repository / self.name / str(version), target, copy_function=_link_or_copy)
+            warmup = self.repository / self.name / "warmup"
+            if warmup.is_dir():
+                shutil.copytree(warmup, folder / "warmup", dirs_exist_ok=True)
+        return self.write(self.pinned(version, self.canary))
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
 
 def without_versions(config: mc.ModelConfig) -> mc.ModelConfig:
-    """A step's config minus what differs between versions of one model (for comparing signatures)."""
+    """A config minus what differs between versions of one model (for comparing signatures): the versions it loads,
+    and a fused model's record, whose labels and thresholds are the version's own."""
     copy = mc.ModelConfig()
     copy.CopyFrom(config)
     copy.ClearField("version_policy")
+    if SPEC_PARAMETER in copy.parameters:
+        del copy.parameters[SPEC_PARAMETER]
     return copy

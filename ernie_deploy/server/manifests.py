@@ -160,6 +160,18 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
     """{file name: Kubernetes object} for serving `repository` (as baked into the image) with `options`."""
     repository = Path(repository)
     _check(repository, options)
+    shm_limit = _shm_limit(repository, options)
+    labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
+    tls = _GrpcTls.of(options)
+    return {
+        "deployment.yaml": _deployment(options, labels, _container(options, tls), shm_limit, tls),
+        "service.yaml": _service(options, labels),
+        "hpa.yaml": _autoscaler(options, labels),
+    }
+
+
+def _shm_limit(repository: Path, options: ManifestOptions) -> int:
+    """The /dev/shm size the pod gets, checked to fit the memory limit with room for the server's processes."""
     need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
     shm_limit = shm_size_for(need)
     request, limit = memory_bytes(options.memory, "--memory"), memory_bytes(options.memory_limit, "--memory-limit")
@@ -171,22 +183,39 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             f"({options.memory}) and /dev/shm's {_mebibytes(shm_limit)} plus 512Mi for the server's processes",
             "raise --memory-limit, or lower the shared memory per instance (--shm-default-byte-size)",
         )
+    return shm_limit
 
-    # gRPC TLS: the Secret's files, named to the image's wrapper (which adds the flags), and where it is mounted.
-    tls_env, tls_mounts, tls_volumes = [], [], []
-    if options.grpc_tls or options.grpc_tls_mutual:
+
+@dataclass(frozen=True)
+class _GrpcTls:
+    """gRPC TLS: the Secret's files, named to the image's wrapper (which adds the flags), and where it is mounted;
+    all empty without TLS."""
+
+    env: tuple = ()
+    mounts: tuple = ()
+    volumes: tuple = ()
+
+    @classmethod
+    def of(cls, options: ManifestOptions) -> _GrpcTls:
+        if not (options.grpc_tls or options.grpc_tls_mutual):
+            return cls()
         files = {GRPC_TLS_CERT_ENV: "tls.crt", GRPC_TLS_KEY_ENV: "tls.key"}
         if options.grpc_tls_mutual:
             files[GRPC_TLS_CA_ENV] = "ca.crt"
-        tls_env = [{"name": env, "value": f"{TLS_MOUNT}/{file}"} for env, file in files.items()]
-        tls_mounts = [{"name": "grpc-tls", "mountPath": TLS_MOUNT, "readOnly": True}]
-        tls_volumes = [{"name": "grpc-tls", "secret": {"secretName": tls_secret_name(options.name)}}]
-    labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
+        return cls(
+            env=tuple({"name": env, "value": f"{TLS_MOUNT}/{file}"} for env, file in files.items()),
+            mounts=({"name": "grpc-tls", "mountPath": TLS_MOUNT, "readOnly": True},),
+            volumes=({"name": "grpc-tls", "secret": {"secretName": tls_secret_name(options.name)}},),
+        )
+
+
+def _container(options: ManifestOptions, tls: _GrpcTls) -> dict:
+    """The triton container: the image's wrapper and server arguments, the admin key, ports, resources, probes."""
     probe = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "timeoutSeconds": 2}
     limits: dict[str, object] = {"memory": options.memory_limit}
     if options.gpus:
         limits["nvidia.com/gpu"] = options.gpus
-    container = {
+    return {
         "name": "triton",
         "image": options.image,
         # The image's ENTRYPOINT stays; these replace its CMD with the same key wrapper and server_args()
@@ -201,13 +230,13 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             ),
         ],
         # The wrapper reads the admin key from the Secret's file (a missing Secret keeps the pod from starting).
-        "env": [{"name": ADMIN_KEY_FILE_ENV, "value": f"{SECRET_MOUNT}/{SECRET_KEY}"}, *tls_env],
+        "env": [{"name": ADMIN_KEY_FILE_ENV, "value": f"{SECRET_MOUNT}/{SECRET_KEY}"}, *tls.env],
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": limits},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "admin-key", "mountPath": SECRET_MOUNT, "readOnly": True},
-            *tls_mounts,
+            *tls.mounts,
         ],
         # Models load before the HTTP endpoint answers at all: up to 5 minutes before liveness counts.
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
@@ -224,7 +253,10 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             "failureThreshold": 3,
         },
     }
-    deployment = {
+
+
+def _deployment(options: ManifestOptions, labels: dict, container: dict, shm_limit: int, tls: _GrpcTls) -> dict:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": options.name, "labels": labels},
@@ -240,13 +272,16 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
                     "volumes": [
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}},
                         {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},
-                        *tls_volumes,
+                        *tls.volumes,
                     ],
                 },
             },
         },
     }
-    service = {
+
+
+def _service(options: ManifestOptions, labels: dict) -> dict:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": options.name, "labels": labels},
@@ -256,7 +291,10 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in PORTS],
         },
     }
-    hpa = {
+
+
+def _autoscaler(options: ManifestOptions, labels: dict) -> dict:
+    return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": options.name, "labels": labels},
@@ -275,7 +313,6 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
             ],
         },
     }
-    return {"deployment.yaml": deployment, "service.yaml": service, "hpa.yaml": hpa}
 
 
 def _header(name: str, repository: Path, options: ManifestOptions) -> str:

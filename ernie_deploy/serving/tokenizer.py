@@ -1,7 +1,8 @@
 """ERNIE's tokenizer as a `tokenizers` (Rust) pipeline: the same ids as paddlenlp's ErnieTokenizer, fast.
 
-This module runs inside Triton's python backend, so it imports only the standard library, numpy and
-`tokenizers` (never paddle or paddlenlp; tests compare against paddlenlp).
+This module runs inside Triton's python backend, so it imports only the standard library and `tokenizers`
+(never paddle or paddlenlp; tests compare against paddlenlp). It builds the tokenizer; serving.encoding turns texts
+into the model's inputs with it (placing [CLS] and [SEP] itself, around the tokens its cut keeps).
 
 What ErnieTokenizer (paddlenlp 2.8) does, and the piece below that does the same:
 
@@ -34,15 +35,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
-from itertools import chain
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from ernie_deploy.core.errors import ErnieDeployError
@@ -75,7 +71,6 @@ def is_cjk(ch: str) -> bool:
 
 # Code points ErnieTokenizer treats as symbols although their category is not S*.
 _EXTRA_SYMBOLS = (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8, 0x014B, 0x01B1)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ def build_tokenizer(
     match_special_tokens: whether "[SEP]", "[CLS]", "[MASK]", "[UNK]" or "[PAD]" typed in the text become
     that special token. ErnieTokenizer(vocab_file), which this project trains and evaluates with, reads
     them as ordinary text (False); ErnieTokenizer.from_pretrained(dir) matches them (True).
-    Not configured for truncation or padding: `encode_batch` sets those per call.
+    Not configured for truncation or padding: serving.encoding tokenizes each text whole and cuts it there.
     """
     vocab = read_vocab(vocab_file)
     tok = _pipeline(
@@ -258,173 +253,3 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
                 f"cannot read {path} as a tokenizer: {exc}", "rewrite it with `save_tokenizer(vocab.txt, path)`"
             ) from None
     return build_tokenizer(path)
-
-
-@dataclass
-class Encoded:
-    """A tokenized batch, as numpy arrays. B texts, padded to L, the longest in the batch (<= max_seq_len).
-
-    input_ids       int64 [B, L]     [CLS] tokens [SEP], then the pad id
-    token_type_ids  int64 [B, L]     0 (single texts)
-    offsets         int64 [B, L, 2]  per token, [start, end) in the ORIGINAL Python string, in code points
-                                     (text[start:end]); (0, 0) for [CLS], [SEP] and padding.
-    lengths         int64 [B]        real tokens per row, [CLS] and [SEP] included
-    truncated       bool  [B]        the text had more tokens than fit in max_seq_len
-
-    Offsets where normalization changes the text: a token's span is the original characters it was made
-    from, so text[start:end], lowercased with accents stripped, is the token without its "##" (an [UNK]
-    spans the word it replaced), even where lengths differ ("İ" -> "i"). A character that becomes several
-    pieces (a Hangul syllable becomes its jamo: "서" -> "ᄉ", "##ᅥ") gives each the whole character's span.
-    Characters that make nothing - whitespace, removed controls, combining marks dropped with the accents
-    ("e" U+0301 -> "e" spans only the "e") - lie in no span, unless they sit inside a piece of several
-    characters. Pieces of one word ("iphone", "##15") have adjacent spans. Full-width forms are not
-    folded (ErnieTokenizer keeps them), so they map one to one.
-    """
-
-    input_ids: np.ndarray
-    token_type_ids: np.ndarray
-    offsets: np.ndarray
-    lengths: np.ndarray
-    truncated: np.ndarray
-
-    @property
-    def attention_mask(self) -> np.ndarray:
-        """int64 [B, L]: 1 on real tokens, 0 on padding."""
-        return (np.arange(self.input_ids.shape[1]) < self.lengths[:, None]).astype(np.int64)
-
-
-def _configure(tokenizer: Tokenizer, max_seq_len: int) -> None:
-    """Truncate to max_seq_len (specials included, keeping [CLS] ... [SEP]); pad nothing (we pad here).
-
-    Set only when different: the tokenizer is shared within a model instance and reconfiguring is not free.
-    """
-    want = {"max_length": max_seq_len, "stride": 0, "strategy": "longest_first", "direction": "right"}
-    if tokenizer.truncation != want:
-        tokenizer.enable_truncation(max_seq_len, stride=0, strategy="longest_first", direction="right")
-    if tokenizer.padding is not None:
-        tokenizer.no_padding()
-
-
-def padded_width(longest: int, max_seq_len: int, pad_to_multiple_of: int = 1) -> int:
-    """The width a batch whose longest row has `longest` tokens is padded to: the next multiple of
-    pad_to_multiple_of, at most max_seq_len (a multiple of max_seq_len or more: always max_seq_len)."""
-    if pad_to_multiple_of <= 1 or longest == 0:
-        return longest
-    return min(-(-longest // pad_to_multiple_of) * pad_to_multiple_of, max_seq_len)
-
-
-def encode_batch(
-    tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, *, pad_to_multiple_of: int = 1
-) -> Encoded:
-    """Tokenize texts (in parallel, in Rust) into padded int64 arrays; see `Encoded`.
-
-    pad_to_multiple_of: pad to a length bucket instead of the longest text (see `padded_width`), so that
-    batches of different texts get the same shape: Triton's dynamic batcher merges only requests whose
-    shapes match, unless the model takes ragged inputs."""
-    if max_seq_len < 2:
-        raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
-    _configure(tokenizer, max_seq_len)
-    try:
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
-    except TypeError:
-        # A lone surrogate (e.g. from decoding with errors="surrogateescape") cannot cross into Rust.
-        # ErnieTokenizer drops it (category Cs); U+FFFD is dropped too and keeps every offset in place.
-        texts = [_SURROGATE.sub("\ufffd", t) for t in texts]
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
-
-    truncated = [bool(e.overflowing) for e in encodings]
-    rows = [(e.ids, e.offsets, [0] * len(e.ids)) for e in encodings]  # one segment per text
-    return _padded(tokenizer, rows, truncated, max_seq_len, pad_to_multiple_of)
-
-
-def _padded(tokenizer: Tokenizer, rows: list, truncated: list[bool], max_seq_len: int, pad_to_multiple_of: int):
-    """(ids, offsets, type ids) per row -> an Encoded batch padded with the vocabulary's pad id."""
-    # Flatten once and scatter into the padded arrays: several times faster than filling row by row.
-    batch = len(rows)
-    lengths = np.fromiter((len(ids) for ids, _, _ in rows), dtype=np.int64, count=batch)
-    width, total = (int(lengths.max()), int(lengths.sum())) if batch else (0, 0)
-    width = padded_width(width, max_seq_len, pad_to_multiple_of)
-    real = np.arange(width) < lengths[:, None]
-    pad_id = tokenizer.token_to_id(PAD)
-    input_ids = np.full((batch, width), pad_id if pad_id is not None else 0, dtype=np.int64)
-    input_ids[real] = np.fromiter(chain.from_iterable(ids for ids, _, _ in rows), dtype=np.int64, count=total)
-    offsets = np.zeros((batch, width, 2), dtype=np.int64)
-    flat = chain.from_iterable(chain.from_iterable(spans for _, spans, _ in rows))
-    offsets[real] = np.fromiter(flat, dtype=np.int64, count=2 * total).reshape(total, 2)
-    token_type_ids = np.zeros((batch, width), dtype=np.int64)
-    token_type_ids[real] = np.fromiter(chain.from_iterable(t for _, _, t in rows), dtype=np.int64, count=total)
-    return Encoded(input_ids, token_type_ids, offsets, lengths, np.array(truncated, dtype=bool).reshape(batch))
-
-
-def pair_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
-    """How many tokens of each text of a pair fit in `budget`, the way paddlenlp's ErnieTokenizer truncates
-    (`longest_first`): one token at a time from the longer text, from the second on a tie. The Rust tokenizer's
-    own longest_first breaks ties the other way (measured: 333 of 1,800 random title pairs got other ids)."""
-    excess = first + second - budget
-    if excess <= 0:
-        return first, second
-    if first > second:
-        take = min(excess, first - second)
-        first, excess = first - take, excess - take
-    else:
-        take = min(excess, second - first)
-        second, excess = second - take, excess - take
-    # Level now: the second gives the first token, then they alternate.
-    return first - excess // 2, second - (excess + 1) // 2
-
-
-def encode_pairs(
-    tokenizer: Tokenizer,
-    texts: Sequence[str],
-    pairs: Sequence[str],
-    max_seq_len: int,
-    *,
-    pad_to_multiple_of: int = 1,
-) -> Encoded:
-    """Tokenize text pairs as ERNIE does: `[CLS] text [SEP] pair [SEP]`, token_type_ids 0 up to the first [SEP]
-    and 1 after it, cut to max_seq_len by `pair_lengths`; ids equal paddlenlp's ErnieTokenizer(text, pair).
-    Offsets are into each token's own text (the pair's tokens into the pair); `truncated` says either text was cut.
-    """
-    if max_seq_len < 3:
-        raise ErnieDeployError(f"max_seq_len must be at least 3 for a pair ([CLS] and two [SEP]), got {max_seq_len}")
-    if len(texts) != len(pairs):
-        raise ErnieDeployError(f"{len(texts)} texts but {len(pairs)} pairs", "send one text_pair per text")
-    for i, text in enumerate([*texts, *pairs]):
-        if not isinstance(text, str):
-            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
-    if tokenizer.truncation is not None:
-        tokenizer.no_truncation()  # each text whole; the pair is cut below, the way ERNIE cuts it
-    if tokenizer.padding is not None:
-        tokenizer.no_padding()
-    clean = [_SURROGATE.sub("\ufffd", t) for t in [*texts, *pairs]]
-    encodings = tokenizer.encode_batch(clean, add_special_tokens=False)
-    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
-    rows, truncated = [], []
-    for a, b in zip(encodings[: len(texts)], encodings[len(texts) :]):
-        keep_a, keep_b = pair_lengths(len(a.ids), len(b.ids), max_seq_len - 3)
-        ids = [cls, *a.ids[:keep_a], sep, *b.ids[:keep_b], sep]
-        spans = [(0, 0), *a.offsets[:keep_a], (0, 0), *b.offsets[:keep_b], (0, 0)]
-        rows.append((ids, spans, [0] * (keep_a + 2) + [1] * (keep_b + 1)))
-        truncated.append(keep_a < len(a.ids) or keep_b < len(b.ids))
-    return _padded(tokenizer, rows, truncated, max_seq_len, pad_to_multiple_of)
-
-
-def encode_items(
-    tokenizer: Tokenizer, items: Sequence[str | tuple[str, str]], max_seq_len: int, *, pad_to_multiple_of: int = 1
-) -> Encoded:
-    """A model's inputs as its tasks read them: texts (`encode_batch`), or (text, text_pair) tuples
-    (`encode_pairs`). One batch is all texts or all pairs."""
-    items = list(items)
-    pairs = [isinstance(item, tuple) for item in items]
-    if not any(pairs):
-        return encode_batch(tokenizer, items, max_seq_len, pad_to_multiple_of=pad_to_multiple_of)
-    if not all(pairs) or any(len(item) != 2 for item in items):
-        raise ErnieDeployError(
-            "a batch mixes texts and text pairs", "send (text, text_pair) tuples to a pair model, strings otherwise"
-        )
-    texts, second = zip(*items)
-    return encode_pairs(tokenizer, texts, second, max_seq_len, pad_to_multiple_of=pad_to_multiple_of)

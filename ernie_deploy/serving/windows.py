@@ -2,7 +2,8 @@
 head+tail cut for classifiers.
 
 Pure functions of token ids, offsets and logits (numpy only), shared by the serving steps and the offline
-references (ONNX and Paddle-native), so that the window a token is decided in never depends on who runs it.
+references (ONNX and Paddle-native), so that the window a token is decided in never depends on who runs it. The
+tokenization they start from is serving.encoding's.
 
 A text's whole sequence is `[CLS] t_0 ... t_{n-1} [SEP]`, tokenized once, untruncated. With `size` = max_seq_len - 2
 real tokens per window, window k holds `[CLS] t_s ... t_{s+size-1} [SEP]` for its start s. The windows start every
@@ -131,59 +132,6 @@ def head_tail_ids(ids: Sequence, keep: int, head: int) -> list:
     return ids[:first] + (ids[len(ids) - last :] if last else [])
 
 
-# ----------------------------------------------------------------------------------------------------
-# Encoding: one untruncated tokenization per text, cut into what the model reads
-
-
-def encode_whole(tokenizer, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """(ids, offsets) of each text's real tokens, untruncated and without [CLS]/[SEP]: the one tokenization
-    every cut below is taken from (the head of it is what `tokenizer.encode_batch` returns truncated)."""
-    from ernie_deploy.serving.tokenizer import _SURROGATE
-
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
-    if tokenizer.truncation is not None:
-        tokenizer.no_truncation()
-    if tokenizer.padding is not None:
-        tokenizer.no_padding()
-    clean = [_SURROGATE.sub("\ufffd", t) for t in texts]  # a lone surrogate cannot cross into Rust; both are dropped
-    return [(e.ids, e.offsets) for e in tokenizer.encode_batch(clean, add_special_tokens=False)]
-
-
-def encode_cut(
-    tokenizer,
-    texts: Sequence[str],
-    max_seq_len: int,
-    *,
-    head_tokens: int | None = None,
-    pad_to_multiple_of: int = 1,
-    whole=None,
-):
-    """`tokenizer.Encoded` of texts cut to max_seq_len: the head (head_tokens None; the same ids as
-    `tokenizer.encode_batch`), or the first head_tokens and the last max_seq_len - 2 - head_tokens tokens."""
-    from ernie_deploy.serving.tokenizer import CLS, SEP, _padded
-
-    if max_seq_len < 2:
-        raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
-    keep = max_seq_len - 2
-    head = keep if head_tokens is None else head_tokens
-    check_head_tokens(head, max_seq_len)
-    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
-    rows, truncated = [], []
-    for ids, offsets in whole if whole is not None else encode_whole(tokenizer, texts):
-        rows.append(
-            (
-                [cls, *head_tail_ids(ids, keep, head), sep],
-                [(0, 0), *head_tail_ids(offsets, keep, head), (0, 0)],
-                [0] * (min(len(ids), keep) + 2),
-            )
-        )
-        truncated.append(len(ids) > keep)
-    return _padded(tokenizer, rows, truncated, max_seq_len, pad_to_multiple_of)
-
-
 class Windowed:
     """Texts as windows, as numpy arrays (B texts; W: the most windows of one text; L: the longest window;
     T: the longest text, [CLS] and [SEP] included).
@@ -200,19 +148,6 @@ class Windowed:
         self.window_starts = window_starts
         self.text_offsets = text_offsets
         self.text_lengths = text_lengths
-
-
-def encode_windows(tokenizer, texts: Sequence[str], max_seq_len: int, stride: int, *, whole=None) -> Windowed:
-    """Each text's whole token sequence as overlapping windows of max_seq_len tokens, [CLS] and [SEP] included (the
-    window size: the model's max_seq_len, or less; see the module docstring)."""
-    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
-
-    check_stride(stride, max_seq_len)
-    size = max_seq_len - 2
-    whole = whole if whole is not None else encode_whole(tokenizer, texts)
-    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
-    pad = tokenizer.token_to_id(PAD) or 0
-    return windows_from_tokens([ids for ids, _ in whole], [offs for _, offs in whole], size, stride, cls, sep, pad)
 
 
 def windows_from_tokens(

@@ -1,8 +1,8 @@
 """The peer's server side: PaddleNLP's SimpleServing (`paddlenlp.server.SimpleServer`, FastAPI under uvicorn,
-Paddle Inference) serving an exported static model, as a Paddle user would run it. `ernie_deploy.bench.peer`
+Paddle Inference) serving an exported static model, as a Paddle user would run it. `ernie_deploy.peer.server`
 starts this as its own process:
 
-    python -m ernie_deploy.bench.peer_app --model artifacts/static/seq_cls --route models/ernie_seqcls --port 8189
+    python -m ernie_deploy.peer.app --model artifacts/static/seq_cls --route models/ernie_seqcls --port 8189
 
 What is PaddleNLP's own and left as it ships: the app (SimpleServer), its router and request model, the
 ModelManager (one predictor behind a lock), the task's model and post handlers (for a label per text:

@@ -130,92 +130,27 @@ def soak(
 ) -> SoakReport:
     """Drive `requests` requests through `concurrency` client threads; `server` (a TritonServer) lets the
     report count stub restarts and notice a server restart, and is needed for `chaos_s`."""
-    from tqdm import tqdm
-
     plan = _plan(cases, requests, bad_fraction, seed)
-    report = SoakReport(requests=requests, concurrency=concurrency, bad_requests=sum(1 for *_, bad in plan if bad))
-    report.good_requests = requests - report.bad_requests
-    report.texts = sum(len(rows) for _, rows, _ in plan)
-    lock = threading.Lock()
-    next_request = iter(range(requests))
-    done = [0]
+    run = _SoakRun(url, cases, plan, retry, tls, progress)
+    report = run.report
+    report.concurrency = concurrency
     pid0 = server.pid if server is not None else None
     restarts0 = len(server.watchdog.restarts) if server is not None and server.watchdog else 0
-    bar = tqdm(total=requests, desc="soak", unit="req", disable=not progress)
-
-    def fail(kind: str, text: str) -> None:
-        with lock:
-            setattr(report, kind, getattr(report, kind) + 1)
-            if len(report.examples) < 10:
-                report.examples.append(text[:300])
-
-    def worker() -> None:
-        clients = {c.task.ensemble: Client(c.task, url, retry=retry, tls=tls) for c in cases}
-        try:
-            while True:
-                with lock:
-                    n = next(next_request, None)
-                if n is None:
-                    return
-                c, rows, bad = plan[n]
-                task = cases[c].task
-                texts = [text for text, _ in rows]
-                try:
-                    out = clients[task.ensemble].infer(texts)
-                except BadRequest as exc:
-                    if bad and _check_refusal(str(exc), rows, bad):
-                        with lock:
-                            report.refused += 1
-                    else:
-                        fail("unexpected_errors", f"request {n}: refused {texts!r}: {exc}")
-                except Exception as exc:  # the client already retried what was worth retrying
-                    fail("unexpected_errors", f"request {n}: {type(exc).__name__}: {exc}")
-                else:
-                    got = decode_outputs(task, out)
-                    if bad:
-                        fail("unexpected_errors", f"request {n}: bad texts {texts!r} were answered")
-                    elif got != [want for _, want in rows]:
-                        fail(
-                            "mismatches",
-                            f"request {n}: {texts!r}: served {got!r}, offline {[want for _, want in rows]!r}",
-                        )
-                    else:
-                        with lock:
-                            report.answered += 1
-                with lock:
-                    done[0] += 1
-                    bar.update(1)
-        finally:
-            with lock:
-                report.client_retries += sum(client.retries for client in clients.values())
-            for client in clients.values():
-                client.close()
 
     stop_chaos = threading.Event()
-
-    def chaos() -> None:
-        from ernie_deploy.server.watchdog import stub_processes
-
-        rng = random.Random(seed + 1)
-        while not stop_chaos.wait(chaos_s) and not (chaos_kills and report.stubs_killed >= chaos_kills):
-            stubs = sorted(stub_processes(server.pid))
-            if stubs:
-                try:
-                    os.kill(rng.choice(stubs), signal.SIGKILL)
-                    report.stubs_killed += 1
-                except ProcessLookupError:
-                    pass
-
     t0 = time.monotonic()
-    threads = [threading.Thread(target=worker, name=f"soak-{i}") for i in range(concurrency)]
+    threads = [threading.Thread(target=run.worker, name=f"soak-{i}") for i in range(concurrency)]
     if chaos_s and server is not None:
-        threads.append(threading.Thread(target=chaos, name="soak-chaos", daemon=True))
+        chaos = threading.Thread(
+            target=_chaos, args=(server, report, stop_chaos, chaos_s, chaos_kills, seed), name="soak-chaos", daemon=True
+        )
+        threads.append(chaos)
     for t in threads:
         t.start()
     for t in threads[:concurrency]:
         t.join()
     stop_chaos.set()
-    bar.close()
+    run.bar.close()
     report.duration_s = round(time.monotonic() - t0, 2)
     report.requests_per_s = round(requests / report.duration_s, 1) if report.duration_s else 0.0
     # Every request a worker finished is counted once above; whatever is not was never answered.
@@ -225,6 +160,91 @@ def soak(
         if server.watchdog:
             report.stub_restarts = len(server.watchdog.restarts) - restarts0
     return report
+
+
+class _SoakRun:
+    """The planned requests, shared by the client threads: each takes the next one, sends it, and counts what
+    came back in the report."""
+
+    def __init__(self, url: str, cases: list[SoakCase], plan: list[tuple], retry: Retry, tls: Tls | None, progress):
+        from tqdm import tqdm
+
+        self.url, self.cases, self.plan, self.retry, self.tls = url, cases, plan, retry, tls
+        requests = len(plan)
+        self.report = SoakReport(requests=requests, bad_requests=sum(1 for *_, bad in plan if bad))
+        self.report.good_requests = requests - self.report.bad_requests
+        self.report.texts = sum(len(rows) for _, rows, _ in plan)
+        self.lock = threading.Lock()
+        self.next_request = iter(range(requests))
+        self.bar = tqdm(total=requests, desc="soak", unit="req", disable=not progress)
+
+    def fail(self, kind: str, text: str) -> None:
+        with self.lock:
+            setattr(self.report, kind, getattr(self.report, kind) + 1)
+            if len(self.report.examples) < 10:
+                self.report.examples.append(text[:300])
+
+    def worker(self) -> None:
+        clients = {c.task.ensemble: Client(c.task, self.url, retry=self.retry, tls=self.tls) for c in self.cases}
+        try:
+            while True:
+                with self.lock:
+                    n = next(self.next_request, None)
+                if n is None:
+                    return
+                self._send(n, clients)
+                with self.lock:
+                    self.bar.update(1)
+        finally:
+            with self.lock:
+                self.report.client_retries += sum(client.retries for client in clients.values())
+            for client in clients.values():
+                client.close()
+
+    def _send(self, n: int, clients: dict[str, Client]) -> None:
+        """Request `n` of the plan: a good one must be answered with the offline predictions, a bad one refused
+        naming exactly its bad texts."""
+        c, rows, bad = self.plan[n]
+        task = self.cases[c].task
+        texts = [text for text, _ in rows]
+        try:
+            out = clients[task.ensemble].infer(texts)
+        except BadRequest as exc:
+            if bad and _check_refusal(str(exc), rows, bad):
+                with self.lock:
+                    self.report.refused += 1
+            else:
+                self.fail("unexpected_errors", f"request {n}: refused {texts!r}: {exc}")
+        except Exception as exc:  # the client already retried what was worth retrying
+            self.fail("unexpected_errors", f"request {n}: {type(exc).__name__}: {exc}")
+        else:
+            got = decode_outputs(task, out)
+            if bad:
+                self.fail("unexpected_errors", f"request {n}: bad texts {texts!r} were answered")
+            elif got != [want for _, want in rows]:
+                self.fail(
+                    "mismatches",
+                    f"request {n}: {texts!r}: served {got!r}, offline {[want for _, want in rows]!r}",
+                )
+            else:
+                with self.lock:
+                    self.report.answered += 1
+
+
+def _chaos(server, report: SoakReport, stop: threading.Event, every_s: float, kills: int, seed: int) -> None:
+    """SIGKILL a random python-backend stub of `server` every `every_s` seconds until `stop`, at most `kills` times
+    (0: no limit)."""
+    from ernie_deploy.server.watchdog import stub_processes
+
+    rng = random.Random(seed + 1)
+    while not stop.wait(every_s) and not (kills and report.stubs_killed >= kills):
+        stubs = sorted(stub_processes(server.pid))
+        if stubs:
+            try:
+                os.kill(rng.choice(stubs), signal.SIGKILL)
+                report.stubs_killed += 1
+            except ProcessLookupError:
+                pass
 
 
 @dataclass
@@ -246,7 +266,7 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     """Serve a repository on free loopback ports and soak every model it serves, each text's answer expected to
     equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
-    from ernie_deploy.repository.build import served_models
+    from ernie_deploy.repository.served import served_models
     from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)

@@ -1,7 +1,7 @@
 """The peer a Paddle user would pick: PaddleNLP's SimpleServing on the same static model, started as its own
-process (ernie_deploy.bench.peer_app), checked for correct answers, and loaded like the served rows: the same
-texts, concurrency cells, duration and closed loop (bench.load.closed_loop), with HTTP JSON as SimpleServing's
-clients send it, `{"data": {"text": [...]}, "parameters": {"max_seq_len": ..., "batch_size": ...}}`.
+process (ernie_deploy.peer.app) and asked over HTTP JSON as SimpleServing's clients ask it,
+`{"data": {"text": [...]}, "parameters": {"max_seq_len": ..., "batch_size": ...}}`. The benchmark checks its answers
+and loads it like the served rows (ernie_deploy.bench.peer_rows).
 
 How it differs from the served pipeline, as shipped in paddlenlp 2.8.1 (read from its source, measured here):
 - one predictor behind a lock (ModelManager.predict): requests are answered one at a time, nothing is batched
@@ -23,15 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
-from ernie_deploy.bench.load import LoadResult, closed_loop, load_row
-from ernie_deploy.bench.peer_app import HANDLERS
-from ernie_deploy.bench.rows import PEER, PEER_BATCH, Row, chunks, tick
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.peer.app import HANDLERS
 from ernie_deploy.server.procs import start_group, stop_group
 
 CHECK_BATCH = 32  # texts per request when checking answers (the handler runs them one by one anyway)
@@ -61,16 +57,6 @@ def request_body(task: TaskSpec, items: list, max_seq_len: int) -> bytes:
 
     data = {spec.name: column for spec, column in zip(task.inputs, input_columns(task, items))}
     return json.dumps({"data": data, "parameters": {"max_seq_len": max_seq_len, "batch_size": len(items)}}).encode()
-
-
-@dataclass
-class PeerRequest:
-    body: bytes  # serialized once, up front, as the served rows' requests are
-    size: int  # texts in it
-
-
-def prepare_peer_requests(task: TaskSpec, texts: list, batch: int) -> list[PeerRequest]:
-    return [PeerRequest(request_body(task, chunk, task.max_seq_len), len(chunk)) for chunk in chunks(texts, batch)]
 
 
 class PeerServer:
@@ -124,7 +110,7 @@ class PeerServer:
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="ernie-deploy-peer-")) / "simple_serving.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "ernie_deploy.bench.peer_app", "--model", str(self.static_root)]
+        argv = [sys.executable, "-m", "ernie_deploy.peer.app", "--model", str(self.static_root)]
         argv += ["--route", route(self.task), "--kind", self.task.kind, "--host", self.host, "--port", str(self.port)]
         path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
@@ -203,115 +189,3 @@ def peer_predictions(url: str, task: TaskSpec, labels: list[str], items: list, b
             raise ErnieDeployError(f"SimpleServing answered {len(ids)} labels for {len(chunk)} texts")
         found += [labels[i] for i in ids]
     return found
-
-
-def gold_labels(task: TaskSpec, items: list) -> list | None:
-    """The test split's label of each text, or None when a text is not in the split (texts given by hand)."""
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
-
-    path = split_file(data_dir(task.dataset), "test", task.split_format)
-    if not path.exists():
-        return None
-    texts, labels = read_split_file(path)
-    gold = {(tuple(t) if isinstance(t, list) else t): label for t, label in zip(texts, labels)}
-    found = [gold.get(tuple(i) if isinstance(i, list) else i) for i in items]
-    return None if any(label is None for label in found) else found
-
-
-async def _peer_load(url, requests, concurrency, warmup_s, duration_s, count, server_pgid) -> LoadResult:
-    import asyncio
-
-    import aiohttp
-
-    headers = {"Content-Type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=concurrency)  # one keep-alive connection per worker
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
-
-        async def send(request: PeerRequest) -> str | None:
-            try:
-                async with session.post(url, data=request.body, headers=headers) as response:
-                    payload = await response.read()
-                    if response.status != 200:
-                        return f"HTTP {response.status}: {payload[:160].decode(errors='replace')}"
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                return f"{type(exc).__name__}: {exc}"
-            # The served rows' structural check: one label per text (a small body; parsing it costs microseconds).
-            try:
-                ok = len(json.loads(payload)["result"]["label"]) == request.size
-            except (ValueError, KeyError, TypeError):
-                ok = False
-            return None if ok else f"malformed response: {payload[:160].decode(errors='replace')}"
-
-        return await closed_loop(send, requests, concurrency, warmup_s, duration_s, count, server_pgid)
-
-
-def run_peer_load(
-    url: str,
-    requests: list[PeerRequest],
-    concurrency: int,
-    *,
-    warmup_s: float = 1.0,
-    duration_s: float = 10.0,
-    count: int | None = None,
-    server_pgid: int | None = None,
-) -> LoadResult:
-    """`concurrency` workers posting back to back (bench.load.closed_loop) over aiohttp keep-alive connections."""
-    import asyncio
-
-    return asyncio.run(_peer_load(url, requests, concurrency, warmup_s, duration_s, count, server_pgid))
-
-
-def bench_peer(inputs: list[TaskInputs], config: BenchConfig, workdir: Path, progress=None) -> tuple[dict, list[Row]]:
-    """For each model SimpleServing can serve: start it, check its answers on every text of the run against
-    in-process ONNX (what the served rows answer) and against the split's labels, load it at every concurrency
-    with 1 and `client_batch` texts per request, stop it. Returns (server facts, rows)."""
-    from importlib import metadata
-
-    from ernie_deploy.bench.inprocess import reference_predictions
-
-    source = f"PaddleNLP SimpleServing, paddlenlp {metadata.version('paddlenlp')}, one process per model"
-    info: dict = {"source": source, "start_seconds": None, "tasks": {}}
-    rows: list[Row] = []
-    for item in inputs:
-        task = item.task
-        if not peer_serves(task):
-            info["tasks"][task.artifact_name] = {"skipped": f"no SimpleServing handler for a {task.kind!r} model"}
-            continue
-        server = PeerServer(item.static.root, task, log_file=workdir / f"peer_{task.artifact_name}.log")
-        server.start(timeout=config.server_timeout_s)
-        try:
-            t0 = time.perf_counter()
-            peer_predictions(server.url, task, item.static.labels, item.texts[:1])
-            facts = {"start_seconds": server.start_seconds, "cold_ms": 1000 * (time.perf_counter() - t0)}
-            facts["log"] = str(server.log_path)
-            answers = peer_predictions(server.url, task, item.static.labels, item.texts)
-            expected = reference_predictions(item, item.texts)
-            facts["checked"] = len(answers)
-            facts["agree"] = sum(a == b for a, b in zip(answers, expected))
-            gold = gold_labels(task, item.texts)
-            if gold is not None:
-                facts["accuracy"] = sum(a == g for a, g in zip(answers, gold)) / len(gold)
-                facts["onnx_accuracy"] = sum(e == g for e, g in zip(expected, gold)) / len(gold)
-            info["tasks"][task.artifact_name] = facts
-            info["start_seconds"] = max(info["start_seconds"] or 0.0, server.start_seconds)
-            variants = [(PEER, 1)] + ([(PEER_BATCH, config.client_batch)] if config.client_batch > 1 else [])
-            for kind, batch in variants:
-                requests = prepare_peer_requests(task, item.texts, batch)
-                for concurrency in config.concurrency:
-                    result = run_peer_load(
-                        server.url,
-                        requests,
-                        concurrency,
-                        warmup_s=config.warmup_s,
-                        duration_s=config.duration_s,
-                        count=config.requests,
-                        server_pgid=server.pid,
-                    )
-                    row = load_row(task, kind, batch, concurrency, result)
-                    rows.append(row)
-                    tick(progress, row)
-            if not server.is_running():
-                raise ErnieDeployError(f"SimpleServing exited during the benchmark (log: {server.log_path})")
-        finally:
-            server.stop()
-    return info, rows

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tasks import TOKENIZER_STEP, TaskSpec
 from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.operate.rollout import canary_probe, rollout
 from ernie_deploy.repository.configs import parse
@@ -130,28 +130,44 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     """What `version` of served model `task.ensemble` answers, computed in-process from the repository's own files
     (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
     from ernie_deploy.evaluate.offline import model_files, predictions
+    from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.entities import DECODING_PARAMETER
     from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import encode_items, load_tokenizer
+    from ernie_deploy.serving.tokenizer import load_tokenizer
 
     repository = Path(repository)
     model = VersionedModel.read(repository, task.ensemble)
-    tokenizer_step = model.ensemble.ensemble_scheduling.step[0].model_name
-    config = parse((repository / tokenizer_step / "config.pbtxt").read_text(encoding="utf-8"))
-    max_seq_len = int(config.parameters["max_seq_len"].string_value)
-    tokenizer = load_tokenizer(repository / tokenizer_step / "1" / "tokenizer.json")
-    onnx = OnnxModel(repository / task.model_step / str(version) / "model.onnx")
-    labels = json.loads((repository / task.postprocess_step / str(version) / "labels.json").read_text("utf-8"))
+    layout = model.layout
+    shared = model.entry.ensemble_scheduling.step[0].model_name if layout.shares_tokenizer else TOKENIZER_STEP
+    homes = layout.homes(task, shared)
+
+    def folder(home: str) -> Path:  # a versioned model's folder of that version, a shared one's only folder
+        return repository / home / (str(version) if home in model.steps else "1")
+
+    def config(home: str):
+        return parse((repository / home / "config.pbtxt").read_text(encoding="utf-8"))
+
+    max_seq_len = int(config(homes["tokenizer"]).parameters["max_seq_len"].string_value)
+    tokenizer = load_tokenizer(folder(homes["tokenizer"]) / "tokenizer.json")
+    labels = json.loads((folder(homes["labels"]) / "labels.json").read_text("utf-8"))
+    if layout.answers_in_graph:  # the served model.onnx answers the labels itself
+        onnx = OnnxModel(folder(homes["model"]) / "model.onnx", outputs=("label",))
+    else:
+        onnx = OnnxModel(folder(homes["model"]) / "model.onnx")
     # What else that version's postprocess reads: a multi-label model's thresholds, a token model's NER decoding.
-    files = model_files(task, repository / task.postprocess_step / str(version), labels)
-    post = parse((repository / task.postprocess_step / "config.pbtxt").read_text(encoding="utf-8"))
+    files = model_files(task, folder(homes["labels"]), labels)
+    post = config(homes["labels"])
     if DECODING_PARAMETER in post.parameters:
         files["decoding"] = post.parameters[DECODING_PARAMETER].string_value
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
         enc = encode_items(tokenizer, batch, max_seq_len)
-        out += predictions(task, labels, onnx(enc.input_ids, enc.token_type_ids), enc, batch, **files)
+        answer = onnx(enc.input_ids, enc.token_type_ids)
+        if layout.answers_in_graph:
+            out += [label.decode("utf-8") if isinstance(label, bytes) else str(label) for label in answer.reshape(-1)]
+        else:
+            out += predictions(task, labels, answer, enc, batch, **files)
     return out
 
 
@@ -168,7 +184,7 @@ def run_rollout_soak(
 ) -> dict:
     """Serve `repository` on free loopback ports and run traffic on `name` through a rollout to `to_version` and a
     rollback; the report's `clean` says whether nothing failed, got lost or was answered by the wrong version."""
-    from ernie_deploy.repository.build import served_models
+    from ernie_deploy.repository.served import served_models
     from ernie_deploy.server.process import TritonServer
 
     task = served_models(repository)[name]

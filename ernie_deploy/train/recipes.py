@@ -17,6 +17,11 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
 
+# Bump when the code changes what a given recipe produces (vocab builder, loop, saving layout): it is part of the
+# cache key (ernie_deploy.train.bootstrap), so every cached checkpoint is trained again.
+# 2: the training budget (planned steps), all cores, and numbers normalised in the key.
+RECIPE_VERSION = 2
+
 # The shared recipe, chosen by measurement on 2 CPU cores (bootstrap.json of a run holds its numbers).
 # THUCNews test accuracy: 2 x 128, 8 epochs, lr 1e-3: 0.770 (2 min; overfits by epoch 5); adding [UNK]
 # token dropout 0.1 and 10 epochs: 0.797; 2 x 256 (4 heads), lr 5e-4, token dropout 0.1, 8 epochs: 0.815

@@ -12,6 +12,7 @@ from typing import Any
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.fetch import datasets
 from ernie_deploy.serving.tokenizer import is_cjk
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [PAD] must stay id 0
@@ -95,6 +96,6 @@ def vocab_sources(data_dir: Path, recipe: dict[str, Any]) -> dict[str, Path]:
     sources = {recipe["dataset"]: data_mod.split_file(data_dir, "train", recipe["split_format"])}
     for name in sorted(recipe["vocab_datasets"]):
         if name not in sources:
-            spec = data_mod.DATASETS[name]
-            sources[name] = data_mod.split_file(data_mod.prepare(name), "train", spec.split_format)
+            spec = datasets.DATASETS[name]
+            sources[name] = data_mod.split_file(datasets.prepare(name), "train", spec.split_format)
     return sources

@@ -1,0 +1,102 @@
+"""A run's results read back and checked: the results file of this version's schema, signs that the machine was not
+quiet, answers that differ from in-process ONNX, and the ratio table as text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ernie_deploy.bench.config import SCHEMA
+from ernie_deploy.core.errors import ErnieDeployError
+
+# -- results file ----------------------------------------------------------------------------------
+
+
+def load_json(path: str | Path) -> dict:
+    """A results file (bench.json, written with core.files.write_json), checked to be of this version's schema."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ErnieDeployError(f"cannot read benchmark results {path}: {exc}") from None
+    if results.get("schema") != SCHEMA:
+        raise ErnieDeployError(
+            f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
+            "rerun `ernie-deploy bench`",
+        )
+    return results
+
+
+# -- checks on a run -------------------------------------------------------------------------------
+
+
+def sanity_notes(results: dict) -> list[str]:
+    """Signs that the machine was not quiet: numbers from such a run are not comparable."""
+    notes = []
+    machine = results.get("machine", {})
+    cores = machine.get("usable_cores") or machine.get("cores") or 1
+    for when in ("start", "end"):
+        load = machine.get(f"loadavg_{when}")
+        if load and load[0] > 0.5 * cores:
+            notes.append(
+                f"the machine was busy at the {when} of the run (1-minute load average {load[0]:.1f} on "
+                f"{cores} cores); other work shares the cores, so rerun on a quiet machine"
+            )
+    for ratio in results.get("ratios", []):
+        if ratio["key"] == "served_vs_limit" and ratio["value"] and ratio["value"] > 1.05:
+            notes.append(
+                f"{ratio['task']}: served throughput is above the in-process limit ({ratio['value']:.2f}x), "
+                "so the in-process rows were slowed by something else on the machine"
+            )
+    return notes
+
+
+def mismatches(results: dict) -> list[str]:
+    """Served answers that differ from the in-process ONNX ones (the classic layout pads, so float noise can flip a
+    near tie there; it is reported, not counted as an error)."""
+    found = []
+    for name, info in results.get("servers", {}).items():
+        for task, facts in info.get("tasks", {}).items():
+            if facts.get("agree") != facts.get("checked"):
+                found.append(
+                    f"{name} {task}: {facts.get('agree')}/{facts.get('checked')} answers equal the "
+                    "in-process ONNX answers"
+                )
+    return found
+
+
+# -- the ratio table -------------------------------------------------------------------------------
+
+
+def format_value(ratio: dict) -> str:
+    value = ratio["value"]
+    if value is None:
+        return "n/a"
+    if ratio["unit"] == "%":
+        return f"{100 * value:.1f}%"
+    if ratio["unit"]:
+        return f"{value:.2f} {ratio['unit']}"
+    return f"{value:.2f}x"
+
+
+def format_target(ratio: dict) -> str:
+    sign = "≥" if ratio["op"] == ">=" else "≤"
+    threshold = ratio["threshold"]
+    if ratio["unit"] == "%":
+        return f"{sign} {100 * threshold:.0f}%"
+    return f"{sign} {threshold:g}{(' ' + ratio['unit']) if ratio['unit'] else 'x'}"
+
+
+def format_met(ratio: dict) -> str:
+    return {True: "met", False: "NOT MET", None: "n/a"}[ratio["met"]]
+
+
+def ratio_table(results: dict) -> str:
+    """The ratio table as aligned plain text (what the CLI prints)."""
+    lines = [("task", "measure", "value", "target", "", "detail")]
+    for r in results.get("ratios", []):
+        lines.append((r["task"] or "all", r["name"], format_value(r), format_target(r), format_met(r), r["detail"]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(5)]
+    return "\n".join(
+        "  ".join(str(v).ljust(w) for v, w in zip(line[:5], widths)) + "  " + line[5] for line in lines
+    ).rstrip()

@@ -1,0 +1,139 @@
+"""ModelSpec: one typed record of a model's facts, the unit users name.
+
+It is written beside the model's artifacts by `export` (artifacts/static/<name>/model.json), completed by `convert`
+(artifacts/onnx/<name>/model.json: the thresholds it chose, the precision) and by `build`, which records it on the
+model's entry config in the served repository (the `model_spec` parameter), where the tools that see only a repository
+or a running server read it. Every stage reads the record instead of being told again; a flag given to a later stage
+overrides a field and is then recorded.
+
+Fields that a stage decides (the layout, the long-text reading, the limits) stay None until that stage has decided
+them: None always means "the default of the stage that decides it", never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.tasks import TaskSpec, check_model_name, get_task
+
+SPEC_FILE = "model.json"
+# The entry config parameter that carries the served model's record (JSON).
+SPEC_PARAMETER = "model_spec"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # what users call: the ensemble (or fused model) name, and the artifacts' folder
+    task: str  # a key of core.tasks.TASKS: the head, the data format and the kind of answer
+    labels: tuple[str, ...]
+    max_seq_len: int  # the longest input in tokens, [CLS] and [SEP] included
+    do_lower_case: bool = True
+    max_positions: int | None = None  # the checkpoint's max_position_embeddings, when its config said
+    # The token length of the texts the model was trained on (the bootstrap records its own: the longest training
+    # text); None: not known, which reads as max_seq_len. A model reads long texts best in windows of about this size.
+    trained_tokens: int | None = None
+    ner_decoding: str | None = None  # token models: serving.entities.DECODINGS; None: the default
+    thresholds: dict[str, float] | None = None  # multi-label models: per label, chosen by `convert` on the dev split
+    precision: str | None = None  # what `convert` made: fp32, fp16, int8 (static), int8-dynamic
+    # How a text longer than max_seq_len is read (repository.options.LONG_TEXT) and its windows or cut.
+    long_text: str | None = None
+    window_size: int | None = None
+    window_stride: int | None = None
+    head_tokens: int | None = None
+    # What one request may cost, in characters (serving.limits), for the reading the model does.
+    max_text_chars: int | None = None
+    max_request_chars: int | None = None
+    layout: str | None = None  # repository.layouts.LAYOUTS
+    # The build options the served model was built with, beyond the fields above (runtime, instances, batching...).
+    serving: dict[str, Any] = field(default_factory=dict)
+    tokenizer_sha256: str | None = None  # the fingerprint of the tokenizer step that serves it
+
+    def __post_init__(self):
+        check_model_name(self.name)
+        get_task(self.task)
+        object.__setattr__(self, "labels", tuple(self.labels))
+        if self.max_seq_len < 2:
+            raise ErnieDeployError(f"model {self.name}: max_seq_len {self.max_seq_len} leaves no room for a token")
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        """The task this model performs, under the model's name and with its max_seq_len."""
+        task = get_task(self.task).named(self.name)
+        return task if task.max_seq_len == self.max_seq_len else replace(task, max_seq_len=self.max_seq_len)
+
+    @property
+    def kind(self) -> str:
+        return get_task(self.task).kind
+
+    @property
+    def window_default(self) -> int:
+        """Tokens per window when none is given: the length the model was trained on (with [CLS] and [SEP]), at
+        least 3 and at most max_seq_len; max_seq_len where it is not known."""
+        if self.trained_tokens is None:
+            return self.max_seq_len
+        return max(3, min(self.max_seq_len, self.trained_tokens))
+
+    def updated(self, **changes) -> ModelSpec:
+        """This record with `changes` (None values leave a field as it is: an option that was not given)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    # As JSON ------------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        out = {"format": FORMAT, **asdict(self)}
+        out["labels"] = list(self.labels)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "the model record") -> ModelSpec:
+        data = dict(data)
+        version = data.pop("format", FORMAT)
+        if version != FORMAT:
+            raise ErnieDeployError(
+                f"{where} is in record format {version}; this ernie-deploy reads format {FORMAT}",
+                "run the stage that wrote it again with this version",
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        missing = sorted({"name", "task", "labels", "max_seq_len"} - data.keys())
+        if unknown or missing:
+            raise ErnieDeployError(
+                f"{where}: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"unknown fields {', '.join(unknown)}" if unknown else "",
+                        f"missing fields {', '.join(missing)}" if missing else "",
+                    )
+                    if part
+                ),
+                "write it again with the stage that made it (export, convert or build)",
+            )
+        return cls(**data)
+
+    @classmethod
+    def read(cls, folder: str | Path) -> ModelSpec:
+        path = Path(folder) / SPEC_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ErnieDeployError(f"{folder} holds no {SPEC_FILE}", "run `ernie-deploy export` for it first") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ErnieDeployError(f"{path} is not JSON: {exc}", "write it again with `ernie-deploy export`") from None
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "the model record") -> ModelSpec:
+        return cls.from_dict(json.loads(text), where)
+
+    def write(self, folder: str | Path) -> Path:
+        """model.json in `folder`, atomically."""
+        return write_json(self.to_dict(), Path(folder) / SPEC_FILE)

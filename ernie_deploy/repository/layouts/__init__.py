@@ -1,0 +1,108 @@
+"""Layouts: how a model's pipeline is split into Triton models, one module per layout (see base.Layout).
+
+Adding a layout is one new module here holding a `Layout` subclass; it is found by walking this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
+from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
+from ernie_deploy.repository.options import BuildOptions, check_options, check_task_options
+
+DEFAULT_LAYOUT = "ensemble"
+
+
+def _discover() -> dict[str, Layout]:
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "base":
+            importlib.import_module(f"{__name__}.{module.name}")
+    found = {cls.name: cls() for cls in _subclasses(Layout)}
+    return dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT_LAYOUT, item[0])))
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+LAYOUTS: dict[str, Layout] = _discover()
+
+
+def get_layout(name: str) -> Layout:
+    if name not in LAYOUTS:
+        raise ErnieDeployError(f"unknown layout {name!r}", f"use one of {', '.join(LAYOUTS)}")
+    return LAYOUTS[name]
+
+
+def check_build_options(options: BuildOptions) -> Layout:
+    """Refuse option combinations Triton would reject at load time or silently ignore; returns the layout."""
+    layout = get_layout(options.layout)
+    check_options(options)
+    layout.check_options(options)
+    return layout
+
+
+def task_configs(
+    task: TaskSpec,
+    onnx_path: str | Path,
+    options: BuildOptions,
+    tokenizer_step: str = TOKENIZER_STEP,
+    pad_token_id: int = 0,
+    labels: list[str] | None = None,
+    recorded_decoding: str | None = None,
+) -> list[mc.ModelConfig]:
+    """Every Triton model config of one model in `options.layout`, derived from the ONNX file (names and dims are
+    checked, not assumed), the entry (the model users call) last. `labels` are needed by the graph-postprocess
+    layout, whose model step outputs are those of the postprocess graph built from them. `recorded_decoding`: a token
+    model's NER decoding as its export recorded it (options.ner_decoding overrides it)."""
+    layout = check_build_options(options)
+    check_task_options(task, options)
+    layout.check(task, options)
+    parts = Parts(task, Path(onnx_path), options, tokenizer_step, pad_token_id, labels, recorded_decoding)
+    return layout.configs(parts)
+
+
+def layout_of(name: str, configs: dict[str, mc.ModelConfig]) -> Layout:
+    """The layout of served model `name` in a repository whose configs are `configs`: the one its entry records;
+    a model built before layouts were recorded is recognised by its shape, here and nowhere else."""
+    entry = configs[name]
+    if LAYOUT_PARAMETER in entry.parameters:
+        return get_layout(entry.parameters[LAYOUT_PARAMETER].string_value)
+    if entry.platform != "ensemble":
+        return LAYOUTS["fused"] if TASK_PARAMETER in entry.parameters else LAYOUTS[DEFAULT_LAYOUT]
+    steps = [s.model_name for s in entry.ensemble_scheduling.step]
+    if len(steps) == 2:
+        first = configs.get(steps[0])
+        tokenizes_in_model = first is not None and "model_file" in first.parameters
+        return LAYOUTS["tokenizer-in-model" if tokenizes_in_model else "graph-postprocess"]
+    return LAYOUTS[DEFAULT_LAYOUT]
+
+
+def served_task(name: str, entry: mc.ModelConfig) -> TaskSpec | None:
+    """The task of served model `name` as its entry records it (a repository built before models were named has only
+    the demo ensembles, known by their default names); None for a Triton model users do not call."""
+    if TASK_PARAMETER in entry.parameters:
+        return get_task(entry.parameters[TASK_PARAMETER].string_value).named(name)
+    if entry.platform != "ensemble":
+        return None
+    return {task.ensemble: task for task in TASKS.values()}.get(name)
+
+
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "LAYOUTS",
+    "Layout",
+    "Parts",
+    "check_build_options",
+    "get_layout",
+    "layout_of",
+    "served_task",
+]

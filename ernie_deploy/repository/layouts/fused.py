@@ -1,0 +1,39 @@
+"""One python model per served model (tokenizer, onnxruntime and postprocess in one process) under the model's own
+name: the same tensors for clients, no hops. Its versions are version folders of that one model."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.tasks import TASK_PARAMETER, TaskSpec
+from ernie_deploy.repository.configs import base_config
+from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
+from ernie_deploy.repository.signature import spec_of
+
+
+class Fused(Layout):
+    name = "fused"
+    summary = "tokenizer, model and postprocess in one python model (python runtime only)"
+    runtimes = ("python",)
+    shares_tokenizer = False
+
+    def configs(self, parts: Parts):
+        steps = [parts.tokenizer(), parts.model(), parts.postprocess()]
+        ensemble = parts.ensemble(steps, self.name)  # the interface it answers with
+        params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
+        params["postprocess"] = parts.task.postprocess
+        params[TASK_PARAMETER] = parts.task.name
+        params[LAYOUT_PARAMETER] = self.name
+        outputs = [spec_of(o) for o in ensemble.output]
+        task = parts.task
+        return [base_config(task.ensemble, list(task.inputs), outputs, parts.options, backend="python", params=params)]
+
+    def homes(self, task: TaskSpec, tokenizer: str):
+        return dict.fromkeys(("tokenizer", "model", "labels"), task.ensemble)
+
+    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
+        return {task.ensemble: "pipeline"}
+
+    def versioned(self, task: TaskSpec):
+        return (task.ensemble,)
+
+    def stages(self, task: TaskSpec, tokenizer: str):
+        return [task.ensemble]

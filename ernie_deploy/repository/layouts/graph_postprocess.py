@@ -1,0 +1,59 @@
+"""The postprocess as ONNX nodes appended to the model (postprocess_graph.py): the shared tokenizer step -> the
+model step, which answers the labels itself (on the ORT backend too). One python hop fewer than the ensemble."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.repository.layouts.base import Layout, Parts
+from ernie_deploy.repository.options import BuildOptions
+
+
+class GraphPostprocess(Layout):
+    name = "graph-postprocess"
+    summary = "tokenizer -> model with the postprocess in its graph (classifiers; the ORT backend runs it too)"
+    answers_in_graph = True
+
+    def fits(self, task: TaskSpec, options: BuildOptions):
+        if not task.graph_postprocess:
+            return (
+                f"--layout {self.name}: the postprocess of {task.kind} model {task.ensemble!r} ({task.postprocess}) "
+                "is not expressed as an ONNX graph"
+            )
+        if options.long_text not in ("auto", "head", "head_tail"):
+            return f"--layout {self.name} reads one logits row per text; --long-text {options.long_text} gives windows"
+        return None
+
+    def configs(self, parts: Parts):
+        from ernie_deploy.repository.postprocess_graph import postprocess_graph
+        from ernie_deploy.repository.signature import model_signature
+
+        if parts.labels is None:
+            raise ErnieDeployError(f"--layout {self.name} needs the label names of {parts.task.ensemble!r}")
+        # The model step answers what the postprocess would: its outputs are the appended graph's.
+        _, outputs = model_signature(postprocess_graph(parts.task, parts.onnx, parts.labels), parts.onnx)
+        steps = [parts.tokenizer(), parts.model(outputs)]
+        return [*steps, parts.ensemble(steps, self.name)]
+
+    def homes(self, task: TaskSpec, tokenizer: str):
+        # labels.json beside the graph that holds them: the file says which labels it was built with
+        return {"tokenizer": tokenizer, "model": task.model_step, "labels": task.model_step}
+
+    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
+        return {tokenizer: "tokenizer", **({task.model_step: "onnx"} if runtime == "python" else {})}
+
+    def versioned(self, task: TaskSpec):
+        return (task.model_step,)
+
+    def stages(self, task: TaskSpec, tokenizer: str):
+        return [tokenizer, task.model_step]
+
+    def graph_models(self, task: TaskSpec):
+        return (task.model_step,)
+
+    def write_model_file(self, task, onnx: Path, labels, options, path: Path):
+        from ernie_deploy.repository.postprocess_graph import write_with_postprocess
+
+        write_with_postprocess(task, onnx, labels, path)

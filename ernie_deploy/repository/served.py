@@ -1,0 +1,140 @@
+"""What a repository serves, read from its configs: the models users call, each with its task, layout, record
+(core.spec), steps and request limits. Tools that see only a repository (check, stats, rollout, soak, apply) read it
+here; `build` reads it to know what it may share and must leave alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
+from ernie_deploy.core.tasks import TASK_PARAMETER, WINDOW_OUTPUTS, TaskSpec
+from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.layouts import Layout, layout_of, served_task
+from ernie_deploy.serving.limits import ReadingLimits, TextLimits
+
+# A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
+# tokenizer it can share without comparing files (repository/tokenizers.py).
+SETTINGS_PARAMETER = "settings_sha256"
+
+
+@dataclass
+class Existing:
+    """What a repository already holds: its models' configs, and which models each ensemble uses."""
+
+    configs: dict[str, mc.ModelConfig]
+    repository: Path | None = None
+
+    @classmethod
+    def read(cls, repository: Path) -> Existing:
+        configs = {}
+        for path in sorted(Path(repository).glob("*/config.pbtxt")):
+            try:
+                configs[path.parent.name] = parse(path.read_text(encoding="utf-8"))
+            except Exception:  # not ours to judge here: `ernie-deploy check` reports unreadable configs
+                continue
+        return cls(configs, Path(repository))
+
+    def members(self, name: str) -> set[str]:
+        """The models that make up served model `name`: itself and, for an ensemble, its steps."""
+        config = self.configs.get(name)
+        if config is None:
+            return set()
+        return {name} | {step.model_name for step in config.ensemble_scheduling.step}
+
+    def tokenizers(self) -> dict[str, str]:
+        """fingerprint -> name of each tokenizer model that records one."""
+        return {
+            config.parameters[SETTINGS_PARAMETER].string_value: name
+            for name, config in self.configs.items()
+            if SETTINGS_PARAMETER in config.parameters
+        }
+
+    def steps(self, name: str) -> list[str]:
+        """The models a request to served model `name` runs through: an ensemble's steps in order, or itself."""
+        return [step.model_name for step in self.configs[name].ensemble_scheduling.step] or [name]
+
+    def served(self) -> list[str]:
+        """Names of the models users call: ensembles, and fused models (python models that name a task)."""
+        return [
+            name
+            for name, config in self.configs.items()
+            if config.platform == "ensemble" or TASK_PARAMETER in config.parameters
+        ]
+
+
+def served_models(repository: str | Path) -> dict[str, TaskSpec]:
+    """The models users can call in `repository`, by name, each with its task (recorded on the entry; a
+    repository built before models were named has only the demo ensembles, known by their default names)."""
+    existing = Existing.read(Path(repository))
+    out = {}
+    for name in sorted(existing.served()):
+        task = served_task(name, existing.configs[name])
+        if task is not None:
+            out[name] = task
+    return out
+
+
+def served_specs(repository: str | Path) -> dict[str, ModelSpec]:
+    """The models users can call in `repository`, each with the record `build` left on it (core.spec); a model
+    built before records were kept gets one from what its configs say."""
+    existing = Existing.read(Path(repository))
+    out = {}
+    for name, task in served_models(repository).items():
+        entry = existing.configs[name]
+        if SPEC_PARAMETER in entry.parameters:
+            out[name] = ModelSpec.from_json(entry.parameters[SPEC_PARAMETER].string_value, f"{name}'s record")
+        else:
+            layout = layout_of(name, existing.configs)
+            out[name] = ModelSpec(name, task.name, (), task.max_seq_len, layout=layout.name)
+    return out
+
+
+def served_layouts(repository: str | Path) -> dict[str, Layout]:
+    """The models users can call in `repository`, each with its layout."""
+    existing = Existing.read(Path(repository))
+    return {name: layout_of(name, existing.configs) for name in sorted(existing.served())}
+
+
+def served_steps(repository: str | Path) -> dict[str, list[str]]:
+    """The models users can call in `repository`, each with the models its requests run through, in order (an
+    ensemble's steps, or a fused model alone)."""
+    existing = Existing.read(Path(repository))
+    return {name: existing.steps(name) for name in sorted(existing.served())}
+
+
+def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
+    """The models users can call in `repository`, each with the step that tokenizes its texts and the request limits
+    that step holds it to (serving.limits: those of the reading it asks for, windows or the cut text; a tokenizer
+    built before the limits were recorded enforces the defaults)."""
+    existing = Existing.read(Path(repository))
+    out = {}
+    for name in sorted(existing.served()):
+        served = existing.configs[name]
+        asked = {key for step in served.ensemble_scheduling.step for key in step.output_map}
+        for step in existing.steps(name):
+            parameters = existing.configs[step].parameters
+            if "tokenizer_file" in parameters:
+
+                def read(key, parameters=parameters):
+                    return parameters[key].string_value if key in parameters else None
+
+                # an ensemble asks its tokenizer for the window tensors; a fused model reads them itself
+                windows = bool(asked & set(WINDOW_OUTPUTS)) or read("long_text") == "window"
+                out[name] = (step, ReadingLimits.from_parameters(read).reading(windows))
+                break
+    return out
+
+
+def served_model(repository: str | Path, name: str) -> TaskSpec:
+    """The task of served model `name`, or a clear refusal naming the models there are."""
+    models = served_models(repository)
+    if name not in models:
+        raise ErnieDeployError(
+            f"{repository} serves no model {name!r}",
+            f"use one of: {', '.join(models) or '(none: build one first)'}",
+        )
+    return models[name]

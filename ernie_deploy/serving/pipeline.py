@@ -1,0 +1,49 @@
+"""Tokenizer, model and postprocess in one python model: the ensemble's three steps chained in one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tasks import MODEL_INPUTS, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
+from ernie_deploy.serving.model_steps import OnnxStep
+from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
+from ernie_deploy.serving.step import Step, parameter
+from ernie_deploy.serving.tokenizer_steps import TokenizerStep
+
+_WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
+
+
+class PipelineStep(Step):
+    """Tokenizer, model and postprocess in one python model: text -> the task's outputs, the same tensors
+    as the ensemble. It saves the ensemble's two hops between processes per request (measured in
+    docs/BENCHMARKS.md); it needs onnxruntime inside the python backend, so it is a pip-only layout."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the pipeline's inputs
+        self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
+        postprocess = parameter(config, "postprocess")
+        if postprocess not in POSTPROCESS_STEPS:
+            raise ErnieDeployError(
+                f"model {config.get('name')!r} names postprocess {postprocess!r}, which is none of "
+                f"{', '.join(POSTPROCESS_STEPS)}",
+                "rebuild the repository with `ernie-deploy build`",
+            )
+        self.post = POSTPROCESS_STEPS[postprocess](config, version_dir)
+        self.outputs = [o["name"] for o in config.get("output", [])]
+        # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
+        windowed = parameter(config, "long_text", "") == "window"
+        self.inputs = WINDOW_INPUTS if windowed else MODEL_INPUTS
+        self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
+
+    def check(self, inputs):
+        return self.tokenizer.check_request(inputs, set(self.inputs)), inputs["text"]
+
+    def run(self, items, requested=None):
+        tokens = self.tokenizer.run([texts for texts, _ in items], self.tokens)
+        logits = self.model.run([tuple(t[name] for name in self.inputs) for t in tokens])
+        post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
+        # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
+        return [
+            {name: {**t, **out}[name] for name in self.outputs} for t, out in zip(tokens, self.post.run(post_items))
+        ]

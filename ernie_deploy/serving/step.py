@@ -1,0 +1,90 @@
+"""What every serving step is: built from its model config (the dict Triton passes to `initialize`) and the version
+folder holding its files, it maps the requests Triton merged into one `execute` (each a dict of numpy arrays) to
+their outputs, checking each request alone and running the good ones as one batch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ernie_deploy.core.errors import ErnieDeployError
+
+
+def parameter(config: dict, key: str, default: str | None = None) -> str:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", default)
+    if value is None:
+        raise ErnieDeployError(
+            f"model {config.get('name')!r} has no parameter {key!r}", "rebuild the repository with `ernie-deploy build`"
+        )
+    return value
+
+
+class Step:
+    """A serving step. Triton hands a python model every request its dynamic batcher merged into one
+    `execute`; a step checks each request alone (a bad one fails with its own message, the rest go on)
+    and then runs all the good ones as ONE batch: one tokenizer call, one onnxruntime run. That merged
+    run, not a loop per request, is what makes dynamic batching pay off in a python backend."""
+
+    def check(self, inputs: dict[str, np.ndarray]):
+        """Validate and unpack one request; raise BadRequest naming what is wrong with it."""
+        return inputs
+
+    def check_request(self, inputs: dict[str, np.ndarray], wanted: set[str] | None):
+        """`check`, for a step whose checks depend on what the request asks of it (`wanted`: its output names; None:
+        all)."""
+        return self.check(inputs)
+
+    def run(self, items: list, requested: set[str] | None) -> list[dict[str, np.ndarray]]:
+        """The checked requests -> their outputs, in order; `requested`: the outputs anyone reads (None: all)."""
+        raise NotImplementedError
+
+    def run_requests(
+        self,
+        requests: list[dict[str, np.ndarray]],
+        requested: set[str] | None = None,
+        wanted: list[set[str]] | None = None,
+    ) -> list[dict[str, np.ndarray] | ErnieDeployError]:
+        """`requested`: the outputs any request reads (None: all); `wanted`: each request's own (None: `requested`)."""
+        results: list = [None] * len(requests)
+        good, items = [], []
+        for i, inputs in enumerate(requests):
+            try:
+                items.append(self.check_request(inputs, requested if wanted is None else wanted[i]))
+                good.append(i)
+            except ErnieDeployError as exc:
+                results[i] = exc
+        if items:
+            try:
+                outputs = self.run(items, requested)
+            except ErnieDeployError as exc:  # a fault of the model, not of one request: every request hears it
+                outputs = [exc] * len(items)
+            except Exception:
+                # Something in one request broke the merged run (say, a token id past the vocabulary sent
+                # straight to the model step): run them one by one so only the culprit fails.
+                outputs = [self._run_alone(item, requested) for item in items]
+            for i, out in zip(good, outputs):
+                results[i] = out
+        return results
+
+    def _run_alone(self, item, requested):
+        try:
+            return self.run([item], requested)[0]
+        except ErnieDeployError as exc:
+            return exc
+        except Exception as exc:
+            return ErnieDeployError(
+                f"{type(self).__name__} failed on this request: {exc}",
+                "check the request's tensors against the model's config",
+            )
+
+    def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
+        """One request, as a plain function (tests, offline use)."""
+        result = self.run_requests([inputs], requested)[0]
+        if isinstance(result, ErnieDeployError):
+            raise result
+        return result
+
+
+def split_rows(counts: list[int]) -> list[slice]:
+    """The rows of each request in a merged batch, from the requests' row counts."""
+    bounds = np.cumsum([0, *counts])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

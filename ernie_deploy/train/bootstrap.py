@@ -1,0 +1,183 @@
+"""Offline bootstrap: train a small ERNIE from random init on the local data split, on CPU, once per content.
+
+No pretrained weights can be downloaded here, so the pipeline (export, convert, serve, measure) gets a
+real, accurate-enough checkpoint by training one (ernie_deploy.train.loop): a vocabulary built from train splits
+only (by default one vocabulary from both datasets, shared by both tasks as real ERNIE checkpoints share theirs), a
+standard `ErnieConfig`, and the task's paddlenlp class. The result is a directory in PaddleNLP layout
+(`config.json`, `model_state.pdparams`, `vocab.txt`, `tokenizer_config.json`) so that a real
+checkpoint takes exactly the same path later, plus `bootstrap.json` with the recipe and the numbers.
+
+Results are cached under `cache_dir()/bootstrap/<key>`, the key being a sha256 over the train and dev
+files, the vocabulary's source files, the recipe and RECIPE_VERSION; a second call returns at once. Nothing
+about where the code lives enters the key.
+
+paddle and paddlenlp are imported inside functions: importing ernie_deploy stays paddle-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.fetch import datasets
+from ernie_deploy.train.loop import META_FILE, train_into
+from ernie_deploy.train.recipes import RECIPE_VERSION, recipe_for
+from ernie_deploy.train.vocab import vocab_sources
+
+# --------------------------------------------------------------------------------------------------
+# Cache key
+
+
+def cache_key(data_dir: Path, recipe: dict[str, Any]) -> str:
+    """sha256 over the train and dev files, the vocabulary's sources, the recipe and RECIPE_VERSION."""
+    digest = hashlib.sha256()
+    digest.update(f"ernie-deploy-bootstrap v{RECIPE_VERSION}\n".encode())
+    files = {split: data_mod.split_file(data_dir, split, recipe["split_format"]) for split in ("train", "dev")}
+    for name, path in vocab_sources(data_dir, recipe).items():
+        files.setdefault(f"vocab:{name}", path)
+    for role, path in files.items():
+        path = Path(path)
+        if not path.exists():
+            raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+        content = path.read_bytes()
+        digest.update(f"{role} {len(content)}\n".encode())
+        digest.update(content)
+    digest.update(json.dumps(_normalised(recipe), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _normalised(value: Any) -> Any:
+    """The recipe as the key sees it: 8, 8.0 and 8.00 are one number, so they never train twice."""
+    if isinstance(value, dict):
+        return {k: _normalised(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalised(v) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def cache_root() -> Path:
+    """Where the trained checkpoints are kept, each in a folder named by its cache key."""
+    return cache_dir() / "bootstrap"
+
+
+def checkpoint_dir(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = None) -> Path:
+    """Where `train` puts (or finds) the checkpoint for this task, data and recipe."""
+    full = _with_base(recipe_for(task, recipe), Path(data_dir), lambda t, d: checkpoint_dir(t, d))
+    return cache_root() / cache_key(Path(data_dir), full)
+
+
+def _with_base(recipe: dict[str, Any], data_dir: Path, base_checkpoint) -> dict[str, Any]:
+    """The recipe with the checkpoint it starts from (`init_from`) resolved by `base_checkpoint(task, data_dir)`
+    (found, or trained): its folder name is its cache key, so a retrained base retrains this model too."""
+    if not recipe.get("init_from"):
+        return recipe
+    from ernie_deploy.core.tasks import get_task
+
+    base_task = get_task(recipe["init_from"])
+    base_data = datasets.prepare(base_task.dataset, data_dir.parent)
+    return {**recipe, "init_checkpoint": base_checkpoint(base_task, base_data).name}
+
+
+def _base_dir(recipe: dict[str, Any]) -> Path | None:
+    """The checkpoint a recipe with `init_from` starts from (resolved by `_with_base`), or None."""
+    return cache_root() / recipe["init_checkpoint"] if recipe.get("init_from") else None
+
+
+def is_complete(ckpt: Path) -> bool:
+    return all((ckpt / name).is_file() for name in ("config.json", "model_state.pdparams", "vocab.txt", META_FILE))
+
+
+def train(
+    task: TaskSpec,
+    data_dir: Path,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    recipe: dict[str, Any] | None = None,
+) -> Path:
+    """Train (or find in the cache) the bootstrap checkpoint for `task`; returns its directory.
+
+    `recipe` overrides entries of DEFAULT_RECIPE (tests use a tiny one); it is part of the cache key.
+    """
+    data_dir = Path(data_dir)
+    full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress))
+    final = cache_root() / cache_key(data_dir, full)
+    if is_complete(final) and not force:
+        return final
+    # One trainer per checkpoint: a second process asking for the same one waits and then finds it cached,
+    # instead of spending the same minutes again on the same cores.
+    with _exclusive(cache_dir() / "locks" / f"bootstrap-{final.name}.lock"):
+        if is_complete(final) and not force:
+            return final
+        with atomic_path(final) as tmp:
+            tmp.mkdir()
+            train_into(tmp, task, data_dir, full, progress, _base_dir(full))
+    return final
+
+
+@contextmanager
+def _exclusive(lock_file: Path):
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
+        yield
+
+
+def load_meta(ckpt: Path) -> dict[str, Any]:
+    path = Path(ckpt) / META_FILE
+    if not path.exists():
+        raise ErnieDeployError(
+            f"{ckpt} is not a bootstrap checkpoint (no {META_FILE})", "pass a folder made by `fetch --bootstrap`"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised by hand / CLI
+    import argparse
+
+    from ernie_deploy.core.tasks import get_task
+
+    parser = argparse.ArgumentParser(description="Train the offline bootstrap checkpoint")
+    parser.add_argument("task", nargs="?", default="seq_cls")
+    parser.add_argument("--force", action="store_true", help="retrain even if cached")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="override a recipe entry")
+    args = parser.parse_args(argv)
+    task = get_task(args.task)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key] = json.loads(value)
+    t0 = time.time()
+    ckpt = train(task, datasets.prepare(task.dataset), force=args.force, recipe=overrides or None)
+    meta = load_meta(ckpt)
+    print(f"checkpoint: {ckpt}")
+    print(
+        f"{meta['metric']}: dev {meta['dev']:.4f}  test {meta['test']:.4f}  (best epoch {meta['best_epoch']})\n"
+        f"[UNK] rate on test: {meta['unk_rate_test']['token_rate']:.4%} of tokens, "
+        f"{meta['unk_rate_test']['texts_with_unk']:.2%} of texts\n"
+        f"train time: {meta['timings_s']['train']:.1f}s (epochs {meta['timings_s']['per_epoch']}), "
+        f"total when trained {meta['timings_s']['total']:.1f}s, this call {time.time() - t0:.1f}s"
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    try:
+        sys.exit(main())
+    except ErnieDeployError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)

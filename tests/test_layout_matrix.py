@@ -1,0 +1,145 @@
+"""Every layout is operable: one real tritonserver serves a model in each layout, each with two versions, and every
+operation works on every one of them: check, probe, stats, the Prometheus series, soak, and a rollout and a rollback
+with a canary under load that loses nothing and answers every request with one of the two versions.
+
+The layouts are read from the registry, so a layout added as a new module joins this matrix by itself."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+
+from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.repository.layouts import LAYOUTS
+
+TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "abc 123 新闻",
+    "美元 1.5亿",
+    "新闻 财经 房产",
+    "游戏 教育 科技 社会",
+    "娱乐时政",
+    "中国",
+]
+NAMES = {layout: f"news_{layout.replace('-', '_')}" for layout in LAYOUTS}
+
+pytestmark = pytest.mark.integration
+
+
+def _task(layout: str):
+    return SEQ_CLS.named(NAMES[layout])
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2):
+    """(server, repository, offline references per version): every layout built, version 2 added to each."""
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.repository.add_version import build_version
+    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.server.process import TritonServer
+
+    repo = tmp_path_factory.mktemp("matrix") / "models"
+    for layout in LAYOUTS:
+        options = BuildOptions(runtime="python", layout=layout)
+        for version, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2)):
+            entry = TaskArtifacts(_task(layout), p.onnx, p.static.vocab_file, p.static.labels)
+            if version == 1:
+                build(entry, repo, options)
+            else:
+                build_version(entry, repo, options, version=version)
+    references = {
+        v: onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+        for v, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2))
+    }
+    assert references[1] != references[2], "the two versions must be told apart by their answers"
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "server.log") as server:
+        yield server, repo, references
+
+
+def test_the_registry_holds_the_four_layouts():
+    assert set(LAYOUTS) == {"ensemble", "fused", "graph-postprocess", "tokenizer-in-model"}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_check_and_the_repository_know_each_layout(layout, matrix):
+    from ernie_deploy.repository.check import check_repository
+    from ernie_deploy.repository.served import served_layouts, served_specs
+    from ernie_deploy.repository.versions import VersionedModel
+
+    _, repo, _ = matrix
+    assert check_repository(repo) == []
+    name = NAMES[layout]
+    assert served_layouts(repo)[name].name == layout
+    assert served_specs(repo)[name].layout == layout
+    model = VersionedModel.read(repo, name)
+    assert model.on_disk() == [1, 2] and model.serving() == 1
+    assert set(model.steps) == set(LAYOUTS[layout].versioned(_task(layout)))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_probe_answers(layout, matrix):
+    from ernie_deploy.server.probe import probe
+
+    server, _, _ = matrix
+    (result,) = probe(server.http_url, [NAMES[layout]])
+    assert result.ok, result.message
+    assert NAMES[layout] in [r.model for r in probe(server.http_url)], "probe finds every layout's model by itself"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_soak_answers_every_good_text_and_refuses_every_bad_one(layout, matrix):
+    from ernie_deploy.reliability.soak import SoakCase, soak
+
+    server, _, references = matrix
+    report = soak(
+        server.grpc_url, [SoakCase(_task(layout), TEXTS, references[1])], requests=60, concurrency=4, progress=False
+    )
+    assert report.clean, report.to_dict()
+    assert report.answered > 0 and report.refused > 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_stats_and_prometheus_report_each_stage(layout, matrix):
+    from ernie_deploy.client.grpc_client import Client
+    from ernie_deploy.repository.served import served_steps
+    from ernie_deploy.server.stats import served_times, snapshot
+
+    server, repo, _ = matrix
+    name, task = NAMES[layout], _task(layout)
+    before = snapshot(server.http_url)
+    with Client(task, server.grpc_url) as client:
+        for text in TEXTS:
+            client.infer([text])
+    (row,) = [r for r in served_times(served_steps(repo), snapshot(server.http_url), before) if r.model == name]
+    tokenizer = served_steps(repo)[name][0]
+    assert [step for step, _ in row.steps] == LAYOUTS[layout].stages(task, tokenizer)
+    assert row.times.requests == len(TEXTS) and all(times.requests >= len(TEXTS) for _, times in row.steps)
+    metrics = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    for model in {name, *LAYOUTS[layout].stages(task, tokenizer)}:
+        found = re.findall(rf'nv_inference_request_success\{{model="{model}",version="\d+"\}} (\d+)', metrics)
+        assert found and sum(map(int, found)) >= len(TEXTS), f"{model}: no success series in {server.metrics_url}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rollout_and_rollback_under_load_lose_nothing(layout, matrix):
+    from ernie_deploy.client.admin import RepositoryAdmin
+    from ernie_deploy.reliability.rollout_soak import rollout_soak, version_predictions
+    from ernie_deploy.repository.versions import VersionedModel
+
+    server, repo, references = matrix
+    name, task = NAMES[layout], _task(layout)
+    for version in (1, 2):  # the references a rollout soak computes from the repository's own files
+        assert version_predictions(repo, task, version, TEXTS) == references[version]
+    with RepositoryAdmin(server.grpc_url) as admin:
+        report = rollout_soak(
+            server.grpc_url, repo, task, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
+        )
+    assert report.clean, report.to_dict()
+    assert report.requests > 30 and report.answered == report.requests and report.resent == 0
+    assert report.by_version["1"] > 0 and report.by_version["2"] > 0, report.by_version
+    assert VersionedModel.read(repo, name).serving() == 1
+    assert not (repo / f"{name}_canary").exists()
