@@ -120,6 +120,7 @@ def test_built_repository_checks_clean(built, runtime, capsys):
     assert main(["check", str(built[runtime])]) == 0
     lines = capsys.readouterr().out.strip().splitlines()  # what each model serves with, then the verdict
     assert "ernie_tokencls: NER decoding constrained" in lines and lines[-1] == "ok: 7 models checked"
+    assert "ernie_seqcls: seq_cls model, layout ensemble, long texts: head" in lines, lines
 
 
 def test_fused_repository_checks_clean(tmp_path, tiny_pipeline):

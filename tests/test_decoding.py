@@ -1,4 +1,4 @@
-"""NER decoding as a per-model setting (issue 23, item 4): `argmax` decodes as PaddleNLP's own pipeline does (each
+"""NER decoding as a per-model setting: `argmax` decodes as PaddleNLP's own pipeline does (each
 token's best label, read by its ChunkEvaluator, i.e. seqeval's get_entities), `constrained` takes the best valid IOB2
 sequence. Recorded by `export --ner-decoding`, overridden by `build --ner-decoding`, written into the postprocess
 config, shown by `check`, named by the parity gate and scored both ways by `eval`.

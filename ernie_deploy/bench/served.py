@@ -1,5 +1,5 @@
 """The whole benchmark: the in-process rows, then each served layout built, served by a real tritonserver and
-loaded, one server at a time, then the peer (PaddleNLP SimpleServing, bench/peer.py); the results, their files and
+loaded, one server at a time, then the peer (PaddleNLP SimpleServing, bench/peer_rows.py); the results, their files and
 the report.
 
 Servers run one at a time (a second would share the cores), and every number that a ratio divides was

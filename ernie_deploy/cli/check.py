@@ -17,11 +17,15 @@ def register(sub) -> None:
 
 def run(args) -> None:
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
-    from ernie_deploy.repository.served import served_limits
+    from ernie_deploy.repository.served import served_limits, served_specs
 
     problems = check_repository(args.repository)
     for problem in problems:
         print(problem)
+    for name, spec in served_specs(args.repository).items():
+        reading = f", long texts: {spec.long_text}" if spec.long_text else ""
+        window = f" of {spec.window_size} tokens (stride {spec.window_stride})" if spec.window_size else ""
+        print(f"{name}: {spec.task} model, layout {spec.layout or 'ensemble'}{reading}{window}")
     for name, decoding in ner_decodings(args.repository).items():
         print(f"{name}: NER decoding {decoding}")
     for name, (step, limits) in served_limits(args.repository).items():

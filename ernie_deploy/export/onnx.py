@@ -7,13 +7,14 @@ import contextlib
 import io
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
+from ernie_deploy.core.spec import SPEC_FILE
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.drift import ALIASES, REDUCED, canonical, check_drift, gate_batches, require_drift
 from ernie_deploy.export.gates import Gates, require_logits_rank
@@ -51,6 +52,9 @@ def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_O
         name_tensors(model)
         onnx.checker.check_model(model)
         onnx.save(model, str(tmp))
+    # The model's record, completed by this stage: what it made (convert_checked records a reduced precision and the
+    # thresholds it chose over this).
+    replace(static.spec, precision="fp32").write(out_path.parent)
     return out_path
 
 
@@ -263,6 +267,9 @@ def convert_checked(
                 )
                 write_json(thresholds, staging / THRESHOLDS_FILE)
                 log(f"thresholds chosen on {thresholds_dev}: {thresholds}")
+            else:
+                thresholds = None
+            replace(static.spec, precision=precision, thresholds=thresholds).write(staging)
         except ErnieDeployError:
             if s_parity.exists():
                 os.replace(s_parity, out.parent / REJECTED_REPORT)
@@ -270,7 +277,7 @@ def convert_checked(
             raise
         # A file this run did not make (the FP32 twin of a now-FP32 model, the report of an unchecked one) no
         # longer describes `out`, so it goes rather than stays.
-        names = (fp32.name, "parity.json", THRESHOLDS_FILE, out.name)
+        names = (fp32.name, "parity.json", THRESHOLDS_FILE, SPEC_FILE, out.name)
         made = [name for name in names if (staging / name).exists()]
         for name in made:  # `out` last: `build` never sees a model whose report is not beside it yet
             os.replace(staging / name, out.parent / name)

@@ -119,7 +119,7 @@ def tokenizer_config(
         if head_tokens(options, max_seq_len) is not None:
             params["head_tokens"] = head_tokens(options, max_seq_len)
     else:
-        # A pair is cut the longer text first (serving.tokenizer.encode_pairs), never windowed: windows serve
+        # A pair is cut the longer text first (serving.encoding.encode_pairs), never windowed: windows serve
         # token models, which read one text.
         outputs = [t for t in outputs if t.name not in WINDOW_OUTPUTS]
     if multiple > 1:

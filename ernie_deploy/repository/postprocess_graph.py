@@ -1,6 +1,6 @@
 """A classifier's postprocess as ONNX nodes appended to the converted graph (`build --graph-postprocess`).
 
-The python postprocess of a sequence classifier (ernie_deploy.serving.steps.SeqClsPostprocess) is softmax, argmax,
+The python postprocess of a sequence classifier (ernie_deploy.serving.postprocess_steps.SeqClsPostprocess) is softmax, argmax,
 max and a lookup of the label name. Each is an ONNX operator that onnxruntime 1.32 runs (Softmax, ArgMax, ReduceMax
 at the converted model's opset, `ai.onnx.ml` LabelEncoder at opset 2, int64 keys -> string values), so the model
 step can answer `label_id`, `label` and `confidence` itself and the ensemble loses a python hop: tokenizer -> model.
