@@ -37,7 +37,7 @@ KINDS = {"sequence": 1, "token": 2, "multi_label": 1}
 class TaskSpec:
     name: str  # CLI name: "seq_cls"
     kind: str  # a key of KINDS
-    dataset: str  # key in ernie_deploy.fetch.data.DATASETS
+    dataset: str  # key in ernie_deploy.fetch.datasets.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
     # The model's name: the Triton ensemble users call, and the prefix of its steps. A task carries its default
     # (today's demo names); `named()` gives the same task under a user's model name.
