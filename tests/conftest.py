@@ -184,12 +184,12 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline):
     """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
     models of several kinds runs)."""
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build, model_artifacts
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("every_kind")
     pipelines = (seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline)
-    build([TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels) for p in pipelines], repo)
+    build([model_artifacts(p.static, p.onnx) for p in pipelines], repo)
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "every_kind.log") as s:
         yield s
 

@@ -142,7 +142,7 @@ def test_argmax_ignores_specials_and_padding_like_constrained():
 
 
 def _post(tmp_path: Path, decoding: str | None, windowed: bool = False):
-    from ernie_deploy.serving.postprocess_steps import TokenClsPostprocess
+    from ernie_deploy.kinds.token.serving import TokenClsPostprocess
 
     (tmp_path / "labels.json").write_text(json.dumps(LABELS))
     params = {} if decoding is None else {DECODING_PARAMETER: {"string_value": decoding}}

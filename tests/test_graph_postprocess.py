@@ -8,10 +8,10 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.kinds.sequence.serving import SeqClsPostprocess
 from ernie_deploy.repository.layouts import check_build_options, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.serving.model_steps import OnnxStep
-from ernie_deploy.serving.postprocess_steps import SeqClsPostprocess
 from ernie_deploy.serving.tokenizer_steps import TokenizerOnnxStep, TokenizerStep
 from tests.test_steps import _step_files, _texts
 

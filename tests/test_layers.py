@@ -54,6 +54,10 @@ OUTSIDE = {
     "clients/*.py": {"core", "evaluate"},
     "models/*/1/model.py": {"serving"},
 }
+# The task kinds (ernie_deploy/kinds) are split by layer rather than being one: the registry and each kind's facts
+# record (kinds/__init__.py, kinds/base.py, kinds/<kind>/__init__.py) count as core, and kinds/<kind>/<layer>.py as
+# <layer>, held to that layer's rules (third-party limits included) and importable wherever that layer is.
+SPLIT = "kinds"
 # What may be imported from outside the project, where that is restricted.
 INSIDE_TRITON = {"numpy", "tokenizers", "onnxruntime", "triton_python_backend_utils"}
 THIRD_PARTY = {
@@ -76,18 +80,32 @@ def _import_nodes(path: Path) -> Iterator[tuple[int, str, list[str]]]:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    return [(line, module) for line, module, _ in _import_nodes(path)]
+    """(line, module) of every import, a module of the kinds named where `from` takes it from its kind package."""
+    found = []
+    for line, module, names in _import_nodes(path):
+        split = module.startswith(f"ernie_deploy.{SPLIT}.")
+        named = [f"{module}.{n}" for n in names if split and _layer(f"{module}.{n}") != _layer(module)]
+        found += [(line, target) for target in named or [module]]
+    return found
 
 
 def _packages() -> list[Path]:
-    return sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    return sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != SPLIT)
+
+
+def _split_layer(path: Path) -> str:
+    """The layer a module under kinds/ counts as (see SPLIT)."""
+    parts = path.relative_to(PACKAGE / SPLIT).parts
+    return Path(parts[1]).stem if len(parts) == 2 and parts[1] != "__init__.py" else "core"
 
 
 def _files(room: str) -> list[Path]:
-    """The files of a package (every module in it) or of a rule in OUTSIDE."""
+    """The files of a package (every module in it, and the modules under kinds/ that count as it) or of a rule in
+    OUTSIDE."""
     if room in OUTSIDE:
         return sorted(PACKAGE.parent.glob(room))
-    return sorted((PACKAGE / room).rglob("*.py"))
+    split = [p for p in (PACKAGE / SPLIT).rglob("*.py") if _split_layer(p) == room]
+    return sorted((PACKAGE / room).rglob("*.py")) + sorted(split)
 
 
 def _rules() -> dict[str, set[str]]:
@@ -96,11 +114,15 @@ def _rules() -> dict[str, set[str]]:
 
 def _layer(module: str) -> str | None:
     """The ernie_deploy package an import names (`ernie_deploy.fetch.data` -> fetch), or None outside the project or
-    for the top-level package itself."""
+    for the top-level package itself; under kinds/, the layer its module counts as (`ernie_deploy.kinds.token.serving`
+    -> serving, `ernie_deploy.kinds.token` -> core)."""
     top, _, rest = module.partition(".")
     if top != "ernie_deploy":
         return None
-    return rest.partition(".")[0] or None
+    parts = rest.split(".")
+    if parts[0] == SPLIT:
+        return parts[2] if len(parts) > 2 and parts[2] in ALLOWED else "core"
+    return parts[0] or None
 
 
 def _problems(room: str) -> list[str]:
@@ -126,6 +148,8 @@ def _problems(room: str) -> list[str]:
 def test_every_package_has_a_rule():
     assert {p.name for p in _packages()} == set(ALLOWED)
     assert not [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"], "modules belong in a package"
+    strays = [str(p.relative_to(PACKAGE)) for p in (PACKAGE / SPLIT).rglob("*.py") if _split_layer(p) not in ALLOWED]
+    assert not strays, f"modules under {SPLIT}/ are named after the layer they belong to ({', '.join(ALLOWED)}): {strays}"
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -164,6 +188,22 @@ def test_the_rule_catches_a_wrong_import(tmp_path, monkeypatch):
         test_package_imports_only_the_layers_below_it("serving")
     assert "import paddle" not in str(failure.value)  # reported by module name, with its line
     assert "x.py:1: paddle" in str(failure.value) and "x.py:2: ernie_deploy.server" in str(failure.value)
+
+
+def test_a_kind_module_obeys_the_rules_of_its_layer(tmp_path, monkeypatch):
+    kind = tmp_path / "ernie_deploy" / SPLIT / "fake"
+    kind.mkdir(parents=True)
+    (kind / "__init__.py").write_text("from ernie_deploy.evaluate import metrics\n")
+    (kind / "serving.py").write_text("import paddle\nfrom ernie_deploy.kinds.fake import evaluate\n")
+    (kind / "evaluate.py").write_text("from ernie_deploy.client import grpc_client\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ernie_deploy")
+    with pytest.raises(AssertionError) as failure:
+        test_package_imports_only_the_layers_below_it("serving")
+    assert "serving.py:1: paddle (outside the project" in str(failure.value)
+    assert "serving.py:2: ernie_deploy.kinds.fake.evaluate (may import: core)" in str(failure.value)
+    with pytest.raises(AssertionError, match=r"fake/__init__.py:1: ernie_deploy.evaluate \(may import: nothing"):
+        test_package_imports_only_the_layers_below_it("core")
+    test_package_imports_only_the_layers_below_it("evaluate")  # evaluate may import client
 
 
 def test_the_rule_covers_clients_and_generated_models(tmp_path, monkeypatch):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.kinds.sequence.serving import SeqClsPostprocess
+from ernie_deploy.kinds.token.serving import TokenClsPostprocess
 from ernie_deploy.serving.model_steps import OnnxStep
-from ernie_deploy.serving.postprocess_steps import SeqClsPostprocess, TokenClsPostprocess
 from ernie_deploy.serving.texts import decode_texts
 from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 

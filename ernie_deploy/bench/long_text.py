@@ -49,38 +49,26 @@ def _served(
     return out
 
 
-def measure(
+def _inprocess_runs(
     task: TaskSpec,
     static: StaticModel,
-    onnx_path: str | Path,
+    onnx_path: Path,
     sentences: tuple[list[str], list],
     docs: tuple[list[str], list],
-    *,
-    window: int | None = None,
-    stride: int | None = None,
-    sweep: tuple[int, ...] = (),
-    served: bool = True,
-    workdir: Path | None = None,
-) -> dict:
-    """The long-text table's numbers: F1 of Paddle-native predictions (sentences; documents cut at the head;
-    documents in windows of `window` tokens), the ONNX and served document F1 alike, and seconds per document of
-    each way; with `sweep`, ONNX document F1 and time for each of those window sizes (stride half a window)."""
-    import tempfile
-
-    from ernie_deploy.evaluate.metrics import score
+    window: int,
+    stride: int,
+    sweep: tuple[int, ...],
+) -> dict[str, tuple[tuple[list[str], list], Timed]]:
+    """Each in-process way, by name -> (its texts and gold labels, its timed predictions): Paddle on the sentences,
+    Paddle and ONNX on the documents cut and in windows, and ONNX in each window size of `sweep`."""
     from ernie_deploy.evaluate.offline import (
         onnx_predictions,
         onnx_window_predictions,
         paddle_predictions,
         paddle_window_predictions,
     )
-    from ernie_deploy.serving.windows import default_stride
 
-    window = window or task.max_seq_len
-    stride = stride or default_stride(window)
-    onnx_path = Path(onnx_path)
-    doc_texts, doc_gold = docs
-    chars = sum(len(t) for t in doc_texts)
+    doc_texts = docs[0]
     runs = {
         "paddle sentences": (sentences, _timed(lambda: paddle_predictions(task, static, sentences[0]))),
         "paddle head": (docs, _timed(lambda: paddle_predictions(task, static, doc_texts))),
@@ -110,6 +98,50 @@ def measure(
                 )
             ),
         )
+    return runs
+
+
+def _scored(task: TaskSpec, static: StaticModel, texts: list[str], gold: list, timed: Timed) -> dict:
+    """One run's entity scores against the gold labels, and its time per text and per 1,000 characters."""
+    from ernie_deploy.evaluate.metrics import score
+
+    scores = score(task, texts, gold, timed.predictions, static.labels)
+    return {
+        "f1": scores["f1"],
+        "precision": scores["precision"],
+        "recall": scores["recall"],
+        "entities": scores["entities"],
+        "seconds": timed.seconds,
+        "ms_per_text": 1000 * timed.seconds / len(texts),
+        "ms_per_1k_chars": 1e6 * timed.seconds / sum(len(t) for t in texts),
+    }
+
+
+def measure(
+    task: TaskSpec,
+    static: StaticModel,
+    onnx_path: str | Path,
+    sentences: tuple[list[str], list],
+    docs: tuple[list[str], list],
+    *,
+    window: int | None = None,
+    stride: int | None = None,
+    sweep: tuple[int, ...] = (),
+    served: bool = True,
+    workdir: Path | None = None,
+) -> dict:
+    """The long-text table's numbers: F1 of Paddle-native predictions (sentences; documents cut at the head;
+    documents in windows of `window` tokens), the ONNX and served document F1 alike, and seconds per document of
+    each way; with `sweep`, ONNX document F1 and time for each of those window sizes (stride half a window)."""
+    import tempfile
+
+    from ernie_deploy.serving.windows import default_stride
+
+    window = window or task.max_seq_len
+    stride = stride or default_stride(window)
+    onnx_path = Path(onnx_path)
+    doc_texts = docs[0]
+    runs = _inprocess_runs(task, static, onnx_path, sentences, docs, window, stride, sweep)
     if served:
         with tempfile.TemporaryDirectory() as tmp:
             served_runs = _served(task, static, onnx_path, doc_texts, window, stride, Path(workdir or tmp))
@@ -120,22 +152,13 @@ def measure(
         "stride": stride,
         "max_seq_len": task.max_seq_len,
         "documents": len(doc_texts),
-        "characters": chars,
+        "characters": sum(len(t) for t in doc_texts),
         "sentences": len(sentences[0]),
         "sweep": list(sweep),
         "runs": {},
     }
     for name, ((texts, gold), timed) in runs.items():
-        scores = score(task, texts, gold, timed.predictions, static.labels)
-        report["runs"][name] = {
-            "f1": scores["f1"],
-            "precision": scores["precision"],
-            "recall": scores["recall"],
-            "entities": scores["entities"],
-            "seconds": timed.seconds,
-            "ms_per_text": 1000 * timed.seconds / len(texts),
-            "ms_per_1k_chars": 1e6 * timed.seconds / sum(len(t) for t in texts),
-        }
+        report["runs"][name] = _scored(task, static, texts, gold, timed)
     return report
 
 

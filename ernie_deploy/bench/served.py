@@ -1,6 +1,6 @@
 """The whole benchmark: the in-process rows, then each served layout built, served by a real tritonserver and
-loaded, one server at a time, then the peer (PaddleNLP SimpleServing, bench/peer_rows.py); the results, their files and
-the report.
+loaded, one server at a time (bench/server_rows.py), then the peer (PaddleNLP SimpleServing, bench/peer_rows.py); the
+results, their files and the report.
 
 Servers run one at a time (a second would share the cores), and every number that a ratio divides was
 measured in the same run.
@@ -19,35 +19,29 @@ from ernie_deploy.bench.inprocess import (
     paddle_available,
     reference_predictions,
 )
-from ernie_deploy.bench.load import load_row, prepare_requests, run_load
 from ernie_deploy.bench.machine import (
     command_line,
     loadavg,
     machine_info,
     package_versions,
-    server_version,
     utc_stamp,
 )
 from ernie_deploy.bench.peer_rows import bench_peer
 from ernie_deploy.bench.perf_analyzer import (
     PERF_ANALYZER,
     PYTHON,
-    perf_analyzer_input,
     perf_analyzer_version,
     require_perf_analyzer,
-    run_perf_analyzer,
 )
 from ernie_deploy.bench.report import report, write_outputs
 from ernie_deploy.bench.rows import (
     LIMIT_INT8,
     LIMIT_INT8_OPT,
     LIMIT_OPT,
-    ROW_KINDS,
-    Row,
     asdict_rows,
-    tick,
     total_errors,
 )
+from ernie_deploy.bench.server_rows import bench_server
 from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
@@ -78,120 +72,6 @@ def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served"
     return build_layout(inputs, out, layout=layout)
 
 
-def bench_server(
-    repository: Path,
-    name: str,
-    inputs: list[TaskInputs],
-    config: BenchConfig,
-    references: dict,
-    workdir: Path,
-    progress=None,
-) -> tuple[dict, list[Row]]:
-    """Start tritonserver on `repository`, measure its rows for every task, stop it. `name` is "served",
-    "fused" or "classic". Returns (server facts, rows)."""
-    from ernie_deploy.client.grpc_client import Client, decode_outputs
-    from ernie_deploy.server.process import TritonServer
-
-    server = TritonServer(
-        repository,
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        log_file=workdir / f"{name}_tritonserver.log",
-        grpc_tls=config.grpc_tls,
-    )
-    server.start(timeout=config.server_timeout_s)
-    info = {
-        "repository": str(repository),
-        "start_seconds": server.start_seconds,
-        "log": str(server.log_path),
-        "tritonserver": server_version(server.http_url),
-        "binary": server.binary.kind,
-        "tasks": {},
-    }
-    rows: list[Row] = []
-    try:
-        for item in inputs:
-            task = item.task
-            facts: dict = {}
-            with Client(task, server.grpc_url, tls=config.tls) as client:
-                client.check_ready()
-                # The first request after ready: the cost a cold server puts on its first caller.
-                t0 = time.perf_counter()
-                client.infer(item.texts[:1])
-                facts["cold_ms"] = 1000 * (time.perf_counter() - t0)
-                check = item.texts[: config.check_texts]
-                served = decode_outputs(task, client.infer_all(check, batch_size=8, progress=False))
-                expected = references[task.artifact_name][: len(check)]
-                agree = sum(a == b for a, b in zip(served, expected))
-                facts["checked"] = len(check)
-                facts["agree"] = agree
-            info["tasks"][task.artifact_name] = facts
-            variants = [
-                (kind.key, config.client_batch if kind.batched else 1)
-                for kind in ROW_KINDS.values()
-                if kind.layout == name and (not kind.batched or config.client_batch > 1)
-            ]
-            input_file = None
-            if PERF_ANALYZER in config.load_generators:
-                input_file = perf_analyzer_input(task, item.texts, workdir / f"{task.artifact_name}_input.json")
-            for kind, batch in variants:
-                requests = prepare_requests(item.task, item.texts, batch)
-                for concurrency in config.concurrency:
-                    # With two generators, each cell is measured by both in turn, so drift in the machine's
-                    # load touches both alike.
-                    for tool in config.load_generators:
-                        if tool == PERF_ANALYZER:
-                            # perf_analyzer measures from its first window: warm the server up the same way the
-                            # Python generator does, then hand it over.
-                            if config.warmup_s > 0:
-                                run_load(
-                                    server.grpc_url,
-                                    task,
-                                    requests,
-                                    concurrency,
-                                    warmup_s=0,
-                                    duration_s=config.warmup_s,
-                                    tls=config.tls,
-                                )
-                            row = run_perf_analyzer(
-                                config.perf_analyzer,
-                                task,
-                                server.grpc_url,
-                                server.http_url,
-                                input_file,
-                                kind,
-                                batch,
-                                concurrency,
-                                config.duration_s,
-                                workdir,
-                                requests=config.requests,
-                                server_pgid=server.pid,
-                                tls=config.tls,
-                            )
-                        else:
-                            result = run_load(
-                                server.grpc_url,
-                                task,
-                                requests,
-                                concurrency,
-                                warmup_s=config.warmup_s,
-                                duration_s=config.duration_s,
-                                count=config.requests,
-                                server_pgid=server.pid,
-                                stats_url=server.http_url,
-                                tls=config.tls,
-                            )
-                            row = load_row(task, kind, batch, concurrency, result)
-                        rows.append(row)
-                        tick(progress, row)
-            if not server.is_running():
-                raise ErnieDeployError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
-    finally:
-        server.stop()
-    return info, rows
-
-
 def model_variants(item: TaskInputs, workdir: Path) -> dict[str, Path]:
     """The model's other graphs timed in-process beside it, by row kind: INT8 (`convert --quantize int8`), optimized
     (`convert --optimize`) and optimized then INT8, written into `workdir`."""
@@ -220,25 +100,8 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     return cells
 
 
-def run_benchmark(
-    inputs: list[TaskInputs],
-    config: BenchConfig = BenchConfig(),
-    *,
-    repository: str | Path | None = None,
-    classic_repository: str | Path | None = None,
-    workdir: str | Path | None = None,
-    command: str | None = None,
-    sizes_root: str | Path | None = None,
-) -> dict:
-    """Measure every row for every task, and for the first task's model remade in each of `config.sizes`
-    (made in `sizes_root`, default artifacts/sizes, and reused from there); returns the results (what bench.json
-    holds)."""
-    import tempfile
-
-    from tqdm import tqdm
-
-    from ernie_deploy.serving.tokenizer import build_tokenizer
-
+def _checked_config(inputs: list[TaskInputs], config: BenchConfig) -> BenchConfig:
+    """Refuse what cannot be benchmarked; the config with perf_analyzer's binary found where it is asked for."""
     if not inputs:
         raise ErnieDeployError("no task to benchmark")
     unknown = set(config.load_generators) - {PYTHON, PERF_ANALYZER}
@@ -248,19 +111,21 @@ def run_benchmark(
         )
     if PERF_ANALYZER in config.load_generators and not config.perf_analyzer:
         config = dataclasses.replace(config, perf_analyzer=require_perf_analyzer())
-    started = time.time()
-    own_workdir = None
-    if workdir is None:
-        own_workdir = tempfile.TemporaryDirectory(prefix="ernie-deploy-bench-")
-        workdir = own_workdir.name
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    return config
+
+
+def _with_sizes(inputs: list[TaskInputs], config: BenchConfig, sizes_root: str | Path | None) -> list[TaskInputs]:
+    """The inputs and, unless they already are sized models, the first model remade in each of `config.sizes`."""
     if config.sizes and not any(i.shape for i in inputs):
         from ernie_deploy.bench.sizes import prepare_sizes
 
         log = print if config.progress else (lambda line: None)
         inputs = [*inputs, *prepare_sizes(inputs, config.sizes, Path(sizes_root) if sizes_root else None, log)]
-    tokenizers = {i.task.artifact_name: build_tokenizer(i.static.vocab_file) for i in inputs}
+    return inputs
+
+
+def _results_header(inputs: list[TaskInputs], config: BenchConfig, started: float, command: str | None) -> dict:
+    """bench.json before any row: when, where, with what and on what the benchmark runs."""
     results = {
         "schema": SCHEMA,
         "date": utc_stamp(started),
@@ -287,41 +152,103 @@ def run_benchmark(
     }
     if config.perf_analyzer and PERF_ANALYZER in config.load_generators:
         results["versions"]["perf_analyzer"] = perf_analyzer_version(config.perf_analyzer)
-    progress = tqdm(total=_cells(inputs, config), desc="bench", unit="cell", disable=not config.progress)
-    try:
-        references = {}
-        for item in inputs:
-            tokenizer = tokenizers[item.task.artifact_name]
-            references[item.task.artifact_name] = reference_predictions(item, item.texts[: config.check_texts])
-            variants = model_variants(item, workdir) if config.int8 and not item.shape else {}
-            results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, variants)))
-        plans = [("served", repository)]
-        if config.fused:
-            plans.append(("fused", None))
-        if config.classic:
-            plans.append(("classic", classic_repository))
-        for name, given in plans:
-            # The classic layout is the demo models' baseline; the sized models are not measured in it.
-            served = [i for i in inputs if name != "classic" or not i.shape]
-            repo = Path(given) if given else build_repository(served, workdir / f"{name}_models", name)
-            info, rows = bench_server(repo, name, served, config, references, workdir, progress)
-            info["built"] = not given
-            results["servers"][name] = info
-            results["rows"].extend(asdict_rows(rows))
-        if config.peer and peer_available():
-            # The peer serves the demo models' static exports; the sized models are not measured against it.
-            info, rows = bench_peer([i for i in inputs if not i.shape], config, workdir, progress)
-            results["servers"]["peer"] = info
-            results["rows"].extend(asdict_rows(rows))
-    finally:
-        progress.close()
-        if own_workdir is not None:
-            own_workdir.cleanup()
+    return results
+
+
+def _inprocess_rows(
+    inputs: list[TaskInputs], config: BenchConfig, tokenizers: dict, workdir: Path, progress, results: dict
+) -> dict:
+    """Each task's in-process rows into `results`; returns the in-process predictions the servers are checked
+    against, by task."""
+    references = {}
+    for item in inputs:
+        tokenizer = tokenizers[item.task.artifact_name]
+        references[item.task.artifact_name] = reference_predictions(item, item.texts[: config.check_texts])
+        variants = model_variants(item, workdir) if config.int8 and not item.shape else {}
+        results["rows"].extend(asdict_rows(bench_inprocess(item, config, tokenizer, progress, variants)))
+    return references
+
+
+def _server_rows(
+    inputs: list[TaskInputs],
+    config: BenchConfig,
+    references: dict,
+    workdir: Path,
+    progress,
+    results: dict,
+    repositories: dict[str, str | Path | None],
+) -> None:
+    """Each layout's server (the given repository, or one built into `workdir`), then the peer, one at a time, their
+    facts and rows into `results`."""
+    plans = [("served", repositories["served"])]
+    if config.fused:
+        plans.append(("fused", None))
+    if config.classic:
+        plans.append(("classic", repositories["classic"]))
+    for name, given in plans:
+        # The classic layout is the demo models' baseline; the sized models are not measured in it.
+        served = [i for i in inputs if name != "classic" or not i.shape]
+        repo = Path(given) if given else build_repository(served, workdir / f"{name}_models", name)
+        info, rows = bench_server(repo, name, served, config, references, workdir, progress)
+        info["built"] = not given
+        results["servers"][name] = info
+        results["rows"].extend(asdict_rows(rows))
+    if config.peer and peer_available():
+        # The peer serves the demo models' static exports; the sized models are not measured against it.
+        info, rows = bench_peer([i for i in inputs if not i.shape], config, workdir, progress)
+        results["servers"]["peer"] = info
+        results["rows"].extend(asdict_rows(rows))
+
+
+def _summarize(results: dict, started: float) -> dict:
+    """The run's totals: its time, the load after it, the ratios between rows and the failed requests."""
     results["seconds"] = round(time.time() - started, 1)
     results["machine"]["loadavg_end"] = loadavg()
     results["ratios"] = compute_ratios(results)
     results["errors"] = total_errors(results)
     return results
+
+
+def run_benchmark(
+    inputs: list[TaskInputs],
+    config: BenchConfig = BenchConfig(),
+    *,
+    repository: str | Path | None = None,
+    classic_repository: str | Path | None = None,
+    workdir: str | Path | None = None,
+    command: str | None = None,
+    sizes_root: str | Path | None = None,
+) -> dict:
+    """Measure every row for every task, and for the first task's model remade in each of `config.sizes`
+    (made in `sizes_root`, default artifacts/sizes, and reused from there); returns the results (what bench.json
+    holds)."""
+    import tempfile
+
+    from tqdm import tqdm
+
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+
+    config = _checked_config(inputs, config)
+    started = time.time()
+    own_workdir = None
+    if workdir is None:
+        own_workdir = tempfile.TemporaryDirectory(prefix="ernie-deploy-bench-")
+        workdir = own_workdir.name
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    inputs = _with_sizes(inputs, config, sizes_root)
+    tokenizers = {i.task.artifact_name: build_tokenizer(i.static.vocab_file) for i in inputs}
+    results = _results_header(inputs, config, started, command)
+    progress = tqdm(total=_cells(inputs, config), desc="bench", unit="cell", disable=not config.progress)
+    try:
+        references = _inprocess_rows(inputs, config, tokenizers, workdir, progress, results)
+        repositories = {"served": repository, "classic": classic_repository}
+        _server_rows(inputs, config, references, workdir, progress, results, repositories)
+    finally:
+        progress.close()
+        if own_workdir is not None:
+            own_workdir.cleanup()
+    return _summarize(results, started)
 
 
 def run_and_write(

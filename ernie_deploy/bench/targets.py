@@ -24,7 +24,8 @@ from ernie_deploy.bench.rows import (
     best_row,
     rows_of,
 )
-from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.core.tasks import SEQ_CLS, TASKS
+from ernie_deploy.peer.app import HANDLERS
 
 Measured = tuple[float | None, str]  # (value, detail)
 
@@ -228,7 +229,7 @@ TARGETS = (
         3.0,
         _served_vs_peer,
         also=_p99_no_worse_than_peer,
-        task_kinds=("sequence",),  # the kinds SimpleServing has handlers for (peer.app.HANDLERS)
+        task_kinds=tuple(HANDLERS),  # the kinds SimpleServing has handlers for
         sizes=False,
     ),
     Target(
@@ -257,7 +258,7 @@ TARGETS = (
         5.0,
         _p50_c1,
         "ms",
-        task_kinds=("sequence",),
+        task_kinds=(SEQ_CLS.kind,),  # a target for the classifier's lone request
         sizes=False,
     ),
     Target(

@@ -43,7 +43,8 @@ def _sizes(text: str) -> tuple[str, ...]:
     return tuple(get_shape(size.strip()).name for size in text.split(",") if size.strip())
 
 
-def add_arguments(p, task_choices: Sequence[str]) -> None:
+def _add_model_arguments(p, task_choices: Sequence[str]) -> None:
+    """Which models to measure: tasks' demo models or named ones."""
     p.add_argument(
         "--task", action="append", choices=list(task_choices), help=f"default: {' and '.join(DEFAULT_TASKS)}"
     )
@@ -53,6 +54,10 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         help="a named model's artifacts (artifacts/static/<name>, artifacts/onnx/<name>) instead of a task's demo "
         "model (repeatable; its rows are labelled with the name)",
     )
+
+
+def _add_cell_arguments(p) -> None:
+    """How each cell is measured: the cells, how long each runs, how many texts."""
     p.add_argument("--concurrency", help="served cells, comma-separated (default 1,4,8,16; --smoke: 1,2)")
     p.add_argument("--batch-sizes", help="in-process cells (default 1,8,16,32,64; --smoke: 1,8)")
     p.add_argument("--duration", type=float, help="seconds per served cell (default 10; --smoke: 1)")
@@ -66,6 +71,10 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
     )
     p.add_argument("--texts", type=int, help="use only the first N test texts (default: all)")
     p.add_argument("--smoke", action="store_true", help="a tiny run of every row (seconds; timings mean nothing)")
+
+
+def _add_source_arguments(p) -> None:
+    """Where the models come from: given repositories, artifacts and texts, and the sizes remade beside them."""
     p.add_argument(
         "--repository",
         help="serve this repository for the served rows (default: build one from the "
@@ -84,6 +93,10 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         "bench them beside it, comma-separated among tiny,nano,micro,mini,medium,base, or `none` "
         "(default nano,mini,medium,base; --smoke: tiny; with --levers: none unless given)",
     )
+
+
+def _add_row_arguments(p) -> None:
+    """Which rows to leave out, and what drives the served ones."""
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
     p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
@@ -103,6 +116,10 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         help="skip the peer rows (PaddleNLP SimpleServing on the same static model; on by default where paddlenlp "
         "is installed)",
     )
+
+
+def _add_output_arguments(p) -> None:
+    """Where the results go, and what is written."""
     p.add_argument(
         "--out",
         help="folder for bench.json, BENCHMARKS.md and bench.png (default docs/; --smoke: artifacts/bench-smoke/)",
@@ -111,6 +128,10 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         "--render", metavar="BENCH_JSON", help="only rewrite BENCHMARKS.md and bench.png from a results file"
     )
     p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
+
+
+def _add_mode_arguments(p) -> None:
+    """The other measurements `bench` runs instead of the benchmark."""
     p.add_argument(
         "--overload",
         action="store_true",
@@ -137,6 +158,16 @@ def add_arguments(p, task_choices: Sequence[str]) -> None:
         help="with --levers: measure the default and only the levers that set this build option (a BuildOptions "
         "field: fused, graph_postprocess, tokenizer_in_model, ort_threads, ...; repeatable)",
     )
+
+
+def add_arguments(p, task_choices: Sequence[str]) -> None:
+    """`bench`'s options, group by group, in the order --help lists them."""
+    _add_model_arguments(p, task_choices)
+    _add_cell_arguments(p)
+    _add_source_arguments(p)
+    _add_row_arguments(p)
+    _add_output_arguments(p)
+    _add_mode_arguments(p)
     # Serve the bench's servers with gRPC over TLS and drive them over TLS (the load generators, perf_analyzer).
     add_server_tls_arguments(p)
     add_tls_arguments(p)

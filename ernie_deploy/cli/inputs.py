@@ -1,44 +1,20 @@
-"""What the commands read from earlier stages: the exported model, found by its model name or task, or given by
-path. A named model's files live under its name (artifacts/<stage>/<name>); the demo models under their task's."""
+"""What the commands share: the help of the flags that name a model, the model found by its name or task
+(ernie_deploy.pipeline.locate), and typed options filled from the parsed flags."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import fields
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import artifact_name as model_folder
-from ernie_deploy.core.tasks import check_model_name, get_task
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.pipeline.locate import DEFAULT_TASK, artifact_name, onnx_file, static_model
 
-DEFAULT_TASK = "seq_cls"
+__all__ = ["DEFAULT_TASK", "NAME_HELP", "TASK_HELP", "artifact_name", "onnx_file", "options_from", "static_model"]
+
 TASK_HELP = f"default: the task the --static model was exported for, else {DEFAULT_TASK}"
 NAME_HELP = "the model's name: its artifacts' folder and the ensemble clients call (default: the task's demo model)"
 
 
-def artifact_name(task: str | None, name: str | None) -> str:
-    """The folder name of a model's artifacts: its name (see core.tasks.artifact_name), else its task's."""
-    return model_folder(check_model_name(name)) if name else get_task(task or DEFAULT_TASK).name
-
-
-def static_model(task: str | None, static: str | None, name: str | None = None) -> StaticModel:
-    """--static if given, else artifacts/static/<name or task>. The model's task is the one `export` recorded; a
-    --task that contradicts it is refused rather than served with the wrong head."""
-    path = Path(static or artifact_dir("static", artifact_name(task, name)))
-    if name and not static and not path.exists():
-        raise ErnieDeployError(
-            f"no exported model named {name!r} (looked in {path})",
-            f"export it first: `ernie-deploy export --name {name} ...`, or pass --static DIR",
-        )
-    model = StaticModel.load(path)
-    if task and get_task(task).name != model.task.name:
-        raise ErnieDeployError(
-            f"{model.root} was exported for task {model.task.name}, not {get_task(task).name}",
-            f"drop --task (it is read from the export), or pass --task {model.task.name}",
-        )
-    return model
-
-
-def onnx_file(model: StaticModel, onnx: str | None, name: str | None = None) -> Path:
-    """--onnx if given, else the converted model of this model name (or of the static model's task)."""
-    return Path(onnx or artifact_dir("onnx", artifact_name(model.task.name, name)) / "model.onnx")
+def options_from(cls, args, **given):
+    """An options dataclass `cls` from the parsed command line: every field whose flag was given (a flag's dest is
+    its field's name; a flag left out keeps the field's default), then `given` (what a command sets itself)."""
+    values = {f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name, None) is not None}
+    return cls(**{**values, **given})

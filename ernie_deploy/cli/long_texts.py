@@ -13,7 +13,12 @@ def register(sub) -> None:
     p.add_argument("--name", help=NAME_HELP)
     p.add_argument("--static", help="default: artifacts/static/<name or token_cls>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<name or token_cls>/model.onnx")
-    p.add_argument("--window-size", type=int, help="tokens per window, [CLS] and [SEP] included (default: max_seq_len)")
+    p.add_argument(
+        "--window-size",
+        type=int,
+        help="tokens per window, [CLS] and [SEP] included (default: as `build` serves it, the length the model "
+        "was trained on, else max_seq_len)",
+    )
     p.add_argument("--window-stride", type=int, help="default: half a window")
     p.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="also ONNX document F1 and time at these window sizes"
@@ -32,9 +37,10 @@ def run(args) -> None:
 
     static = static_model(None if args.static or args.name else "token_cls", args.static, args.name)
     task = static.task
-    if task.kind != "token":
+    if not task.kind_facts.reads_windows:
         raise ErnieDeployError(
-            f"{task.ensemble} is a {task.kind} model; windows are for token models", "pass a token_cls model"
+            f"{task.ensemble} is a {task.kind} model, which does not read texts in windows",
+            "pass a model that does: a token_cls model",
         )
     sentences = read_split(prepare(task.dataset), "test", task.split_format)
     docs = read_split(prepare("msra_docs"), "test", "jsonl")
@@ -44,7 +50,7 @@ def run(args) -> None:
         onnx_file(static, args.onnx, args.name),
         sentences,
         docs,
-        window=args.window_size,
+        window=args.window_size or static.spec.window_default,
         stride=args.window_stride,
         sweep=tuple(args.sweep),
         served=not args.no_served,

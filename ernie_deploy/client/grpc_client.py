@@ -13,6 +13,7 @@ from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
+from ernie_deploy.kinds import table
 from ernie_deploy.serving.texts import text_problem
 
 DEFAULT_URL = GRPC_URL
@@ -253,27 +254,17 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
     return [list(column) for column in zip(*items)] if items else [[] for _ in names]
 
 
-def _label(item: bytes) -> str:
-    return item.decode("utf-8")
-
-
-def _entities(item: bytes) -> list[dict]:
-    from ernie_deploy.serving.entities import entities_from_json
-
-    return entities_from_json(item)
-
-
-def _label_set(item: bytes) -> list[dict]:
-    from ernie_deploy.serving.multi_label import predictions_from_json
-
-    return predictions_from_json(item)
-
-
-# How one element of a task's prediction output becomes what `evaluate` predicts offline, per task kind.
-DECODERS = {"sequence": _label, "token": _entities, "multi_label": _label_set}
+# How one element of a task's prediction output becomes what `evaluate` predicts offline, per task kind
+# (ernie_deploy/kinds/<kind>/client.py).
+DECODERS = table("client", "decode")
 
 
 def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
     """Per-text predictions from the ensemble's outputs: label names, or entity lists."""
     decode = DECODERS[task.kind]
     return [decode(item) for item in out[task.prediction][:, 0]]
+
+
+def was_truncated(out: dict[str, np.ndarray], i: int) -> bool:
+    """Whether the server says text i was cut (a model built before classifiers said so has no `truncated`)."""
+    return "truncated" in out and bool(out["truncated"][i, 0])

@@ -1,9 +1,10 @@
-"""Task specs: every fact in which sequence classification and token classification differ, in one place.
+"""Task specs: every fact of a task, in one place.
 
 Every stage (fetch, export, convert, repository, serve, client, metrics) takes a TaskSpec and reads what it
-needs from it; no stage branches on a task's name or metric, and none has a copy per task. Where behaviour
-differs (how logits become a prediction, how a prediction is scored), a stage looks it up by the spec's
-`kind` in one table of its own.
+needs from it; no stage branches on a task's name or metric, and none has a copy per task. What follows from the
+task's kind (what a prediction is, how it is scored, what a long text becomes) is the kind's: a TaskSpec reads it
+from its Kind record (ernie_deploy.kinds), and where behaviour differs a stage looks it up by the spec's `kind` in
+one table of its own, built from the kinds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.kinds import KINDS, Kind, get_kind
 
 
 @dataclass(frozen=True)
@@ -27,24 +29,16 @@ class TensorSpec:
 TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
 
-# What one prediction is, per kind: a label per text ("sequence"), a label per token that the postprocess
-# turns into entities with character offsets ("token"), or a set of labels per text, each label scored on its own
-# ("multi_label"). The rank of the logits per text follows from it.
-KINDS = {"sequence": 1, "token": 2, "multi_label": 1}
-
 
 @dataclass(frozen=True)
 class TaskSpec:
     name: str  # CLI name: "seq_cls"
-    kind: str  # a key of KINDS
+    kind: str  # what one prediction is: the name of a kind in ernie_deploy.kinds (its facts: `kind_facts`)
     dataset: str  # key in ernie_deploy.fetch.datasets.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
     # The model's name: the Triton ensemble users call, and the prefix of its steps. A task carries its default
     # (today's demo names); `named()` gives the same task under a user's model name.
     ensemble: str
-    metric: str  # "accuracy" or "f1": the number the client prints last and the gate checks
-    postprocess: str  # the key of the postprocess step in ernie_deploy.serving.steps.STEPS
-    prediction: str  # the ensemble output that holds a text's prediction ("label", "entities")
     # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
@@ -52,16 +46,6 @@ class TaskSpec:
     # What the ensemble takes, per request item: the text, or a text and its pair.
     inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
     max_seq_len: int = 128
-    # The data split format: "tsv" (label<TAB>text), "jsonl" ({"text", "labels"} per character) or "labels.tsv"
-    # (labels<TAB>text, a text's labels joined by "|").
-    split_format: str = "tsv"
-    # Per-label decision thresholds stored with the model (thresholds.json beside model.onnx): `convert` chooses
-    # them on the dev split, `build` puts them beside labels.json (or takes --thresholds FILE).
-    thresholds: bool = False
-    # How `build --graph-postprocess` expresses this task's postprocess as ONNX nodes appended to the converted graph:
-    # a key of ernie_deploy.repository.postprocess_graph.GRAPHS, or "" where the postprocess stays a python step
-    # (entity decoding and per-label thresholds with JSON answers are not graph operations).
-    graph_postprocess: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -70,9 +54,43 @@ class TaskSpec:
             raise ValueError(f"task {self.name}: prediction {self.prediction!r} is not one of its outputs")
 
     @property
+    def kind_facts(self) -> Kind:
+        """The facts of this task's kind (ernie_deploy/kinds/<kind>/__init__.py)."""
+        return get_kind(self.kind)
+
+    # What follows from the kind, read where the task is at hand.
+
+    @property
     def logits_rank(self) -> int:
         """Dims of the logits per text: [classes] or [tokens, classes]."""
-        return KINDS[self.kind]
+        return self.kind_facts.logits_rank
+
+    @property
+    def metric(self) -> str:
+        """The number the client prints last and the gate checks ("accuracy", "f1", "micro_f1")."""
+        return self.kind_facts.metric
+
+    @property
+    def postprocess(self) -> str:
+        """The key of the postprocess step in ernie_deploy.serving.steps.STEPS."""
+        return self.kind_facts.postprocess
+
+    @property
+    def prediction(self) -> str:
+        """The ensemble output that holds a text's prediction ("label", "entities", "labels")."""
+        return self.kind_facts.prediction
+
+    @property
+    def split_format(self) -> str:
+        return self.kind_facts.split_format
+
+    @property
+    def thresholds(self) -> bool:
+        return self.kind_facts.thresholds
+
+    @property
+    def graph_postprocess(self) -> str:
+        return self.kind_facts.graph_postprocess
 
     def named(self, name: str | None) -> TaskSpec:
         """This task served under the model name `name` (None: the task's default name)."""
@@ -135,9 +153,6 @@ TOKENIZER_OUTPUTS = (
 WINDOW_OUTPUTS = ("window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths")
 # The windowed model step reads the windows under their own names, so one tokenizer serves models of every mode.
 WINDOW_INPUTS = ("window_ids", "window_type_ids")
-# What a text longer than max_seq_len becomes, per kind; the first is the default (`build --long-text auto`). A
-# token model decides every token, so it reads the whole text in windows; a label per text needs one input.
-LONG_TEXT_MODES = {"sequence": ("head", "head_tail"), "token": ("window", "head")}
 
 SEQ_CLS = TaskSpec(
     name="seq_cls",
@@ -145,10 +160,6 @@ SEQ_CLS = TaskSpec(
     dataset="thucnews",
     paddle_class="ErnieForSequenceClassification",
     ensemble="ernie_seqcls",
-    metric="accuracy",
-    postprocess="seq_cls_postprocess",
-    graph_postprocess="softmax_argmax_label",
-    prediction="label",
     outputs=(
         TensorSpec("label_id", "INT64", (1,)),
         TensorSpec("label", "BYTES", (1,)),
@@ -163,16 +174,12 @@ TOKEN_CLS = TaskSpec(
     dataset="msra_ner",
     paddle_class="ErnieForTokenClassification",
     ensemble="ernie_tokencls",
-    metric="f1",
-    postprocess="token_cls_postprocess",
-    prediction="entities",
     outputs=(
         TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
         # head: entities past the cut are not found; window: always false, every token is decided
         TensorSpec("truncated", "BOOL", (1,)),
     ),
     postprocess_extra_inputs=(TEXT_INPUT, TOKENIZER_OUTPUTS[2], TOKENIZER_OUTPUTS[3]),
-    split_format="jsonl",
 )
 
 # Two texts, one label: do they say the same thing, does one answer the other, do they belong together. The
@@ -183,10 +190,6 @@ PAIR_CLS = TaskSpec(
     dataset="thucnews_pairs",
     paddle_class="ErnieForSequenceClassification",
     ensemble="ernie_paircls",
-    metric="accuracy",
-    postprocess="seq_cls_postprocess",
-    graph_postprocess="softmax_argmax_label",
-    prediction="label",
     outputs=SEQ_CLS.outputs,
     inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),
 )
@@ -197,15 +200,10 @@ MULTI_LABEL = TaskSpec(
     dataset="msra_multilabel",
     paddle_class="ErnieForSequenceClassification",
     ensemble="ernie_multilabel",
-    metric="micro_f1",
-    postprocess="multi_label_postprocess",
-    prediction="labels",
     outputs=(
         TensorSpec("labels", "BYTES", (1,)),  # JSON list of {"label", "score"} over each label's threshold, best first
         TensorSpec("scores", "FP32", (-1,)),  # every label's sigmoid score, in labels.json order
     ),
-    split_format="labels.tsv",
-    thresholds=True,
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL)}

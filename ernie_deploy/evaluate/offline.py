@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.kinds import table
 from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DEFAULT_DECODING
 
@@ -32,37 +33,9 @@ def _batches(texts: list, batch_size: int):
         yield idx, [texts[i] for i in idx]
 
 
-def _labels(labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str]) -> list:
-    return [labels[i] for i in logits.argmax(-1)]
-
-
-def _entities(
-    labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], decoding: str | tuple = DEFAULT_DECODING
-) -> list:
-    return decoded_entities(labels, logits, enc.lengths, enc.offsets, texts, decoding)
-
-
-def decoded_entities(labels: list[str], logits, lengths, offsets, texts: list[str], decoding: str | tuple) -> list:
-    """Each text's entities under `decoding` (serving.entities.DECODINGS), as TokenClsPostprocess decodes them; with
-    a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
-    from ernie_deploy.serving.entities import batch_entities
-
-    if not isinstance(decoding, str):
-        each = {d: batch_entities(texts, logits, lengths, offsets, labels, d) for d in decoding}
-        return [{d: each[d][i] for d in decoding} for i in range(len(texts))]
-    return batch_entities(texts, logits, lengths, offsets, labels, decoding)
-
-
-def _label_sets(
-    labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], thresholds: dict[str, float] | None = None
-) -> list:
-    from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, labels_over, sigmoid
-
-    return labels_over(sigmoid(logits), labels, thresholds or dict.fromkeys(labels, DEFAULT_THRESHOLD))
-
-
-# Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic), per task kind.
-PREDICTORS = {"sequence": _labels, "token": _entities, "multi_label": _label_sets}
+# Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic), per task kind
+# (ernie_deploy/kinds/<kind>/evaluate.py).
+PREDICTORS = table("evaluate", "predict")
 
 
 def predictions(
@@ -167,22 +140,25 @@ def evaluate(
 ) -> dict:
     """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines). long_text: how
     a text longer than max_seq_len is read, "window" or a cut ("head"; head_tail is the tokenizer step's alone);
-    None: as `build` serves the task by default (tasks.LONG_TEXT_MODES), so the scores are the served ones.
+    None: as `build` serves the task by default (its kind's first long-text mode, in windows of the length the model
+    was trained on), so the scores are the served ones.
 
     A token model is scored under every NER decoding from one run of each model: "paddle" and "onnx" are the
     scores under the decoding its export recorded (the one `build` serves), "ner_decoding" names it, and
     "decodings" holds {decoding: {"paddle": report, "onnx": report}} for each of serving.entities.DECODINGS."""
-    from ernie_deploy.core.tasks import LONG_TEXT_MODES
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
     from ernie_deploy.serving.entities import DECODINGS
 
     texts, gold = read_split_file(split_file)
-    mode = long_text or LONG_TEXT_MODES.get(task.kind, ("head",))[0]
-    decodings = {"decoding": DECODINGS} if task.kind == "token" else {}
+    kind = task.kind_facts
+    mode = long_text or kind.long_text_modes[0]
+    decodings = {"decoding": DECODINGS} if kind.entities else {}
     if mode == "window":
-        paddle = paddle_window_predictions(task, static, texts, **decodings)
-        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **decodings)
+        # in windows of the length the model was trained on, as `build` serves it (core.spec.window_default)
+        window = {"window": static.spec.window_default, **decodings}
+        paddle = paddle_window_predictions(task, static, texts, **window)
+        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **window)
     else:
         files = {**model_files(task, Path(onnx_path).parent, static.labels), **decodings}
         paddle = paddle_predictions(task, static, texts, **files)
@@ -233,6 +209,8 @@ def window_predict(
     untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
     (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids.
     decoding: the NER decoding, or a tuple of them (decoded_entities)."""
+    # Windows are how a model that decides every token reads a long text, so what they end in is entities.
+    from ernie_deploy.kinds.token.evaluate import decoded_entities
     from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
 
     check_stride(stride, max_seq_len)

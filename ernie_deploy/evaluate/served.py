@@ -4,7 +4,6 @@ predictions for a few texts."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -13,32 +12,10 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
+from ernie_deploy.kinds import table
 
-
-def _print_label(text, prediction: str, out: dict, i: int) -> None:
-    shown = "\t".join(text) if isinstance(text, tuple) else text  # a pair: both texts
-    cut = "\t(truncated: the model read max_seq_len tokens of it)" if _cut(out, i) else ""
-    print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{shown}{cut}")
-
-
-def _cut(out: dict, i: int) -> bool:
-    """Whether the server says text i was cut (a model built before classifiers said so has no `truncated`)."""
-    return "truncated" in out and bool(out["truncated"][i, 0])
-
-
-def _print_entities(text: str, prediction: list[dict], out: dict, i: int) -> None:
-    note = "  (truncated: entities past max_seq_len are not found)" if _cut(out, i) else ""
-    print(f"{text}{note}")
-    print(json.dumps(prediction, ensure_ascii=False, indent=2))
-
-
-def _print_label_set(text: str, prediction: list[dict], out: dict, i: int) -> None:
-    kept = ", ".join(f"{p['label']} {p['score']:.4f}" for p in prediction) or "(no label over its threshold)"
-    print(f"{kept}\t{text}")
-
-
-# How `--text` shows one answer, per task kind.
-PRINTERS = {"sequence": _print_label, "token": _print_entities, "multi_label": _print_label_set}
+# How `--text` shows one answer, per task kind (ernie_deploy/kinds/<kind>/evaluate.py).
+PRINTERS = table("evaluate", "show")
 
 
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:

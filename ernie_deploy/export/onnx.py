@@ -138,7 +138,7 @@ def check_parity(
     batches = gate_batches(static, texts, max_seq_len, batch_size)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
-    entities_same = dict.fromkeys(DECODINGS, 0) if task.kind == "token" else None
+    entities_same = dict.fromkeys(DECODINGS, 0) if task.kind_facts.entities else None
     for batch, enc in batches:
         a = paddle_model(enc.input_ids, enc.token_type_ids)
         b = onnx_model(enc.input_ids, enc.token_type_ids)

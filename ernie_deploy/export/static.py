@@ -93,7 +93,7 @@ def _legacy_spec(root: Path, info: dict) -> ModelSpec:
         max_seq_len=int(info.get("max_seq_len") or task.max_seq_len),
         do_lower_case=bool(info.get("do_lower_case", True)),
         max_positions=info.get("max_positions"),
-        ner_decoding=info.get("ner_decoding") if task.kind == "token" else None,
+        ner_decoding=info.get("ner_decoding") if task.kind_facts.entities else None,
     )
 
 
@@ -147,12 +147,13 @@ def export(
     trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS)."""
     from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
 
-    if task.kind != "token" and ner_decoding is not None:
+    entities = task.kind_facts.entities
+    if not entities and ner_decoding is not None:
         raise ErnieDeployError(
             f"--ner-decoding sets how a token model decodes entities; {task.name} is a {task.kind} task",
             "drop --ner-decoding",
         )
-    decoding = check_decoding(ner_decoding or DEFAULT_DECODING) if task.kind == "token" else None
+    decoding = check_decoding(ner_decoding or DEFAULT_DECODING) if entities else None
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}

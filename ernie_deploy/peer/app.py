@@ -2,7 +2,8 @@
 Paddle Inference) serving an exported static model, as a Paddle user would run it. `ernie_deploy.peer.server`
 starts this as its own process:
 
-    python -m ernie_deploy.peer.app --model artifacts/static/seq_cls --route models/ernie_seqcls --port 8189
+    python -m ernie_deploy.peer.app --model artifacts/static/seq_cls --route models/ernie_seqcls --kind sequence \
+        --port 8189
 
 What is PaddleNLP's own and left as it ships: the app (SimpleServer), its router and request model, the
 ModelManager (one predictor behind a lock), the task's model and post handlers (for a label per text:
@@ -28,10 +29,11 @@ import argparse
 import contextlib
 from pathlib import Path
 
-# The PaddleNLP handlers (names in paddlenlp.server.handlers) that serve each task kind (core.tasks.KINDS): model
-# handler, post handler. Kinds not here get no peer row. A token model's handler (TokenClsModelHandler) returns
-# raw logits with no post handler to turn them into entities, so its answers could not be compared with ours.
-HANDLERS = {"sequence": ("CustomModelHandler", "MultiClassificationPostHandler")}
+from ernie_deploy.kinds import table
+
+# The PaddleNLP handlers (names in paddlenlp.server.handlers) that serve each task kind: model handler, post
+# handler (ernie_deploy/kinds/<kind>/peer.py). Kinds without them get no peer row.
+HANDLERS = table("peer", "HANDLERS", optional=True)
 
 
 @contextlib.contextmanager
@@ -130,7 +132,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="an exported static model folder (ernie-deploy export)")
     parser.add_argument("--route", required=True, help="the path answered with POST, e.g. models/ernie_seqcls")
-    parser.add_argument("--kind", default="sequence", help="the task kind (core.tasks.KINDS)")
+    parser.add_argument("--kind", required=True, help="the task kind (a name in ernie_deploy.kinds)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)

@@ -314,7 +314,7 @@ def ner_decodings(path: str | Path) -> dict[str, str]:
     root, out = Path(path), {}
     steps = served_steps(root)
     for name, task in served_models(root).items():
-        if task.kind != "token":
+        if not task.kind_facts.entities:
             continue
         config, _ = _load(root / steps[name][-1])
         parameters = config.parameters if config is not None else {}

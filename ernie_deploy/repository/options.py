@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import LONG_TEXT_MODES, TaskSpec
+from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.runtime import SPIN_MODES
 
@@ -17,7 +17,8 @@ DEVICES = ("cpu", "gpu")
 # ORT_ENABLE_ALL, so "all" writes no block at all.
 ORT_GRAPH_LEVELS = {"all": 0, "extended": 1, "basic": -1, "disabled": 2}
 DEFAULT_MAX_BATCH_SIZE = 64
-# --long-text: "auto" takes each kind's default (tasks.LONG_TEXT_MODES: window for token models, head otherwise).
+# --long-text: "auto" takes each kind's default (the first of its Kind.long_text_modes: window for token models, head
+# otherwise).
 LONG_TEXT = ("auto", "window", "head", "head_tail")
 
 
@@ -189,7 +190,7 @@ def ner_decoding(task: TaskSpec, options: BuildOptions, recorded: str | None = N
     else the default; None for a model of another kind, which has no entities (a --ner-decoding for it is refused)."""
     from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
 
-    if task.kind != "token":
+    if not task.kind_facts.entities:
         if options.ner_decoding is not None:
             raise ErnieDeployError(
                 f"--ner-decoding sets how a token model decodes entities; {task.ensemble!r} is a {task.kind} model",
@@ -204,7 +205,7 @@ def long_text_mode(task: TaskSpec, options: BuildOptions) -> str:
     """What `task`'s model does with a text longer than max_seq_len under `options`, or a clear refusal."""
     from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
-    modes = LONG_TEXT_MODES.get(task.kind, ("head",))
+    modes = task.kind_facts.long_text_modes
     mode = modes[0] if options.long_text == "auto" else options.long_text
     if mode not in modes:
         why = {

@@ -4,6 +4,9 @@ their outputs, checking each request alone and running the good ones as one batc
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from ernie_deploy.core.errors import ErnieDeployError
@@ -16,6 +19,13 @@ def parameter(config: dict, key: str, default: str | None = None) -> str:
             f"model {config.get('name')!r} has no parameter {key!r}", "rebuild the repository with `ernie-deploy build`"
         )
     return value
+
+
+def read_labels(labels_file: Path) -> list[str]:
+    """The label names a step's version folder holds (labels.json), in id order."""
+    if not labels_file.exists():
+        raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
+    return json.loads(labels_file.read_text(encoding="utf-8"))
 
 
 class Step:

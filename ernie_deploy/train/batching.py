@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ernie_deploy.train.recipes import KindRecipe
+from ernie_deploy.train.kind_recipe import KindRecipe
 
 
 def seed_everything(seed: int) -> None:

@@ -32,6 +32,7 @@ from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.fetch import datasets
 from ernie_deploy.train.loop import META_FILE, train_into
 from ernie_deploy.train.recipes import RECIPE_VERSION, recipe_for
+from ernie_deploy.train.rows import record_lengths
 from ernie_deploy.train.vocab import vocab_sources
 
 # --------------------------------------------------------------------------------------------------
@@ -114,12 +115,14 @@ def train(
     data_dir = Path(data_dir)
     full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress))
     final = cache_root() / cache_key(data_dir, full)
-    if is_complete(final) and not force:
+    if is_complete(final) and not force and "trained_tokens" in load_meta(final):
         return final
     # One trainer per checkpoint: a second process asking for the same one waits and then finds it cached,
     # instead of spending the same minutes again on the same cores.
     with _exclusive(cache_dir() / "locks" / f"bootstrap-{final.name}.lock"):
         if is_complete(final) and not force:
+            # cached before the trained lengths were recorded: add them, as training would have
+            record_lengths(final, task, data_dir, full, META_FILE)
             return final
         with atomic_path(final) as tmp:
             tmp.mkdir()

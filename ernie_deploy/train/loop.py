@@ -25,8 +25,10 @@ from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.batching import collate, evaluate, seed_everything, shuffled_batches
+from ernie_deploy.train.kind_recipe import KindRecipe
 from ernie_deploy.train.plan import Plan
-from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION, KindRecipe
+from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION
+from ernie_deploy.train.rows import length_record, train_subset
 from ernie_deploy.train.vocab import SPECIAL_TOKENS, UNK, build_vocab, unk_rate, vocab_sources, write_vocab
 
 META_FILE = "bootstrap.json"
@@ -73,7 +75,6 @@ def _vocabulary(data_dir: Path, recipe: dict[str, Any], base: Path | None, train
 def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any], base: Path | None) -> _Encoded:
     """Read the splits, make the vocabulary (written to `out`) and the Paddle-native tokenizer over it, and encode
     every split."""
-    import numpy as np
     import paddlenlp.transformers as ppt
 
     splits = {split: data_mod.read_split(Path(data_dir), split, recipe["split_format"]) for split in data_mod.SPLITS}
@@ -83,9 +84,7 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
     labels = kind.label_list(train_labels)
     label2id = {name: i for i, name in enumerate(labels)}
     vocab = _vocabulary(data_dir, recipe, base, train_texts)
-    if recipe["max_train_rows"] and recipe["max_train_rows"] < len(train_texts):
-        keep = sorted(np.random.RandomState(recipe["seed"]).permutation(len(train_texts))[: recipe["max_train_rows"]])
-        splits["train"] = ([train_texts[i] for i in keep], [train_labels[i] for i in keep])
+    splits["train"] = train_subset(train_texts, train_labels, recipe)
     write_vocab(vocab, out / "vocab.txt")
     tokenizer = ppt.ErnieTokenizer(str(out / "vocab.txt"))
     if tokenizer.pad_token_id != 0:
@@ -344,6 +343,7 @@ def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, scores
             "total": round(time.time() - t_start, 2),
         },
         "steps": trainer.step,
+        **length_record([len(ids) for ids, _ in enc.rows["train"]]),
         "stopped_by": "budget" if trainer.step < trainer.steps_per_epoch * recipe["epochs"] else "epochs",
         "threads": threads,
         "cpu_count": os.cpu_count(),

@@ -2,20 +2,18 @@
 
 A task's recipe is DEFAULT_RECIPE, then that task's changes (TASK_RECIPES, keyed by task name), then the
 caller's; together with the task's own facts it goes into the cache key. How labels are read, encoded, batched,
-scored and turned into a loss depends only on the task's kind (KIND_RECIPES, keyed by `TaskSpec.kind`).
-
-paddle, paddlenlp and seqeval are imported inside functions: importing ernie_deploy stays paddle-free.
+scored and turned into a loss depends only on the task's kind (KIND_RECIPES, keyed by `TaskSpec.kind`; each
+kind's recipe is in ernie_deploy/kinds/<kind>/train.py, and is not part of the cache key).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.kinds import table
+from ernie_deploy.train.kind_recipe import KindRecipe
 
 # Bump when the code changes what a given recipe produces (vocab builder, loop, saving layout): it is part of the
 # cache key (ernie_deploy.train.bootstrap), so every cached checkpoint is trained again.
@@ -129,160 +127,6 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
     return recipe
 
 
-# --------------------------------------------------------------------------------------------------
-# Per kind: everything the training loop needs to know that differs between a label per text and a label
-# per token.
-
-IGNORE_INDEX = -100  # label of [CLS], [SEP] and padding: no loss, no score
-
-
-@dataclass(frozen=True)
-class KindRecipe:
-    # train labels -> ordered label names (ids are the positions)
-    label_list: Callable[[list], list[str]]
-    # (tokenizer, text, label, label2id, max_seq_len) -> (input_ids, encoded label)
-    encode: Callable[..., tuple[list[int], Any]]
-    # list of encoded labels, padded length -> numpy array for the batch
-    collate_labels: Callable[[list, int], Any]
-    # (logits, labels tensor) -> scalar loss tensor
-    loss: Callable[[Any, Any], Any]
-    # (list of logits arrays per batch, list of label arrays per batch, label names) -> metric in [0, 1]
-    metric: Callable[[list, list, list[str]], float]
-    metric_name: str
-
-
-def _sequence_encode(tokenizer, text, label: str, label2id: dict[str, int], max_seq_len: int):
-    """A text, or a (text, text_pair) tuple (`[CLS] a [SEP] b [SEP]`, cut as ErnieTokenizer cuts pairs)."""
-    ids = tokenizer(*(text if isinstance(text, tuple) else (text,)), max_length=max_seq_len, truncation=True)[
-        "input_ids"
-    ]
-    if label not in label2id:
-        raise ErnieDeployError(f"label {label!r} is not among the train labels", "re-run data preparation")
-    return ids, label2id[label]
-
-
-def _sequence_collate(labels: list, _padded_len: int):
-    import numpy as np
-
-    return np.asarray(labels, dtype="int64")
-
-
-def _sequence_loss(logits, labels):
-    import paddle.nn.functional as F
-
-    return F.cross_entropy(logits, labels)
-
-
-def _accuracy(logits: list, labels: list, _names: list[str]) -> float:
-    import numpy as np
-
-    pred = np.concatenate([x.argmax(-1) for x in logits])
-    gold = np.concatenate(labels)
-    return float((pred == gold).mean()) if len(gold) else 0.0
-
-
-def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int], max_seq_len: int):
-    """Word pieces with one label each: the tag of the piece's first character ([CLS]/[SEP] ignored)."""
-    import numpy as np
-
-    from ernie_deploy.serving.entities import char_labels_to_token_labels
-
-    enc = tokenizer(text, max_length=max_seq_len, truncation=True, return_offsets_mapping=True)
-    ids = enc["input_ids"]
-    unknown = set(tags) - set(label2id)
-    if unknown:
-        raise ErnieDeployError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    return ids, char_labels_to_token_labels(tags, offsets, len(ids), label2id).tolist()
-
-
-def _token_collate(labels: list, padded_len: int):
-    import numpy as np
-
-    out = np.full((len(labels), padded_len), IGNORE_INDEX, dtype="int64")
-    for row, seq in enumerate(labels):
-        out[row, : len(seq)] = seq
-    return out
-
-
-def _token_loss(logits, labels):
-    import paddle.nn.functional as F
-
-    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
-
-
-def _token_entity_f1(logits: list, labels: list, names: list[str]) -> float:
-    """Entity F1 over word pieces (seqeval, strict IOB2): the model-selection signal. The reported figure is
-    character-level, from `ernie-deploy eval`."""
-    from seqeval.metrics import f1_score
-    from seqeval.scheme import IOB2
-
-    gold, pred = [], []
-    for batch_logits, batch_labels in zip(logits, labels):
-        ids = batch_logits.argmax(-1)
-        for row_ids, row_labels in zip(ids, batch_labels):
-            keep = row_labels != IGNORE_INDEX
-            gold.append([names[i] for i in row_labels[keep]])
-            pred.append([names[i] for i in row_ids[keep]])
-    return float(f1_score(gold, pred, mode="strict", scheme=IOB2, zero_division=0))
-
-
-def _multi_hot_encode(tokenizer, text: str, labels: list[str], label2id: dict[str, int], max_seq_len: int):
-    ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
-    unknown = sorted(set(labels) - set(label2id))
-    if unknown:
-        raise ErnieDeployError(f"labels {unknown} are not among the train labels", "re-run data preparation")
-    hot = [0.0] * len(label2id)
-    for label in labels:
-        hot[label2id[label]] = 1.0
-    return ids, hot
-
-
-def _multi_hot_collate(labels: list, _padded_len: int):
-    import numpy as np
-
-    return np.asarray(labels, dtype="float32")
-
-
-def _multi_label_loss(logits, labels):
-    import paddle.nn.functional as F
-
-    return F.binary_cross_entropy_with_logits(logits, labels)
-
-
-def _micro_f1(logits: list, labels: list, _names: list[str]) -> float:
-    """Micro F1 over every (text, label) decision at the untuned threshold 0.5 (logit 0): the model-selection
-    signal; the served thresholds are chosen per label on the dev split by `convert`."""
-    import numpy as np
-    from sklearn.metrics import f1_score
-
-    gold = np.concatenate(labels).astype(int)
-    return float(f1_score(gold, (np.concatenate(logits) > 0).astype(int), average="micro", zero_division=0))
-
-
-KIND_RECIPES: dict[str, KindRecipe] = {
-    "sequence": KindRecipe(
-        label_list=data_mod.label_names,
-        encode=_sequence_encode,
-        collate_labels=_sequence_collate,
-        loss=_sequence_loss,
-        metric=_accuracy,
-        metric_name="accuracy",
-    ),
-    "token": KindRecipe(
-        label_list=data_mod.entity_label_names,
-        encode=_token_encode,
-        collate_labels=_token_collate,
-        loss=_token_loss,
-        metric=_token_entity_f1,
-        metric_name="token-level entity f1",
-    ),
-    "multi_label": KindRecipe(
-        label_list=data_mod.label_set_names,
-        encode=_multi_hot_encode,
-        collate_labels=_multi_hot_collate,
-        loss=_multi_label_loss,
-        metric=_micro_f1,
-        metric_name="micro f1 (threshold 0.5)",
-    ),
-}
+# Per kind: everything the training loop needs to know that differs between a label per text, a label per token
+# and a set of labels per text (ernie_deploy/kinds/<kind>/train.py).
+KIND_RECIPES: dict[str, KindRecipe] = table("train", "RECIPE")

@@ -1,0 +1,42 @@
+"""The facts record of a task kind: what one prediction is, and every fact the stages read to treat it right."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of task. A task (core.tasks.TaskSpec) names its kind; the stages read these facts instead of
+    comparing names, and find the kind's code for their layer in ernie_deploy/kinds/<name>/<layer>.py."""
+
+    name: str  # the subpackage under ernie_deploy/kinds, and TaskSpec.kind
+    logits_rank: int  # dims of the logits per text: 1 ([classes]) or 2 ([tokens, classes])
+    # What a text longer than max_seq_len becomes (`build --long-text`); the first is the default (`auto`).
+    long_text_modes: tuple[str, ...]
+    prediction: str  # the answer tensor that holds a text's prediction ("label", "entities", "labels")
+    metric: str  # the number its reports lead with, the client prints last and the gate checks
+    postprocess: str  # the key of its postprocess step in ernie_deploy.serving.steps.STEPS (part of built repositories)
+    # The data split format: "tsv" (label<TAB>text), "jsonl" ({"text", "labels"} per character) or "labels.tsv"
+    # (labels<TAB>text, a text's labels joined by "|").
+    split_format: str
+    # Per-label decision thresholds stored with the model (thresholds.json beside model.onnx): `convert` chooses
+    # them on the dev split, `build` puts them beside labels.json (or takes --thresholds FILE).
+    thresholds: bool = False
+    # Its answers are entities decoded from per-token labels, under a NER decoding (`--ner-decoding`).
+    entities: bool = False
+    # How `build --graph-postprocess` expresses its postprocess as ONNX nodes appended to the converted graph (the
+    # `graph` of its repository module), or "" where the postprocess stays a python step (entity decoding and
+    # per-label thresholds with JSON answers are not graph operations).
+    graph_postprocess: str = ""
+
+    def __post_init__(self):
+        if self.logits_rank not in (1, 2):
+            raise ValueError(f"kind {self.name}: logits rank {self.logits_rank} is not 1 or 2")
+        if not self.long_text_modes:
+            raise ValueError(f"kind {self.name}: no long-text mode; name at least one, the default first")
+
+    @property
+    def reads_windows(self) -> bool:
+        """A text longer than the model's window can be read whole, in overlapping windows (`--long-text window`)."""
+        return "window" in self.long_text_modes

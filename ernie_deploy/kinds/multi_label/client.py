@@ -1,0 +1,9 @@
+"""How the client reads a set of labels: one element of the `labels` output, a JSON list of {"label", "score"}."""
+
+from __future__ import annotations
+
+
+def decode(item: bytes) -> list[dict]:
+    from ernie_deploy.serving.multi_label import predictions_from_json
+
+    return predictions_from_json(item)

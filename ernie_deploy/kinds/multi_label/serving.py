@@ -1,0 +1,49 @@
+"""The postprocess step of a set of labels per text: logits -> each label's sigmoid score, and the labels over their
+thresholds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+
+
+class MultiLabelPostprocess(Step):
+    """logits [B, C] -> labels [B, 1] BYTES: a JSON list of {"label", "score"} for each label whose sigmoid score
+    reaches its threshold (thresholds.json), best first; scores [B, C] FP32: every label's sigmoid score."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+
+        version_dir = Path(version_dir)
+        self.labels = read_labels(version_dir / parameter(config, "labels_file", "labels.json"))
+        thresholds_file = version_dir / parameter(config, "thresholds_file", THRESHOLDS_FILE)
+        self.thresholds = read_thresholds(thresholds_file, self.labels)
+
+    def check(self, inputs):
+        logits = inputs[LOGITS]
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, {len(self.labels)}] for the labels in "
+                "labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        return logits
+
+    def run(self, items, requested=None):
+        from ernie_deploy.serving.multi_label import labels_over, sigmoid
+
+        scores = sigmoid(np.concatenate(items))
+        kept = labels_over(scores, self.labels, self.thresholds)
+        labels = np.array([json.dumps(k, ensure_ascii=False) for k in kept], dtype=np.object_).reshape(-1, 1)
+        scores = scores.astype(np.float32)
+        return [{"labels": labels[rows], "scores": scores[rows]} for rows in split_rows([len(i) for i in items])]
+
+
+# The step serving.steps.STEPS holds under this kind's `postprocess` key.
+POSTPROCESS = MultiLabelPostprocess

@@ -1,0 +1,7 @@
+"""How the client reads a label per text: one element of the `label` output."""
+
+from __future__ import annotations
+
+
+def decode(item: bytes) -> str:
+    return item.decode("utf-8")

@@ -1,0 +1,49 @@
+"""The postprocess step of a label per text: logits -> the label, its id and its softmax confidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+class SeqClsPostprocess(Step):
+    """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.labels = read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        self._names = np.array([label.encode("utf-8") for label in self.labels], dtype=np.object_)
+
+    def check(self, inputs):
+        logits = inputs[LOGITS]
+        if logits.ndim != 2 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have {logits.shape[-1]} classes but labels.json names {len(self.labels)}",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        return logits
+
+    def run(self, items, requested=None):
+        probs = softmax(np.concatenate(items).astype(np.float32))
+        ids = probs.argmax(axis=-1)
+        label_id = ids.astype(np.int64).reshape(-1, 1)
+        label = self._names[ids].reshape(-1, 1)
+        confidence = probs.max(axis=-1).astype(np.float32).reshape(-1, 1)
+        return [
+            {"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
+            for rows in split_rows([len(i) for i in items])
+        ]
+
+
+# The step serving.steps.STEPS holds under this kind's `postprocess` key.
+POSTPROCESS = SeqClsPostprocess

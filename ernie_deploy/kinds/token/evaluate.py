@@ -1,0 +1,83 @@
+"""How entities are predicted offline, scored, reported and shown: entity-level precision, recall and F1 per
+type and overall (seqeval, strict IOB2) over per-character BIO tags."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ernie_deploy.client.grpc_client import was_truncated
+from ernie_deploy.serving.encoding import Encoded
+from ernie_deploy.serving.entities import DEFAULT_DECODING
+
+
+def predict(
+    labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], decoding: str | tuple = DEFAULT_DECODING
+) -> list:
+    return decoded_entities(labels, logits, enc.lengths, enc.offsets, texts, decoding)
+
+
+def decoded_entities(labels: list[str], logits, lengths, offsets, texts: list[str], decoding: str | tuple) -> list:
+    """Each text's entities under `decoding` (serving.entities.DECODINGS), as TokenClsPostprocess decodes them; with
+    a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
+    from ernie_deploy.serving.entities import batch_entities
+
+    if not isinstance(decoding, str):
+        each = {d: batch_entities(texts, logits, lengths, offsets, labels, d) for d in decoding}
+        return [{d: each[d][i] for d in decoding} for i in range(len(texts))]
+    return batch_entities(texts, logits, lengths, offsets, labels, decoding)
+
+
+def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict:
+    """Entity-level scores over per-character BIO tags: an entity counts only when type, start and end all match
+    (seqeval's strict mode, IOB2)."""
+    from seqeval.metrics import classification_report as seqeval_report
+    from seqeval.scheme import IOB2
+
+    if len(gold_tags) != len(predicted_tags):
+        raise ValueError(f"{len(gold_tags)} gold sequences but {len(predicted_tags)} predicted")
+    table = seqeval_report(gold_tags, predicted_tags, mode="strict", scheme=IOB2, output_dict=True, zero_division=0)
+    micro = table["micro avg"]
+    types = sorted(k for k in table if not k.endswith(" avg"))
+    return {
+        "metric": "f1",
+        "f1": float(micro["f1-score"]),
+        "precision": float(micro["precision"]),
+        "recall": float(micro["recall"]),
+        "n": len(gold_tags),
+        "entities": int(micro["support"]),
+        "per_type": {
+            t: {
+                "precision": float(table[t]["precision"]),
+                "recall": float(table[t]["recall"]),
+                "f1": float(table[t]["f1-score"]),
+                "support": int(table[t]["support"]),
+            }
+            for t in types
+        },
+        "macro_f1": float(table["macro avg"]["f1-score"]),
+    }
+
+
+def score(texts: list[str], gold: list[list[str]], predicted: list[list[dict]], labels: list[str]) -> dict:
+    from ernie_deploy.serving.entities import entities_to_char_bio
+
+    return entity_report(gold, [entities_to_char_bio(ents, len(text)) for ents, text in zip(predicted, texts)])
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for name, row in report["per_type"].items():
+        lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
+    lines.append(
+        f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
+        f"{report['entities']:>8}"
+    )
+    return "\n".join(lines)
+
+
+def show(text: str, prediction: list[dict], out: dict, i: int) -> None:
+    note = "  (truncated: entities past max_seq_len are not found)" if was_truncated(out, i) else ""
+    print(f"{text}{note}")
+    print(json.dumps(prediction, ensure_ascii=False, indent=2))

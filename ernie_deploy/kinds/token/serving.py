@@ -1,0 +1,110 @@
+"""The postprocess step of a label per token: logits -> entities with character offsets into the text as sent, from
+a text that fit or from the merged logits of its windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.serving.step import Step, parameter, read_labels
+from ernie_deploy.serving.texts import decode_texts
+
+
+class TokenClsPostprocess(Step):
+    """logits [B, L, C], text [B, 1], offsets [B, L, 2], lengths [B, 1] -> entities [B, 1] BYTES: a JSON list of
+    {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
+
+    def __init__(self, config: dict, version_dir: Path):
+        self.labels = read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        # build --long-text window: the logits of each text's windows, merged here
+        self.windowed = parameter(config, "long_text", "") == "window"
+        from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING, check_decoding
+
+        # build --ner-decoding (or what export recorded): argmax as PaddleNLP, or the best valid IOB2 sequence
+        self.decoding = check_decoding(parameter(config, DECODING_PARAMETER, DEFAULT_DECODING))
+
+    def check(self, inputs):
+        if self.windowed:
+            return self._check_windows(inputs)
+        logits, offsets = inputs[LOGITS], inputs["offsets"]
+        if logits.ndim != 3 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, tokens, "
+                f"{len(self.labels)}] for the labels in labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        if offsets.shape[:2] != logits.shape[:2]:
+            raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
+        from ernie_deploy.serving.entities import label_ids
+
+        lengths = inputs["lengths"].reshape(-1)
+        return decode_texts(inputs["text"]), label_ids(logits, lengths, self.labels, self.decoding), offsets, lengths
+
+    def _check_windows(self, inputs):
+        """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
+        [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into whole-text logits
+        (ernie_deploy.serving.windows), then decoded like a text that fit."""
+        from ernie_deploy.serving.entities import label_ids
+        from ernie_deploy.serving.windows import merge_windows
+
+        logits, starts = inputs[LOGITS], inputs["window_starts"]
+        offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
+        if logits.ndim != 4 or logits.shape[-1] != len(self.labels):
+            raise BadRequest(
+                f"logits have shape {list(logits.shape)}; expected [batch, windows, tokens, "
+                f"{len(self.labels)}] for the labels in labels.json",
+                "rebuild the repository so labels.json comes from the same model",
+            )
+        if starts.shape != logits.shape[:2] or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
+            raise BadRequest(
+                f"window_starts {list(starts.shape)}, text_offsets {list(offsets.shape)} and text_lengths "
+                f"{list(lengths.shape)} do not fit logits {list(logits.shape)}",
+                "send the tokenizer's window tensors unchanged",
+            )
+        # An empty sequence (Triton's zero-filled warmup request) has nothing to merge: no entities.
+        empty = lengths < 2
+        lengths = np.where(empty, 2, lengths)
+        starts = np.where(empty[:, None], np.where(np.arange(starts.shape[1]) == 0, 0, -1), starts)
+        for b, (own, length) in enumerate(zip(starts, lengths.tolist())):
+            own = own[own >= 0]
+            tokens = length - 2
+            if not len(own) or own[0] != 0 or (np.diff(own) <= 0).any() or own[-1] > max(tokens - 1, 0):
+                raise BadRequest(
+                    f"text {b}: window_starts {own.tolist()} are not windows over its {tokens} tokens",
+                    "send the tokenizer's window tensors unchanged",
+                )
+            if offsets.shape[1] < length or own[-1] + logits.shape[2] - 2 < tokens:
+                raise BadRequest(
+                    f"text {b}: {length} tokens do not fit its text_offsets ({offsets.shape[1]} rows) or its "
+                    f"windows ({len(own)} of {logits.shape[2]} tokens)",
+                    "send the tokenizer's window tensors unchanged",
+                )
+        merged = merge_windows(logits, starts, lengths)
+        # Checked above: every token lies in a window, so no entity was cut off (the response's `truncated`).
+        truncated = np.zeros((len(lengths), 1), dtype=bool)
+        lengths = np.where(empty, 0, lengths)
+        predicted = label_ids(merged, lengths, self.labels, self.decoding)
+        return decode_texts(inputs["text"]), predicted, offsets, lengths, truncated
+
+    def run(self, items, requested=None):
+        from ernie_deploy.serving.entities import decode_entities, entities_to_json
+
+        results = []
+        for texts, predicted, offsets, lengths, *truncated in items:  # decoding walks each text's spans
+            entities = [
+                entities_to_json(
+                    decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels, self.decoding)
+                )
+                for i, text in enumerate(texts)
+            ]
+            results.append({"entities": np.array(entities, dtype=np.object_).reshape(-1, 1)})
+            if truncated:
+                results[-1]["truncated"] = truncated[0]
+        return results
+
+
+# The step serving.steps.STEPS holds under this kind's `postprocess` key.
+POSTPROCESS = TokenClsPostprocess

@@ -1,0 +1,64 @@
+"""How a label per token is trained: the tag of each word piece's first character, cross entropy over real tokens,
+entity F1 over word pieces on dev."""
+
+from __future__ import annotations
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.train.kind_recipe import IGNORE_INDEX, KindRecipe
+
+
+def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int], max_seq_len: int):
+    """Word pieces with one label each: the tag of the piece's first character ([CLS]/[SEP] ignored)."""
+    import numpy as np
+
+    from ernie_deploy.serving.entities import char_labels_to_token_labels
+
+    enc = tokenizer(text, max_length=max_seq_len, truncation=True, return_offsets_mapping=True)
+    ids = enc["input_ids"]
+    unknown = set(tags) - set(label2id)
+    if unknown:
+        raise ErnieDeployError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return ids, char_labels_to_token_labels(tags, offsets, len(ids), label2id).tolist()
+
+
+def _token_collate(labels: list, padded_len: int):
+    import numpy as np
+
+    out = np.full((len(labels), padded_len), IGNORE_INDEX, dtype="int64")
+    for row, seq in enumerate(labels):
+        out[row, : len(seq)] = seq
+    return out
+
+
+def _token_loss(logits, labels):
+    import paddle.nn.functional as F
+
+    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+
+
+def _token_entity_f1(logits: list, labels: list, names: list[str]) -> float:
+    """Entity F1 over word pieces (seqeval, strict IOB2): the model-selection signal. The reported figure is
+    character-level, from `ernie-deploy eval`."""
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import IOB2
+
+    gold, pred = [], []
+    for batch_logits, batch_labels in zip(logits, labels):
+        ids = batch_logits.argmax(-1)
+        for row_ids, row_labels in zip(ids, batch_labels):
+            keep = row_labels != IGNORE_INDEX
+            gold.append([names[i] for i in row_labels[keep]])
+            pred.append([names[i] for i in row_ids[keep]])
+    return float(f1_score(gold, pred, mode="strict", scheme=IOB2, zero_division=0))
+
+
+RECIPE = KindRecipe(
+    label_list=data_mod.entity_label_names,
+    encode=_token_encode,
+    collate_labels=_token_collate,
+    loss=_token_loss,
+    metric=_token_entity_f1,
+    metric_name="token-level entity f1",
+)

@@ -1,0 +1,108 @@
+"""The build stage: converted models -> the Triton model repository. The runtime and the layout are settled and the
+options checked before any model is read, each model's record (model.json, as `convert` completed it) is read, and
+the models are added to the repository, or one model's new version beside the serving one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.pipeline.locate import onnx_file, static_model
+from ernie_deploy.pipeline.options import AUTO
+from ernie_deploy.repository.build import TaskArtifacts, model_artifacts
+from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, check_build_options, get_layout
+from ernie_deploy.repository.options import BuildOptions
+
+
+@dataclass(frozen=True)
+class Built:
+    written: list[Path]  # the configs written (a new version: its version folders)
+    options: BuildOptions  # as built: the runtime and layout chosen
+
+
+def resolve_build_options(
+    options: BuildOptions,
+    repository: str | Path,
+    *,
+    version_of: str | None = None,
+    tritonserver: str | Path | None = None,
+) -> BuildOptions:
+    """`options` settled and checked before any model is read (a bad combination is the user's first error). No
+    layout: the default one, or for a new version of model `version_of` the layout it is served in. Runtime "auto":
+    the ORT backend where the server (`tritonserver`, else the one found) has it and the layout can use it, else
+    the python model step."""
+    from ernie_deploy.repository.build import pick_runtime
+    from ernie_deploy.server.binary import available_backends, find_tritonserver
+
+    layout = options.layout or (_served_layout(repository, version_of) if version_of else None) or DEFAULT_LAYOUT
+    runtime = options.runtime
+    if runtime == AUTO and "onnxruntime" not in get_layout(layout).runtimes:
+        runtime = "python"  # the layout runs onnxruntime inside a python model, whatever backends the server has
+    if runtime == AUTO:
+        try:
+            backends = available_backends(find_tritonserver(tritonserver))
+        except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
+            backends = set()
+        runtime = pick_runtime(backends)
+    options = replace(options, layout=layout, runtime=runtime)
+    check_build_options(options)
+    return options
+
+
+def _served_layout(repository: str | Path, name: str) -> str | None:
+    """The layout model `name` is served in (a new version keeps it), or None where the repository has no such model."""
+    from ernie_deploy.repository.served import served_layouts
+
+    layout = served_layouts(repository).get(name) if Path(repository).is_dir() else None
+    return layout.name if layout else None
+
+
+def build_models(
+    models: Sequence[str | TaskArtifacts],
+    options: BuildOptions,
+    repository: str | Path,
+    version: int | None = None,
+    *,
+    thresholds: str | Path | None = None,
+    tritonserver: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Built:
+    """Add or replace `models` (model names, whose converted artifacts are read by name, or TaskArtifacts) in
+    `repository`; with `version`, add that version of the one model beside the one serving. `thresholds`: a
+    multi-label model's thresholds file instead of the ones `convert` chose (one such model only). `log` takes a
+    line per file written."""
+    from ernie_deploy.repository.build import build
+
+    log = log or (lambda line: None)
+    names = [m if isinstance(m, str) else m.task.ensemble for m in models]
+    if version is not None and len(names) != 1:
+        raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
+    options = resolve_build_options(
+        options, repository, version_of=names[0] if version is not None else None, tritonserver=tritonserver
+    )
+    entries = [_artifacts(m) if isinstance(m, str) else m for m in models]
+    if thresholds:
+        if len(entries) != 1 or not entries[0].task.thresholds:
+            raise ErnieDeployError(
+                "--thresholds replaces one multi-label model's thresholds; this build has "
+                + ", ".join(f"{e.task.ensemble} ({e.task.name})" for e in entries),
+                "build exactly one multi_label model with it (--task multi_label or --name N)",
+            )
+        entries[0] = replace(entries[0], thresholds=Path(thresholds))
+    if version is not None:
+        from ernie_deploy.repository.add_version import build_version
+
+        written = build_version(entries[0], repository, options, version=version)
+    else:
+        written = build(entries, repository, options)
+    for path in written:
+        log(f"wrote {path}")
+    return Built(written, options)
+
+
+def _artifacts(name: str) -> TaskArtifacts:
+    """What the build reads of model `name`: its record as `convert` completed it, beside its converted model."""
+    static = static_model(None, None, name)
+    return model_artifacts(static, onnx_file(static, None, name), name)

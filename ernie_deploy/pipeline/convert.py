@@ -1,0 +1,115 @@
+"""The convert stage over a model: static model -> ONNX, gated by a Paddle-vs-ONNX parity check, then made INT8 or
+FP16 if asked, with the calibration texts a static INT8 model needs chosen and checked before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.pipeline.locate import onnx_file, static_model
+from ernie_deploy.pipeline.options import ConvertOptions
+
+
+def convert_model(
+    model: StaticModel | str,
+    options: ConvertOptions,
+    *,
+    name: str | None = None,
+    out: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Convert `model` (an exported StaticModel, or the name of one) to ONNX at `out` (default:
+    artifacts/onnx/<name or task>/model.onnx), the model `build` serves; returns that path. `name`: the model's name
+    where `model` is a StaticModel (default: the task's demo model). `log` takes each line of progress."""
+    from ernie_deploy.export.gates import Gates
+    from ernie_deploy.export.onnx import convert_checked
+    from ernie_deploy.fetch.data import data_dir, split_file
+
+    if isinstance(model, str):
+        model, name = static_model(None, None, model), model
+    task = model.task
+    options.check(task, name)
+    calibrate = calibration(options, model)
+    texts = parity_texts(options, model)
+    gates = Gates(
+        tuple(texts[: options.parity_n]),
+        options.tolerance,
+        options.int8_min_agree,
+        options.fp16_tolerance,
+        options.fp16_min_agree,
+    )
+    return convert_checked(
+        model,
+        onnx_file(model, out, name),
+        max_seq_len=task.max_seq_len,
+        precision=options.precision,
+        gates=gates,
+        opset=options.opset,
+        thresholds_dev=(options.dev or split_file(data_dir(task.dataset), "dev", task.split_format))
+        if task.thresholds
+        else None,
+        optimize=options.optimize,
+        calibration=calibrate,
+        log=lambda line: (log or print)(f"{name or task.name}: {line}"),
+    )
+
+
+def parity_texts(options: ConvertOptions, static: StaticModel) -> list[str]:
+    """The texts the parity gates run on: options.parity_data's, else the task's test split's; none with
+    skip_parity."""
+    from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
+
+    if options.skip_parity:
+        return []
+    task = static.task
+    if options.parity_data:
+        texts = read_split_file(options.parity_data)[0]
+    else:
+        texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
+    if not texts or options.parity_n < 1:
+        raise ErnieDeployError(
+            "the parity check has no texts to run",
+            "give --parity-data a split with texts and --parity-n >= 1, or --skip-parity",
+        )
+    return texts
+
+
+def calibration(options: ConvertOptions, static: StaticModel):
+    """What fixes a static INT8 model's activation scales (an export.precision.Calibration): the first
+    calibration_n texts of calibration_data, else of the task's dev split; None for the other precisions. Checked
+    before any conversion work."""
+    from ernie_deploy.export.precision import Calibration
+    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+
+    task = static.task
+    if not options.calibrated:
+        return None
+    given = options.calibration_data
+    path = Path(given) if given else split_file(data_dir(task.dataset), "dev", task.split_format)
+    if not path.exists():
+        raise ErnieDeployError(
+            "static INT8 fixes its activation scales on texts like those the model will serve: "
+            + (
+                f"--calibration-data {path} does not exist"
+                if given
+                else f"no --calibration-data given, and {task.name}'s dev split {path} does not exist"
+            ),
+            "pass texts like those the model will serve (--calibration-data FILE: a .txt with one text per line, "
+            "or a .tsv / .jsonl split file), run `ernie-deploy fetch-data` for the demo task's data, or choose "
+            "--quantize int8-dynamic (no calibration; a text's answer may then depend on its batch companions)",
+        )
+    if path.suffix == ".txt":
+        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        texts = read_split_file(path)[0]
+    if not texts:
+        raise ErnieDeployError(f"{path} holds no texts to calibrate on", "give --calibration-data a file with texts")
+    return Calibration(
+        tuple(texts[: options.calibration_n]),
+        static.vocab_file,
+        task.max_seq_len,
+        lowercase=static.do_lower_case,
+        source=str(path),
+    )

@@ -1,0 +1,93 @@
+"""The first two stages over a named model: `fetch_model` (a checkpoint from a URL, a local path or the offline
+bootstrap) and `export_model` (checkpoint -> Paddle static model, with the model's record, model.json)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.tasks import get_task
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.pipeline.locate import DEFAULT_TASK, artifact_name
+from ernie_deploy.pipeline.options import ExportOptions, FetchOptions
+
+Log = Callable[[str], None]
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Fetched:
+    path: Path  # the checkpoint folder
+    kind: str  # what it holds: fetch.checkpoints.Checkpoint.kind
+
+
+def fetch_model(
+    task: str | None, name: str | None, options: FetchOptions, *, out: str | Path | None = None, log: Log = _quiet
+) -> Fetched:
+    """Materialise model `name`'s checkpoint (default: the task's demo model) at `out`, else
+    artifacts/checkpoints/<name or task>, from `options.source` or the bootstrap."""
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
+
+    task = get_task(task or DEFAULT_TASK)
+    out = Path(out or artifact_dir("checkpoints", artifact_name(task.name, name)))
+    if options.bootstrap:
+        from ernie_deploy.fetch.datasets import prepare
+        from ernie_deploy.train.bootstrap import train
+
+        recipe = {"budget_minutes": options.budget} if options.budget is not None else None
+        checkpoint = inspect_checkpoint(train(task, prepare(task.dataset), force=options.force, recipe=recipe))
+    elif options.source:
+        checkpoint = resolve_checkpoint(options.source, sha256=options.sha256, workdir=out.parent)
+    else:
+        raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
+    with atomic_path(out) as tmp:
+        shutil.copytree(checkpoint.root, tmp)
+        # A static model may keep its vocabulary and configs in the folder above it: they travel with it
+        # (lowercasing, the model's positions and its label names are read from them later).
+        for file in ("vocab.txt", "tokenizer_config.json", "config.json"):
+            source = Path(checkpoint.vocab_file).parent / file
+            if not (tmp / file).exists() and source.is_file():
+                shutil.copy2(source, tmp / file)
+    log(f"{name or task.name}: {checkpoint.kind} checkpoint at {out}")
+    return Fetched(out, checkpoint.kind)
+
+
+def export_model(
+    task: str | None,
+    name: str | None,
+    options: ExportOptions,
+    *,
+    checkpoint: str | Path | None = None,
+    out: str | Path | None = None,
+    log: Log = _quiet,
+) -> StaticModel:
+    """Export model `name`'s checkpoint (default: artifacts/checkpoints/<name or task>) to a static model at `out`
+    (default: artifacts/static/<name or task>), its record (model.json) beside it for the later stages."""
+    from ernie_deploy.export.static import export
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+
+    task = get_task(task or DEFAULT_TASK)
+    folder = artifact_name(task.name, name)
+    found = inspect_checkpoint(Path(checkpoint or artifact_dir("checkpoints", folder)))
+    labels = json.loads(Path(options.labels).read_text()) if options.labels else None
+    static = export(
+        found,
+        task,
+        out or artifact_dir("static", folder),
+        labels=labels,
+        max_seq_len=options.max_seq_len,
+        ner_decoding=options.ner_decoding,
+        name=name,
+    )
+    decoding = f", NER decoding {static.ner_decoding}" if static.ner_decoding else ""
+    log(f"{name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len}{decoding})")
+    return static

@@ -1,0 +1,28 @@
+"""What the training loop needs to know that differs between kinds of task (each kind's is its own:
+ernie_deploy/kinds/<kind>/train.py, collected in train.recipes.KIND_RECIPES).
+
+paddle is imported inside the kinds' functions: importing ernie_deploy stays paddle-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+IGNORE_INDEX = -100  # label of [CLS], [SEP] and padding: no loss, no score
+
+
+@dataclass(frozen=True)
+class KindRecipe:
+    # train labels -> ordered label names (ids are the positions)
+    label_list: Callable[[list], list[str]]
+    # (tokenizer, text, label, label2id, max_seq_len) -> (input_ids, encoded label)
+    encode: Callable[..., tuple[list[int], Any]]
+    # list of encoded labels, padded length -> numpy array for the batch
+    collate_labels: Callable[[list, int], Any]
+    # (logits, labels tensor) -> scalar loss tensor
+    loss: Callable[[Any, Any], Any]
+    # (list of logits arrays per batch, list of label arrays per batch, label names) -> metric in [0, 1]
+    metric: Callable[[list, list, list[str]], float]
+    metric_name: str
