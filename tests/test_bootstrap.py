@@ -196,8 +196,9 @@ def test_concurrent_requests_for_one_checkpoint_train_it_once(tmp_path, monkeypa
     def fake_train(out, *args):
         calls.append(out)
         time.sleep(0.5)  # long enough for the second caller to arrive while this one trains
-        for name in ("config.json", "model_state.pdparams", "vocab.txt", bootstrap.META_FILE):
+        for name in ("config.json", "model_state.pdparams", "vocab.txt"):
             (out / name).write_text("{}")
+        (out / bootstrap.META_FILE).write_text('{"trained_tokens": 8}')  # a training run records its lengths
 
     monkeypatch.setattr(bootstrap, "train_into", fake_train)
     results = []
@@ -412,3 +413,24 @@ def test_a_warm_start_takes_the_encoder_and_keys_on_the_base(tmp_path, monkeypat
     assert not np.array_equal(head, base.classifier.weight.numpy())
     with pytest.raises(ErnieDeployError, match="does not fit this model's encoder"):
         loop._load_encoder(model(32, 3), tmp_path)
+
+
+def test_a_checkpoint_records_the_lengths_it_trained_on_and_an_older_cached_one_gets_the_same(tmp_path, monkeypatch):
+    """Training records the token lengths of its train rows; a checkpoint cached before that was recorded gets the
+    same record from the cache lookup, computed the way training computes it, without training again."""
+    import json
+
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data_dir = _write_data(tmp_path / "data")
+    ckpt = bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=TINY)
+    meta = bootstrap.load_meta(ckpt)
+    assert 3 <= meta["trained_tokens"] <= meta["trained_token_lengths"]["max"] <= TINY.get("max_seq_len", 128)
+    older = {k: v for k, v in meta.items() if not k.startswith("trained_token")}
+    (ckpt / bootstrap.META_FILE).write_text(json.dumps(older))
+    monkeypatch.setattr(bootstrap, "train_into", lambda *a: pytest.fail("a cached checkpoint must not retrain"))
+    assert bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=TINY) == ckpt
+    again = bootstrap.load_meta(ckpt)
+    assert (again["trained_tokens"], again["trained_token_lengths"]) == (
+        meta["trained_tokens"],
+        meta["trained_token_lengths"],
+    )

@@ -296,26 +296,20 @@ def test_the_build_flag_is_refused_for_a_classifier_in_the_same_build(tiny_pipel
 
 
 def test_a_deployment_file_sets_the_decoding_per_model_through_export(tmp_path):
-    import argparse
-
-    from ernie_deploy.cli import build_parser
-    from ernie_deploy.cli.apply import commands
-    from ernie_deploy.repository.deployment import load_deployment
+    from ernie_deploy.pipeline.deploy import plan
 
     (tmp_path / "deploy.yaml").write_text(
         "models:\n"
         "  - {name: people, task: token_cls, source: bootstrap, export: {ner_decoding: argmax}}\n"
         "  - {name: places, task: token_cls, source: bootstrap}\n"
     )
-    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    plan = commands(load_deployment(tmp_path / "deploy.yaml"), subparsers)
-    exports = [argv for argv in plan if argv[0] == "export"]
-    assert exports[0][-2:] == ["--ner-decoding", "argmax"] and "--ner-decoding" not in exports[1]
+    people, places = plan(tmp_path / "deploy.yaml").models
+    assert people.export.ner_decoding == "argmax" and places.export.ner_decoding is None
     (tmp_path / "bad.yaml").write_text(
         "models:\n  - {name: people, task: token_cls, source: bootstrap, export: {ner_decoding: greedy}}\n"
     )
     with pytest.raises(ErnieDeployError, match="'greedy' is not one of constrained, argmax"):
-        commands(load_deployment(tmp_path / "bad.yaml"), subparsers)
+        plan(tmp_path / "bad.yaml")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -322,7 +322,13 @@ def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipelin
         str(parity),
     ]
     assert main([*common, "--fp16"]) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "model.fp32.onnx",
+        "model.json",
+        "model.onnx",
+        "parity.json",
+    ]
+    assert json.loads((out.parent / "model.json").read_text())["precision"] == "fp16"  # recorded with it
     dtypes = {i.data_type for i in onnx.load(str(out)).graph.initializer}
     assert onnx.TensorProto.FLOAT16 in dtypes and onnx.TensorProto.FLOAT not in dtypes
     assert onnx.TensorProto.FLOAT16 not in {
@@ -341,7 +347,8 @@ def test_cli_convert_fp16_keeps_fp32_beside_and_reports_drift(tiny_token_pipelin
 
     # Back to FP32: the FP16 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.json", "model.onnx", "parity.json"]
+    assert json.loads((out.parent / "model.json").read_text())["precision"] == "fp32"
     assert "fp16" not in json.loads((out.parent / "parity.json").read_text())
     assert onnx.TensorProto.FLOAT16 not in {i.data_type for i in onnx.load(str(out)).graph.initializer}
 

@@ -58,7 +58,7 @@ def test_cli_convert_optimize_passes_parity_and_keeps_the_signature(tiny_pipelin
 
     out, common = convert_argv(tiny_pipeline.static.root, tmp_path)
     assert main([*common, "--optimize"]) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.json", "model.onnx", "parity.json"]
     assert io_signature(out) == io_signature(tiny_pipeline.onnx)
     assert _ops(out)["Attention"] >= 1
     report = json.loads((out.parent / "parity.json").read_text())  # Paddle vs the fused graph
@@ -69,7 +69,12 @@ def test_cli_convert_optimize_passes_parity_and_keeps_the_signature(tiny_pipelin
     # With INT8: the served model is the quantized fused graph, the fused FP32 graph stays beside it. (QAttention:
     # dynamic INT8; static INT8 leaves the fused Attention in FP32, tests/test_quantize.py.)
     assert main([*common, "--optimize", "--quantize", "int8-dynamic"]) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "model.fp32.onnx",
+        "model.json",
+        "model.onnx",
+        "parity.json",
+    ]
     assert io_signature(out) == io_signature(tiny_pipeline.onnx)
     assert _ops(out)["QAttention"] >= 1 and _ops(out.parent / "model.fp32.onnx")["Attention"] >= 1
     report = json.loads((out.parent / "parity.json").read_text())

@@ -126,7 +126,7 @@ def test_no_temporary_files_anywhere(tiny_pipeline, tmp_path, monkeypatch, scale
     _quantize(scales, tiny_pipeline, out_dir / "model.onnx")
     assert list(cwd.iterdir()) == [] and list(temp.iterdir()) == []
     assert [p.name for p in out_dir.iterdir()] == ["model.onnx"]
-    assert sorted(p.name for p in tiny_pipeline.onnx.parent.iterdir()) == ["model.onnx"]
+    assert sorted(p.name for p in tiny_pipeline.onnx.parent.iterdir()) == ["model.json", "model.onnx"]  # its record
 
 
 def test_failed_quantization_leaves_no_output(tiny_pipeline, tmp_path, monkeypatch):
@@ -198,7 +198,13 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
     calibration.write_text("\n".join(TEXTS[:6]) + "\n\n", encoding="utf-8")
     static = [*common, "--calibration-data", str(calibration)]
     assert main([*static, "--quantize", "int8"]) == 0  # int8: static scales, calibrated on the file's texts
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.fp32.onnx", "model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "model.fp32.onnx",
+        "model.json",
+        "model.onnx",
+        "parity.json",
+    ]
+    assert json.loads((out.parent / "model.json").read_text())["precision"] == "int8-static"  # recorded with it
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
     assert "QuantizeLinear" in ops and not ops & {"MatMulInteger", "DynamicQuantizeLinear"}
     assert "QuantizeLinear" not in {n.op_type for n in onnx.load(str(out.parent / "model.fp32.onnx")).graph.node}
@@ -238,7 +244,8 @@ def test_cli_convert_int8_keeps_fp32_beside_and_reports_drift(tiny_pipeline, tmp
 
     # Back to FP32: the INT8 leftovers go, model.onnx is the FP32 model again.
     assert main(common) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "parity.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.json", "model.onnx", "parity.json"]
+    assert json.loads((out.parent / "model.json").read_text())["precision"] == "fp32"
     assert "int8" not in json.loads((out.parent / "parity.json").read_text())
     assert "MatMulInteger" not in {n.op_type for n in onnx.load(str(out)).graph.node}
 

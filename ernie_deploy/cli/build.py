@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields, replace
-from pathlib import Path
 
-from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, static_model
+from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, options_from, static_model
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
-from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, LAYOUTS, check_build_options, get_layout
+from ernie_deploy.pipeline.options import AUTO
+from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, LAYOUTS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
     LONG_TEXT,
     ORT_GRAPH_LEVELS,
+    RUNTIMES,
     SPIN_MODES,
     BuildOptions,
 )
@@ -64,8 +64,8 @@ def register(sub) -> None:
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
     p.add_argument(
         "--runtime",
-        default="auto",
-        choices=["auto", "onnxruntime", "python"],
+        default=AUTO,
+        choices=[AUTO, *RUNTIMES],
         help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)",
     )
     p.add_argument("--tritonserver", help="the server binary `auto` inspects")
@@ -213,73 +213,46 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def options_from(args, **given) -> BuildOptions:
-    """BuildOptions from the parsed command line: every field whose flag was given (its dest is the field's name;
-    --no-ragged is the one negation), then `given`."""
-    values = {f.name: getattr(args, f.name) for f in fields(BuildOptions) if getattr(args, f.name, None) is not None}
-    values["ragged"] = not args.no_ragged
-    return BuildOptions(**{**values, **given})
+def options(args) -> BuildOptions:
+    """BuildOptions from the parsed command line, as given: runtime "auto" and no layout (the default, or for
+    --version the model's own) are settled by pipeline.build when the build runs."""
+    return options_from(BuildOptions, args, ragged=not args.no_ragged, layout=args.layout)
 
 
-def _served_layout(repository: str, name: str) -> str | None:
-    """The layout model `name` is served in (a new version keeps it), or None where the repository has no such model."""
-    from ernie_deploy.repository.served import served_layouts
-
-    layout = served_layouts(repository).get(name) if Path(repository).is_dir() else None
-    return layout.name if layout else None
-
-
-def run(args) -> None:
-    from ernie_deploy.repository.build import build, model_artifacts, pick_runtime
-    from ernie_deploy.server.binary import available_backends, find_tritonserver
-
+def _wanted(args) -> list[tuple[str | None, str | None]]:
+    """(task, name) of each model to build, as the flags name them."""
     if args.name:
         if len(args.task or []) > 1:
             raise ErnieDeployError("--task with --name checks one model's task", "pass at most one --task")
-        wanted = [(args.task[0] if args.task else None, name) for name in args.name]
-    else:
-        wanted = [(task, None) for task in args.task or ([None] if args.static else DEFAULT_TASKS)]
+        return [(args.task[0] if args.task else None, name) for name in args.name]
+    return [(task, None) for task in args.task or ([None] if args.static else DEFAULT_TASKS)]
+
+
+def run(args) -> None:
+    from ernie_deploy.pipeline.build import build_models, resolve_build_options
+    from ernie_deploy.repository.build import model_artifacts
+
+    wanted = _wanted(args)
     if args.version is not None and len(args.name or []) != 1:
         raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
     if (args.static or args.onnx) and len(wanted) != 1:
         raise ErnieDeployError(
             "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
         )
-    layout = args.layout or (_served_layout(args.repository, args.name[0]) if args.version is not None else None)
-    options = options_from(args, runtime="python", layout=layout or DEFAULT_LAYOUT)
-    runtime = args.runtime
-    if runtime == "auto" and "onnxruntime" not in get_layout(options.layout).runtimes:
-        runtime = "python"  # the layout runs onnxruntime inside a python model, whatever backends the server has
-    if runtime == "auto":
-        try:
-            backends = available_backends(find_tritonserver(args.tritonserver))
-        except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
-            backends = set()
-        runtime = pick_runtime(backends)
-    options = replace(options, runtime=runtime)
-    check_build_options(options)  # before reading any model: a bad combination is the user's first error
+    # Settled and checked before any model is read: a bad combination is the user's first error.
+    version_of = args.name[0] if args.version is not None else None
+    chosen = resolve_build_options(
+        options(args), args.repository, version_of=version_of, tritonserver=args.tritonserver
+    )
     entries = []
     for task, name in wanted:
         static = static_model(task, args.static, name)
         entries.append(model_artifacts(static, onnx_file(static, args.onnx, name), name))
-    if args.thresholds:
-        if len(entries) != 1 or not entries[0].task.thresholds:
-            raise ErnieDeployError(
-                "--thresholds replaces one multi-label model's thresholds; this build has "
-                + ", ".join(f"{e.task.ensemble} ({e.task.name})" for e in entries),
-                "build exactly one multi_label model with it (--task multi_label or --name N)",
-            )
-        entries[0] = replace(entries[0], thresholds=Path(args.thresholds))
+    built = build_models(entries, chosen, args.repository, args.version, thresholds=args.thresholds, log=print)
     if args.version is not None:
-        from ernie_deploy.repository.add_version import build_version
-
-        for path in build_version(entries[0], args.repository, options, version=args.version):
-            print(f"wrote {path}")
         print(
             f"{args.name[0]}: version {args.version} is ready beside the serving one; switch with "
             f"`ernie-deploy rollout {args.name[0]} --to {args.version}`"
         )
         return
-    for path in build(entries, args.repository, options):
-        print(f"wrote {path}")
-    print(f"model step runtime: {runtime}")
+    print(f"model step runtime: {built.options.runtime}")

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, artifact_name
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, options_from
+from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.pipeline.options import ExportOptions
 from ernie_deploy.serving.entities import DECODINGS
 
 
@@ -34,23 +31,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> None:
-    from ernie_deploy.export.static import export
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+def options(args) -> ExportOptions:
+    """The command's options, from its parsed flags (a deployment file's `export:` fills the same object)."""
+    return options_from(ExportOptions, args)
 
-    task = get_task(args.task)
-    folder = artifact_name(task.name, args.name)
-    checkpoint = inspect_checkpoint(Path(args.checkpoint or artifact_dir("checkpoints", folder)))
-    labels = json.loads(Path(args.labels).read_text()) if args.labels else None
-    out = args.out or artifact_dir("static", folder)
-    static = export(
-        checkpoint,
-        task,
-        out,
-        labels=labels,
-        max_seq_len=args.max_seq_len,
-        ner_decoding=args.ner_decoding,
-        name=args.name,
-    )
-    decoding = f", NER decoding {static.ner_decoding}" if static.ner_decoding else ""
-    print(f"{args.name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len}{decoding})")
+
+def run(args) -> None:
+    from ernie_deploy.pipeline.stages import export_model
+
+    export_model(args.task, args.name, options(args), checkpoint=args.checkpoint, out=args.out, log=print)

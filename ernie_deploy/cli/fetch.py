@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, artifact_name
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.layout import artifact_dir
-from ernie_deploy.core.tasks import TASKS, get_task
+from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, options_from
+from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.pipeline.options import FetchOptions
 
 
 def register(sub) -> None:
@@ -31,31 +26,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def options(args) -> FetchOptions:
+    """The command's options, from its parsed flags (a deployment file's `fetch:` fills the same object)."""
+    return options_from(FetchOptions, args)
+
+
 def run(args) -> None:
     """Materialise a checkpoint at artifacts/checkpoints/<name or task> from a URL, a local path, or the bootstrap."""
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
+    from ernie_deploy.pipeline.stages import fetch_model
 
-    task = get_task(args.task)
-    out = Path(args.out or artifact_dir("checkpoints", artifact_name(task.name, args.name)))
-    if args.bootstrap:
-        from ernie_deploy.fetch.datasets import prepare
-        from ernie_deploy.train.bootstrap import train
-
-        recipe = {"budget_minutes": args.budget} if args.budget is not None else None
-        source = train(task, prepare(task.dataset), force=args.force, recipe=recipe)
-        checkpoint = inspect_checkpoint(source)
-    elif args.budget is not None:
-        raise ErnieDeployError("--budget is the training time of --bootstrap", "add --bootstrap, or drop --budget")
-    elif args.source:
-        checkpoint = resolve_checkpoint(args.source, sha256=args.sha256, workdir=out.parent)
-    else:
-        raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
-    with atomic_path(out) as tmp:
-        shutil.copytree(checkpoint.root, tmp)
-        # A static model may keep its vocabulary and configs in the folder above it: they travel with it
-        # (lowercasing, the model's positions and its label names are read from them later).
-        for name in ("vocab.txt", "tokenizer_config.json", "config.json"):
-            source = Path(checkpoint.vocab_file).parent / name
-            if not (tmp / name).exists() and source.is_file():
-                shutil.copy2(source, tmp / name)
-    print(f"{args.name or task.name}: {checkpoint.kind} checkpoint at {out}")
+    fetch_model(args.task, args.name, options(args), out=args.out, log=print)

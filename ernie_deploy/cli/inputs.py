@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ernie_deploy.pipeline.locate import DEFAULT_TASK, artifact_name, onnx_file, static_model
+from ernie_deploy.pipeline.locate import DEFAULT_TASK, onnx_file, static_model
 
-__all__ = ["DEFAULT_TASK", "NAME_HELP", "TASK_HELP", "artifact_name", "onnx_file", "options_from", "static_model"]
+__all__ = ["DEFAULT_TASK", "NAME_HELP", "TASK_HELP", "onnx_file", "options_from", "static_model"]
 
 TASK_HELP = f"default: the task the --static model was exported for, else {DEFAULT_TASK}"
 NAME_HELP = "the model's name: its artifacts' folder and the ensemble clients call (default: the task's demo model)"

@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -179,6 +180,125 @@ PRECISIONS = ("fp32", *ALIASES, *REDUCED)
 REJECTED_REPORT = "parity.rejected.json"
 
 
+@dataclass(frozen=True)
+class _Gating:
+    """What the gates of one convert_checked run share: the model converted, the texts they run and their limits,
+    the staged report they write, and where progress goes."""
+
+    static: StaticModel
+    texts: list[str]
+    max_seq_len: int
+    gates: Gates
+    report_path: Path
+    log: Callable[[str], object]
+
+
+def _checked_precision(precision: str, calibration: Calibration | None):
+    """The precision's canonical name and its reduction (None for FP32); refuses an unknown precision and a
+    calibrated one without calibration texts."""
+    if precision not in PRECISIONS:
+        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    precision = canonical(precision)
+    reduced = REDUCED.get(precision)
+    if reduced is not None and reduced.calibrated and calibration is None:
+        raise ErnieDeployError(
+            f"{reduced.label} needs calibration texts",
+            "pass texts like those the model will serve (`convert --calibration-data FILE`)",
+        )
+    return precision, reduced
+
+
+def _convert_fp32(
+    static: StaticModel, target: Path, shown: Path, staging: Path, *, optimize: bool, opset: int, log
+) -> dict | None:
+    """The FP32 model into `target` (`shown`: where it will be published), through onnxruntime's fusions with
+    `optimize`; returns the fused op counts, None without `optimize`."""
+    started = time.perf_counter()
+    s_raw = staging / "model.raw.onnx"
+    convert(static, s_raw if optimize else target, opset=opset)
+    log(f"ONNX model {shown} ({time.perf_counter() - started:.1f} s)")
+    if not optimize:
+        return None
+    from ernie_deploy.export.optimize import optimize_transformer
+
+    started = time.perf_counter()
+    optimized = optimize_transformer(s_raw, target)
+    s_raw.unlink()
+    log(f"optimized ({time.perf_counter() - started:.1f} s; fused {optimized['fused']})")
+    return optimized
+
+
+def _gate_parity(gating: _Gating, model: Path, shown: Path, optimized: dict | None) -> dict:
+    """The FP32 model's parity with Paddle, written to the report before it is required; returns what was written."""
+    report = check_parity(
+        gating.static, model, gating.texts, max_seq_len=gating.max_seq_len, tolerance=gating.gates.tolerance
+    )
+    record = {**report.to_dict(), **(optimized or {})}
+    write_json(record, gating.report_path)
+    gating.log(report.summary())
+    require_parity(report, shown)
+    return record
+
+
+def _reduce_checked(
+    gating: _Gating, precision: str, reduced, fp32: Path, model: Path, shown: Path, record: dict | None, calibration
+) -> None:
+    """The reduced model made from the FP32 one into `model` (`shown`: where it will be published); with texts, its
+    drift added to the parity `record` in the report before it is required."""
+    started = time.perf_counter()
+    info = reduced.make(fp32, model, *([calibration] if reduced.calibrated else []))
+    gating.log(f"{reduced.label} model {shown} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})")
+    if gating.texts:
+        drift = check_drift(
+            precision, gating.static, fp32, model, gating.texts, max_seq_len=gating.max_seq_len, gates=gating.gates
+        )
+        write_json({**record, reduced.report_key: {**drift.to_dict(), **info}}, gating.report_path)
+        gating.log(drift.summary())
+        require_drift(drift, shown)
+
+
+def _write_record(
+    static: StaticModel, precision: str, staging: Path, model: Path, thresholds_dev, *, max_seq_len: int, log
+) -> None:
+    """The model's record into `staging`: its precision and, with a dev split, the per-label thresholds chosen on it
+    with the model `build` serves (also written as thresholds.json)."""
+    thresholds = None
+    if thresholds_dev is not None:
+        from ernie_deploy.export.thresholds import dev_thresholds
+
+        thresholds = dev_thresholds(
+            model,
+            static.vocab_file,
+            static.labels,
+            thresholds_dev,
+            max_seq_len=max_seq_len,
+            lowercase=static.do_lower_case,
+        )
+        write_json(thresholds, staging / THRESHOLDS_FILE)
+        log(f"thresholds chosen on {thresholds_dev}: {thresholds}")
+    replace(static.spec, precision=precision, thresholds=thresholds).write(staging)
+
+
+def _keep_rejected(report_path: Path, out: Path, log) -> None:
+    """A refused run's report, if it got that far, kept beside the previous model under a name `build` never reads."""
+    if report_path.exists():
+        os.replace(report_path, out.parent / REJECTED_REPORT)
+        log(f"kept the previous model; this run's report is {out.parent / REJECTED_REPORT}")
+
+
+def _publish(staging: Path, out: Path, fp32: Path) -> None:
+    """Move what this run made from `staging` beside `out`, `out` last, and remove what it did not make."""
+    # A file this run did not make (the FP32 twin of a now-FP32 model, the report of an unchecked one) no
+    # longer describes `out`, so it goes rather than stays.
+    names = (fp32.name, "parity.json", THRESHOLDS_FILE, SPEC_FILE, out.name)
+    made = [name for name in names if (staging / name).exists()]
+    for name in made:  # `out` last: `build` never sees a model whose report is not beside it yet
+        os.replace(staging / name, out.parent / name)
+    for name in (*names, REJECTED_REPORT):
+        if name not in made:
+            (out.parent / name).unlink(missing_ok=True)
+
+
 def convert_checked(
     static: StaticModel,
     out: str | Path,
@@ -207,81 +327,23 @@ def convert_checked(
     `calibration`: the texts that fix a static INT8 model's activation scales (precision int8-static, and int8,
     which is it); required there, unused otherwise.
     """
-    if precision not in PRECISIONS:
-        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
-    precision = canonical(precision)
+    precision, reduced = _checked_precision(precision, calibration)
     gates = gates or Gates()
     out = Path(out)
-    reduced = REDUCED.get(precision)
-    if reduced is not None and reduced.calibrated and calibration is None:
-        raise ErnieDeployError(
-            f"{reduced.label} needs calibration texts",
-            "pass texts like those the model will serve (`convert --calibration-data FILE`)",
-        )
     fp32 = out.with_name(f"{out.stem}.fp32{out.suffix}")
-    texts = list(gates.texts)
     with staging_dir(out.parent, f"{out.stem}.convert") as staging:
         s_out, s_fp32, s_parity = staging / out.name, staging / fp32.name, staging / "parity.json"
+        # Without a reduction the FP32 model is `out` itself.
+        s_model, shown = (s_fp32, fp32) if reduced else (s_out, out)
+        gating = _Gating(static, list(gates.texts), max_seq_len, gates, s_parity, log)
         try:
-            started = time.perf_counter()
-            s_raw = staging / "model.raw.onnx"
-            convert(static, s_raw if optimize else s_fp32 if reduced else s_out, opset=opset)
-            log(f"ONNX model {fp32 if reduced else out} ({time.perf_counter() - started:.1f} s)")
-            optimized = None
-            if optimize:
-                from ernie_deploy.export.optimize import optimize_transformer
-
-                started = time.perf_counter()
-                optimized = optimize_transformer(s_raw, s_fp32 if reduced else s_out)
-                s_raw.unlink()
-                log(f"optimized ({time.perf_counter() - started:.1f} s; fused {optimized['fused']})")
-            if texts:
-                report = check_parity(
-                    static, s_fp32 if reduced else s_out, texts, max_seq_len=max_seq_len, tolerance=gates.tolerance
-                )
-                write_json({**report.to_dict(), **(optimized or {})}, s_parity)
-                log(report.summary())
-                require_parity(report, fp32 if reduced else out)
+            optimized = _convert_fp32(static, s_model, shown, staging, optimize=optimize, opset=opset, log=log)
+            record = _gate_parity(gating, s_model, shown, optimized) if gating.texts else None
             if reduced:
-                started = time.perf_counter()
-                info = reduced.make(s_fp32, s_out, *([calibration] if reduced.calibrated else []))
-                log(f"{reduced.label} model {out} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})")
-                if texts:
-                    drift = check_drift(precision, static, s_fp32, s_out, texts, max_seq_len=max_seq_len, gates=gates)
-                    write_json(
-                        {**report.to_dict(), **(optimized or {}), reduced.report_key: {**drift.to_dict(), **info}},
-                        s_parity,
-                    )
-                    log(drift.summary())
-                    require_drift(drift, out)
-            if thresholds_dev is not None:
-                from ernie_deploy.export.thresholds import dev_thresholds
-
-                thresholds = dev_thresholds(
-                    s_out,
-                    static.vocab_file,
-                    static.labels,
-                    thresholds_dev,
-                    max_seq_len=max_seq_len,
-                    lowercase=static.do_lower_case,
-                )
-                write_json(thresholds, staging / THRESHOLDS_FILE)
-                log(f"thresholds chosen on {thresholds_dev}: {thresholds}")
-            else:
-                thresholds = None
-            replace(static.spec, precision=precision, thresholds=thresholds).write(staging)
+                _reduce_checked(gating, precision, reduced, s_fp32, s_out, out, record, calibration)
+            _write_record(static, precision, staging, s_out, thresholds_dev, max_seq_len=max_seq_len, log=log)
         except ErnieDeployError:
-            if s_parity.exists():
-                os.replace(s_parity, out.parent / REJECTED_REPORT)
-                log(f"kept the previous model; this run's report is {out.parent / REJECTED_REPORT}")
+            _keep_rejected(s_parity, out, log)
             raise
-        # A file this run did not make (the FP32 twin of a now-FP32 model, the report of an unchecked one) no
-        # longer describes `out`, so it goes rather than stays.
-        names = (fp32.name, "parity.json", THRESHOLDS_FILE, SPEC_FILE, out.name)
-        made = [name for name in names if (staging / name).exists()]
-        for name in made:  # `out` last: `build` never sees a model whose report is not beside it yet
-            os.replace(staging / name, out.parent / name)
-        for name in (*names, REJECTED_REPORT):
-            if name not in made:
-                (out.parent / name).unlink(missing_ok=True)
+        _publish(staging, out, fp32)
     return out

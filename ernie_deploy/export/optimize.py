@@ -33,16 +33,10 @@ def _scalar(initializers: dict, name: str) -> float | None:
     return None if value is None or value.size != 1 else float(value.reshape(()))
 
 
-def prepare_for_fusion(model) -> int:
-    """Rewrite a paddle2onnx ERNIE graph in place so that onnxruntime's attention fusion matches it. Returns the
-    number of attention blocks rewritten; raises when the graph is not the shape this rewrite knows."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = model.graph
-    initializers = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    outputs = {o.name for o in graph.output}
-
-    # Identity nodes (one per Paddle op output) hide the parents the matcher walks through.
+def _drop_identities(graph, outputs: set[str]) -> list:
+    """The graph's nodes less its Identity nodes (one per Paddle op output; they hide the parents the matcher walks
+    through), each input now read from where its Identity chain starts. graph.node is replaced at the end
+    (_replace_nodes)."""
     alias, kept = {}, []
     for node in graph.node:
         if node.op_type == "Identity" and node.output[0] not in outputs:
@@ -57,25 +51,31 @@ def prepare_for_fusion(model) -> int:
 
     for node in kept:
         node.input[:] = [resolve(name) for name in node.input]
-    producer = {out: node for node in kept for out in node.output}
+    return kept
+
+
+def _parent(producer: dict, node, index: int, op_type: str):
+    """The node that makes `node`'s input `index`, when it is an `op_type`, else None."""
+    found = producer.get(node.input[index]) if index < len(node.input) else None
+    return found if found is not None and found.op_type == op_type else None
+
+
+def _rewrite_mask(graph, kept: list, initializers: dict, producer: dict) -> list[tuple[object, list]]:
+    """Unsqueeze(Add(Mul(Cast(Equal(input_ids, pad)), value), 0), [1, 2]) -> the matcher's form; what read the old
+    mask reads the new one. Returns (node to insert after, new nodes); raises unless there is exactly one such
+    mask."""
+    from onnx import TensorProto, helper, numpy_helper
+
     consumers = collections.defaultdict(list)
     for node in kept:
         for name in node.input:
             consumers[name].append(node)
-
-    def parent(node, index: int, op_type: str):
-        found = producer.get(node.input[index]) if index < len(node.input) else None
-        return found if found is not None and found.op_type == op_type else None
-
-    added: list[tuple[object, list]] = []  # (node to insert after, new nodes)
-
-    # The mask: Unsqueeze(Add(Mul(Cast(Equal(input_ids, pad)), value), 0), [1, 2]) -> the matcher's form.
-    masks = 0
+    added: list[tuple[object, list]] = []
     for node in kept:
-        add = parent(node, 0, "Add") if node.op_type == "Unsqueeze" else None
-        mul = add and parent(add, 0, "Mul")
-        cast = mul and parent(mul, 0, "Cast")
-        equal = cast and parent(cast, 0, "Equal")
+        add = _parent(producer, node, 0, "Add") if node.op_type == "Unsqueeze" else None
+        mul = add and _parent(producer, add, 0, "Mul")
+        cast = mul and _parent(producer, mul, 0, "Cast")
+        equal = cast and _parent(producer, cast, 0, "Equal")
         if not equal or "input_ids" not in equal.input:
             continue
         value, offset = _scalar(initializers, mul.input[1]), _scalar(initializers, add.input[1])
@@ -101,17 +101,24 @@ def prepare_for_fusion(model) -> int:
         for consumer in consumers[node.output[0]]:
             consumer.input[:] = ["optimize.mask_bias" if n == node.output[0] else n for n in consumer.input]
         added.append((node, new))
-        masks += 1
-    if masks != 1:
-        raise ErnieDeployError(f"found {masks} attention masks built from input_ids; expected one", FIX)
+    if len(added) != 1:
+        raise ErnieDeployError(f"found {len(added)} attention masks built from input_ids; expected one", FIX)
+    return added
 
-    # The query scale: Softmax(Add(MatMul(Add(Mul(q, s), 0), kT), mask)) -> Softmax(Add(Div(MatMul(q, kT), 1/s), mask)).
-    blocks = 0
+
+def _rewrite_query_scales(graph, kept: list, initializers: dict, producer: dict) -> list[tuple[object, list]]:
+    """Softmax(Add(MatMul(Add(Mul(q, s), 0), kT), mask)) -> Softmax(Add(Div(MatMul(q, kT), 1/s), mask)), in every
+    attention block. Returns (node to insert after, new nodes), one per block; raises when there is none or one is
+    not in that form."""
+    from onnx import helper, numpy_helper
+
+    added: list[tuple[object, list]] = []
     for softmax in [n for n in kept if n.op_type == "Softmax"]:
-        add = parent(softmax, 0, "Add")
-        matmul = add and parent(add, 0, "MatMul")
-        scale_add = matmul and parent(matmul, 0, "Add")
-        scale_mul = scale_add and parent(scale_add, 0, "Mul")
+        blocks = len(added)
+        add = _parent(producer, softmax, 0, "Add")
+        matmul = add and _parent(producer, add, 0, "MatMul")
+        scale_add = matmul and _parent(producer, matmul, 0, "Add")
+        scale_mul = scale_add and _parent(producer, scale_add, 0, "Mul")
         scale = scale_mul and _scalar(initializers, scale_mul.input[1])
         if not scale or _scalar(initializers, scale_add.input[1]) != 0 or add.input[1] != "optimize.mask_bias":
             raise ErnieDeployError(f"attention block {blocks} ({softmax.name}) is not the form paddle2onnx writes", FIX)
@@ -120,10 +127,14 @@ def prepare_for_fusion(model) -> int:
         matmul.input[0] = scale_mul.input[0]
         add.input[0] = scaled
         added.append((matmul, [helper.make_node("Div", [matmul.output[0], divisor], [scaled])]))
-        blocks += 1
-    if not blocks:
+    if not added:
         raise ErnieDeployError("found no attention block (Softmax) in the graph", FIX)
+    return added
 
+
+def _replace_nodes(graph, kept: list, added: list[tuple[object, list]], outputs: set[str]) -> None:
+    """The graph's nodes become `kept` with the new nodes each after its anchor, less what no longer leads to an
+    output (the old mask and scale nodes, the Identity nodes), and its initializers those still read."""
     order = []
     after = {id(node): new for node, new in added}
     for node in kept:
@@ -141,7 +152,22 @@ def prepare_for_fusion(model) -> int:
     unused = [i for i in graph.initializer if i.name not in used]
     for init in unused:
         graph.initializer.remove(init)
-    return blocks
+
+
+def prepare_for_fusion(model) -> int:
+    """Rewrite a paddle2onnx ERNIE graph in place so that onnxruntime's attention fusion matches it. Returns the
+    number of attention blocks rewritten; raises when the graph is not the shape this rewrite knows."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    kept = _drop_identities(graph, outputs)
+    producer = {out: node for node in kept for out in node.output}
+    mask = _rewrite_mask(graph, kept, initializers, producer)
+    scales = _rewrite_query_scales(graph, kept, initializers, producer)
+    _replace_nodes(graph, kept, [*mask, *scales], outputs)
+    return len(scales)
 
 
 def optimize_transformer(fp32_onnx: str | Path, out_path: str | Path) -> dict:

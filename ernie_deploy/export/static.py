@@ -128,6 +128,21 @@ def choose_max_seq_len(requested: int | None, task: TaskSpec, max_positions: int
     return requested
 
 
+def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
+    """The NER decoding an export of `task` records: `ner_decoding`, else the default, for a model with entities;
+    None for the others, for which a decoding is refused (before anything is read)."""
+    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+
+    if not task.kind_facts.entities:
+        if ner_decoding is not None:
+            raise ErnieDeployError(
+                f"--ner-decoding sets how a token model decodes entities; {task.name} is a {task.kind} task",
+                "drop --ner-decoding",
+            )
+        return None
+    return check_decoding(ner_decoding or DEFAULT_DECODING)
+
+
 def export(
     checkpoint,
     task: TaskSpec,
@@ -145,15 +160,7 @@ def export(
     default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does. name: the model's
     name (default: the task's demo model). The record (model.json) also carries the token length the checkpoint was
     trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS)."""
-    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
-
-    entities = task.kind_facts.entities
-    if not entities and ner_decoding is not None:
-        raise ErnieDeployError(
-            f"--ner-decoding sets how a token model decodes entities; {task.name} is a {task.kind} task",
-            "drop --ner-decoding",
-        )
-    decoding = check_decoding(ner_decoding or DEFAULT_DECODING) if entities else None
+    decoding = recorded_decoding(task, ner_decoding)
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}

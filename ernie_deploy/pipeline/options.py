@@ -129,9 +129,6 @@ BUILD_CHOICES = {
 }
 BUILD_DEFAULTS = {"runtime": AUTO, "layout": None}
 
-STAGE_OPTIONS = {"fetch": FetchOptions, "export": ExportOptions, "convert": ConvertOptions}
-
-
 def from_mapping(
     cls,
     mapping: Mapping[str, Any],
@@ -152,7 +149,7 @@ def from_mapping(
     for key, value in mapping.items():
         name = key.replace("-", "_")
         if name in fixed:
-            raise ErnieDeployError(f"{where}.{key}: is set by apply from the model's fields", f"remove {key}")
+            raise ErnieDeployError(f"{where}.{key}: is set from the model's own fields, not here", f"remove {key}")
         if name not in known:
             settable = sorted(set(known) - set(fixed))
             raise ErnieDeployError(f"{where}.{key}: unknown option", f"use one of: {', '.join(settable)}")
@@ -185,9 +182,7 @@ def _checked(where: str, value: Any, hint, allowed: tuple | None) -> Any:
         # YAML reads on, off, yes and no as true and false: a mode named so must be quoted.
         raise ErnieDeployError(f"{where}: needs text, got {value!r}", "write it as text, in quotes: e.g. 'off'")
     if allowed is not None and value not in allowed:
-        raise ErnieDeployError(
-            f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}", "pick one of them"
-        )
+        raise ErnieDeployError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}", "pick one of them")
     return value
 
 
@@ -196,13 +191,12 @@ def build_options_from_mapping(mapping: Mapping[str, Any], where: str) -> BuildO
     return from_mapping(BuildOptions, mapping, where, defaults=BUILD_DEFAULTS, choices=BUILD_CHOICES)
 
 
-def changed(options) -> dict[str, Any]:
-    """The fields of an options object that differ from its class's defaults, in field order: what a plan shows."""
+def changed(options, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of an options object that differ from its class's defaults (or `defaults`, where they differ), in
+    field order: what a plan shows."""
     out = {}
     for f in fields(options):
         default = f.default if f.default is not MISSING else None
-        if getattr(options, f.name) != default:
+        if getattr(options, f.name) != (defaults or {}).get(f.name, default):
             out[f.name] = getattr(options, f.name)
     return out
-
-

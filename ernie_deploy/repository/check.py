@@ -3,7 +3,6 @@ fails to load (or loads and then fails every request) in the server log."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -11,20 +10,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.host import gpu_count
-from ernie_deploy.core.tasks import WINDOW_INPUTS
+from ernie_deploy.repository.check_onnx import check_onnx, graph_serving_models, onnx_file
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
-from ernie_deploy.repository.signature import onnx_signature, spec_of
-
-
-@dataclass(frozen=True)
-class Problem:
-    model: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.model}: {self.message} (fix: {self.fix})"
+from ernie_deploy.repository.problem import Problem
 
 
 def _versions(model_dir: Path) -> list[Path]:
@@ -41,112 +30,6 @@ def _load(model_dir: Path) -> tuple[mc.ModelConfig | None, Problem | None]:
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         return None, Problem(name, f"config.pbtxt does not parse: {exc}", "fix the syntax or rebuild the repository")
     return config, None
-
-
-def _dims_fit(config_dims: tuple, onnx_dims: tuple) -> bool:
-    # a dynamic ONNX axis accepts any config value; a fixed one must be repeated
-    return len(config_dims) == len(onnx_dims) and all(o == -1 or c == o for c, o in zip(config_dims, onnx_dims))
-
-
-def _onnx_file(config: mc.ModelConfig, graph_models: set[str]) -> str | None:
-    """The ONNX file name in the version folder when the config's tensors are that file's, else None: an ORT backend
-    model, or a python model its layout says serves the file as it is (Layout.graph_models; a fused model or a model
-    step that tokenizes also holds model.onnx, but takes text)."""
-    if config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime":
-        return config.default_model_filename or "model.onnx"
-    if config.backend == "python" and config.name in graph_models and "model_file" in config.parameters:
-        return config.parameters["model_file"].string_value
-    return None
-
-
-def _graph_models(configs: dict[str, mc.ModelConfig]) -> set[str]:
-    from ernie_deploy.repository.layouts import layout_of, served_task
-
-    out = set()
-    for name, config in configs.items():
-        try:
-            task = served_task(name, config)
-            if task is not None:
-                out.update(layout_of(name, configs).graph_models(task))
-        except ErnieDeployError:  # an unknown task or layout is reported where that config is checked
-            continue
-    return out
-
-
-def _check_onnx(name: str, config: mc.ModelConfig, version: Path, file_name: str) -> list[Problem]:
-    path = version / file_name
-    if not path.is_file():
-        return [
-            Problem(name, f"no {file_name} in {version.name}/", "copy the converted model there (`ernie-deploy build`)")
-        ]
-    try:
-        inputs, outputs = onnx_signature(path)
-    except ErnieDeployError as exc:
-        return [Problem(name, exc.problem, exc.fix or "re-export the model")]
-    except Exception as exc:  # noqa: BLE001 - a corrupt file is a finding here, not a crash
-        return [Problem(name, f"{version.name}/{file_name} does not load: {exc}", "convert the model again")]
-    if config.backend == "python" and [t.name for t in config.input] == list(WINDOW_INPUTS):
-        # A windowed python model step feeds the converted file window by window (repository/windows.py).
-        from ernie_deploy.repository.windows import windowed_signature
-
-        inputs, outputs = windowed_signature(inputs, outputs)
-    batched = config.max_batch_size > 0
-    problems = []
-    for kind, tensors, specs in (("input", config.input, inputs), ("output", config.output, outputs)):
-        by_name = {s.name: s for s in specs}
-        for tensor in tensors:
-            spec = by_name.get(tensor.name)
-            if spec is None:
-                problems.append(
-                    Problem(
-                        name,
-                        f"{kind} {tensor.name!r} is not in {file_name} (it has {sorted(by_name)})",
-                        f"use the ONNX {kind} names in config.pbtxt",
-                    )
-                )
-                continue
-            if spec_of(tensor).data_type != spec.data_type:
-                problems.append(
-                    Problem(
-                        name,
-                        f"{kind} {tensor.name!r} is {spec_of(tensor).data_type} in config.pbtxt "
-                        f"but {spec.data_type} in {file_name}",
-                        f"set data_type: TYPE_{spec.data_type}",
-                    )
-                )
-            dims = tuple(tensor.dims)
-            # without batching Triton hands the model the whole shape, batch axis included
-            want = spec.dims if batched else (-1, *spec.dims)
-            if _dims_fit(dims, want):
-                continue
-            if batched and _dims_fit(dims[1:], want) and len(dims) == len(want) + 1:
-                problems.append(
-                    Problem(
-                        name,
-                        f"{kind} {tensor.name!r} dims {list(dims)} include the batch "
-                        f"dimension; with max_batch_size > 0 it must be left out",
-                        f"set dims: {list(want)}",
-                    )
-                )
-            else:
-                problems.append(
-                    Problem(
-                        name,
-                        f"{kind} {tensor.name!r} dims {list(dims)} do not fit {file_name}'s {list(want)}",
-                        f"set dims: {list(want)}",
-                    )
-                )
-        named = {t.name for t in tensors}
-        for spec in specs:
-            if spec.name not in named:
-                problems.append(
-                    Problem(
-                        name,
-                        f"{file_name} {kind} {spec.name!r} is missing from config.pbtxt",
-                        f"add {kind} {spec.name!r} to config.pbtxt",
-                    )
-                )
-    return problems
 
 
 def _check_ensemble(name: str, config: mc.ModelConfig, configs: dict[str, mc.ModelConfig]) -> list[Problem]:
@@ -350,10 +233,10 @@ def _check_model(
                 f"build them (`ernie-deploy build --name NAME --version {missing[0]}`) or take them out of the policy",
             )
         )
-    file_name = _onnx_file(config, graph_models)
+    file_name = onnx_file(config, graph_models)
     if file_name:
         for version in versions:
-            problems.extend(_check_onnx(name, config, version, file_name))
+            problems.extend(check_onnx(name, config, version, file_name))
     if config.platform == "ensemble":
         problems.extend(_check_ensemble(name, config, configs))
     if config.backend == "python":
@@ -403,7 +286,7 @@ def check_repository(path: str | Path) -> list[Problem]:
         else:
             configs[model_dir.name] = config
     gpus = gpu_count()
-    graph_models = _graph_models(configs)
+    graph_models = graph_serving_models(configs)
     for model_dir in dirs:
         if model_dir.name in configs:
             problems.extend(_check_model(model_dir, configs[model_dir.name], configs, gpus, graph_models))

@@ -2,7 +2,7 @@
 
     # deploy.yaml
     repository: models            # default: models
-    build:                        # `ernie-deploy build` options for the whole repository (optional)
+    build:                        # build options for the whole repository (optional): BuildOptions fields
       runtime: auto
     models:
       - name: news                # the ensemble clients call
@@ -12,13 +12,14 @@
       - name: people
         task: token_cls
         source: bootstrap         # or a local folder / archive
-        fetch: {budget: 5}        # per-stage options: `ernie-deploy fetch|export|convert` flags
+        fetch: {budget: 5}        # per-stage options: the fields the `fetch|export|convert` flags fill
         export: {ner_decoding: argmax}   # a token model's decoding, recorded with it: PaddleNLP's own argmax
         convert: {quantize: int8}
 
 `ernie-deploy apply deploy.yaml` runs each model through fetch, export and convert, then builds the repository
-so that it holds exactly these models. Every field is checked before any work starts; a bad one is named with
-its place in the file (`models[1].sha256`) and the fix.
+so that it holds exactly these models (ernie_deploy.pipeline.deploy). Every field is checked before any work starts;
+a bad one is named with its place in the file (`models[1].sha256`) and the fix. This module checks the file's shape;
+the stage options are checked against their typed options (pipeline.options) by the pipeline.
 """
 
 from __future__ import annotations

@@ -60,9 +60,9 @@ def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str,
     if "trained_tokens" in meta:
         return
     texts, labels = data_mod.read_split(Path(data_dir), "train", recipe["split_format"])
-    texts, labels = train_subset(texts, labels, recipe)
     kind = KIND_RECIPES[task.kind]
-    label2id = {name: i for i, name in enumerate(meta["labels"])}
+    label2id = {name: i for i, name in enumerate(kind.label_list(labels))}  # as training reads them: every row
+    texts, labels = train_subset(texts, labels, recipe)
     tokenizer = ppt.ErnieTokenizer(str(Path(ckpt) / "vocab.txt"))
     lengths = [len(kind.encode(tokenizer, t, y, label2id, recipe["max_seq_len"])[0]) for t, y in zip(texts, labels)]
     write_json({**meta, **length_record(lengths)}, path)
