@@ -213,7 +213,8 @@ models:
     assert "==> news (seq_cls): export (defaults)\n" in out
     assert "==> news (seq_cls): convert quantize=int8\n" in out
     assert f"==> build news, people into {tmp_path / 'models'}: runtime=python instances=2\n" in out
-    assert out.index("fetch") < out.index("export") < out.index("convert") < out.index("==> build")
+    order = [out.index(f"==> news (seq_cls): {stage}") for stage in ("fetch", "export", "convert")]
+    assert out.index("==> data: ") < order[0] < order[1] < order[2] < out.index("==> build")
     assert not (tmp_path / "artifacts").exists() and not (tmp_path / "models").exists()
 
 

@@ -1,9 +1,10 @@
 """The model file a windowed token model serves on Triton's ONNX Runtime backend.
 
 The ensemble hands the model step each text's windows, [batch, windows, tokens]. A python model step flattens them
-itself (ernie_deploy.serving.model_steps.OnnxStep); the ORT backend runs the file as it is, so `build` wraps the converted
-model: Flatten to [batch * windows, tokens] in front, and Reshape of the logits back to [batch, windows, tokens,
-labels] behind. The converted graph in between is unchanged (tests/test_long_text.py runs both with onnxruntime).
+itself (ernie_deploy.serving.model_steps.OnnxStep); the ORT backend runs the file as it is, so `build` wraps the
+converted model: Flatten to [batch * windows, tokens] in front, and Reshape of the logits back to [batch, windows,
+tokens, labels] behind. The converted graph in between is unchanged (tests/test_long_text.py runs both with
+onnxruntime).
 """
 
 from __future__ import annotations
