@@ -129,6 +129,7 @@ BUILD_CHOICES = {
 }
 BUILD_DEFAULTS = {"runtime": AUTO, "layout": None}
 
+
 def from_mapping(
     cls,
     mapping: Mapping[str, Any],
