@@ -37,6 +37,13 @@ class _LayoutFlag(argparse.Action):
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
+    for add in (_model_arguments, _runtime_arguments, _layout_arguments, _reading_arguments):
+        add(p)
+    p.set_defaults(func=run)
+
+
+def _model_arguments(p) -> None:
+    """Which models, from which files, into which repository."""
     p.add_argument(
         "--task",
         action="append",
@@ -62,6 +69,10 @@ def register(sub) -> None:
     p.add_argument("--repository", default="models")
     p.add_argument("--static", help="default: artifacts/static/<task>")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+
+
+def _runtime_arguments(p) -> None:
+    """How the steps run: backend, device, batching, queue bounds, onnxruntime threads."""
     p.add_argument(
         "--runtime",
         default=AUTO,
@@ -154,6 +165,10 @@ def register(sub) -> None:
         + "; ".join(f"{name}: {layout.summary}" for name, layout in LAYOUTS.items())
         + f" (default: {DEFAULT_LAYOUT}; for --version, the model's own)",
     )
+
+
+def _layout_arguments(p) -> None:
+    """How a model is split into Triton models (repository/layouts)."""
     for flag, layout in (
         ("--fused", "fused"),
         ("--graph-postprocess", "graph-postprocess"),
@@ -173,6 +188,10 @@ def register(sub) -> None:
         help="texts longer than max_seq_len: auto (window for NER, head for classifiers), window (NER reads the "
         "whole text in overlapping windows), head (cut the end), head_tail (classifiers: keep the head and the tail)",
     )
+
+
+def _reading_arguments(p) -> None:
+    """What a model reads of a text, how it decodes entities, and what one request may cost."""
     p.add_argument(
         "--window-size",
         type=int,
@@ -210,7 +229,6 @@ def register(sub) -> None:
         help="the most characters one request may carry in all its texts (default: "
         f"{CUT.max_request_chars:,} for a cut text, {WINDOWS.max_request_chars:,} for windows)",
     )
-    p.set_defaults(func=run)
 
 
 def options(args) -> BuildOptions:
