@@ -82,6 +82,19 @@ def tiny_pipeline(tmp_path_factory) -> Pipeline:
     return run_stages(SEQ_CLS, make_tiny_checkpoint(work / "checkpoint"), work)
 
 
+# Texts the two tiny classifier versions answer differently enough to tell apart (rollout tests).
+NEWS_TEXTS = [
+    "国足公布世预赛名单",
+    "股市大涨",
+    "abc 123 新闻",
+    "美元 1.5亿",
+    "新闻 财经 房产",
+    "游戏 教育 科技 社会",
+    "娱乐时政",
+    "中国",
+]
+
+
 @pytest.fixture(scope="session")
 def tiny_pipeline_v2(tmp_path_factory) -> Pipeline:
     """The same shape and vocabulary as tiny_pipeline, other weights: a retrained model's next version."""

@@ -121,19 +121,13 @@ def test_client_names_a_missing_server():
 @pytest.fixture(scope="module")
 def fused_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     """Both tasks built with `build --fused` (one python model per task) on a real tritonserver."""
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build, model_artifacts
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("fused_models")
-    build(
-        [
-            TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-            for p in (seq_cls_pipeline, token_cls_pipeline)
-        ],
-        repo,
-        BuildOptions(runtime="python", layout="fused"),
-    )
+    entries = [model_artifacts(p.static, p.onnx) for p in (seq_cls_pipeline, token_cls_pipeline)]
+    build(entries, repo, BuildOptions(runtime="python", layout="fused"))
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "fused.log") as fused:
         yield fused
 

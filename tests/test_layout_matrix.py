@@ -13,17 +13,9 @@ import pytest
 
 from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
+from tests.conftest import NEWS_TEXTS
 
-TEXTS = [
-    "国足公布世预赛名单",
-    "股市大涨",
-    "abc 123 新闻",
-    "美元 1.5亿",
-    "新闻 财经 房产",
-    "游戏 教育 科技 社会",
-    "娱乐时政",
-    "中国",
-]
+TEXTS = NEWS_TEXTS
 NAMES = {layout: f"news_{layout.replace('-', '_')}" for layout in LAYOUTS}
 
 pytestmark = pytest.mark.integration
@@ -138,6 +130,10 @@ def test_rollout_and_rollback_under_load_lose_nothing(layout, matrix):
         report = rollout_soak(
             server.grpc_url, repo, task, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
         )
+    print(
+        f"{layout}: {report.requests} requests, {report.answered} answered, by version {report.by_version}, "
+        f"{report.seconds} s, switches {[s['seconds'] for s in report.switches]}"
+    )
     assert report.clean, report.to_dict()
     assert report.requests > 30 and report.answered == report.requests and report.resent == 0
     assert report.by_version["1"] > 0 and report.by_version["2"] > 0, report.by_version

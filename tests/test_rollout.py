@@ -13,19 +13,11 @@ from ernie_deploy.repository.add_version import build_version
 from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
+from tests.conftest import NEWS_TEXTS
 
 PYTHON = BuildOptions(runtime="python")
 NEWS = SEQ_CLS.named("news")
-TEXTS = [
-    "国足公布世预赛名单",
-    "股市大涨",
-    "abc 123 新闻",
-    "美元 1.5亿",
-    "新闻 财经 房产",
-    "游戏 教育 科技 社会",
-    "娱乐时政",
-    "中国",
-]
+TEXTS = NEWS_TEXTS
 
 
 @pytest.fixture(scope="module")

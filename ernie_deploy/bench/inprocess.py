@@ -142,13 +142,15 @@ def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=No
     return rows
 
 
-def reference_predictions(inputs: TaskInputs, texts: list[str]) -> list:
-    """What the ensemble must answer for `texts`: in-process ONNX with the serving tokenizer and the
-    postprocess logic."""
-    from ernie_deploy.evaluate.offline import model_files, onnx_predictions
+def reference_predictions(inputs: TaskInputs, texts: list[str], spec=None) -> list:
+    """What the served model must answer for `texts`: in-process ONNX with the serving tokenizer and the
+    postprocess logic, read as served (`spec`: the served model's record; default: the artifacts' record, as `build`
+    serves it by default)."""
+    from ernie_deploy.evaluate.offline import model_files, served_predictions
 
     labels = inputs.static.labels
     files = model_files(inputs.task, Path(inputs.onnx).parent, labels)  # a multi-label model's thresholds
     if inputs.static.ner_decoding:  # a token model's NER decoding, as export recorded it and `build` serves it
         files["decoding"] = inputs.static.ner_decoding
-    return onnx_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, **files)
+    spec = spec or inputs.static.spec
+    return served_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, spec, **files)

@@ -50,14 +50,12 @@ from ernie_deploy.peer.server import peer_available
 
 def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
     """The project's own `build`, runtime "python" (what a pip-only machine serves), into `out`, with these
-    BuildOptions (everything else at its default)."""
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    BuildOptions (everything else at its default), each model read from its record as `build` reads it."""
+    from ernie_deploy.repository.build import build, model_artifacts
     from ernie_deploy.repository.options import BuildOptions
 
-    entries = [
-        TaskArtifacts(i.task, Path(i.onnx), i.static.vocab_file, i.static.labels, ner_decoding=i.static.ner_decoding)
-        for i in inputs
-    ]
+    # each model as its record says, under the name the benchmark calls it by
+    entries = [model_artifacts(i.static, Path(i.onnx), i.task.ensemble) for i in inputs]
     build(entries, out, BuildOptions(runtime="python", **options))
     return out
 

@@ -37,7 +37,7 @@ class _LayoutFlag(argparse.Action):
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="assemble the Triton model repository (configs from the ONNX signature)")
-    for add in (_model_arguments, _runtime_arguments, _layout_arguments, _reading_arguments):
+    for add in (_model_arguments, _runtime_arguments, _onnxruntime_arguments, _layout_arguments, _reading_arguments):
         add(p)
     p.set_defaults(func=run)
 
@@ -72,7 +72,7 @@ def _model_arguments(p) -> None:
 
 
 def _runtime_arguments(p) -> None:
-    """How the steps run: backend, device, batching, queue bounds, onnxruntime threads."""
+    """How the steps run and batch: backend, device, instances, the dynamic batcher and its queue bounds."""
     p.add_argument(
         "--runtime",
         default=AUTO,
@@ -110,6 +110,10 @@ def _runtime_arguments(p) -> None:
         default=0,
         help="refuse a request (UNAVAILABLE) that waited this long in a step's queue (0: no timeout)",
     )
+
+
+def _onnxruntime_arguments(p) -> None:
+    """onnxruntime inside the model step: threads, graph optimizations, TensorRT, spinning; ragged batches."""
     p.add_argument(
         "--ort-threads",
         type=int,

@@ -40,7 +40,7 @@ class ModelSpec:
     trained_tokens: int | None = None
     ner_decoding: str | None = None  # token models: serving.entities.DECODINGS; None: the default
     thresholds: dict[str, float] | None = None  # multi-label models: per label, chosen by `convert` on the dev split
-    precision: str | None = None  # what `convert` made: fp32, fp16, int8 (static), int8-dynamic
+    precision: str | None = None  # what `convert` made: fp32, fp16, int8-static or int8-dynamic
     # How a text longer than max_seq_len is read (repository.options.LONG_TEXT) and its windows or cut.
     long_text: str | None = None
     window_size: int | None = None

@@ -135,6 +135,27 @@ def onnx_predictions(
     )
 
 
+def served_predictions(
+    task: TaskSpec,
+    onnx_path: str | Path,
+    vocab_file: str | Path,
+    labels: list[str],
+    texts: list[str],
+    spec=None,
+    **model_files,
+) -> list:
+    """What the served model answers, in process, read as its record says it is served (core.spec.ModelSpec: the
+    served record, or the artifacts' record, whose window `build` takes by default): a model that reads long texts in
+    windows, in those windows; any other, cut. Without a record, windows of max_seq_len."""
+    mode = (spec.long_text if spec is not None else None) or task.kind_facts.long_text_modes[0]
+    if mode != "window":
+        return onnx_predictions(task, onnx_path, vocab_file, labels, texts, **model_files)
+    window = (spec.window_size or spec.window_default) if spec is not None else task.max_seq_len
+    stride = spec.window_stride if spec is not None else None
+    decoding = model_files.get("decoding", DEFAULT_DECODING)
+    return onnx_window_predictions(task, onnx_path, vocab_file, labels, texts, stride, window=window, decoding=decoding)
+
+
 def evaluate(
     task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path, long_text: str | None = None
 ) -> dict:

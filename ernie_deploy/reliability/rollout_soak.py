@@ -22,6 +22,7 @@ from ernie_deploy.core.tasks import TOKENIZER_STEP, TaskSpec
 from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.operate.rollout import canary_probe, rollout
 from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.served import served_specs
 from ernie_deploy.repository.versions import VersionedModel
 
 
@@ -159,6 +160,9 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
     post = config(homes["labels"])
     if DECODING_PARAMETER in post.parameters:
         files["decoding"] = post.parameters[DECODING_PARAMETER].string_value
+    record = served_specs(repository)[task.ensemble]
+    if (record.long_text or task.kind_facts.long_text_modes[0]) == "window":
+        return _in_windows(record, tokenizer, onnx, labels, list(texts), files)
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
@@ -169,6 +173,22 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
         else:
             out += predictions(task, labels, answer, enc, batch, **files)
     return out
+
+
+def _in_windows(record, tokenizer, onnx, labels: list[str], texts: list[str], files: dict) -> list:
+    """A model that reads texts in windows, read in the windows its record says it is served with."""
+    from ernie_deploy.evaluate.offline import window_predict
+    from ernie_deploy.serving.encoding import encode_whole
+    from ernie_deploy.serving.entities import DEFAULT_DECODING
+    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
+    from ernie_deploy.serving.windows import default_stride
+
+    window = record.window_size or record.window_default
+    stride = record.window_stride or default_stride(window)
+    specials = tuple(tokenizer.token_to_id(token) for token in (CLS, SEP, PAD))
+    decoding = files.get("decoding", DEFAULT_DECODING)
+    whole = lambda batch: encode_whole(tokenizer, batch)  # noqa: E731 - the one-line reader window_predict takes
+    return window_predict(labels, texts, whole, onnx, specials, window, stride, decoding=decoding)
 
 
 def run_rollout_soak(

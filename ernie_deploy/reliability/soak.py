@@ -266,17 +266,19 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     """Serve a repository on free loopback ports and soak every model it serves, each text's answer expected to
     equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
-    from ernie_deploy.repository.served import served_models
+    from ernie_deploy.repository.served import served_models, served_specs
     from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)
     tasks = list(served_models(repository).values())
+    records = served_specs(repository)
     if not tasks:
         raise ErnieDeployError(f"no served models in {repository}", "build it with `scripts/convert.sh`")
     cases = []
     for task in tasks:
         inputs = TaskInputs.load(task, max_texts=options.texts)
-        cases.append(SoakCase(task, inputs.texts, reference_predictions(inputs, inputs.texts)))
+        expected = reference_predictions(inputs, inputs.texts, records[task.ensemble])  # read as this repository serves
+        cases.append(SoakCase(task, inputs.texts, expected))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=options.grpc_tls) as server:
         report = soak(
             server.grpc_url,
