@@ -139,6 +139,13 @@ def _add_mode_arguments(p) -> None:
         "queues (build --max-queue-size), and report answered and refused shares and latency; writes overload.json",
     )
     p.add_argument(
+        "--cache",
+        action="store_true",
+        help="instead: the classifier with and without Triton's response cache (build --cache) on one server, for "
+        "repeated texts (a Zipf draw over the test titles) and unique ones: hit rate, throughput, latency; writes "
+        "cache.json",
+    )
+    p.add_argument(
         "--input-cost",
         action="store_true",
         help="instead: the time and server memory of one text by its length (1,000 to 40,000 characters of test "
@@ -260,6 +267,13 @@ def run(args) -> None:
 
         config = config_from_args(args)
         run_overload(inputs_from_args(args, config), config, _out(args))
+    elif args.cache:
+        from ernie_deploy.bench.cache import CONCURRENCY, REQUESTS, run_cache
+
+        config = config_from_args(args)
+        n = args.requests or (64 if args.smoke else REQUESTS)
+        concurrency = config.concurrency[0] if args.concurrency else CONCURRENCY
+        run_cache(inputs_from_args(args, config), config, _out(args), n=n, concurrency=concurrency)
     elif args.input_cost:
         from ernie_deploy.bench.input_cost import run_input_cost
 

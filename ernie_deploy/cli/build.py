@@ -186,6 +186,13 @@ def _layout_arguments(p) -> None:
         "no dynamic batching, one instance",
     )
     p.add_argument(
+        "--cache",
+        dest="response_cache",
+        action="store_true",
+        help="Triton caches the model's answers: a text asked again is answered without running the model (the "
+        "server's cache: `serve --cache-size`; docs/SERVING.md#response-cache)",
+    )
+    p.add_argument(
         "--long-text",
         default="auto",
         choices=list(LONG_TEXT),

@@ -33,6 +33,7 @@ from ernie_deploy.core.admin_key import (
 from ernie_deploy.core.endpoints import LOOPBACK, PORTS
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import add_server_tls_arguments, server_tls_from_args
+from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES
 
 
 def register(sub) -> None:
@@ -52,6 +53,14 @@ def register(sub) -> None:
         type=int,
         default=None,
         help="python backend shared-memory region per model instance (default 4 MiB)",
+    )
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        default=DEFAULT_CACHE_BYTES,
+        metavar="BYTES",
+        help="Triton's response cache, which models built with --cache answer from (default %(default)s: 64 MiB, "
+        "taken only as answers are cached; 0: no cache, refused if a model asks for it)",
     )
     p.add_argument(
         "--admin-key-file",
@@ -125,6 +134,7 @@ def run(args) -> None:
             metrics_port=args.metrics_port,
             admin_key=key,
             grpc_tls=grpc_tls,
+            cache_bytes=args.cache_size,
             **shm,
         )
     finally:

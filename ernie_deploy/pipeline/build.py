@@ -47,8 +47,21 @@ def resolve_build_options(
             backends = set()
         runtime = pick_runtime(backends)
     options = replace(options, layout=layout, runtime=runtime)
+    if version_of and not options.response_cache and _served_caches(repository, version_of):
+        options = replace(options, response_cache=True)  # a new version keeps the model's cache, as its layout
     check_build_options(options)
     return options
+
+
+def _served_caches(repository: str | Path, name: str) -> bool:
+    """Whether model `name` in `repository` caches its answers (`build --cache`)."""
+    from ernie_deploy.repository.layouts import caches_answers
+    from ernie_deploy.repository.versions import VersionedModel
+
+    try:
+        return caches_answers(VersionedModel.read(repository, name).entry)
+    except ErnieDeployError:  # no such model: build_version says so with its fix
+        return False
 
 
 def _served_layout(repository: str | Path, name: str) -> str | None:

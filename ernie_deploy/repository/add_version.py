@@ -16,7 +16,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import staging_dir, write_json
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.build import MODEL_PY, TaskArtifacts, pad_token_id
-from ernie_deploy.repository.layouts import task_configs
+from ernie_deploy.repository.layouts import caches_answers, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import digest, kept_digest, model_tokenizer, tokenizer_json
@@ -42,9 +42,22 @@ def build_version(
             f"{name!r} is served in the {layout.name} layout; this version was asked for in the {options.layout} one",
             f"build the version with --layout {layout.name} (another layout is a new model: another --name)",
         )
+    if options.response_cache != caches_answers(model.entry):
+        raise ErnieDeployError(
+            f"{name!r} was built {'with' if caches_answers(model.entry) else 'without'} --cache, this version "
+            f"{'with' if options.response_cache else 'without'} it: whether answers are cached is the model's, not "
+            "a version's",
+            f"build the version {'with' if caches_answers(model.entry) else 'without'} --cache",
+        )
     serving = model.serving()
     if version == serving:
         raise ErnieDeployError(f"version {version} of {name!r} is serving", "give the new version another number")
+    if caches_answers(model.entry) and version in model.on_disk():
+        raise ErnieDeployError(
+            f"{name!r} caches its answers, keyed by model name and version, and version {version} is already on disk: "
+            "a running server may hold answers cached for it, which the new files would not give",
+            f"give the new version a number not used before (the next one: {max(model.on_disk()) + 1})",
+        )
     options = entry.options(options)
     tokenizer, payload = _version_tokenizer(entry, options, model, serving)
     configs = {

@@ -227,7 +227,11 @@ class _Plan:
             max_text_chars=limits.max_text_chars,
             max_request_chars=limits.max_request_chars,
             layout=options.layout,
-            serving={k: v for k, v in asdict(options).items() if k not in _RECORDED_APART},
+            serving={
+                k: v
+                for k, v in asdict(options).items()
+                if k not in _RECORDED_APART and (v or k not in _RECORDED_WHEN_ON)
+            },
             tokenizer_sha256=self.tokenizer.fingerprint,
         )
 
@@ -237,6 +241,9 @@ _RECORDED_APART = {
     "layout", "long_text", "window_size", "window_stride", "head_tokens", "ner_decoding", "max_text_chars",
     "max_request_chars",
 }  # fmt: skip
+# BuildOptions switches the record holds only when on, so that a model built without them keeps the configs it had
+# before they existed, byte for byte (models/ is checked in).
+_RECORDED_WHEN_ON = {"response_cache"}
 
 
 def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[Path]:

@@ -73,6 +73,10 @@ class BuildOptions:
     # measured default of the model's reading (the cut text, or windows over all of it).
     max_text_chars: int | None = None
     max_request_chars: int | None = None
+    # Triton's response cache on the model users call (`response_cache { enable: true }` on its entry): a text asked
+    # again is answered from the server's cache without running any step. The server needs a cache (`serve
+    # --cache-size`, on by default); layouts/__init__.py says why the entry and how a rollout stays correct.
+    response_cache: bool = False
 
     @property
     def batching(self) -> bool:

@@ -22,7 +22,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.spec import SPEC_PARAMETER
 from ernie_deploy.repository.configs import parse, render
-from ernie_deploy.repository.layouts import Layout, layout_of, served_task
+from ernie_deploy.repository.layouts import Layout, caches_answers, layout_of, served_task
 
 CANARY_SUFFIX = "_canary"
 
@@ -107,7 +107,9 @@ class VersionedModel:
             for step in config.ensemble_scheduling.step:
                 if step.model_name in self.steps:
                     step.model_version = version
-        else:
+        if not self.routed or caches_answers(config):
+            # A caching ensemble is itself version N while it pins version N: Triton keys cached answers by the
+            # entry's version (layouts.cache_answers), so no answer of another version can be served from the cache.
             config.version_policy.specific.versions[:] = [version]
         return config
 
@@ -119,9 +121,12 @@ class VersionedModel:
         return config
 
     def write(self, config: mc.ModelConfig) -> Path:
-        """Write a config into its model folder atomically (an ensemble also gets its empty version folder)."""
+        """Write a config into its model folder atomically (an ensemble also gets the empty folders of its versions)."""
         folder = self.repository / config.name
-        (folder / "1" if config.platform == "ensemble" else folder).mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        if config.platform == "ensemble":
+            for version in config.version_policy.specific.versions or [1]:
+                (folder / str(version)).mkdir(exist_ok=True)
         path = folder / "config.pbtxt"
         with atomic_path(path) as tmp:
             tmp.write_text(render(config), encoding="utf-8")

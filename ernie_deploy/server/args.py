@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from ernie_deploy.core.admin_key import ADMIN_KEY_HEADER, RESTRICTED_APIS
+from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES, cache_config_args
 from ernie_deploy.server.preflight import DEFAULT_SHM_BYTE_SIZE, PYTHON_BACKEND_GROWTH_BYTE_SIZE
 
 
@@ -15,6 +16,7 @@ def server_args(
     *,
     shm_default_byte_size: int = DEFAULT_SHM_BYTE_SIZE,
     shm_growth_byte_size: int = PYTHON_BACKEND_GROWTH_BYTE_SIZE,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> list[str]:
     """The tritonserver arguments every deployment of a repository shares (no binary, ports or addresses).
 
@@ -34,6 +36,8 @@ def server_args(
         # Python-backend shared memory: a region per instance, grown in steps (see DEFAULT_SHM_BYTE_SIZE).
         f"--backend-config=python,shm-default-byte-size={shm_default_byte_size}",
         f"--backend-config=python,shm-growth-byte-size={shm_growth_byte_size}",
+        # The response cache that models built with --cache answer from; on for every deployment (server/cache.py).
+        *cache_config_args(cache_bytes),
     ]
 
 

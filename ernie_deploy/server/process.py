@@ -25,6 +25,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import ServerTls
 from ernie_deploy.server.args import grpc_tls_args, restricted_args, server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
+from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES, cache_directory_args, check_cache
 from ernie_deploy.server.logs import likely_fix, log_excerpt
 from ernie_deploy.server.preflight import (
     DEFAULT_SHM_BYTE_SIZE,
@@ -92,6 +93,7 @@ class TritonServer:
         admin_key_file: str | os.PathLike | None = None,
         grpc_tls: ServerTls | None = None,
         http_host: str | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ):
         if shm_default_byte_size <= 0:
             raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
@@ -107,6 +109,7 @@ class TritonServer:
         self.ports = dict(self._wanted_ports)
         self.shm_default_byte_size = shm_default_byte_size
         self.shm_growth_byte_size = shm_growth_byte_size
+        self.cache_bytes = cache_bytes  # the response cache (server/cache.py); 0: none
         self.log_verbose = log_verbose
         self._log_file = Path(log_file).absolute() if log_file else None
         self.extra_args = tuple(extra_args)
@@ -177,8 +180,12 @@ class TritonServer:
         args = [
             str(self.binary.path),
             *server_args(
-                self.model_repository, shm_default_byte_size=self.shm_default_byte_size, shm_growth_byte_size=growth
+                self.model_repository,
+                shm_default_byte_size=self.shm_default_byte_size,
+                shm_growth_byte_size=growth,
+                cache_bytes=self.cache_bytes,
             ),
+            *cache_directory_args(self.binary, self.cache_bytes),
             # What only this launcher needs: the wheel's prepared backends, loopback addresses and
             # chosen ports, a region prefix of its own (so stop() can sweep what a killed server leaks).
             f"--backend-directory={prepared_backend_dir(self.binary)}",
@@ -214,6 +221,7 @@ class TritonServer:
                 f"model repository {self.model_repository} does not exist",
                 "build it first (ernie-deploy build) or pass the right path",
             )
+        check_cache(self.model_repository, self.cache_bytes, self.binary)
         if self.shm_preflight:
             check_shm(self.model_repository, self.shm_default_byte_size, self.shm_growth_byte_size)
         for what, port in self.ports.items():

@@ -37,6 +37,10 @@ class ModelTimes:
     input_ns: int = 0
     infer_ns: int = 0
     output_ns: int = 0
+    # Triton's response cache (`build --cache`): requests answered from it, and those looked up and not found. A hit
+    # counts as a successful request whose steps never ran, so the steps' rows show the misses alone.
+    cache_hits: int = 0
+    cache_misses: int = 0
 
     def __add__(self, other: ModelTimes) -> ModelTimes:
         return ModelTimes(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -68,6 +72,8 @@ def _times(entry: dict) -> ModelTimes:
         input_ns=ns("compute_input"),
         infer_ns=ns("compute_infer"),
         output_ns=ns("compute_output"),
+        cache_hits=int(stats.get("cache_hit", {}).get("count", 0)),
+        cache_misses=int(stats.get("cache_miss", {}).get("count", 0)),
     )
 
 
@@ -134,7 +140,7 @@ def format_table(rows: list[ServedTimes]) -> str:
         t = served.times
         lines.append(
             f"{served.model}: {t.requests} requests ({t.failed} failed), "
-            f"{t.per_request_ms(t.total_ns):.2f} ms each end to end"
+            f"{t.per_request_ms(t.total_ns):.2f} ms each end to end{_cache_line(t)}"
         )
         lines.append(head)
         for name, s in served.steps:
@@ -146,6 +152,13 @@ def format_table(rows: list[ServedTimes]) -> str:
             )
         lines.append("")
     return "\n".join(lines).rstrip() or "no served model is loaded"
+
+
+def _cache_line(t: ModelTimes) -> str:
+    looked_up = t.cache_hits + t.cache_misses
+    if not looked_up:
+        return ""
+    return f"; cache: {t.cache_hits} hits, {t.cache_misses} misses ({t.cache_hits / looked_up:.0%} hit)"
 
 
 def to_dict(rows: list[ServedTimes]) -> dict:

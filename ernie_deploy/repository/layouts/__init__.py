@@ -67,7 +67,26 @@ def task_configs(
     check_task_options(task, options)
     layout.check(task, options)
     parts = Parts(task, Path(onnx_path), options, tokenizer_step, pad_token_id, labels, recorded_decoding)
-    return layout.configs(parts)
+    configs = layout.configs(parts)
+    if options.response_cache:
+        cache_answers(configs[-1])
+    return configs
+
+
+def cache_answers(entry: mc.ModelConfig) -> None:
+    """Triton's response cache on the entry, and on it alone. Triton keys an answer by model name, version and the
+    request's input tensors, and looks it up before running anything: a hit at the entry skips every step, while a
+    miss there is a miss at every step too (each step's inputs follow from the text), so caching a step as well would
+    only add lookups and copies. The key holds the entry's own version, not the versions an ensemble pins, and
+    reloading an ensemble keeps its entries (measured on Triton 2.51: after a rollout that re-pinned the steps, the
+    old version's cached answers kept coming back). So a caching ensemble's own version is the model version it
+    serves (`VersionedModel.pinned` moves both), and an answer cached for version N is version N's answer. A fused
+    model, whose entry is a python model, refuses the cache (layouts/fused.py says why)."""
+    entry.response_cache.enable = True
+
+
+def caches_answers(entry: mc.ModelConfig) -> bool:
+    return entry.response_cache.enable
 
 
 def layout_of(name: str, configs: dict[str, mc.ModelConfig]) -> Layout:
@@ -101,6 +120,8 @@ __all__ = [
     "LAYOUTS",
     "Layout",
     "Parts",
+    "cache_answers",
+    "caches_answers",
     "check_build_options",
     "get_layout",
     "layout_of",

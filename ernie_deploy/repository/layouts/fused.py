@@ -3,9 +3,11 @@ name: the same tensors for clients, no hops. Its versions are version folders of
 
 from __future__ import annotations
 
+from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASK_PARAMETER, TaskSpec
 from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
+from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import spec_of
 
 
@@ -14,6 +16,19 @@ class Fused(Layout):
     summary = "tokenizer, model and postprocess in one python model (python runtime only)"
     runtimes = ("python",)
     shares_tokenizer = False
+
+    def check_options(self, options: BuildOptions) -> None:
+        super().check_options(options)
+        if options.response_cache:
+            # Measured on Triton 2.51: a python model's refused request (an empty text) went into the response cache
+            # as an answer with no outputs, and the same request asked again came back "successful" and empty. An
+            # ensemble caches only the answers its steps gave, so the other layouts cache correctly.
+            raise ErnieDeployError(
+                f"--cache with --layout {self.name}: Triton would cache a refused request as an empty answer and give "
+                "it back as a success the next time",
+                "build with --cache in another layout (ensemble, graph-postprocess, tokenizer-in-model), or drop "
+                "--cache",
+            )
 
     def configs(self, parts: Parts):
         steps = [parts.tokenizer(), parts.model(), parts.postprocess()]
