@@ -94,6 +94,7 @@ class TaskArtifacts:
         that reads windows takes windows of about the length it was trained on)."""
         if options.window_size is None and long_text_mode(self.task, options) == "window":
             window = self.record.window_default
+            # a --window-stride too long for these windows was chosen for windows of max_seq_len: it keeps them
             if options.window_stride is None or options.window_stride <= window - 2:
                 return replace(options, window_size=window)
         return options
