@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.server.preflight import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import ServerTls, Tls
 

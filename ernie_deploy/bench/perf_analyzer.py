@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.rows import Row
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.config import TaskInputs
 from ernie_deploy.core.files import write_json
-from ernie_deploy.core.layout import artifacts_dir
+from ernie_deploy.core.paths import artifacts_dir
 
 PARITY_TEXTS = 32  # texts the conversion of each size is gated on
 

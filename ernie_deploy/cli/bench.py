@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig, TaskInputs
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifacts_dir
+from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS, get_task
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.fetch.archives import archive_format, safe_extract
 from ernie_deploy.fetch.downloads import download, normalize_sha256, sha256_file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.layout import artifacts_dir
+from ernie_deploy.core.paths import artifacts_dir
 
 SPLITS = ("train", "dev", "test")
 FORMATS = ("tsv", "jsonl", "labels.tsv")

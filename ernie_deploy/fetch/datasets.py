@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.fetch.data import (
     SPLITS,
     data_dir,

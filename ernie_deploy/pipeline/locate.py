@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import artifact_name as model_folder
 from ernie_deploy.core.tasks import check_model_name, get_task
 from ernie_deploy.export.static import StaticModel

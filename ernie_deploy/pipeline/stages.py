@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.layout import artifact_dir
+from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import get_task
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.pipeline.locate import DEFAULT_TASK, artifact_name

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import staging_dir
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 
 WHEEL = "pytriton-wheel"
 SYSTEM = "system"

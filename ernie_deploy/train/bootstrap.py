@@ -26,7 +26,7 @@ from typing import Any
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.layout import cache_dir
+from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.fetch import datasets
