@@ -16,17 +16,9 @@ from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import LAYOUTS, task_configs
 from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES, check_cache
 from ernie_deploy.server.process import TritonServer
+from tests.conftest import NEWS_TEXTS
 
-TEXTS = [
-    "国足公布世预赛名单",
-    "股市大涨",
-    "abc 123 新闻",
-    "美元 1.5亿",
-    "新闻 财经 房产",
-    "游戏 教育 科技 社会",
-    "娱乐时政",
-    "中国",
-]
+TEXTS = NEWS_TEXTS
 
 
 def _entry(pipeline, name: str) -> TaskArtifacts:
