@@ -189,7 +189,7 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 
     repo = tmp_path_factory.mktemp("models")
     entries = [model_artifacts(p.static, p.onnx) for p in (seq_cls_pipeline, token_cls_pipeline)]
-    build(entries, repo, BuildOptions(runtime="python"))
+    build(entries, repo, BuildOptions(runtime="python", layout="auto"))
     return repo
 
 

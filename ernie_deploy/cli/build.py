@@ -8,7 +8,7 @@ from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, options_from, static_m
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
 from ernie_deploy.pipeline.options import AUTO
-from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, LAYOUTS
+from ernie_deploy.repository.layouts import DEFAULT_LAYOUTS, LAYOUTS
 from ernie_deploy.repository.options import (
     DEFAULT_MAX_BATCH_SIZE,
     DEVICES,
@@ -164,10 +164,12 @@ def _onnxruntime_arguments(p) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=list(LAYOUTS),
+        choices=["auto", *LAYOUTS],
         help="how the model is split into Triton models: "
         + "; ".join(f"{name}: {layout.summary}" for name, layout in LAYOUTS.items())
-        + f" (default: {DEFAULT_LAYOUT}; for --version, the model's own)",
+        + " (default auto: the measured fastest that fits each model, "
+        + "; ".join(f"on the {runtime} runtime {', else '.join(order)}" for runtime, order in DEFAULT_LAYOUTS.items())
+        + "; for --version, the model's own)",
     )
 
 

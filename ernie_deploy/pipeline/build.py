@@ -12,7 +12,8 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import AUTO
 from ernie_deploy.repository.build import TaskArtifacts, model_artifacts
-from ernie_deploy.repository.layouts import DEFAULT_LAYOUT, check_build_options, get_layout
+from ernie_deploy.repository.layouts import AUTO as AUTO_LAYOUT
+from ernie_deploy.repository.layouts import check_build_options, get_layout
 from ernie_deploy.repository.options import BuildOptions
 
 
@@ -30,15 +31,17 @@ def resolve_build_options(
     tritonserver: str | Path | None = None,
 ) -> BuildOptions:
     """`options` settled and checked before any model is read (a bad combination is the user's first error). No
-    layout: the default one, or for a new version of model `version_of` the layout it is served in. Runtime "auto":
+    layout ("auto"): each model the default one for its kind (settled per model), or for a new version of model
+    `version_of` the layout it is served in. Runtime "auto":
     the ORT backend where the server (`tritonserver`, else the one found) has it and the layout can use it, else
     the python model step."""
     from ernie_deploy.repository.build import pick_runtime
     from ernie_deploy.server.binary import available_backends, find_tritonserver
 
-    layout = options.layout or (_served_layout(repository, version_of) if version_of else None) or DEFAULT_LAYOUT
+    named = options.layout if options.layout != AUTO_LAYOUT else None
+    layout = named or (_served_layout(repository, version_of) if version_of else None) or AUTO_LAYOUT
     runtime = options.runtime
-    if runtime == AUTO and "onnxruntime" not in get_layout(layout).runtimes:
+    if runtime == AUTO and layout != AUTO_LAYOUT and "onnxruntime" not in get_layout(layout).runtimes:
         runtime = "python"  # the layout runs onnxruntime inside a python model, whatever backends the server has
     if runtime == AUTO:
         try:

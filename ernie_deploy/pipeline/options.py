@@ -123,7 +123,7 @@ BUILD_CHOICES = {
     "device": DEVICES,
     "ort_graph_level": tuple(ORT_GRAPH_LEVELS),
     "ort_spinning": SPIN_MODES,
-    "layout": tuple(LAYOUTS),
+    "layout": ("auto", *LAYOUTS),
     "long_text": LONG_TEXT,
     "ner_decoding": DECODINGS,
 }

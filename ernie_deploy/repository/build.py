@@ -91,7 +91,11 @@ class TaskArtifacts:
 
     def options(self, options: BuildOptions) -> BuildOptions:
         """The build options for this model: `options`, with what its record says where no option was given (a model
-        that reads windows takes windows of about the length it was trained on)."""
+        that reads windows takes windows of about the length it was trained on), in its layout (for "auto", the
+        default one that fits its kind)."""
+        from ernie_deploy.repository.layouts import settle_layout
+
+        options = settle_layout(self.task, options)
         if options.window_size is None and long_text_mode(self.task, options) == "window":
             window = self.record.window_default
             # a --window-stride too long for these windows was chosen for windows of max_seq_len: it keeps them

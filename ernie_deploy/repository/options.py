@@ -42,7 +42,9 @@ class BuildOptions:
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
     # How the pipeline is split into Triton models: a key of ernie_deploy.repository.layouts.LAYOUTS (ensemble,
-    # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits.
+    # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits. "auto", what
+    # `ernie-deploy build` and deployment files default to: each model the fastest layout that fits it on its runtime
+    # (layouts.DEFAULT_LAYOUTS, measured). Built from code, a BuildOptions names its layout: the ensemble, unless told.
     layout: str = "ensemble"
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -16,7 +17,16 @@ from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskS
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
 from ernie_deploy.repository.options import BuildOptions, check_options, check_task_options
 
-DEFAULT_LAYOUT = "ensemble"
+# A repository built before layouts were recorded has ensembles: the one layout there was.
+LEGACY_LAYOUT = "ensemble"
+# `build` with no layout named (BuildOptions.layout "auto"): each model takes the first of these that fits it and
+# the options, by the runtime of its model step. The order is measured (docs/BENCHMARKS.md, "The default layout"):
+# on the python runtime one fused process answered a lone request 0.2-2.9 ms sooner than the three-step ensemble at
+# every ERNIE 3.0 size, and won concurrency 8 from nano to medium; `--cache` takes the ensemble, since Triton caches
+# a fused model's refusals as answers (fused.py). On the ORT backend the model runs in C++ and only a python
+# tokenizer hop is left before it, with the postprocess in the graph where the kind has one.
+AUTO = "auto"
+DEFAULT_LAYOUTS = {"python": ("fused", "ensemble"), "onnxruntime": ("graph-postprocess", "ensemble")}
 
 
 def _discover() -> dict[str, Layout]:
@@ -24,7 +34,7 @@ def _discover() -> dict[str, Layout]:
         if module.name != "base":
             importlib.import_module(f"{__name__}.{module.name}")
     found = {cls.name: cls() for cls in _subclasses(Layout)}
-    return dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT_LAYOUT, item[0])))
+    return dict(sorted(found.items(), key=lambda item: (item[0] != LEGACY_LAYOUT, item[0])))
 
 
 def _subclasses(cls):
@@ -42,12 +52,54 @@ def get_layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
-def check_build_options(options: BuildOptions) -> Layout:
-    """Refuse option combinations Triton would reject at load time or silently ignore; returns the layout."""
+def check_build_options(options: BuildOptions) -> Layout | None:
+    """Refuse option combinations Triton would reject at load time or silently ignore; returns the layout (None for
+    "auto": each model's is settled by `settle_layout`, once its kind is known)."""
+    if options.layout == AUTO:
+        check_options(options)
+        _default_candidates(options)
+        return None
     layout = get_layout(options.layout)
     check_options(options)
     layout.check_options(options)
     return layout
+
+
+def _default_candidates(options: BuildOptions) -> list[Layout]:
+    """The default layouts that can honour `options` on their runtime, in order; a refusal when none can."""
+    order = DEFAULT_LAYOUTS.get(options.runtime)
+    if order is None:
+        raise ErnieDeployError(
+            f"--layout auto needs the model step's runtime settled, got {options.runtime!r}",
+            f"pass --runtime {' or '.join(DEFAULT_LAYOUTS)}, or name a --layout",
+        )
+    fitting, first_refusal = [], None
+    for name in order:
+        try:
+            LAYOUTS[name].check_options(options)
+        except ErnieDeployError as exc:
+            first_refusal = first_refusal or exc
+            continue
+        fitting.append(LAYOUTS[name])
+    if not fitting:
+        raise first_refusal
+    return fitting
+
+
+def default_layout(task: TaskSpec, options: BuildOptions) -> Layout:
+    """The layout `task`'s model gets when none is named: the first of DEFAULT_LAYOUTS[runtime] that fits it."""
+    candidates = _default_candidates(options)
+    for layout in candidates:
+        if layout.fits(task, options) is None:
+            return layout
+    return candidates[-1]  # its refusal names the problem and the fix (layout.check)
+
+
+def settle_layout(task: TaskSpec, options: BuildOptions) -> BuildOptions:
+    """`options` with the layout `task`'s model is built in: the named one, or for "auto" its default."""
+    if options.layout != AUTO:
+        return options
+    return replace(options, layout=default_layout(task, options).name)
 
 
 def task_configs(
@@ -63,6 +115,7 @@ def task_configs(
     checked, not assumed), the entry (the model users call) last. `labels` are needed by the graph-postprocess
     layout, whose model step outputs are those of the postprocess graph built from them. `recorded_decoding`: a token
     model's NER decoding as its export recorded it (options.ner_decoding overrides it)."""
+    options = settle_layout(task, options)
     layout = check_build_options(options)
     check_task_options(task, options)
     layout.check(task, options)
@@ -96,13 +149,13 @@ def layout_of(name: str, configs: dict[str, mc.ModelConfig]) -> Layout:
     if LAYOUT_PARAMETER in entry.parameters:
         return get_layout(entry.parameters[LAYOUT_PARAMETER].string_value)
     if entry.platform != "ensemble":
-        return LAYOUTS["fused"] if TASK_PARAMETER in entry.parameters else LAYOUTS[DEFAULT_LAYOUT]
+        return LAYOUTS["fused"] if TASK_PARAMETER in entry.parameters else LAYOUTS[LEGACY_LAYOUT]
     steps = [s.model_name for s in entry.ensemble_scheduling.step]
     if len(steps) == 2:
         first = configs.get(steps[0])
         tokenizes_in_model = first is not None and "model_file" in first.parameters
         return LAYOUTS["tokenizer-in-model" if tokenizes_in_model else "graph-postprocess"]
-    return LAYOUTS[DEFAULT_LAYOUT]
+    return LAYOUTS[LEGACY_LAYOUT]
 
 
 def served_task(name: str, entry: mc.ModelConfig) -> TaskSpec | None:
@@ -116,14 +169,18 @@ def served_task(name: str, entry: mc.ModelConfig) -> TaskSpec | None:
 
 
 __all__ = [
-    "DEFAULT_LAYOUT",
+    "AUTO",
+    "DEFAULT_LAYOUTS",
+    "LEGACY_LAYOUT",
     "LAYOUTS",
     "Layout",
     "Parts",
     "cache_answers",
     "caches_answers",
     "check_build_options",
+    "default_layout",
     "get_layout",
     "layout_of",
     "served_task",
+    "settle_layout",
 ]

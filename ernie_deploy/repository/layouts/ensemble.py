@@ -11,7 +11,9 @@ from ernie_deploy.repository.layouts.base import Layout, Parts
 
 class Ensemble(Layout):
     name = "ensemble"
-    summary = "tokenizer -> model -> postprocess, three Triton models wired by an ensemble (the default)"
+    summary = (
+        "tokenizer -> model -> postprocess, three Triton models wired by an ensemble (the default where fused is not)"
+    )
 
     def configs(self, parts: Parts):
         steps = [parts.tokenizer(), parts.model(), parts.postprocess()]
