@@ -257,7 +257,7 @@ def test_apply_builds_exactly_the_listed_models_from_a_url_and_a_folder(tmp_path
     models = f"""
   - {{name: news, task: seq_cls, source: '{url}/news.tar.gz', sha256: {sha}}}
   - {{name: people, task: token_cls, source: ckpt/people}}"""
-    path = _write(tmp_path, f"build: {{runtime: python}}\nmodels:{models}")
+    path = _write(tmp_path, f"build: {{runtime: python, layout: ensemble}}\nmodels:{models}")
     assert main(["apply", str(path)]) == 0
     repo = tmp_path / "models"
     assert {name: task.name for name, task in served_models(repo).items()} == {
@@ -266,7 +266,7 @@ def test_apply_builds_exactly_the_listed_models_from_a_url_and_a_folder(tmp_path
     }
     assert main(["check", str(repo)]) == 0
     # The file drops `news`: apply removes it and its steps, and keeps the shared tokenizer `people` uses.
-    path.write_text("build: {runtime: python}\nmodels:\n" + models.splitlines()[2] + "\n", encoding="utf-8")
+    path.write_text("build: {runtime: python, layout: ensemble}\nmodels:\n" + models.splitlines()[2] + "\n", encoding="utf-8")
     assert main(["apply", str(path)]) == 0
     assert set(served_models(repo)) == {"people"}
     assert not (repo / "news_model").exists() and (repo / "ernie_tokenizer").exists()

@@ -7,16 +7,18 @@ import tempfile
 from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig, TaskInputs
-from ernie_deploy.bench.load import load_row, prepare_requests, run_load
+from ernie_deploy.bench.load import prepare_requests
 from ernie_deploy.bench.machine import run_record
+from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
 from ernie_deploy.bench.rows import SERVED
 from ernie_deploy.bench.served import build_layout
+from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 
 # name -> the `ernie-deploy build` options of that layout (everything else at its default).
 LEVERS = {
-    "default (ragged batching, merged runs, no spinning, warmup)": {},
+    "--layout ensemble (ragged batching, merged runs, no spinning, warmup)": {},
     "--no-ragged (Triton batches same-length requests only)": {"ragged": False},
     "--no-ragged --pad-to-multiple-of 16 (length buckets)": {"ragged": False, "pad_to_multiple_of": 16},
     "--ort-spinning run (busy inside a run only)": {"ort_spinning": "run"},
@@ -44,6 +46,7 @@ def measure_levers(
     from ernie_deploy.server.process import TritonServer
 
     out = []
+    tool = config.load_generators[0]  # perf_analyzer where installed (`--load-generator auto`)
     for n, (name, options) in enumerate((levers or LEVERS).items()):
         # A lever that only some kinds have (--graph-postprocess: classifiers) is measured on those; no row else.
         layout = get_layout(BuildOptions(**options).layout)
@@ -57,18 +60,18 @@ def measure_levers(
         ) as server:
             for item in fitting:
                 requests = prepare_requests(item.task, item.texts, 1)
-                for concurrency in config.concurrency:
-                    result = run_load(
-                        server.grpc_url,
-                        item.task,
-                        requests,
-                        concurrency,
-                        warmup_s=config.warmup_s,
-                        duration_s=config.duration_s,
-                        server_pgid=server.pid,
-                        tls=config.tls,
+                input_file = None
+                if tool == PERF_ANALYZER:
+                    input_file = perf_analyzer_input(
+                        item.task, item.texts, workdir / f"lever{n}_{item.task.ensemble}.json"
                     )
-                    row = load_row(item.task, SERVED, 1, concurrency, result)
+                for concurrency in config.concurrency:
+                    if tool == PERF_ANALYZER:
+                        row = perf_analyzer_row(
+                            server, item, config, requests, input_file, SERVED, 1, concurrency, workdir
+                        )
+                    else:
+                        row = python_row(server, item, config, requests, SERVED, 1, concurrency)
                     out.append(
                         {
                             "lever": name,
@@ -80,6 +83,7 @@ def measure_levers(
                             "p99_ms": row.p99_ms,
                             "errors": row.errors,
                             "ready_s": server.start_seconds,
+                            "tool": tool,
                         }
                     )
                     if config.progress:

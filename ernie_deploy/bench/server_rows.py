@@ -72,7 +72,7 @@ def _layout_variants(name: str, config: BenchConfig) -> list[tuple[str, int]]:
     ]
 
 
-def _perf_analyzer_row(
+def perf_analyzer_row(
     server,
     item: TaskInputs,
     config: BenchConfig,
@@ -106,7 +106,7 @@ def _perf_analyzer_row(
     )
 
 
-def _python_row(
+def python_row(
     server, item: TaskInputs, config: BenchConfig, requests: list, kind: str, batch: int, concurrency: int
 ) -> Row:
     """One served cell measured by the built-in asyncio generator."""
@@ -139,11 +139,11 @@ def _served_rows(server, name: str, item: TaskInputs, config: BenchConfig, workd
             # load touches both alike.
             for tool in config.load_generators:
                 if tool == PERF_ANALYZER:
-                    row = _perf_analyzer_row(
+                    row = perf_analyzer_row(
                         server, item, config, requests, input_file, kind, batch, concurrency, workdir
                     )
                 else:
-                    row = _python_row(server, item, config, requests, kind, batch, concurrency)
+                    row = python_row(server, item, config, requests, kind, batch, concurrency)
                 rows.append(row)
                 tick(progress, row)
     return rows

@@ -25,6 +25,7 @@ from ernie_deploy.cli import (
     serve,
     soak,
     stats,
+    tune,
 )
 from ernie_deploy.cli.dispatch import run_command
 
@@ -46,6 +47,7 @@ COMMANDS = (
     manifests,
     evaluate,
     bench,
+    tune,
 )
 
 

@@ -76,10 +76,13 @@ def rollout(
         log(f"{task.ensemble}: {name} done in {report.seconds[name]:.2f}s")
 
     canary_dir = model.repository / model.canary
+    if model.settings(to_version) is not None:
+        model.keep_settings(current)  # so that a rollback restores the settings the model serves with now
     try:
         if model.routed:  # both versions loaded: the serving one keeps answering throughout
             for step in model.steps:
-                model.write(model.with_versions(step, [current, to_version]))
+                # Settings are per Triton model: while both versions are loaded, both run with the new version's.
+                model.write(model.with_versions(step, [current, to_version], settings_of=to_version))
                 admin.load(step)
         phase("load")
         model.write_canary(to_version)
@@ -103,7 +106,7 @@ def rollout(
     shutil.rmtree(canary_dir, ignore_errors=True)
     if model.routed:
         for step in model.steps:
-            model.write(model.with_versions(step, [to_version]))
+            model.write(model.with_versions(step, [to_version], settings_of=to_version))
             admin.load(step)
     phase("unload")
     return report
@@ -120,7 +123,7 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
     if not model.routed:
         return  # the serving model itself was not touched before the switch
     for step in model.steps:
-        model.write(model.with_versions(step, [current]))
+        model.write(model.with_versions(step, [current], settings_of=current))
         try:
             admin.load(step)
         except ErnieDeployError as exc:  # the configs on disk are right; a restart or the next load applies them
@@ -133,7 +136,7 @@ def canary_probe(url: str, tls: Tls | None = None) -> Callable[[TaskSpec, Sequen
 
     def probe(canary: TaskSpec, texts: Sequence[str]) -> None:
         with Client(canary, url, tls=tls) as client:
-            client.check_ready()
+            _wait_model_ready(client, canary.ensemble)
             # A pair model gets each text paired with itself, as `ernie-deploy probe` sends it.
             items = [t if len(canary.inputs) == 1 else (t,) * len(canary.inputs) for t in texts]
             answers = decode_outputs(canary, client.infer(items))
@@ -141,6 +144,19 @@ def canary_probe(url: str, tls: Tls | None = None) -> Callable[[TaskSpec, Sequen
             raise ErnieDeployError(f"the canary {canary.ensemble} answered {len(answers)} of {len(texts)} texts")
 
     return probe
+
+
+def _wait_model_ready(client: Client, model: str, timeout_s: float = 30.0) -> None:
+    """Wait for the canary itself to be ready. Not the server's readiness: while a model loads or a replaced version
+    unloads (a rollback right after a rollout: the old canary's version still unloading), a strict-readiness server
+    reports itself not ready for a moment, and that says nothing of the canary."""
+    deadline = time.monotonic() + timeout_s
+    while not client.client.is_model_ready(model):
+        if time.monotonic() > deadline:
+            raise ErnieDeployError(
+                f"the canary {model} is not ready on {client.url} after {timeout_s:.0f} s", "read the server log"
+            )
+        time.sleep(0.1)
 
 
 def previous_version(repository: str | Path, name: str) -> int:

@@ -20,7 +20,14 @@ from ernie_deploy.repository.layouts import caches_answers, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import digest, kept_digest, model_tokenizer, tokenizer_json
-from ernie_deploy.repository.versions import VersionedModel, without_versions
+from ernie_deploy.repository.versions import (
+    SETTINGS_FILE,
+    VersionedModel,
+    settings_of,
+    without_settings,
+    without_versions,
+    write_settings,
+)
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 
@@ -98,12 +105,39 @@ def build_version(
                 os.replace(final, staging / "old" / f"{step}-{version}")
             os.replace(staging / step / str(version), final)
             written.append(final)
+    settings = _version_settings(model, configs)
+    if settings != model.current_settings():
+        # The version runs with other serving settings (instances, batching, threads): it carries them, and the
+        # serving version keeps its own, so that rollout and rollback apply each with its version.
+        model.keep_settings(serving)
+        folder = repository / name / str(version)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_settings(settings, folder / SETTINGS_FILE)
+        written.append(folder / SETTINGS_FILE)
     if model.routed:
         for step, current in model.steps.items():
             if not current.version_policy.specific.versions:
                 model.write(model.with_versions(step, [serving]))
     model.write(model.pinned(serving))
     return written
+
+
+def _version_settings(model: VersionedModel, configs: dict[str, mc.ModelConfig]) -> dict[str, mc.ModelConfig]:
+    """The serving settings of the new version's entry and versioned models. An ensemble's entry takes no larger
+    batches than the tokenizer it shares with other models (whose settings a version does not change) takes."""
+    settings = {step: settings_of(configs[step]) for step in (model.name, *model.steps)}
+    if model.routed:
+        tokenizer = model.entry.ensemble_scheduling.step[0].model_name
+        shared = configs.get(tokenizer)
+        on_disk = model.repository / tokenizer / "config.pbtxt"
+        if tokenizer not in model.steps and on_disk.is_file():
+            from ernie_deploy.repository.configs import parse
+
+            shared = parse(on_disk.read_text(encoding="utf-8"))
+        if shared is not None:
+            entry = settings[model.name]
+            entry.max_batch_size = min(entry.max_batch_size, shared.max_batch_size)
+    return settings
 
 
 def _version_tokenizer(entry: TaskArtifacts, options: BuildOptions, model, serving: int) -> tuple[str, bytes]:
@@ -141,10 +175,10 @@ def _version_tokenizer(entry: TaskArtifacts, options: BuildOptions, model, servi
 def _check_version_fits(name: str, version: int, configs: dict[str, mc.ModelConfig], model) -> None:
     for step, current in model.steps.items():
         _unrecorded_default_decoding(configs[step], current)
-        if without_versions(configs[step]) != without_versions(current):
+        if without_settings(without_versions(configs[step])) != without_settings(without_versions(current)):
             raise ErnieDeployError(
                 f"version {version} of {name!r} does not fit {step}'s config (another signature, label count or "
-                "build options)",
+                "build options other than its serving settings: instances, batching, queueing, threads)",
                 f"build it as a new model with another --name, or use the options {name!r} was built with",
             )
 

@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
@@ -25,6 +26,16 @@ from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import Layout, caches_answers, layout_of, served_task
 
 CANARY_SUFFIX = "_canary"
+# A version may carry its own serving settings (`ernie-deploy tune` writes its winner so): how many instances, how
+# requests are batched and queued, how onnxruntime runs. They change speed, never answers, so they may differ between
+# versions of one model; the file in the entry's version folder holds them per Triton model, and rollout applies them
+# with the version. A version without the file keeps the settings the model has.
+SETTINGS_FILE = "settings.pbtxt"
+SETTING_FIELDS = ("max_batch_size", "instance_group", "dynamic_batching")
+# model parameters that are settings: the python model step's and the ORT backend's thread and spinning options
+SETTING_PARAMETERS = frozenset(
+    {"intra_op_threads", "ort_spinning", "intra_op_thread_count", "inter_op_thread_count", "execution_mode"}
+)
 
 
 def _read(repository: Path, name: str) -> mc.ModelConfig:
@@ -111,13 +122,40 @@ class VersionedModel:
             # A caching ensemble is itself version N while it pins version N: Triton keys cached answers by the
             # entry's version (layouts.cache_answers), so no answer of another version can be served from the cache.
             config.version_policy.specific.versions[:] = [version]
-        return config
+        return self._set(config, self.name, version)
 
-    def with_versions(self, step: str, versions: list[int]) -> mc.ModelConfig:
-        """A versioned model's config that loads exactly `versions`."""
+    def with_versions(self, step: str, versions: list[int], settings_of: int | None = None) -> mc.ModelConfig:
+        """A versioned model's config that loads exactly `versions`, with the serving settings of version
+        `settings_of` where it carries its own."""
         config = mc.ModelConfig()
         config.CopyFrom(self.steps[step])
         config.version_policy.specific.versions[:] = sorted(set(versions))
+        return self._set(config, step, settings_of)
+
+    # Serving settings carried by a version ---------------------------------------------------------------------
+    def settings(self, version: int) -> dict[str, mc.ModelConfig] | None:
+        """Triton model -> the settings `version` carries (SETTING_FIELDS and SETTING_PARAMETERS of a config), or None
+        for a version that carries none."""
+        path = self.repository / self.name / str(version) / SETTINGS_FILE
+        if not path.is_file():
+            return None
+        return read_settings(path)
+
+    def current_settings(self) -> dict[str, mc.ModelConfig]:
+        """The settings the model's configs have now: the entry's and each versioned model's."""
+        return {name: settings_of(config) for name, config in {self.name: self.entry, **self.steps}.items()}
+
+    def keep_settings(self, version: int) -> None:
+        """Record the settings the model has now as `version`'s own, where it has none yet: moving to a version with
+        other settings and back then restores these."""
+        folder = self.repository / self.name / str(version)
+        if folder.is_dir() and not (folder / SETTINGS_FILE).exists():
+            write_settings(self.current_settings(), folder / SETTINGS_FILE)
+
+    def _set(self, config: mc.ModelConfig, model: str, version: int | None) -> mc.ModelConfig:
+        settings = self.settings(version) if version is not None else None
+        if settings and model in settings:
+            return with_settings(config, settings[model])
         return config
 
     def write(self, config: mc.ModelConfig) -> Path:
@@ -164,3 +202,66 @@ def without_versions(config: mc.ModelConfig) -> mc.ModelConfig:
     if SPEC_PARAMETER in copy.parameters:
         del copy.parameters[SPEC_PARAMETER]
     return copy
+
+
+def settings_of(config: mc.ModelConfig) -> mc.ModelConfig:
+    """The serving settings of a config: SETTING_FIELDS and SETTING_PARAMETERS, nothing else."""
+    out = mc.ModelConfig()
+    for name in SETTING_FIELDS:
+        if name == "max_batch_size":
+            out.max_batch_size = config.max_batch_size
+        elif config.HasField(name) if name == "dynamic_batching" else len(getattr(config, name)):
+            getattr(out, name).MergeFrom(getattr(config, name))
+    for key, value in config.parameters.items():
+        if key in SETTING_PARAMETERS:
+            out.parameters[key].CopyFrom(value)
+    return out
+
+
+def with_settings(config: mc.ModelConfig, settings: mc.ModelConfig) -> mc.ModelConfig:
+    """`config` with its serving settings replaced by `settings` (settings_of's shape)."""
+    out = without_settings(config)
+    for name in SETTING_FIELDS:
+        if name == "max_batch_size":
+            out.max_batch_size = settings.max_batch_size
+        else:
+            getattr(out, name).MergeFrom(getattr(settings, name))
+    for key, value in settings.parameters.items():
+        out.parameters[key].CopyFrom(value)
+    if out.platform == "ensemble":
+        out.ClearField("instance_group")
+        out.ClearField("dynamic_batching")
+    return out
+
+
+def without_settings(config: mc.ModelConfig) -> mc.ModelConfig:
+    """A config minus its serving settings (for comparing what a version must share with its model)."""
+    out = mc.ModelConfig()
+    out.CopyFrom(config)
+    for name in SETTING_FIELDS:
+        out.ClearField(name)
+    for key in SETTING_PARAMETERS & set(out.parameters):
+        del out.parameters[key]
+    return out
+
+
+def read_settings(path: Path) -> dict[str, mc.ModelConfig]:
+    """A settings file: one `ModelConfig` text per Triton model, each holding only settings (its `name` says whose)."""
+    text = path.read_text(encoding="utf-8")
+    settings = {}
+    for block in text.split("\n---\n"):
+        if block.strip():
+            config = text_format.Parse(block, mc.ModelConfig())
+            settings[config.name] = config
+    return settings
+
+
+def write_settings(settings: dict[str, mc.ModelConfig], path: Path) -> None:
+    blocks = []
+    for name, config in sorted(settings.items()):
+        named = mc.ModelConfig()
+        named.CopyFrom(config)
+        named.name = name
+        blocks.append(text_format.MessageToString(named))
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n---\n".join(blocks), encoding="utf-8")
