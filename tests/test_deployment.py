@@ -266,7 +266,9 @@ def test_apply_builds_exactly_the_listed_models_from_a_url_and_a_folder(tmp_path
     }
     assert main(["check", str(repo)]) == 0
     # The file drops `news`: apply removes it and its steps, and keeps the shared tokenizer `people` uses.
-    path.write_text("build: {runtime: python, layout: ensemble}\nmodels:\n" + models.splitlines()[2] + "\n", encoding="utf-8")
+    path.write_text(
+        "build: {runtime: python, layout: ensemble}\nmodels:\n" + models.splitlines()[2] + "\n", encoding="utf-8"
+    )
     assert main(["apply", str(path)]) == 0
     assert set(served_models(repo)) == {"people"}
     assert not (repo / "news_model").exists() and (repo / "ernie_tokenizer").exists()

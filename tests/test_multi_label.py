@@ -257,7 +257,7 @@ def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi
     pipeline, onnx = tiny_multi_label
     repo = tmp_path / "models"
     base = ["build", "--static", str(pipeline.static.root), "--onnx", str(onnx), "--repository", str(repo)]
-    assert main([*base, "--runtime", "python"]) == 0
+    assert main([*base, "--runtime", "python", "--layout", "ensemble"]) == 0
     post_dir = repo / "ernie_multilabel_postprocess" / "1"
     assert json.loads((post_dir / "thresholds.json").read_text()) == json.loads(
         (onnx.parent / "thresholds.json").read_text()
@@ -265,12 +265,12 @@ def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi
     # --thresholds overrides; a file naming other labels is refused and the repository stays as it was.
     override = tmp_path / "mine.json"
     override.write_text(json.dumps({"LOC": 0.3, "ORG": 0.7, "PER": 0.5}))
-    assert main([*base, "--runtime", "python", "--thresholds", str(override)]) == 0
+    assert main([*base, "--runtime", "python", "--layout", "ensemble", "--thresholds", str(override)]) == 0
     assert json.loads((post_dir / "thresholds.json").read_text()) == {"LOC": 0.3, "ORG": 0.7, "PER": 0.5}
     capsys.readouterr()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"LOC": 0.3, "MISC": 0.7, "PER": 0.5}))
-    assert main([*base, "--runtime", "python", "--thresholds", str(bad)]) != 0
+    assert main([*base, "--runtime", "python", "--layout", "ensemble", "--thresholds", str(bad)]) != 0
     err = capsys.readouterr().err
     assert "does not match the model's labels: it lacks ORG and names unknown MISC" in err and "Traceback" not in err
     assert json.loads((post_dir / "thresholds.json").read_text())["ORG"] == 0.7

@@ -193,7 +193,7 @@ def test_real_prometheus_sees_every_served_model_and_version(server, tmp_path):
     served = _served_models(server)
     ensembles = {SEQ_CLS.ensemble, TOKEN_CLS.ensemble}
     assert ensembles <= {name for name, _ in served}
-    assert len(served) >= 7, served  # both ensembles, their model and postprocess steps, the shared tokenizer
+    assert len(served) >= 2, served  # one python model per task in the default layout (fused)
 
     prom = _Prometheus(tmp_path, server.metrics_url.split("//")[1].split("/")[0])
     try:

@@ -108,7 +108,8 @@ def _add_row_arguments(p) -> None:
         help="what drives the served rows: perf_analyzer (Triton's C++ load generator; on PATH, or unpacked by "
         "scripts/install_perf_analyzer.sh), the built-in asyncio generator (python), or both, each in turn at every "
         "cell, shown side by side (perf_analyzer's rows primary). auto (default): perf_analyzer when it is "
-        "installed, else python. --levers and --overload always use python",
+        "installed, else python. --levers and --overload use the first of them (perf_analyzer stops at a server's "
+        "first refusal, so --overload measures refusing policies with python)",
     )
     p.add_argument(
         "--no-peer",
