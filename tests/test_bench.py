@@ -15,10 +15,13 @@ from ernie_deploy.bench.inprocess import paddle_available
 from ernie_deploy.bench.levers import measure_levers, render_levers
 from ernie_deploy.bench.markdown import BEGIN_MARK, END_MARK, format_steps, render_generated, update_markdown
 from ernie_deploy.bench.perf_analyzer import (
+    parse_delayed_share,
     parse_perf_analyzer_csv,
     parse_request_count,
     perf_analyzer_command,
     perf_analyzer_input,
+    perf_analyzer_rate_command,
+    run_perf_analyzer_rate,
 )
 from ernie_deploy.bench.plot import plot
 from ernie_deploy.bench.report import report, write_outputs
@@ -386,6 +389,37 @@ def test_perf_analyzer_command_and_input_file(tmp_path):
     assert "--measurement-mode=count_windows" in counted and "--measurement-request-count=34" in counted
 
 
+def test_perf_analyzer_rate_command_is_an_open_loop_that_takes_its_windows_as_they_come(tmp_path):
+    argv = perf_analyzer_rate_command("pa", "ernie_seqcls", "127.0.0.1:8001", "in.json", tmp_path / "r.csv", 1390.4, 5)
+    assert "-a" in argv and "--request-rate-range=1390.40:1390.40" in argv and "--measurement-interval=1667" in argv
+    assert "--stability-percentage=1000000" in argv and "--max-trials=3" in argv
+    assert not any(a.startswith("--concurrency-range") for a in argv) and argv[argv.index("-b") + 1] == "1"
+    warned = "    [WARNING] Perf Analyzer was not able to keep up ... 10.15% of the requests were delayed. \n"
+    assert parse_delayed_share(warned) == pytest.approx(0.1015) and parse_delayed_share("Throughput: 5") == 0.0
+
+
+@pytest.mark.parametrize(
+    "said, code, refused",
+    [
+        ("Thread [0] had error: in ensemble 'ernie_seqcls', [request id: 7] Exceeds maximum queue size", 99, True),
+        ("Thread [2] had error: in ensemble 'ernie_seqcls', Request timeout expired", 99, True),
+        ("Failed to obtain stable measurement.", 2, False),
+    ],
+)
+def test_a_rate_run_that_stops_says_whether_the_server_refused(tmp_path, said, code, refused):
+    """perf_analyzer 2.41's own words when it stops (measured), from a stand-in that says them and exits."""
+    from ernie_deploy.core.tasks import SEQ_CLS
+
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text(
+        f"#!/bin/sh\necho 'Request Rate: 100 inference requests per seconds'\necho \"{said}\" >&2\nexit {code}\n"
+    )
+    fake.chmod(0o755)
+    run = run_perf_analyzer_rate(str(fake), SEQ_CLS, "127.0.0.1:1", tmp_path / "in.json", 100.0, 0.3, tmp_path)
+    assert (run.returncode, run.refused, run.p99_ms) == (code, refused, None)
+    assert run.message == f"perf_analyzer exited {code}: {said}"
+
+
 PERF_CSV = """\
 Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,\
 Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency
@@ -671,10 +705,79 @@ def test_overload_offers_multiples_of_capacity_and_a_bounded_queue_refuses(tiny_
     ]
     assert rows[0]["offered_per_s"] * 4 == pytest.approx(rows[1]["offered_per_s"]) == rows[3]["offered_per_s"]
     assert all(r["errors"] == 0 and r["offered"] > 0 for r in rows), [r["error_messages"] for r in rows]
+    assert all(r["tool"] == "python" and r["counted_by"] == "server" for r in rows)
     assert rows[1]["answered_share"] == 1.0 and rows[1]["refused_share"] == 0.0
-    assert rows[3]["refused_share"] > 0 and rows[3]["answered_share"] + rows[3]["refused_share"] == pytest.approx(1)
+    # The server's counts (an ensemble's fail count halved) account for every request the client sent.
+    assert rows[3]["refused_share"] > 0 and rows[3]["answered"] + rows[3]["refused"] == rows[3]["offered"]
     table = render_overload(rows).splitlines()
     assert len(table) == 6 and table[2].startswith("| unbounded | seq_cls | 1x") and table[2].endswith("| 1.00 |")
+    assert "| python |" in table[2]
+
+
+@pytest.mark.integration
+def test_overload_with_perf_analyzer_counts_on_the_server_and_hands_a_refusing_policy_to_python(
+    tiny_pipeline, tmp_path
+):
+    """perf_analyzer offers the rates (--request-rate-range) while the server refuses nothing; it stops at the first
+    refusal, so a policy that refuses is measured again, whole, by the python generator, and the table says so."""
+    from ernie_deploy.bench.overload import best_policy, measure_overload, render_overload
+    from ernie_deploy.bench.perf_analyzer import find_perf_analyzer
+    from ernie_deploy.core.tasks import SEQ_CLS
+
+    binary = find_perf_analyzer()
+    if binary is None:
+        pytest.skip("perf_analyzer is not installed (scripts/install_perf_analyzer.sh)")
+    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    config = BenchConfig.smoke(
+        duration_s=0.9, warmup_s=0.1, progress=False, load_generators=("perf_analyzer",), perf_analyzer=binary
+    )
+    policies = {"unbounded": {}, "queue of 1": {"max_queue_size": 1}}
+    rows = measure_overload(inputs, config, tmp_path, policies, multiples=(1.0, 4.0))
+    assert [(r["policy"], r["multiple"], r["tool"]) for r in rows] == [
+        ("unbounded", 1.0, "perf_analyzer"),
+        ("unbounded", 4.0, "perf_analyzer"),
+        ("queue of 1", 1.0, "python"),
+        ("queue of 1", 4.0, "python"),
+    ], [(r["tool"], r["note"]) for r in rows]
+    assert all(r["errors"] == 0 for r in rows), [r["error_messages"] for r in rows]
+    for r in rows[:2]:
+        # What perf_analyzer put on the server, all answered: at least its three windows' worth of the schedule,
+        # at most the schedule over its whole run.
+        assert r["refused"] == 0 and r["answered"] == r["offered"], r
+        assert 0.8 * r["offered_per_s"] * config.duration_s <= r["offered"] <= r["offered_per_s"] * r["seconds"], r
+        assert 0 < r["p50_ms"] <= r["p99_ms"] and r["answered_per_s"] > 0, r
+    for r in rows[2:]:
+        assert "perf_analyzer stopped at a refusal" in r["note"] and "Exceeds maximum queue size" in r["note"], r
+        assert r["answered"] + r["refused"] == r["offered"], r
+    assert rows[3]["refused_share"] > 0.1
+    # The unbounded queue at 4x grows for the whole run, so the queue of 1, answering at once or refusing, is the
+    # only candidate left standing, unless it answered nothing past capacity.
+    assert best_policy(rows) in ("queue of 1", None)
+    table = render_overload(rows).splitlines()
+    assert "| perf_analyzer |" in table[2] and "| python† |" in table[4]
+    assert table[-1].startswith("- † queue of 1: perf_analyzer stopped at a refusal")
+
+
+def test_best_policy_keeps_the_answered_p99_within_twice_its_value_at_capacity():
+    from ernie_deploy.bench.overload import best_policy
+
+    def row(policy, multiple, p99, answered, errors=0, task="seq_cls"):
+        return dict(policy=policy, task=task, multiple=multiple, p99_ms=p99, answered_per_s=answered, errors=errors)
+
+    rows = [
+        *(row("unbounded", m, p, 600) for m, p in ((1, 100), (2, 6000), (4, 16000))),
+        *(row("timeout 20 ms", m, p, a) for m, p, a in ((1, 80, 500), (2, 150, 400), (4, 160, 280))),
+        *(row("timeout 100 ms", m, p, a) for m, p, a in ((1, 200, 540), (2, 390, 470), (4, 400, 300))),
+        *(row("nothing answered", m, p, 0) for m, p in ((1, 50), (2, float("nan")), (4, float("nan")))),
+    ]
+    assert best_policy(rows) == "timeout 100 ms"  # both within 2x; it answers 770/s past capacity against 680/s
+    rows[-4]["p99_ms"] = 401  # 4x now past 2x its 200 ms at 1x
+    assert best_policy(rows) == "timeout 20 ms"
+    rows[5]["errors"] = 1  # timeout 20 ms had a failed request (other than a refusal)
+    assert best_policy(rows) is None
+    assert best_policy([row("a", 1, 10, 5), row("a", 4, 15, 9)]) == "a"
+    assert best_policy([row("a", 1, 10, 5), row("a", 4, 15, 9), row("a", 4, 15, 9, task="other")]) is None  # no 1x
+    assert best_policy([row("a", 1, 10, 5)]) is None  # no load past capacity measured
 
 
 @pytest.mark.integration

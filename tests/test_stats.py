@@ -76,3 +76,33 @@ def test_cli_prints_and_writes_the_table(tiny_server, tmp_path, capsys):
     assert "nope is not a served model" in capsys.readouterr().err
     assert main(["stats", "--url", server.http_url, "--repository", str(tmp_path / "none")]) == 2
     assert "no model repository" in capsys.readouterr().err
+
+
+def test_a_failed_request_counts_once_for_the_ensemble_and_where_it_failed(tiny_server):
+    """Triton 2.51 counts a failed ensemble request twice; `stats` shows it once, at the ensemble. A bad text (the
+    tokenizer step answers it with INVALID_ARGUMENT) is no step's failure."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from ernie_deploy.server.stats import ENSEMBLE_FAIL_COUNTS
+
+    server, repo = tiny_server
+    steps = served_steps(repo)
+    before = snapshot(server.http_url)
+    text = grpcclient.InferInput("text", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b""]], dtype=np.object_))
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        with pytest.raises(InferenceServerException, match="empty"):
+            client.infer(SEQ_CLS.ensemble, [text])
+    after = snapshot(server.http_url)
+    assert (after[SEQ_CLS.ensemble] - before[SEQ_CLS.ensemble]).failed == ENSEMBLE_FAIL_COUNTS  # Triton's own count
+    rows = {r.model: r for r in served_times(steps, after, before)}
+    ensemble = rows["ernie_seqcls"]
+    assert (ensemble.times.requests, ensemble.times.failed) == (0, 1)
+    assert all(step.failed == 0 for _, step in ensemble.steps)
+    table = format_table([ensemble])
+    assert "ernie_seqcls: 0 requests (1 failed)" in table
+    head, tokenizer = table.splitlines()[1:3]
+    # The tokenizer step answered it with an error, which Triton counts as a request it served, not a failure.
+    assert head.split()[1:3] == ["requests", "failed"] and tokenizer.split()[:3] == ["ernie_tokenizer", "1", "0"]

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.bench.rows import Row
@@ -90,6 +91,10 @@ def perf_analyzer_input(task: TaskSpec, texts: Sequence, path: str | Path) -> Pa
 # warmed up beforehand instead (run_perf_analyzer's warm-up).
 WINDOWS = 3
 STABILITY_PERCENT = 999
+# Past capacity the queue, and so the latency, grows from one window to the next by more than 999% allows (measured:
+# the demo classifier without a queue bound at 1x of a capacity measured on a busy host exited 2, "Failed to obtain
+# stable measurement"); a bound this loose takes the 3 windows whatever they are (measured at 2x: exit 0).
+RATE_STABILITY_PERCENT = 1_000_000
 
 
 def perf_analyzer_command(
@@ -109,10 +114,49 @@ def perf_analyzer_command(
     if requests:
         window = ["--measurement-mode=count_windows", f"--measurement-request-count={max(1, -(-requests // WINDOWS))}"]
     else:
-        window = [
-            "--measurement-mode=time_windows",
-            f"--measurement-interval={max(1, round(duration_s * 1000 / WINDOWS))}",
-        ]
+        window = _time_windows(duration_s)
+    load = [f"--concurrency-range={concurrency}:{concurrency}"]
+    return _command(binary, model, url, input_file, csv_file, batch, load, window, tls)
+
+
+def perf_analyzer_rate_command(
+    binary: str,
+    model: str,
+    url: str,
+    input_file: str | Path,
+    csv_file: str | Path,
+    rate: float,
+    duration_s: float = 10.0,
+    tls: Tls | None = None,
+) -> list[str]:
+    """One perf_analyzer run offering `rate` requests a second on a fixed schedule, whatever the answers (an open
+    loop), over gRPC, one text per request, measured over `duration_s` (3 windows of a third each).
+
+    Asynchronous calls: in its default synchronous mode each of its threads waits for its answer, so at most
+    --max-threads (4 in rate mode) requests are ever in flight and an overload turns into a closed loop of 4
+    (measured, unbounded queue, 1,200/s asked: it sent 585/s, 99.8% of the requests late, p99 12 ms; with -a it
+    sent 1,200/s and the answered p99 grew to 2.7 s as the queue did)."""
+    load = ["-a", f"--request-rate-range={rate:.2f}:{rate:.2f}", "--request-distribution=constant"]
+    window = _time_windows(duration_s)
+    return _command(binary, model, url, input_file, csv_file, 1, load, window, tls, RATE_STABILITY_PERCENT)
+
+
+def _time_windows(duration_s: float) -> list[str]:
+    return ["--measurement-mode=time_windows", f"--measurement-interval={max(1, round(duration_s * 1000 / WINDOWS))}"]
+
+
+def _command(
+    binary: str,
+    model: str,
+    url: str,
+    input_file: str | Path,
+    csv_file: str | Path,
+    batch: int,
+    load: list[str],
+    window: list[str],
+    tls: Tls | None,
+    stability_percent: int = STABILITY_PERCENT,
+) -> list[str]:
     return [
         binary,
         "-m",
@@ -125,9 +169,9 @@ def perf_analyzer_command(
         str(batch),
         "--input-data",
         str(input_file),
-        f"--concurrency-range={concurrency}:{concurrency}",
+        *load,
         *window,
-        f"--stability-percentage={STABILITY_PERCENT}",
+        f"--stability-percentage={stability_percent}",
         f"--max-trials={WINDOWS}",
         "--verbose-csv",
         "-f",
@@ -150,8 +194,9 @@ def perf_analyzer_tls_args(tls: Tls | None) -> list[str]:
 
 
 def parse_perf_analyzer_csv(text: str) -> list[dict]:
-    """perf_analyzer's `-f` CSV -> one dict per concurrency, sorted by it: throughput (its Inferences/Second,
-    which counts every item of a batch, so sequences/s) and latencies in ms (the CSV has microseconds)."""
+    """perf_analyzer's `-f` CSV -> one dict per concurrency (or request rate), sorted by it: throughput (its
+    Inferences/Second, which counts every item of a batch, so sequences/s; in rate mode what was answered, not what
+    was sent) and latencies in ms (the CSV has microseconds)."""
     import csv
     import io
 
@@ -165,10 +210,11 @@ def parse_perf_analyzer_csv(text: str) -> list[dict]:
         def ms(column: str, record: dict = record) -> float | None:
             return float(record[column]) / 1000 if record.get(column) else None
 
-        concurrency = record.get("Concurrency")
+        concurrency, rate = record.get("Concurrency"), record.get("Request Rate")
         rows.append(
             {
                 "concurrency": int(float(concurrency)) if concurrency else None,
+                "request_rate": float(rate) if rate else None,
                 "throughput": float(record["Inferences/Second"]),
                 "p50_ms": ms("p50 latency"),
                 "p90_ms": ms("p90 latency"),
@@ -186,6 +232,15 @@ def parse_request_count(stdout: str) -> int | None:
 
     match = re.search(r"Client:\s*\n\s*Request count:\s*(\d+)", stdout)
     return int(match.group(1)) if match else None
+
+
+def parse_delayed_share(stdout: str) -> float:
+    """The share of requests a rate run sent later than their schedule (perf_analyzer prints it only when some
+    were: "... 11.53% of the requests were delayed")."""
+    import re
+
+    match = re.search(r"([\d.]+)% of the requests were delayed", stdout)
+    return float(match.group(1)) / 100 if match else 0.0
 
 
 # -- one cell ----------------------------------------------------------------------------------------
@@ -261,3 +316,58 @@ def run_perf_analyzer(
     row.sequences = row.requests * batch
     row.seconds = row.sequences / row.throughput if row.throughput else wall
     return row
+
+
+# -- one open-loop run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RateRun:
+    """What one perf_analyzer rate run said of itself; the server's statistics say what was answered and refused."""
+
+    returncode: int
+    seconds: float  # wall time of the process
+    throughput: float | None = None  # answered per second over its windows
+    p50_ms: float | None = None  # of the answered requests
+    p99_ms: float | None = None
+    delayed_share: float = 0.0  # sent later than the schedule: the load generator could not keep up
+    # perf_analyzer 2.41 stops at the first failed request, a refusal included: a worker thread whose request
+    # failed stops sending, and the run ends after that window with exit 99 and no CSV (measured: --max-queue-size
+    # 1 and --queue-timeout-us 20000 at 2,000/s, both modes; its source has no option to go on).
+    refused: bool = False
+    message: str = ""  # its last lines, when it failed
+
+
+def run_perf_analyzer_rate(
+    binary: str,
+    task: TaskSpec,
+    url: str,
+    input_file: Path,
+    rate: float,
+    duration_s: float,
+    workdir: Path,
+    tls: Tls | None = None,
+) -> RateRun:
+    """Offer `rate` requests a second to `task`'s served model on `url` (gRPC) for `duration_s` with perf_analyzer,
+    open loop (perf_analyzer_rate_command)."""
+    from ernie_deploy.bench.load import REFUSALS
+
+    csv_file = workdir / f"{task.artifact_name}_rate{rate:.0f}_perf_analyzer.csv"
+    csv_file.unlink(missing_ok=True)  # a CSV left by an earlier run must not pass for this one's
+    argv = perf_analyzer_rate_command(binary, task.ensemble, url, input_file, csv_file, rate, duration_s, tls)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    run = RateRun(proc.returncode, time.perf_counter() - t0, delayed_share=parse_delayed_share(proc.stdout))
+    if proc.returncode != 0 or not csv_file.exists():
+        # It repeats the server's words per thread: "Thread [0] had error: in ensemble 'ernie_seqcls', ...
+        # Exceeds maximum queue size" (measured).
+        said = [line.strip() for line in f"{proc.stderr}\n{proc.stdout}".splitlines() if line.strip()]
+        run.refused = any(words in line for line in said for words in REFUSALS)
+        last = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()][-1:]
+        errors = [line for line in said if "error" in line.lower()] or last or ["no output"]
+        run.message = f"perf_analyzer exited {proc.returncode}: {errors[0]}"
+        return run
+    parsed = parse_perf_analyzer_csv(csv_file.read_text())
+    if parsed:
+        run.throughput, run.p50_ms, run.p99_ms = parsed[0]["throughput"], parsed[0]["p50_ms"], parsed[0]["p99_ms"]
+    return run

@@ -9,9 +9,9 @@ from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: chea
 def register(sub) -> None:
     p = sub.add_parser(
         "stats",
-        help="per served model: each step's requests, texts per run, queue and compute time per request, the "
-        "time spent between steps, and the response cache's hits and misses (`build --cache`), from Triton's "
-        "statistics API",
+        help="per served model: its requests and failed requests (those a bounded queue refused included), each "
+        "step's requests, failed requests, texts per run, queue and compute time per request, the time spent "
+        "between steps, and the response cache's hits and misses (`build --cache`), from Triton's statistics API",
     )
     p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
     p.add_argument("--repository", default="models", help="the repository the server serves (default %(default)s)")

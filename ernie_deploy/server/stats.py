@@ -11,17 +11,28 @@ Measured on the tiny classifier, 5 sequential requests: the ensemble's end-to-en
 its steps' (11.8 ms against 12.3 ms; steps overlap slightly, as a step's response is forwarded before its output
 accounting ends). A python step's compute input and output times are its shared-memory hops, so the cost of moving
 tensors between processes shows up inside each step's row, not between them.
+
+Failed requests, refused ones included (a bounded queue's UNAVAILABLE), as Triton 2.51 counts them (measured by
+overloading the tiny and the demo classifier; its Prometheus counter nv_inference_request_failure counts alike):
+- an ensemble counts each failed request twice (1,590 refused requests read 3,180; 1,047 read 2,094; one empty
+  text reads 2), so served_times halves an ensemble's count;
+- a request refused because a step's queue was full (`build --max-queue-size`) counts at the ensemble only, not at
+  the step; one that timed out in a step's queue (`--queue-timeout-us`) counts at that step too (Prometheus reason
+  REJECTED there, OTHER at the ensemble);
+- a model that is not an ensemble (the fused layout) does not count a full-queue refusal at all (1,584 refused,
+  fail count 0): only its clients see those.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.probe import ProbeFailed, http_json
 
 NS_PER_MS = 1e6
+ENSEMBLE_FAIL_COUNTS = 2  # times Triton 2.51 counts one failed request of an ensemble (see above)
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,12 @@ def steps_between(before: dict[str, ModelTimes], after: dict[str, ModelTimes], e
     return found
 
 
+def failed_requests(times: ModelTimes, ensemble: bool) -> int:
+    """The requests that failed (refused ones included) from a model's fail count: an ensemble's counts each one
+    twice."""
+    return times.failed // ENSEMBLE_FAIL_COUNTS if ensemble else times.failed
+
+
 @dataclass(frozen=True)
 class ServedTimes:
     """One served model over a window: its own counters and each step's."""
@@ -120,21 +137,29 @@ class ServedTimes:
 def served_times(
     steps: dict[str, list[str]], after: dict[str, ModelTimes], before: dict[str, ModelTimes] | None = None
 ) -> list[ServedTimes]:
-    """Per served model loaded on the server, its counters and its steps' between two snapshots (or since load)."""
+    """Per served model loaded on the server, its counters and its steps' between two snapshots (or since load); a
+    served model's `failed` is its failed requests (an ensemble's fail count halved: failed_requests)."""
     before = before or {}
 
     def window(name: str) -> ModelTimes:
         return after.get(name, ModelTimes()) - before.get(name, ModelTimes())
 
+    def own(model: str, members: list[str]) -> ModelTimes:
+        times = window(model)
+        return replace(times, failed=failed_requests(times, ensemble=members != [model]))
+
     return [
-        ServedTimes(model, window(model), [(step, window(step)) for step in members])
+        ServedTimes(model, own(model, members), [(step, window(step)) for step in members])
         for model, members in sorted(steps.items())
         if model in after
     ]
 
 
 def format_table(rows: list[ServedTimes]) -> str:
-    head = f"  {'step':<32} {'requests':>9} {'texts/run':>9} {'queue ms':>9} {'compute ms':>10}  in / infer / out ms"
+    head = (
+        f"  {'step':<32} {'requests':>9} {'failed':>7} {'texts/run':>9} {'queue ms':>9} {'compute ms':>10}  "
+        "in / infer / out ms"
+    )
     lines = []
     for served in rows:
         t = served.times
@@ -146,7 +171,7 @@ def format_table(rows: list[ServedTimes]) -> str:
         for name, s in served.steps:
             per_run = s.texts / s.executions if s.executions else 0.0
             lines.append(
-                f"  {name:<32} {s.requests:>9} {per_run:>9.1f} {s.per_request_ms(s.queue_ns):>9.2f} "
+                f"  {name:<32} {s.requests:>9} {s.failed:>7} {per_run:>9.1f} {s.per_request_ms(s.queue_ns):>9.2f} "
                 f"{s.per_request_ms(s.compute_ns):>10.2f}  {s.per_request_ms(s.input_ns):.2f} / "
                 f"{s.per_request_ms(s.infer_ns):.2f} / {s.per_request_ms(s.output_ns):.2f}"
             )
