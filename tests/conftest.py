@@ -234,6 +234,17 @@ PARITY_TEXTS = [
 ]
 
 
+def named_artifacts(pipeline: Pipeline, name: str, root: Path) -> Path:
+    """`pipeline`'s static model and ONNX file as model `name`'s artifacts under `root` (what `build --name` reads
+    when ERNIE_DEPLOY_ARTIFACTS points there)."""
+    import shutil
+
+    shutil.copytree(pipeline.static.root, root / "static" / name)
+    (root / "onnx" / name).mkdir(parents=True)
+    shutil.copy(pipeline.onnx, root / "onnx" / name / "model.onnx")
+    return root
+
+
 def convert_argv(static_root, tmp_path: Path, texts=PARITY_TEXTS) -> tuple[Path, list[str]]:
     """`ernie-deploy convert` of a seq_cls static model into tmp_path/onnx/model.onnx, checked on `texts`."""
     parity = tmp_path / "parity.tsv"

@@ -13,7 +13,7 @@ from ernie_deploy.repository.add_version import build_version
 from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
-from tests.conftest import NEWS_TEXTS
+from tests.conftest import NEWS_TEXTS, named_artifacts
 
 PYTHON = BuildOptions(runtime="python")
 NEWS = SEQ_CLS.named("news")
@@ -77,10 +77,7 @@ def test_build_command_adds_a_version(tiny_pipeline, second_version, tmp_path, m
 
     from ernie_deploy.cli import main
 
-    artifacts = tmp_path / "artifacts"
-    shutil.copytree(tiny_pipeline.static.root, artifacts / "static" / "news")
-    (artifacts / "onnx" / "news").mkdir(parents=True)
-    shutil.copy(tiny_pipeline.onnx, artifacts / "onnx" / "news" / "model.onnx")
+    artifacts = named_artifacts(tiny_pipeline, "news", tmp_path / "artifacts")
     monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
     repo = str(tmp_path / "models")
     assert main(["build", "--name", "news", "--repository", repo, "--runtime", "python"]) == 0

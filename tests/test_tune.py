@@ -4,7 +4,6 @@ serving settings, and that version rolled out and back on a real server."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -15,7 +14,7 @@ from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import SETTINGS_FILE, VersionedModel
-from tests.conftest import NEWS_TEXTS
+from tests.conftest import NEWS_TEXTS, named_artifacts
 
 NEWS = SEQ_CLS.named("news")
 FUSED = BuildOptions(runtime="python", layout="fused")
@@ -133,10 +132,7 @@ def test_tune_command_measures_writes_a_version_and_rollout_applies_its_settings
     from ernie_deploy.client.grpc_client import Client, decode_outputs
     from ernie_deploy.server.process import TritonServer
 
-    artifacts = tmp_path / "artifacts"
-    shutil.copytree(tiny_pipeline.static.root, artifacts / "static" / "news")
-    (artifacts / "onnx" / "news").mkdir(parents=True)
-    shutil.copy(tiny_pipeline.onnx, artifacts / "onnx" / "news" / "model.onnx")
+    artifacts = named_artifacts(tiny_pipeline, "news", tmp_path / "artifacts")
     monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
     repo = str(tmp_path / "models")
     assert main(["build", "--name", "news", "--repository", repo, "--runtime", "python"]) == 0
