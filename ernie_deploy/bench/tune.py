@@ -23,7 +23,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.repository.options import BuildOptions
 
 # What the search varies, in the order it varies them: the layout first (the largest effect measured: a lone request
-# 0.2-2.9 ms sooner fused than through the ensemble, docs/BENCHMARKS.md), then what divides the cores, then what
+# 0.8-2.7 ms sooner fused than through the ensemble, docs/BENCHMARKS.md), then what divides the cores, then what
 # trades latency for batching. Values other than these are passed with --set.
 DIMENSIONS: dict[str, tuple] = {
     "layout": ("fused", "ensemble", "graph-postprocess", "tokenizer-in-model"),
