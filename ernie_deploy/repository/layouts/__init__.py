@@ -21,10 +21,10 @@ from ernie_deploy.repository.options import BuildOptions, check_options, check_t
 LEGACY_LAYOUT = "ensemble"
 # `build` with no layout named (BuildOptions.layout "auto"): each model takes the first of these that fits it and
 # the options, by the runtime of its model step. The order is measured (docs/BENCHMARKS.md, "The default layout"):
-# on the python runtime one fused process answered a lone request 0.8-2.7 ms sooner than the three-step ensemble at
-# every ERNIE 3.0 size, and did more at concurrency 8 from nano to medium (0.93x at base); `--cache` takes the ensemble, since Triton caches
-# a fused model's refusals as answers (fused.py). On the ORT backend the model runs in C++ and only a python
-# tokenizer hop is left before it, with the postprocess in the graph where the kind has one.
+# on the python runtime one fused process answered a lone request 0.8-2.7 ms sooner than the three-step ensemble
+# at every ERNIE 3.0 size, and did more at concurrency 8 from nano to medium (0.93x at base). `--cache` takes the
+# ensemble, since Triton caches a fused model's refusals as answers (fused.py). On the ORT backend the model runs in
+# C++ and only a python tokenizer hop is left before it, with the postprocess in the graph where the kind has one.
 AUTO = "auto"
 DEFAULT_LAYOUTS = {"python": ("fused", "ensemble"), "onnxruntime": ("graph-postprocess", "ensemble")}
 
