@@ -28,7 +28,7 @@ from ernie_deploy.bench.report import report, write_outputs
 from ernie_deploy.bench.results import format_met, load_json, ratio_table, sanity_notes
 from ernie_deploy.bench.rows import (
     CLASSIC,
-    FUSED,
+    ENSEMBLE,
     LIMIT,
     LIMIT_INT8,
     LIMIT_INT8_OPT,
@@ -511,7 +511,10 @@ def test_rows_of_picks_the_primary_load_generator_and_the_report_shows_both():
     assert total_errors(results) == 2  # a secondary generator's failures count too
     text = render_generated(results, None)
     assert "## Load generators side by side" in text
-    assert "| seq_cls | served: ensemble over gRPC, 1 text per request | 8 | perf_analyzer | 800.0 |" in text
+    assert (
+        "| seq_cls | served: the default build (`build`, no layout named) over gRPC, 1 text per request | 8 | "
+        "perf_analyzer | 800.0 |" in text
+    )
     assert "ernie_tokenizer 0.10/0.60 x1.1" in text and "perf_analyzer (Triton's C++ load generator)" in text
     # A run with one generator has no such section, and runs from before the choice read as python.
     del results["settings"]["load_generators"]
@@ -593,7 +596,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     )
 
     assert results["errors"] == 0, report(results)
-    # The model remade in the smoke run's shape: limits, served and fused rows, its shape's facts, and its own
+    # The model remade in the smoke run's shape: limits, served and ensemble rows, its shape's facts, and its own
     # served answers checked against in-process ONNX.
     sized = "ernie_seqcls_tiny"
     assert results["tasks"][sized]["shape"]["size"] == "tiny" and results["tasks"][sized]["shape"]["params"] > 0
@@ -602,18 +605,18 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
         LIMIT_TOK,
         SERVED,
         SERVED_BATCH,
-        FUSED,
+        ENSEMBLE,
     }
     assert sized not in results["servers"]["classic"]["tasks"]
     facts = results["servers"]["served"]["tasks"][sized]
     assert facts["checked"] > 0 and facts["agree"] == facts["checked"]
     assert {r["key"] for r in results["ratios"] if r["task"] == sized} == {
         "served_vs_limit",
-        "fused_vs_limit",
+        "ensemble_vs_limit",
         "c1_overhead_ms",
     }
     kinds = {r["kind"] for r in results["rows"] if r["task"] == "seq_cls"}
-    expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT, SERVED, SERVED_BATCH, FUSED, CLASSIC} | (
+    expected = {LIMIT, LIMIT_TOK, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT, SERVED, SERVED_BATCH, ENSEMBLE, CLASSIC} | (
         {PADDLE} if paddle_available() else set()
     )
     expected |= {PEER, PEER_BATCH} if peer_available() else set()
@@ -621,7 +624,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     for kind in (LIMIT, LIMIT_TOK, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT):
         assert sorted(r.batch for r in rows_of(results, "seq_cls", kind)) == sorted(config.batch_sizes)
         assert sum(r.best for r in rows_of(results, "seq_cls", kind)) == 1
-    for kind in (SERVED, SERVED_BATCH, FUSED, CLASSIC, *((PEER, PEER_BATCH) if peer_available() else ())):
+    for kind in (SERVED, SERVED_BATCH, ENSEMBLE, CLASSIC, *((PEER, PEER_BATCH) if peer_available() else ())):
         assert sorted(r.concurrency for r in rows_of(results, "seq_cls", kind)) == sorted(config.concurrency)
     for row in rows_of(results):
         assert row.errors == 0 and row.requests > 0 and row.throughput > 0, row
@@ -635,8 +638,8 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     facts = served["tasks"]["seq_cls"]
     assert facts["checked"] > 0 and facts["agree"] == facts["checked"]  # served answers == in-process ONNX
     assert facts["cold_ms"] > 0
-    fused = results["servers"]["fused"]["tasks"]["seq_cls"]
-    assert fused["checked"] > 0 and fused["agree"] == fused["checked"]
+    ensemble = results["servers"]["ensemble"]["tasks"]["seq_cls"]
+    assert ensemble["checked"] > 0 and ensemble["agree"] == ensemble["checked"]
     # Padding to 128 moves logits by float noise only; a tiny random model's near-ties may flip, so count only.
     assert results["servers"]["classic"]["tasks"]["seq_cls"]["checked"] > 0
     if peer_available():  # PaddleNLP SimpleServing answered every text like in-process ONNX, over HTTP
@@ -648,7 +651,7 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     keys = {r["key"] for r in results["ratios"] if r["task"] in ("seq_cls", None)}
     assert keys == {
         "served_vs_limit",
-        "fused_vs_limit",
+        "ensemble_vs_limit",
         "served_vs_classic",
         "served_vs_peer",
         "tokenize_share",
@@ -804,7 +807,7 @@ def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tm
     assert results["errors"] == 0, report(results)
     assert {r["task"] for r in results["rows"]} == {"news", "sports"}
     for name in ("news", "sports"):
-        assert rows_of(results, name, SERVED) and rows_of(results, name, FUSED)
+        assert rows_of(results, name, SERVED) and rows_of(results, name, ENSEMBLE)
         facts = results["servers"]["served"]["tasks"][name]
         assert facts["checked"] > 0 and facts["agree"] == facts["checked"]
 
@@ -892,7 +895,7 @@ def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny
         inproc_duration_s=0.05,
         paddle=False,
         int8=False,
-        fused=False,
+        ensemble=False,
         classic=False,
         progress=False,
         load_generators=("perf_analyzer", "python"),
@@ -908,8 +911,8 @@ def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny
         assert row.concurrency == 2 and row.errors == 0 and row.requests > 0 and row.throughput > 0, row
         assert 0 < row.p50_ms <= row.p99_ms, row
         assert row.client_cpu_ms > 0 and row.server_cpu_ms > 0, row
-        # The ensemble's three steps each answered every request (the tokenizer is shared, so named apart).
-        assert len(row.steps) == 3 and all(s["compute_ms"] > 0 for s in row.steps.values()), row.steps
+        # The default build is one fused model per task on the python step: it is its own one step.
+        assert list(row.steps) == [SEQ_CLS.ensemble] and row.steps[SEQ_CLS.ensemble]["compute_ms"] > 0, row.steps
     assert [r.tool for r in rows_of(results, "seq_cls", SERVED)] == ["perf_analyzer"]  # the primary
     text = render_generated(results, None)
     assert "## Load generators side by side" in text and "| 2 | python |" in text and "| 2 | perf_analyzer |" in text

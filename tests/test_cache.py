@@ -251,6 +251,9 @@ def test_the_workloads_are_a_zipf_draw_and_unique_texts():
     assert repeated.count(texts[0]) > repeated.count(texts[100]) and len(set(repeated)) < 200
     assert unique[:200] == texts[200:400] and unique[200] == f"{texts[200]} 1" and len(set(unique)) == 300
     assert not set(unique) & set(repeated)
+    mixed = drawn["half repeated"]
+    assert len(mixed) == 300 and len(set(mixed[0::2])) == 16 and len(set(mixed[1::2])) == 150
+    assert not set(mixed) & (set(unique) | set(repeated)), "each workload starts on a cache that has none of its texts"
 
 
 @pytest.mark.integration
@@ -265,5 +268,8 @@ def test_the_cache_bench_smoke_runs(tiny_pipeline, tmp_path, capsys):
     rows = {(r["workload"], r["cache"]): r for r in record["rows"]}
     assert rows[("repeated", "with")]["hit_rate"] > 0.3 and rows[("repeated", "without")]["cache_hits"] == 0
     assert rows[("unique", "with")]["cache_hits"] == 0 and rows[("unique", "with")]["cache_misses"] == 60
-    assert set(record["ratios"]) == {"repeated", "unique"} and (tmp_path / "cache.json").exists()
+    assert set(record["ratios"]) == {"repeated", "unique", "half repeated"} and (tmp_path / "cache.json").exists()
+    # every other request is one of 16 hot texts: after each one's first miss, those hit
+    half = rows[("half repeated", "with")]
+    assert half["cache_hits"] == 30 - 16 and half["cache_misses"] == 60 - 14
     assert "repeated: with the cache / without: throughput x" in capsys.readouterr().out

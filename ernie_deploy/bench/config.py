@@ -38,7 +38,7 @@ class BenchConfig:
     max_texts: int | None = None  # use only the first N test texts
     paddle: bool = True
     int8: bool = True  # quantize the model (as `convert --quantize int8` does) and add its in-process rows
-    fused: bool = True
+    ensemble: bool = True  # the ensemble layout's rows beside the default build's
     classic: bool = True
     peer: bool = True  # PaddleNLP SimpleServing on the same model (bench/peer_rows.py), where paddlenlp is installed
     check_texts: int = 64  # texts whose served answers are compared with in-process ONNX
@@ -80,7 +80,7 @@ class TaskInputs:
     static: StaticModel  # vocab, labels, and the Paddle model
     texts: list[str]
     # A model remade in a real shape for the size rows (bench.sizes): its size, parameters, layers and hidden size.
-    # Such a model gets the rows that say what a size costs (in-process limits, served, fused), not the others.
+    # Such a model gets the rows that say what a size costs (in-process limits, served, ensemble), not the others.
     shape: dict | None = None
 
     @classmethod

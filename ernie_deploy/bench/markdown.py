@@ -11,7 +11,7 @@ from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
 from ernie_deploy.bench.plot import SIZES_PLOT
 from ernie_deploy.bench.results import format_met, format_target, format_value, mismatches, sanity_notes
 from ernie_deploy.bench.rows import (
-    FUSED,
+    ENSEMBLE,
     ROW_KINDS,
     SERVED,
     SERVED_BATCH,
@@ -99,8 +99,8 @@ def render_sizes(results: dict) -> list[str]:
         "over the in-process batch-1 p50 with tokenization.",
         "",
         f"| size | layers × hidden | params | limit+tok seq/s (batch) | in-process b1 p50 ms | served c1 p50 ms "
-        f"| lone request +ms | served c1 | served c{c} | served c16 | batched requests c{c} | fused c1 | fused c{c} "
-        f"| fused c16 | server CPU ms/text, c{c} | served p99 ms, c{c} |",
+        f"| lone request +ms | served c1 | served c{c} | served c16 | batched requests c{c} | ensemble c1 "
+        f"| ensemble c{c} | ensemble c16 | server CPU ms/text, c{c} | served p99 ms, c{c} |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, shape in sized:
@@ -111,9 +111,9 @@ def render_sizes(results: dict) -> list[str]:
             f"{_num(limit.throughput if limit else None)}{f' (b{limit.batch})' if limit else ''} | "
             f"{_num(alone.p50_ms if alone else None, 2)} | {_num(one.p50_ms if one else None, 2)} | "
             f"{_num(extra, 2)} | {_share(one, limit)} | {_share(ref, limit)} | {_share(f[SERVED, 16], limit)} | "
-            f"{_share(f[SERVED_BATCH, c], limit)} | {_share(f[FUSED, 1], limit)} | {_share(f[FUSED, c], limit)} | "
-            f"{_share(f[FUSED, 16], limit)} | {_num(ref.server_cpu_ms if ref else None, 2)} | "
-            f"{_num(ref.p99_ms if ref else None, 1)} |"
+            f"{_share(f[SERVED_BATCH, c], limit)} | {_share(f[ENSEMBLE, 1], limit)} | "
+            f"{_share(f[ENSEMBLE, c], limit)} | {_share(f[ENSEMBLE, 16], limit)} | "
+            f"{_num(ref.server_cpu_ms if ref else None, 2)} | {_num(ref.p99_ms if ref else None, 1)} |"
         )
     return lines
 

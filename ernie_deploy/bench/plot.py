@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.rows import (
     CLASSIC,
-    FUSED,
+    ENSEMBLE,
     LIMIT,
     LIMIT_TOK,
     PEER,
@@ -25,7 +25,7 @@ from ernie_deploy.core.files import atomic_path
 STYLES = {
     SERVED: ("C0", "o-"),
     SERVED_BATCH: ("C2", "s-"),
-    FUSED: ("C1", "d-"),
+    ENSEMBLE: ("C1", "d-"),
     CLASSIC: ("C3", "^-"),
     PEER: ("C4", "v-"),
     PEER_BATCH: ("C5", "P-"),
@@ -101,7 +101,7 @@ def plot_sizes(results: dict, path: str | Path) -> Path:
     for kind, label in (
         (SERVED, f"served c{c}, 1 text/request"),
         (SERVED_BATCH, f"served c{c}, batched requests"),
-        (FUSED, f"fused c{c}, 1 text/request"),
+        (ENSEMBLE, f"ensemble c{c}, 1 text/request"),
     ):
         points = [
             (x, f[kind, c].throughput / f["limit"].throughput)

@@ -37,7 +37,7 @@ from ernie_deploy.core.errors import ErnieDeployError
     PADDLE,
     SERVED,
     SERVED_BATCH,
-    FUSED,
+    ENSEMBLE,
     CLASSIC,
     PEER,
     PEER_BATCH,
@@ -50,7 +50,7 @@ from ernie_deploy.core.errors import ErnieDeployError
     "paddle",
     "served",
     "served_batch",
-    "fused",
+    "ensemble",
     "classic",
     "peer",
     "peer_batch",
@@ -96,21 +96,28 @@ ROW_KINDS = {
             "excluded",
         ),
         Kind(PADDLE, "paddle", "paddle: Paddle Inference in-process, tokenization excluded"),
-        Kind(SERVED, "served", "served: ensemble over gRPC, 1 text per request", "served, 1 text/request", "served"),
+        Kind(
+            SERVED,
+            "served",
+            "served: the default build (`build`, no layout named) over gRPC, 1 text per request",
+            "served, 1 text/request",
+            "served",
+        ),
         Kind(
             SERVED_BATCH,
             "served b{batch}",
-            "served: ensemble over gRPC, {batch} texts per request",
+            "served: the default build over gRPC, {batch} texts per request",
             "served, {batch} texts/request",
             "served",
             batched=True,
         ),
         Kind(
-            FUSED,
-            "fused",
-            "served, fused (`build --fused`: one python model per task) over gRPC, 1 text per request",
-            "fused, 1 text/request",
-            "fused",
+            ENSEMBLE,
+            "ensemble",
+            "served, ensemble (`--layout ensemble`: tokenizer, model, postprocess as three Triton models) over gRPC, "
+            "1 text per request",
+            "ensemble, 1 text/request",
+            "ensemble",
         ),
         Kind(
             CLASSIC,
@@ -301,7 +308,7 @@ def size_facts(results: dict, name: str) -> dict:
     limit = best_row(results, name, LIMIT_TOK)
     alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
     facts = {"limit": limit, "alone": alone}
-    for kind in (SERVED, SERVED_BATCH, FUSED):
+    for kind in (SERVED, SERVED_BATCH, ENSEMBLE):
         for c in (1, REFERENCE_CONCURRENCY, 16):
             row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
             facts[kind, c] = row

@@ -61,10 +61,10 @@ def build_layout(inputs: list[TaskInputs], out: Path, **options) -> Path:
 
 
 def build_repository(inputs: list[TaskInputs], out: Path, layout: str = "served") -> Path:
-    """A layout into `out`: "served" (the default ensemble), "classic" (its fixed-shape baseline), or any layout's
-    name (repository/layouts)."""
+    """A layout into `out`: "served" (the default build: each model the layout `build` gives it with none named),
+    "classic" (the ensemble's fixed-shape baseline), or any layout's name (repository/layouts)."""
     if layout == "served":
-        return build_layout(inputs, out)
+        return build_layout(inputs, out, layout="auto")
     if layout == "classic":
         return build_layout(inputs, out, classic=True)
     return build_layout(inputs, out, layout=layout)
@@ -89,10 +89,10 @@ def _cells(inputs: list[TaskInputs], config: BenchConfig) -> int:
     with_peer = config.peer and peer_available()
     cells = 0
     for item in inputs:
-        full = item.shape is None  # a sized model gets the limits, served and fused rows only
+        full = item.shape is None  # a sized model gets the limits, served and ensemble rows only
         paddle = (len(config.batch_sizes) if paddle_available() else 1) if config.paddle and full else 0
         served = tools * len(config.concurrency) * (2 if config.client_batch > 1 else 1)
-        others = tools * len(config.concurrency) * (int(config.classic and full) + int(config.fused))
+        others = tools * len(config.concurrency) * (int(config.classic and full) + int(config.ensemble))
         peer = len(config.concurrency) * (2 if config.client_batch > 1 else 1) if full and with_peer else 0
         cells += (2 + 3 * int(config.int8 and full)) * len(config.batch_sizes) + paddle + served + others + peer
     return cells
@@ -179,8 +179,8 @@ def _server_rows(
     """Each layout's server (the given repository, or one built into `workdir`), then the peer, one at a time, their
     facts and rows into `results`."""
     plans = [("served", repositories["served"])]
-    if config.fused:
-        plans.append(("fused", None))
+    if config.ensemble:
+        plans.append(("ensemble", None))
     if config.classic:
         plans.append(("classic", repositories["classic"]))
     for name, given in plans:

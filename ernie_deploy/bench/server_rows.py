@@ -159,7 +159,7 @@ def bench_server(
     progress=None,
 ) -> tuple[dict, list[Row]]:
     """Start tritonserver on `repository`, measure its rows for every task, stop it. `name` is "served",
-    "fused" or "classic". Returns (server facts, rows)."""
+    "ensemble" or "classic". Returns (server facts, rows)."""
     server = _start_server(repository, name, config, workdir)
     info = _server_facts(repository, server)
     rows: list[Row] = []

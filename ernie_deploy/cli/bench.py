@@ -99,7 +99,7 @@ def _add_row_arguments(p) -> None:
     """Which rows to leave out, and what drives the served ones."""
     p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
     p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
-    p.add_argument("--no-fused", action="store_true", help="skip the fused-layout rows")
+    p.add_argument("--no-ensemble", action="store_true", help="skip the ensemble-layout rows")
     p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
     p.add_argument(
         "--load-generator",
@@ -210,8 +210,8 @@ def config_from_args(args) -> BenchConfig:
         changes["paddle"] = False
     if args.no_classic:
         changes["classic"] = False
-    if args.no_fused:
-        changes["fused"] = False
+    if args.no_ensemble:
+        changes["ensemble"] = False
     if args.no_int8:
         changes["int8"] = False
     changes.update(load_generator_settings(args.load_generator))

@@ -105,18 +105,27 @@ def snapshot(url: str, timeout: float = 5.0, tls: Tls | None = None) -> dict[str
 def steps_between(before: dict[str, ModelTimes], after: dict[str, ModelTimes], ensemble: str) -> dict[str, dict]:
     """Every model that answered requests between two snapshots except `ensemble` (whose queue and compute are its
     steps' summed): mean queue and compute ms per request, and texts per execution (what the dynamic batcher
-    merged); plain numbers, for a results file."""
+    merged); plain numbers, for a results file. A served model that no other model answered for (a fused one) is
+    its own one step."""
     found = {}
     for name, now in sorted(after.items()):
         w = now - before.get(name, ModelTimes())
         if name == ensemble or w.requests <= 0:
             continue
-        found[name] = {
-            "queue_ms": round(w.per_request_ms(w.queue_ns), 4),
-            "compute_ms": round(w.per_request_ms(w.compute_ns), 4),
-            "texts_per_execution": round(w.texts / w.executions, 2) if w.executions else None,
-        }
+        found[name] = _step_numbers(w)
+    if not found and ensemble in after:
+        w = after[ensemble] - before.get(ensemble, ModelTimes())
+        if w.requests > 0:
+            found[ensemble] = _step_numbers(w)
     return found
+
+
+def _step_numbers(w: ModelTimes) -> dict:
+    return {
+        "queue_ms": round(w.per_request_ms(w.queue_ns), 4),
+        "compute_ms": round(w.per_request_ms(w.compute_ns), 4),
+        "texts_per_execution": round(w.texts / w.executions, 2) if w.executions else None,
+    }
 
 
 def failed_requests(times: ModelTimes, ensemble: bool) -> int:
