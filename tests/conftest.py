@@ -194,6 +194,18 @@ def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ensemble_repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
+    """Both tasks in the ensemble layout: one shared tokenizer, a model and a postprocess step each (for tests of
+    what happens to one step)."""
+    from ernie_deploy.repository.build import BuildOptions, build, model_artifacts
+
+    repo = tmp_path_factory.mktemp("ensemble_models")
+    entries = [model_artifacts(p.static, p.onnx) for p in (seq_cls_pipeline, token_cls_pipeline)]
+    build(entries, repo, BuildOptions(runtime="python", layout="ensemble"))
+    return repo
+
+
+@pytest.fixture(scope="session")
 def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline):
     """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
     models of several kinds runs)."""

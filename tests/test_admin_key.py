@@ -271,8 +271,8 @@ def test_unload_and_load_need_the_right_key(keyed_server, protocol):
         assert "use the server's key" in str(err.value)
         assert wrong.is_ready("ernie_seqcls")
     with RepositoryAdmin(url, KEY) as admin:
-        assert {"ernie_seqcls", "ernie_tokencls", "ernie_tokenizer"} <= {m["name"] for m in admin.index(ready=True)}
-        assert admin.config("ernie_seqcls")["platform"] == "ensemble"
+        assert {"ernie_seqcls", "ernie_tokencls"} <= {m["name"] for m in admin.index(ready=True)}
+        assert admin.config("ernie_seqcls")["parameters"]["layout"]["string_value"] == "fused"
         admin.unload("ernie_seqcls")
         deadline = time.monotonic() + 30
         while admin.is_ready("ernie_seqcls") and time.monotonic() < deadline:
@@ -283,7 +283,7 @@ def test_unload_and_load_need_the_right_key(keyed_server, protocol):
         with pytest.raises(ErnieDeployError, match="failed on") as err:  # not a key problem: said as it is
             admin.load("no_such_model")
         assert "admin key" not in str(err.value)
-    # Inference needs no key, and the reloaded ensemble answers.
+    # Inference needs no key, and the reloaded model answers.
     with Client(SEQ_CLS, keyed_server.grpc_url) as client:
         (answer,) = client.predict([GOOD], progress=False)
     assert answer
@@ -333,7 +333,7 @@ def test_the_watchdog_reloads_a_killed_stub_through_the_restricted_api(keyed_ser
     watchdog, deadline = keyed_server.watchdog, time.monotonic() + 30
     while Counter(stub_processes(keyed_server.pid).values()) != watchdog._expected and time.monotonic() < deadline:
         time.sleep(0.2)
-    pids = [p for p, model in stub_processes(keyed_server.pid).items() if model == "ernie_seqcls_postprocess"]
+    pids = [p for p, model in stub_processes(keyed_server.pid).items() if model == "ernie_seqcls"]
     os.kill(pids[0], signal.SIGKILL)
     deadline = time.monotonic() + 60
     while len(keyed_server.watchdog.restarts) == before and time.monotonic() < deadline:

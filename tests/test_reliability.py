@@ -329,7 +329,7 @@ def test_killed_stubs_are_reloaded_and_no_request_is_lost(fault_server, seq_cls_
     assert sorted(stub_processes(fault_server.pid).values()) == stubs_before
 
 
-def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repository, tmp_path):
+def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(ensemble_repository, tmp_path):
     """What Triton does on its own (2.51): the model fails every request, health still says ready."""
     import urllib.request
 
@@ -338,9 +338,17 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(repo
     from ernie_deploy.server.watchdog import stub_processes
 
     with TritonServer(
-        repository, http_port=0, grpc_port=0, metrics_port=0, restart_stubs=False, log_file=tmp_path / "server.log"
+        ensemble_repository,
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        restart_stubs=False,
+        log_file=tmp_path / "server.log",
     ) as srv:
         assert all(r.ok for r in probe(srv.http_url))
+        # A model the probe cannot feed one text to is a failure that says why, not a crash.
+        (step,) = probe(srv.http_url, models=["ernie_seqcls_model"])
+        assert not step.ok and "not the text inputs a probe can send" in step.message
         tokenizer = [pid for pid, model in stub_processes(srv.pid).items() if model == "ernie_tokenizer"]
         os.kill(tokenizer[0], signal.SIGKILL)
         time.sleep(0.5)
@@ -412,9 +420,6 @@ def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
     cli = probe_cli("--url", server.http_url, "--model", "ernie_seqcls")
     assert cli.returncode == 0 and cli.stdout.startswith("ok ernie_seqcls"), cli.stdout + cli.stderr
-    # A model the probe cannot feed one text to is a failure that says why, not a crash.
-    (step,) = probe(server.http_url, models=["ernie_seqcls_model"])
-    assert not step.ok and "not the text inputs a probe can send" in step.message
     url = f"http://127.0.0.1:{free_ports(1)[0]}"
     cli = probe_cli("--url", url, "--timeout", "2")
     assert cli.returncode != 0 and f"cannot probe {url}: no answer" in cli.stderr
