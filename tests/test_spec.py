@@ -85,10 +85,10 @@ def test_export_records_the_trained_length_and_build_serves_windows_of_it(tiny_t
     build = ["build", "--static", str(static), "--onnx", str(onnx), "--repository", str(repo), "--runtime", "python"]
     assert main([*build, *common]) == 0
     served = served_specs(repo)["people"]
-    assert (served.long_text, served.window_size, served.window_stride, served.layout) == ("window", 20, 9, "ensemble")
+    assert (served.long_text, served.window_size, served.window_stride, served.layout) == ("window", 20, 9, "fused")
     assert (served.trained_tokens, served.precision, served.name) == (20, "fp32", "people")
-    tokenizer = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text())
-    assert tokenizer.parameters["window_size"].string_value == "20"
+    fused = parse((repo / "people" / "config.pbtxt").read_text())  # the default layout on the python step
+    assert fused.parameters["window_size"].string_value == "20"
     assert main([*build, *common, "--window-size", "40"]) == 0  # the flag overrides the record, and is recorded
     assert served_specs(repo)["people"].window_size == 40
     capsys.readouterr()
