@@ -8,7 +8,17 @@ import json
 import pytest
 
 from ernie_deploy.bench.config import BenchConfig, TaskInputs
-from ernie_deploy.bench.tune import DIMENSIONS, Objective, Trial, TuneResult, render, search_space, tune, write_winner
+from ernie_deploy.bench.tune import (
+    DIMENSIONS,
+    Objective,
+    Trial,
+    TuneResult,
+    gain,
+    render,
+    search_space,
+    tune,
+    write_winner,
+)
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
@@ -111,6 +121,18 @@ def test_the_winner_is_a_version_that_carries_its_settings(tiny_pipeline, tmp_pa
     advice = write_winner(other, _inputs(tiny_pipeline), repo, FUSED)
     assert advice.version is None and "--layout ensemble" in advice.advice
     assert VersionedModel.read(repo, "news").on_disk() == [1, 2]
+
+
+def test_a_winner_within_the_noise_is_not_written(tiny_pipeline, tmp_path):
+    repo = _repo_with_news(tiny_pipeline, tmp_path)
+    served = Trial({"instances": 1}, 100.0, 5.0, 9.0)
+    result = TuneResult("news", "", 8, trials=[served, Trial({"instances": 2}, 103.0, 5.0, 9.0)], best={"instances": 2})
+    kept = write_winner(result, _inputs(tiny_pipeline), repo, FUSED)
+    assert kept.version is None and "+3.0%" in kept.advice and "--min-gain" in kept.advice
+    assert VersionedModel.read(repo, "news").on_disk() == [1]
+    assert write_winner(result, _inputs(tiny_pipeline), repo, FUSED, min_gain=0.02).version == 2
+    faster = TuneResult("news", "", 1, trials=[served, Trial({"instances": 2}, 90.0, 4.0, 9.0)], best={"instances": 2})
+    assert gain(faster, Objective("latency")) == pytest.approx(0.25) and gain(faster, Objective()) < 0
 
 
 def test_a_version_that_changes_more_than_settings_is_still_refused(tiny_pipeline, tmp_path):

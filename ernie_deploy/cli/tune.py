@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ernie_deploy.bench.tune import DIMENSIONS, OBJECTIVES
+    from ernie_deploy.bench.tune import DIMENSIONS, MIN_GAIN, OBJECTIVES
 
     p = sub.add_parser(
         "tune",
@@ -35,6 +35,13 @@ def register(sub) -> None:
     p.add_argument("--out", help="where to save the table as JSON (default artifacts/reports/tune/NAME.json)")
     p.add_argument("--version", type=int, help="the version number to write the winner as (default: the next)")
     p.add_argument("--no-version", action="store_true", help="measure and report only; write no version")
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=MIN_GAIN,
+        help="write the winner only when it measured at least this much better than the served settings "
+        "(a fraction; default %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,7 +78,9 @@ def run(args) -> None:
     print(f"saved {out}")
     if args.no_version:
         return
-    written = write_winner(result, inputs, args.repository, base, args.version)
+    written = write_winner(
+        result, inputs, args.repository, base, args.version, objective=objective, min_gain=args.min_gain
+    )
     if written.version is not None:
         print(f"wrote the winner as version {written.version} of {args.name}")
     print(written.advice)
