@@ -114,6 +114,9 @@ def test_the_winner_is_a_version_that_carries_its_settings(tiny_pipeline, tmp_pa
     assert settings.instance_group[0].count == 2 and settings.parameters["intra_op_threads"].string_value == "1"
     assert model.settings(1)["news"].instance_group[0].count == 1, "the serving version keeps its own settings"
     assert model.pinned(2).instance_group[0].count == 2 and model.pinned(1).instance_group[0].count == 1
+    (repo / "news" / "2" / SETTINGS_FILE).write_text("instance_group { count: ", encoding="utf-8")
+    with pytest.raises(ErnieDeployError, match="is not a settings file"):
+        model.pinned(2)
     # what is already served is not written again; another layout and a shared tokenizer are rebuilds
     same = TuneResult("news", "", 8, best={"layout": "fused", "instances": 1})
     assert write_winner(same, _inputs(tiny_pipeline), repo, FUSED).version is None

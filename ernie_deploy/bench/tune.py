@@ -182,7 +182,7 @@ def tune(
                     result.untried = total - bar.n
                     break
                 bar.update(1)
-                _show(bar, trial, result, total, started)
+                _show(bar, trial, result, total)
                 if best is None or objective.key(trial) > objective.key(best):
                     best, best_options = trial, dict(candidate)
             if result.untried:
@@ -199,7 +199,7 @@ def _fits_options(inputs: TaskInputs, base: BuildOptions, options: dict) -> bool
     return _fits(get_layout(candidate.layout), inputs, candidate)
 
 
-def _show(bar, trial: Trial, result: TuneResult, total: int, started: float) -> None:
+def _show(bar, trial: Trial, result: TuneResult, total: int) -> None:
     """The bar's postfix: the last trial, and when the search should end at the trials' average time so far."""
     average = sum(t.seconds for t in result.trials) / len(result.trials)
     left = max(0, total - bar.n) * average
@@ -209,16 +209,18 @@ def _show(bar, trial: Trial, result: TuneResult, total: int, started: float) -> 
 
 
 def measure_trial(inputs: TaskInputs, options: BuildOptions, config: BenchConfig, concurrency: int, workdir: Path):
-    """Build the model alone with `options`, serve it, load it at `concurrency`: one Trial."""
-    from ernie_deploy.bench.load import prepare_requests, run_load
-    from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input, run_perf_analyzer
+    """Build the model alone with `options`, serve it, and load one served cell at `concurrency` the way the
+    benchmark's served rows are loaded (bench.server_rows): one Trial."""
+    from ernie_deploy.bench.load import prepare_requests
+    from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
+    from ernie_deploy.bench.rows import SERVED
+    from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
     from ernie_deploy.repository.build import build, model_artifacts
     from ernie_deploy.server.process import TritonServer
 
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     task = inputs.task
-    trial = Trial({})
     repository = workdir / "models"
     build([model_artifacts(inputs.static, inputs.onnx, task.ensemble)], repository, options)
     tool = config.load_generators[0]
@@ -227,52 +229,11 @@ def measure_trial(inputs: TaskInputs, options: BuildOptions, config: BenchConfig
     ) as server:
         requests = prepare_requests(task, inputs.texts, 1)
         if tool == PERF_ANALYZER:
-            if config.warmup_s > 0:
-                run_load(server.grpc_url, task, requests, concurrency, warmup_s=0, duration_s=config.warmup_s)
-            row = run_perf_analyzer(
-                config.perf_analyzer,
-                task,
-                server.grpc_url,
-                server.http_url,
-                perf_analyzer_input(task, inputs.texts, workdir / "input.json"),
-                "tune",
-                1,
-                concurrency,
-                config.duration_s,
-                workdir,
-                server_pgid=server.pid,
-            )
-            trial.throughput, trial.p50_ms, trial.p99_ms, trial.errors = (
-                row.throughput,
-                row.p50_ms,
-                row.p99_ms,
-                row.errors,
-            )
-            trial.note = row.note or ""
+            input_file = perf_analyzer_input(task, inputs.texts, workdir / "input.json")
+            row = perf_analyzer_row(server, inputs, config, requests, input_file, SERVED, 1, concurrency, workdir)
         else:
-            got = run_load(
-                server.grpc_url,
-                task,
-                requests,
-                concurrency,
-                warmup_s=config.warmup_s,
-                duration_s=config.duration_s,
-                server_pgid=server.pid,
-            )
-            from ernie_deploy.bench.load import load_row
-            from ernie_deploy.bench.rows import SERVED
-
-            row = load_row(task, SERVED, 1, concurrency, got)
-            trial.throughput, trial.p50_ms, trial.p99_ms, trial.errors = (
-                row.throughput,
-                row.p50_ms,
-                row.p99_ms,
-                row.errors,
-            )
-            trial.note = "; ".join(got.error_messages[:2]) if got.errors else ""
-    trial.tool = tool
-    trial.seconds = time.monotonic() - t0
-    return trial
+            row = python_row(server, inputs, config, requests, SERVED, 1, concurrency)
+    return Trial({}, row.throughput, row.p50_ms, row.p99_ms, row.errors, tool, time.monotonic() - t0, row.note or "")
 
 
 def _options_text(options: dict) -> str:

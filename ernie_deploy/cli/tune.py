@@ -59,6 +59,8 @@ def run(args) -> None:
 
     if args.budget <= 0 or args.duration <= 0:
         raise ErnieDeployError("--budget and --duration must be positive", "pass minutes and seconds above 0")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise ErnieDeployError(f"--concurrency {args.concurrency}: no request would be sent", "pass 1 or more")
     objective = Objective(args.objective, args.p99_ms)
     base = served_options(args.repository, args.name)
     task = static_model(None, None, args.name).task.named(args.name)

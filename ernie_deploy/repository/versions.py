@@ -206,32 +206,28 @@ def without_versions(config: mc.ModelConfig) -> mc.ModelConfig:
 
 def settings_of(config: mc.ModelConfig) -> mc.ModelConfig:
     """The serving settings of a config: SETTING_FIELDS and SETTING_PARAMETERS, nothing else."""
-    out = mc.ModelConfig()
-    for name in SETTING_FIELDS:
-        if name == "max_batch_size":
-            out.max_batch_size = config.max_batch_size
-        elif config.HasField(name) if name == "dynamic_batching" else len(getattr(config, name)):
-            getattr(out, name).MergeFrom(getattr(config, name))
-    for key, value in config.parameters.items():
-        if key in SETTING_PARAMETERS:
-            out.parameters[key].CopyFrom(value)
+    out = mc.ModelConfig(max_batch_size=config.max_batch_size)
+    _copy_settings(config, out)
     return out
 
 
 def with_settings(config: mc.ModelConfig, settings: mc.ModelConfig) -> mc.ModelConfig:
-    """`config` with its serving settings replaced by `settings` (settings_of's shape)."""
+    """`config` with its serving settings replaced by `settings` (settings_of's shape). An ensemble takes only the
+    max batch size: it has no instances and no batcher of its own."""
     out = without_settings(config)
-    for name in SETTING_FIELDS:
-        if name == "max_batch_size":
-            out.max_batch_size = settings.max_batch_size
-        else:
-            getattr(out, name).MergeFrom(getattr(settings, name))
-    for key, value in settings.parameters.items():
-        out.parameters[key].CopyFrom(value)
-    if out.platform == "ensemble":
-        out.ClearField("instance_group")
-        out.ClearField("dynamic_batching")
+    out.max_batch_size = settings.max_batch_size
+    if out.platform != "ensemble":
+        _copy_settings(settings, out)
     return out
+
+
+def _copy_settings(source: mc.ModelConfig, target: mc.ModelConfig) -> None:
+    target.instance_group.extend(source.instance_group)
+    if source.HasField("dynamic_batching"):
+        target.dynamic_batching.CopyFrom(source.dynamic_batching)
+    for key, value in source.parameters.items():
+        if key in SETTING_PARAMETERS:
+            target.parameters[key].CopyFrom(value)
 
 
 def without_settings(config: mc.ModelConfig) -> mc.ModelConfig:
@@ -251,7 +247,13 @@ def read_settings(path: Path) -> dict[str, mc.ModelConfig]:
     settings = {}
     for block in text.split("\n---\n"):
         if block.strip():
-            config = text_format.Parse(block, mc.ModelConfig())
+            try:
+                config = text_format.Parse(block, mc.ModelConfig())
+            except text_format.ParseError as exc:
+                raise ErnieDeployError(
+                    f"{path} is not a settings file ({exc})",
+                    "restore it, or delete it to let that version keep the model's settings",
+                ) from None
             settings[config.name] = config
     return settings
 
