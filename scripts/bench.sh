@@ -8,6 +8,6 @@
 #   scripts/bench.sh --task seq_cls --duration 5 --repository models
 #   scripts/bench.sh --render docs/bench.json # rewrite BENCHMARKS.md and bench.png only
 set -euo pipefail
-source "$(dirname "$0")/_env.sh"
+EXTRAS=export,serve,bench source "$(dirname "$0")/_env.sh"
 case "${1:-}" in -h|--help) sed -n '2,9p' "$0"; exec ernie-deploy bench --help ;; esac
 exec ernie-deploy bench "$@"

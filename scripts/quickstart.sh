@@ -4,6 +4,7 @@
 # `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind.
 set -euo pipefail
 start_all=$SECONDS
+start_epoch=$(date +%s)
 elapsed() { local s=$((SECONDS - start_all)); printf '%d:%02d' $((s / 60)) $((s % 60)); }
 stage() { echo; echo "==> [$(elapsed)] $1"; stage_start=$SECONDS; }
 timings=()
@@ -81,11 +82,25 @@ echo
 echo "==> stage timings"
 printf '%s\n' "${timings[@]}"
 printf '%-34s %4ds\n' "total" $((SECONDS - start_all))
-python - "${tasks[@]}" <<'PY'
+python - "$start_epoch" "${tasks[@]}" <<'PY'
 import json
 import sys
+import time
+from pathlib import Path
 
-for task in sys.argv[1:]:
+start, tasks = float(sys.argv[1]), sys.argv[2:]
+# Inside convert: the bootstrap training each model took, where it was trained by this run (else it came cached).
+for task in tasks:
+    meta_file = Path(f"artifacts/checkpoints/{task}/bootstrap.json")
+    if meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+        created = time.mktime(time.strptime(meta["created"][:19], "%Y-%m-%dT%H:%M:%S"))
+        if created >= start:
+            print(f"  of which training {task:<14} {meta['timings_s']['total']:5.0f}s"
+                  f" ({meta['steps']} steps, {meta['threads']} threads)")
+        else:
+            print(f"  of which training {task:<14}     0s (cached, trained {meta['created'][:10]})")
+for task in tasks:
     offline = json.load(open(f"artifacts/reports/{task}_offline.json"))
     served = json.load(open(f"artifacts/reports/{task}_served.json"))
     metric = served["metric"]

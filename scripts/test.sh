@@ -2,7 +2,7 @@
 # The whole test suite, integration tests against a real tritonserver included, after the lint and format checks.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
 set -euo pipefail
-source "$(dirname "$0")/_env.sh"
+EXTRAS=dev source "$(dirname "$0")/_env.sh"
 echo "==> ruff check and ruff format --check"
 ruff check .
 ruff format --check .

@@ -264,7 +264,8 @@ def test_train_records_meta(trained):
     assert meta["dev"] == max(h["dev"] for h in meta["history"])
     assert 0.0 <= meta["unk_rate_test"]["token_rate"] < 0.05
     # Keywords decide the class: even the tiny model must beat chance (1/3) clearly.
-    assert meta["dev"] > 0.6 and meta["test"] > 0.6, meta["history"]
+    assert meta["dev"] > 0.6, meta["history"]
+    assert "test" not in meta  # scored once, on the exported model (`ernie-deploy eval`)
 
 
 def test_checkpoint_reloads_with_same_logits(trained):
@@ -346,7 +347,7 @@ def test_training_is_deterministic(trained, tmp_path, monkeypatch):
     for key in a:
         np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
     assert bootstrap.load_meta(again)["history"] == [
-        {**h, "seconds": g["seconds"]}
+        {**h, "seconds": g["seconds"], "dev_seconds": g["dev_seconds"]}
         for h, g in zip(bootstrap.load_meta(trained["ckpt"])["history"], bootstrap.load_meta(again)["history"])
     ]
 

@@ -1,4 +1,5 @@
-"""`ernie-deploy manifests`: Kubernetes Deployment, Service and autoscaler for serving a repository."""
+"""`ernie-deploy manifests`: Kubernetes Deployment, Service and autoscaler for serving a repository, or (--kserve) the
+same pod as a KServe InferenceService."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ernie_deploy.server.manifests import ManifestOptions
 def register(sub) -> None:
     p = sub.add_parser(
         "manifests",
-        help="Kubernetes manifests (Deployment, Service, autoscaler) for serving a "
+        help="Kubernetes manifests (Deployment, Service, autoscaler; or a KServe InferenceService) for serving a "
         "repository from the image, /dev/shm sized from the repository",
     )
     defaults = ManifestOptions()
@@ -18,9 +19,26 @@ def register(sub) -> None:
         default="models",
         help="the repository the image serves, to size /dev/shm from (default: models)",
     )
-    p.add_argument("--out", default="deploy/k8s", help="folder for deployment.yaml, service.yaml, hpa.yaml")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="folder for deployment.yaml, service.yaml, hpa.yaml (default: deploy/k8s), or with --kserve for "
+        "inferenceservice.yaml (default: deploy/kserve)",
+    )
+    p.add_argument(
+        "--kserve",
+        action="store_true",
+        help="write a KServe InferenceService (inferenceservice.yaml) instead of the three files: the same pod, "
+        "image, command line, Secrets, probes and /dev/shm as a custom predictor in KServe's Standard mode "
+        "(KServe 0.16 or later), which makes the Deployment, Service, CPU autoscaler and ingress from it. "
+        "Apply one or the other, not both",
+    )
     p.add_argument("--image", default=defaults.image, help="the image built from docker/Dockerfile, with its registry")
-    p.add_argument("--name", default=defaults.name, help="name of the Deployment, Service and autoscaler")
+    p.add_argument(
+        "--name",
+        default=defaults.name,
+        help="name of the Deployment, Service and autoscaler, or of the InferenceService",
+    )
     p.add_argument("--min-replicas", type=int, default=defaults.min_replicas)
     p.add_argument("--max-replicas", type=int, default=defaults.max_replicas)
     p.add_argument(
@@ -29,7 +47,7 @@ def register(sub) -> None:
         default=defaults.cpu_target,
         help="autoscaler target: average CPU use across pods, in percent of --cpu",
     )
-    p.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod")
+    p.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod (with --kserve also its limit)")
     p.add_argument("--memory", default=defaults.memory, help="memory request per pod")
     p.add_argument(
         "--memory-limit",
@@ -77,9 +95,11 @@ def options(args) -> ManifestOptions:
 def run(args) -> None:
     from ernie_deploy.server.manifests import secret_command, secret_name, tls_secret_command, tls_secret_name, write
 
-    for path in write(args.repository, args.out, options(args)):
+    out = args.out or ("deploy/kserve" if args.kserve else "deploy/k8s")
+    for path in write(args.repository, out, options(args), kserve=args.kserve):
         print(f"wrote {path}")
-    # The Deployment mounts the admin key from a Secret that is never written to a file here (see manifests.py).
+    # Both the Deployment and the InferenceService mount the admin key from a Secret that is never written to a file
+    # here (see manifests.py).
     print(f"The pods need the Secret {secret_name(args.name)} (the admin key); create it once per namespace:")
     print(f"  {secret_command(args.name)}")
     if args.grpc_tls or args.grpc_tls_mutual:

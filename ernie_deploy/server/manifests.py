@@ -14,6 +14,12 @@ cluster would share the placeholder as its key.
 gRPC over TLS (`grpc_tls`, `grpc_tls_mutual`): the Deployment mounts a kubernetes.io/tls Secret (tls.crt, tls.key,
 and ca.crt for mutual TLS: what cert-manager writes) and points the image's wrapper at its files
 (args.GRPC_TLS_*_ENV). The probes are HTTP, which stays plain, and keep working unchanged.
+
+For clusters that run KServe, inference_service() builds the same pod as a KServe InferenceService
+(`ernie-deploy manifests --kserve`, committed as deploy/kserve/inferenceservice.yaml; tests/test_kserve.py validates
+it with the KServe SDK's own types and checks its container against the Deployment's). Both are built from one pod
+spec (_pod_spec) and one container (_container), so the image, command line, Secrets, probes, resources and /dev/shm
+differ only where KServe needs it: the container's name, its protocol variable and a CPU limit (_kserve_container).
 """
 
 from __future__ import annotations
@@ -49,6 +55,16 @@ TLS_MOUNT = "/run/secrets/ernie-deploy-grpc-tls"
 DEFAULT_IMAGE = "ernie-deploy:0.1.0"
 PORTS = tuple(endpoints.PORTS.items())
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
+# `ernie-deploy manifests --kserve` writes this one file instead of FILES.
+KSERVE_FILE = "inferenceservice.yaml"
+# KServe serves a custom predictor from the container of this name (its webhook renames a lone container to it, so
+# writing it here keeps `kubectl apply` from seeing a difference on every run).
+KSERVE_CONTAINER = "kserve-container"
+# A custom predictor declares its protocol in this variable (KServe's default is v1); Triton speaks v2, the Open
+# Inference Protocol, which KServe's transformers and inference graphs then use to call it.
+KSERVE_PROTOCOL_ENV = {"name": "PROTOCOL", "value": "v2"}
+# KServe's predictor Deployment and Service are named NAME-predictor, and a Service name has at most 63 characters.
+KSERVE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,51}[a-z0-9])?")
 # Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
 LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
 
@@ -164,10 +180,26 @@ def manifests(repository: str | os.PathLike, options: ManifestOptions = Manifest
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
     tls = _GrpcTls.of(options)
     return {
-        "deployment.yaml": _deployment(options, labels, _container(options, tls), shm_limit, tls),
+        "deployment.yaml": _deployment(options, labels, _pod_spec(options, _container(options, tls), shm_limit, tls)),
         "service.yaml": _service(options, labels),
         "hpa.yaml": _autoscaler(options, labels),
     }
+
+
+def inference_service(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict:
+    """The KServe InferenceService serving `repository` (as baked into the image) with `options`: the Deployment's
+    pod as a custom predictor, scaled on CPU by the HPA KServe creates."""
+    repository = Path(repository)
+    _check(repository, options)
+    if not KSERVE_NAME.fullmatch(options.name):
+        raise ErnieDeployError(
+            f"--name {options.name!r} cannot name a KServe InferenceService",
+            "start it with a letter and keep it to 53 characters (KServe adds -predictor to it, "
+            "and a Service name has at most 63)",
+        )
+    shm_limit = _shm_limit(repository, options)
+    tls = _GrpcTls.of(options)
+    return _inference_service(options, _pod_spec(options, _kserve_container(options, tls), shm_limit, tls))
 
 
 def _shm_limit(repository: Path, options: ManifestOptions) -> int:
@@ -255,27 +287,85 @@ def _container(options: ManifestOptions, tls: _GrpcTls) -> dict:
     }
 
 
-def _deployment(options: ManifestOptions, labels: dict, container: dict, shm_limit: int, tls: _GrpcTls) -> dict:
+def _kserve_container(options: ManifestOptions, tls: _GrpcTls) -> dict:
+    """The Deployment's container under KServe's name, with KServe's protocol marker and a CPU limit."""
+    container = _container(options, tls)
+    resources = container["resources"]
+    return {
+        **container,
+        "name": KSERVE_CONTAINER,
+        "env": [*container["env"], dict(KSERVE_PROTOCOL_ENV)],
+        # KServe's webhook gives a container without a CPU limit the cluster default (resource.cpuLimit in its
+        # inferenceservice-config, 1 CPU as shipped), below the default request of 2, and Kubernetes refuses a pod
+        # whose limit is under its request. The Deployment leaves CPU unlimited so a pod can burst; here the limit
+        # is the request.
+        "resources": {**resources, "limits": {"cpu": options.cpu, **resources["limits"]}},
+    }
+
+
+def _pod_spec(options: ManifestOptions, container: dict, shm_limit: int, tls: _GrpcTls) -> dict:
+    """The pod both the Deployment and the InferenceService run: the container, /dev/shm, the admin key, TLS."""
+    return {
+        # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}},
+            {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},
+            *tls.volumes,
+        ],
+    }
+
+
+def _deployment(options: ManifestOptions, labels: dict, pod: dict) -> dict:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": options.name, "labels": labels},
         # No spec.replicas: the autoscaler owns the count, and `kubectl apply` would reset it.
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mebibytes(shm_limit)}},
-                        {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},
-                        *tls.volumes,
-                    ],
-                },
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+
+
+def _inference_service(options: ManifestOptions, pod: dict) -> dict:
+    """A custom predictor (predictor.containers) in KServe's Standard deployment mode.
+
+    Not predictor.triton nor predictor.model with modelFormat triton: those run KServe's tritonserver runtime with its
+    own arguments (--model-store=/mnt/models, --http-port=8080, --grpc-port=9000) and expect a storageUri to fill
+    /mnt/models, while this image already holds the repository at /models and must start through its admin-key
+    wrapper with server_args(). A custom container runs exactly the Deployment's command line, and with no
+    storageUri (nor STORAGE_URI variable) KServe adds no storage initializer.
+
+    Standard mode (KServe 0.16 and later; earlier releases call it RawDeployment) makes a plain Deployment, Service,
+    HPA and Ingress from this, so the pod keeps what Knative mode does not allow: three ports (Knative exposes one),
+    several volumes, the exec liveness probe. KServe's Service NAME-predictor sends port 80 to the first container
+    port (http, 8000), which its Ingress routes to, and keeps gRPC (8001, over TLS with --grpc-tls) and metrics (8002)
+    on their own numbers, as the Deployment's Service does. The probes name the port http, which is 8000 here as
+    well. autoscalerClass hpa asks for the HPA that scaleMetric and scaleTarget configure; KServe's validator accepts
+    scaleMetric cpu only for that class.
+    """
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": options.name,
+            # Not the Deployment's component label: if both land in one namespace, its selector, Service and
+            # autoscaler must not take in these pods.
+            "labels": {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "kserve-predictor"},
+            "annotations": {
+                "serving.kserve.io/deploymentMode": "Standard",
+                "serving.kserve.io/autoscalerClass": "hpa",
             },
+        },
+        "spec": {
+            "predictor": {
+                # The Deployment's autoscaler, as KServe's HPA: the same bounds and CPU target.
+                "minReplicas": options.min_replicas,
+                "maxReplicas": options.max_replicas,
+                "scaleMetric": "cpu",
+                "scaleTarget": options.cpu_target,
+                **pod,
+            }
         },
     }
 
@@ -320,7 +410,7 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
         f"# Generated by `ernie-deploy manifests` from the model repository {repository.name}/: "
         "change the repository or the options and regenerate, do not edit.\n"
     )
-    if name == "deployment.yaml":
+    if name in ("deployment.yaml", KSERVE_FILE):
         instances = python_instance_count(repository, options.gpus)
         need = shm_needed(repository, options.shm_default_byte_size, options.shm_growth_byte_size, gpus=options.gpus)
         text += (
@@ -339,11 +429,18 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
                 + (" and the CA of the clients' certificates" if mutual else "")
                 + f" (HTTP and the probes stay plain):\n#   {tls_secret_command(options.name, mutual)}\n"
             )
+    if name == KSERVE_FILE:
+        text += (
+            "# For KServe 0.16 or later (Standard mode): it makes the Deployment, Service and autoscaler "
+            f"{options.name}-predictor; `kubectl apply -f` this file instead of deploy/k8s/.\n"
+        )
     return text
 
 
-def render(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict[str, str]:
-    """{file name: YAML text} as `write` writes them."""
+def render(
+    repository: str | os.PathLike, options: ManifestOptions = ManifestOptions(), kserve: bool = False
+) -> dict[str, str]:
+    """{file name: YAML text} as `write` writes them: FILES, or with `kserve` the InferenceService alone."""
     try:
         import yaml
     except ImportError:
@@ -354,7 +451,7 @@ def render(repository: str | os.PathLike, options: ManifestOptions = ManifestOpt
             return True
 
     repository = Path(repository)
-    objects = manifests(repository, options)
+    objects = {KSERVE_FILE: inference_service(repository, options)} if kserve else manifests(repository, options)
     return {
         name: _header(name, repository, options)
         + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
@@ -363,10 +460,22 @@ def render(repository: str | os.PathLike, options: ManifestOptions = ManifestOpt
 
 
 def write(
-    repository: str | os.PathLike, out: str | os.PathLike, options: ManifestOptions = ManifestOptions()
+    repository: str | os.PathLike,
+    out: str | os.PathLike,
+    options: ManifestOptions = ManifestOptions(),
+    kserve: bool = False,
 ) -> list[Path]:
-    """Write the manifests into `out`, each file atomically; returns their paths."""
-    texts = render(repository, options)  # everything is computed before anything is written
+    """Write the manifests (with `kserve`, the InferenceService) into `out`, each file atomically; returns their
+    paths. Refuses a folder that holds the other kind: `kubectl apply -f` on it would start the server twice."""
+    others = FILES if kserve else (KSERVE_FILE,)
+    present = [name for name in others if (Path(out) / name).exists()]
+    if present:
+        raise ErnieDeployError(
+            f"{out} already holds {', '.join(present)}: `kubectl apply -f {out}` would run both the Deployment "
+            "and the InferenceService",
+            "write each to its own folder (deploy/k8s for the Deployment, deploy/kserve for --kserve)",
+        )
+    texts = render(repository, options, kserve)  # everything is computed before anything is written
     paths = []
     for name, text in texts.items():
         path = Path(out) / name

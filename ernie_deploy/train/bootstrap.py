@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised 
     meta = load_meta(ckpt)
     print(f"checkpoint: {ckpt}")
     print(
-        f"{meta['metric']}: dev {meta['dev']:.4f}  test {meta['test']:.4f}  (best epoch {meta['best_epoch']})\n"
+        f"{meta['metric']}: dev {meta['dev']:.4f} (best epoch {meta['best_epoch']}; "
+        "the test split is scored by `ernie-deploy eval`)\n"
         f"[UNK] rate on test: {meta['unk_rate_test']['token_rate']:.4%} of tokens, "
         f"{meta['unk_rate_test']['texts_with_unk']:.2%} of texts\n"
         f"train time: {meta['timings_s']['train']:.1f}s (epochs {meta['timings_s']['per_epoch']}), "

@@ -1,0 +1,415 @@
+"""The Grafana dashboard for ernie-deploy's Triton servers (`ernie-deploy dashboard`): per model and version, requests,
+failures and refusals, latency p50 and p99 end to end and per step, queue time, compute input/infer/output, and the
+response cache's hits and misses, read from the Prometheus job that deploy/prometheus/ scrapes.
+
+The panels are data here (ROWS: each panel's PromQL, its unit and which served models it has series for); dashboard()
+turns them into Grafana's dashboard JSON with Grafana's foundation SDK (grafana-foundation-sdk, in the dev extra,
+imported only when a dashboard is built). The committed deploy/grafana/ernie-deploy.json is this module's output with
+the defaults; tests/test_dashboard.py checks that, and runs every panel's query on a real Prometheus scraping a real
+server.
+
+What Triton 2.51 exports on its metrics port, read from /metrics of the pip server serving an ensemble with and
+without the response cache, a tokenizer-in-model model with it and a fused model, after a few requests each:
+- per model and version, every step and every ensemble: the counters and gauge deploy/prometheus/alerts.yml lists
+  (nv_inference_request_success, nv_inference_request_failure by `reason`, the cumulative microseconds
+  nv_inference_{request,queue,compute_input,compute_infer,compute_output}_duration_us, ...);
+- with `--metrics-config=summary_latencies=true` (args.server_args), a summary beside each of those five durations,
+  nv_inference_<x>_summary_us, with quantile labels "0.5", "0.9", "0.95", "0.99" and "0.999" (plus _count, _sum),
+  over the last minute's requests: a p99 read 971 us 55 s after the last request and NaN 65 s after it;
+- a model that enables the response cache has no nv_inference_request_summary_us at all (its queue and compute
+  summaries and its nv_inference_request_duration_us counter are there), so the end-to-end panel also draws the
+  mean from the counters, which every model has;
+- for the models that enable the cache, and only for them: nv_cache_num_hits_per_model, nv_cache_num_misses_per_model,
+  the microseconds nv_cache_hit_duration_per_model and nv_cache_miss_duration_per_model, and the summaries
+  nv_cache_{hit,miss}_summary_per_model; the server's whole cache, without a model label: nv_cache_num_entries,
+  nv_cache_util, nv_cache_num_{hits,misses,lookups,evictions}, nv_cache_{lookup,insertion}_duration.
+
+Imports: ernie_deploy.core, and the SDK lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import atomic_path
+
+DEFAULT_TITLE = "ernie-deploy: Triton models"
+DEFAULT_UID = "ernie-deploy-triton"
+DEFAULT_OUT = Path("deploy") / "grafana" / "ernie-deploy.json"
+
+# Which served models a query has a series for, per (model, version): every model Triton serves (ensembles, their
+# steps, fused models); those without the response cache (Triton has no request summary for the others); or only the
+# models built with `build --cache`.
+EVERY = "every"
+UNCACHED = "uncached"
+CACHED = "cached"
+
+# The per-model metric names the pip server (Triton 2.51) exported with the summaries and the cache on (see above).
+# A query naming anything else draws nothing: dashboard() refuses it.
+TRITON_METRICS = frozenset(
+    {
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_pending_request_count",
+        *(
+            f"nv_inference_{what}_{kind}"
+            for what in ("request", "queue", "compute_input", "compute_infer", "compute_output")
+            for kind in ("duration_us", "summary_us", "summary_us_count", "summary_us_sum")
+        ),
+        "nv_cache_num_hits_per_model",
+        "nv_cache_num_misses_per_model",
+        "nv_cache_hit_duration_per_model",
+        "nv_cache_miss_duration_per_model",
+        *(f"nv_cache_{what}_summary_per_model{end}" for what in ("hit", "miss") for end in ("", "_count", "_sum")),
+    }
+)
+
+# The template variables every query filters on; Grafana fills them in (a regex: several values, or All as ".+").
+SELECTOR = 'job=~"$job", instance=~"$instance", model=~"$model", version=~"$version"'
+LEGEND = "{{model}} v{{version}}"
+_METRIC = re.compile(r"\bnv_\w+")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query of a panel: its expression, legend and which served models it has series for."""
+
+    expr: str
+    legend: str
+    serves: str = EVERY
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    unit: str  # Grafana's unit id
+    description: str
+    queries: tuple[Query, ...]
+
+
+def _sum_rate(metric: str, matchers: str = "", by: str = "model, version") -> str:
+    """Per-second increase of a counter, summed over the servers (pods) of each model and version."""
+    extra = f", {matchers}" if matchers else ""
+    return f"sum by ({by}) (rate({metric}{{{SELECTOR}{extra}}}[$__rate_interval]))"
+
+
+def _per_request_ms(counter_us: str) -> str:
+    """Mean milliseconds per successful request from a cumulative-microseconds counter (NaN while no request)."""
+    return f"{_sum_rate(counter_us)} / {_sum_rate('nv_inference_request_success')} / 1000"
+
+
+def _quantile_ms(summary_us: str, quantile: str, serves: str = EVERY) -> Query:
+    """A latency summary's quantile in milliseconds; across servers, the slowest one's (quantiles do not add up)."""
+    expr = f'max by (model, version) ({summary_us}{{{SELECTOR}, quantile="{quantile}"}}) / 1000'
+    return Query(expr, f"{LEGEND} p{float(quantile) * 100:g}", serves)
+
+
+_STEPS = (
+    "Every Triton model is its own row: in the ensemble layout a request to NAME also runs a tokenizer "
+    "(ernie_tokenizer, or ernie_tokenizer_<fingerprint> beside another one), NAME_model and NAME_postprocess, each "
+    "with its own series; in the default fused layout one python model does everything."
+)
+
+ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
+    (
+        "Traffic",
+        (
+            PanelSpec(
+                "Requests per second",
+                "reqps",
+                "Successful requests (answers from the response cache included). " + _STEPS,
+                (Query(_sum_rate("nv_inference_request_success"), LEGEND),),
+            ),
+            PanelSpec(
+                "Failures per second, by reason",
+                "reqps",
+                "Failed requests by Triton's reason: BACKEND (the model itself failed, e.g. a dead python stub), OTHER "
+                "(a bad request, or a failed step seen from its ensemble), REJECTED, CANCELED. Triton 2.51 counts each "
+                "failed request of an ensemble twice.",
+                (
+                    Query(
+                        _sum_rate("nv_inference_request_failure", by="model, version, reason"),
+                        f"{LEGEND} {{{{reason}}}}",
+                    ),
+                ),
+            ),
+            PanelSpec(
+                "Refusals per second",
+                "reqps",
+                "Requests refused rather than served: REJECTED (a queue timeout, build --queue-timeout-us, at the step "
+                "and at its ensemble; a full queue, --max-queue-size, at the ensemble only, and a fused model does not "
+                "count those: only its clients see them) and CANCELED (the client gave up).",
+                (
+                    Query(
+                        _sum_rate(
+                            "nv_inference_request_failure", 'reason=~"REJECTED|CANCELED"', "model, version, reason"
+                        ),
+                        f"{LEGEND} {{{{reason}}}}",
+                    ),
+                ),
+            ),
+            PanelSpec(
+                "Requests in flight",
+                "short",
+                "Requests a model has received and not yet answered (queued or running), summed over the servers.",
+                (Query(f"sum by (model, version) (nv_inference_pending_request_count{{{SELECTOR}}})", LEGEND),),
+            ),
+        ),
+    ),
+    (
+        "Latency",
+        (
+            PanelSpec(
+                "End to end: p50, p99 and mean",
+                "ms",
+                "From the request's arrival to its answer, as each model sees it: for an ensemble or a fused model the "
+                "client's wait less the network, for a step its own part. Quantiles are the server's summaries of "
+                "the last minute's requests (the slowest server's; a gap after a minute without any); Triton 2.51 has "
+                "none for a model with the response cache, which shows the mean alone. " + _STEPS,
+                (
+                    _quantile_ms("nv_inference_request_summary_us", "0.5", UNCACHED),
+                    _quantile_ms("nv_inference_request_summary_us", "0.99", UNCACHED),
+                    Query(_per_request_ms("nv_inference_request_duration_us"), f"{LEGEND} mean"),
+                ),
+            ),
+            PanelSpec(
+                "Per step: compute p50 and p99",
+                "ms",
+                "Time each Triton model spent running a request (the compute, without its queue): with the ensemble "
+                "layout, which step the time goes to. " + _STEPS,
+                (
+                    _quantile_ms("nv_inference_compute_infer_summary_us", "0.5"),
+                    _quantile_ms("nv_inference_compute_infer_summary_us", "0.99"),
+                ),
+            ),
+            PanelSpec(
+                "Queue time: mean and p99",
+                "ms",
+                "Time requests waited in a model's queue before running. An ensemble's own queue time is 0: the "
+                "waiting happens in its steps.",
+                (
+                    Query(_per_request_ms("nv_inference_queue_duration_us"), f"{LEGEND} mean"),
+                    _quantile_ms("nv_inference_queue_summary_us", "0.99"),
+                ),
+            ),
+            PanelSpec(
+                "Compute input, infer, output: mean per request",
+                "ms",
+                "The compute split as `ernie-deploy stats` shows it: input and output are a python step's "
+                "shared-memory hops, infer its own work.",
+                tuple(
+                    Query(_per_request_ms(f"nv_inference_compute_{phase}_duration_us"), f"{LEGEND} {phase}")
+                    for phase in ("input", "infer", "output")
+                ),
+            ),
+        ),
+    ),
+    (
+        "Response cache",
+        (
+            PanelSpec(
+                "Cache hits and misses per second",
+                "reqps",
+                "Requests answered from Triton's response cache and those looked up and not found, for the models "
+                "built with `build --cache` (no other model has these series). A hit counts as a successful request "
+                "whose steps never ran.",
+                (
+                    Query(_sum_rate("nv_cache_num_hits_per_model"), f"{LEGEND} hits", CACHED),
+                    Query(_sum_rate("nv_cache_num_misses_per_model"), f"{LEGEND} misses", CACHED),
+                ),
+            ),
+            PanelSpec(
+                "Cache hit ratio",
+                "percentunit",
+                "Hits over lookups in the window, for the models built with `build --cache`.",
+                (
+                    Query(
+                        f"{_sum_rate('nv_cache_num_hits_per_model')} / ({_sum_rate('nv_cache_num_hits_per_model')} "
+                        f"+ {_sum_rate('nv_cache_num_misses_per_model')})",
+                        LEGEND,
+                        CACHED,
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+# Grafana's variables, each listing the label values that the ones before it select.
+_SERIES = "nv_inference_request_success"
+VARIABLES = (
+    ("job", "Job", f"label_values({_SERIES}, job)"),
+    ("instance", "Server", f'label_values({_SERIES}{{job=~"$job"}}, instance)'),
+    ("model", "Model", f'label_values({_SERIES}{{job=~"$job", instance=~"$instance"}}, model)'),
+    ("version", "Version", f'label_values({_SERIES}{{job=~"$job", instance=~"$instance", model=~"$model"}}, version)'),
+)
+
+
+def panels(rows=ROWS) -> list[PanelSpec]:
+    return [panel for _, row in rows for panel in row]
+
+
+def metric_names(expr: str) -> set[str]:
+    """The Triton metrics a PromQL expression reads."""
+    return set(_METRIC.findall(expr))
+
+
+def unknown_metrics(rows=ROWS) -> dict[str, set[str]]:
+    """{panel title: metric names it queries that Triton 2.51 does not export} (empty when all are real)."""
+    found = {}
+    for panel in panels(rows):
+        unknown = set().union(*(metric_names(q.expr) for q in panel.queries)) - TRITON_METRICS
+        if unknown:
+            found[panel.title] = unknown
+    return found
+
+
+def resolve(expr: str, rate_interval: str = "1m", **variables: str) -> str:
+    """`expr` as Prometheus runs it outside Grafana: $__rate_interval and the variables (job, instance, model, version;
+    ".+" for those not given, as the dashboard's All) filled in."""
+    values = {name: variables.get(name, ".+") for name, _, _ in VARIABLES}
+    expr = expr.replace("$__rate_interval", rate_interval)
+    return re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), m.group(0)), expr)
+
+
+def _check(title: str, uid: str, datasource: str | None, rows) -> None:
+    if not title.strip():
+        raise ErnieDeployError("--title is empty", "give the dashboard a title, or leave --title out for the default")
+    # Grafana's rule for a dashboard uid: at most 40 letters, digits, '-' and '_'.
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid):
+        raise ErnieDeployError(
+            f"--uid {uid!r} is not a Grafana dashboard uid", "use at most 40 letters, digits, '-' and '_'"
+        )
+    if datasource is not None and not datasource.strip():
+        raise ErnieDeployError(
+            "--datasource is empty", "give the uid or name of a Prometheus data source, or leave it out for the default"
+        )
+    unknown = unknown_metrics(rows)
+    if unknown:
+        listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
+        raise ErnieDeployError(
+            f"panels query metrics that Triton 2.51 does not export ({listed})",
+            f"use the names Triton exports (ernie_deploy.server.dashboard.TRITON_METRICS, read from a live server's "
+            f"metrics port): {', '.join(sorted(TRITON_METRICS))}",
+        )
+
+
+def _sdk():
+    try:
+        # The SDK's classic-dashboard classes warn at import that its v2 schema is preferred. That schema is the
+        # resource of Grafana 12's new dashboard API; the classic JSON built here is what the Import page and file
+        # provisioning read, in older Grafana too, so the warning is not for us.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Prefer using dashboardv2", DeprecationWarning)
+            from grafana_foundation_sdk.builders import common, dashboard, prometheus, timeseries
+            from grafana_foundation_sdk.cog.encoder import JSONEncoder
+            from grafana_foundation_sdk.models import common as common_models
+            from grafana_foundation_sdk.models import dashboard as dashboard_models
+    except ImportError:
+        raise ErnieDeployError(
+            "grafana-foundation-sdk is not installed",
+            "pip install -e '.[dev]' (it is pinned there; the SDK needs Python 3.11 or later)",
+        ) from None
+    return common, dashboard, prometheus, timeseries, JSONEncoder, common_models, dashboard_models
+
+
+def dashboard(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: str | None = None, rows=ROWS) -> dict:
+    """Grafana's JSON model of the dashboard (what its Import page and provisioning read), as a dict.
+
+    datasource: the uid or name of the Prometheus data source it opens on; None: Grafana's default one. Either way the
+    data-source variable at the top switches every panel.
+    """
+    _check(title, uid, datasource, rows)
+    common, builders, prometheus, timeseries, JSONEncoder, common_models, models = _sdk()
+    source = common_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
+    every = models.VariableOption(selected=True, text="All", value="$__all")
+
+    board = (
+        builders.Dashboard(title)
+        .uid(uid)
+        .description("Triton serving ernie-deploy's models, per model and version, from Prometheus (job triton).")
+        .tags(["ernie-deploy", "triton"])
+        .time("now-1h", "now")
+        .refresh("30s")
+        .tooltip(models.DashboardCursorSync.CROSSHAIR)
+    )
+    variable = builders.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    if datasource is not None:
+        variable = variable.current(models.VariableOption(selected=True, text=datasource, value=datasource))
+    board = board.with_variable(variable)
+    for name, label, query in VARIABLES:
+        board = board.with_variable(
+            builders.QueryVariable(name)
+            .label(label)
+            .datasource(source)
+            .query(query)
+            .definition(query)
+            .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(models.VariableSort.NATURAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".+")
+            .current(every)
+        )
+
+    ids = iter(range(1, 1000))
+    for row_title, row in rows:
+        board = board.with_row(builders.Row(row_title).id(next(ids)))
+        for spec in row:
+            legend = (
+                common.VizLegendOptions()
+                .show_legend(True)
+                .display_mode(common_models.LegendDisplayMode.TABLE)
+                .placement(common_models.LegendPlacement.BOTTOM)
+                .calcs(["mean", "max", "lastNotNull"])
+            )
+            panel = (
+                timeseries.Panel()
+                .id(next(ids))
+                .title(spec.title)
+                .description(spec.description)
+                .datasource(source)
+                .unit(spec.unit)
+                .min(0)
+                .span(12)
+                .height(9)
+                .legend(legend)
+                .tooltip(
+                    common.VizTooltipOptions()
+                    .mode(common_models.TooltipDisplayMode.MULTI)
+                    .sort(common_models.SortOrder.DESCENDING)
+                )
+            )
+            for ref, query in zip("ABCDEFGH", spec.queries):
+                panel = panel.with_target(
+                    prometheus.Dataquery().ref_id(ref).datasource(source).expr(query.expr).legend_format(query.legend)
+                )
+            board = board.with_panel(panel)
+    return json.loads(JSONEncoder(sort_keys=True).encode(board.build()))
+
+
+def render(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: str | None = None) -> str:
+    """The dashboard as the JSON text `write` writes."""
+    return json.dumps(dashboard(title, uid, datasource), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+
+
+def write(
+    out: str | os.PathLike = DEFAULT_OUT,
+    title: str = DEFAULT_TITLE,
+    uid: str = DEFAULT_UID,
+    datasource: str | None = None,
+) -> Path:
+    """Write the dashboard's JSON to `out` atomically; returns the path."""
+    text = render(title, uid, datasource)  # built and checked before anything is written
+    path = Path(out)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
