@@ -72,7 +72,7 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     "pair_cls": {"init_from": "seq_cls", "epochs": 3},
     # Shorter runs cost entity F1, and the classifier's encoder does not buy it back (served entity F1 on the 5,000
     # test sentences, windows, constrained decoding; the learning rate decays over each run's own steps): 3 epochs
-    # (1,875 steps): 0.6765; 2 epochs (1,250): 0.6256; 1 epoch (625) from the seq_cls encoder (`init_from`): 0.5084,
+    # (1,875 steps): 0.6727; 2 epochs (1,250): 0.6256; 1 epoch (625) from the seq_cls encoder (`init_from`): 0.5084,
     # dev 0.460, below the 0.518 this recipe reaches after its first epoch from random init. At equal steps the
     # warm start's training loss was no lower (steps 200 / 300 / 370: 0.247 / 0.237 / 0.209 warm, 0.236 / 0.237 /
     # 0.200 cold): the title classifier's encoder holds little a tagger can use.
