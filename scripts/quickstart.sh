@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a fresh machine: install, data, model, convert, serve, measure, stop.
 # Arguments go to scripts/convert.sh, e.g. `--budget 20` trains each bootstrap model for up to 20 minutes;
-# `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind.
+# `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind; those build
+# into artifacts/models/, leaving the committed demo repository models/ as it is.
 set -euo pipefail
 start_all=$SECONDS
 start_epoch=$(date +%s)
@@ -20,7 +21,7 @@ left). They are cached in ~/.cache/ernie-deploy, so later runs take about a minu
 `--budget MINUTES` trains each model for that long instead (all train rows; more time, a better model).
 MSG
 
-stage "install (.venv, pip install -e .[dev])"
+stage "install (.venv, pip install -e .[export,serve])"
 source "$(dirname "$0")/_env.sh"
 done_stage "install"
 
@@ -32,12 +33,17 @@ while [ $# -gt 0 ]; do
     *) convert_args+=("$1"); shift ;;
   esac
 done
-[ ${#tasks[@]} -gt 0 ] || read -r -a tasks <<< "$(python -c 'from ernie_deploy.core.tasks import DEFAULT_TASKS; print(*DEFAULT_TASKS)')"
+read -r -a demo_tasks <<< "$(python -c 'from ernie_deploy.core.tasks import DEFAULT_TASKS; print(*DEFAULT_TASKS)')"
+[ ${#tasks[@]} -gt 0 ] || tasks=("${demo_tasks[@]}")
+# models/ is the committed demo repository (a test keeps it equal to what `build` makes of the demo models): the
+# demo run rebuilds it unchanged; any other choice of tasks builds its own repository under artifacts/ (ignored).
+repository=models
+[ "${tasks[*]}" = "${demo_tasks[*]}" ] || repository=artifacts/models
 task_args=()
 for task in "${tasks[@]}"; do task_args+=(--task "$task"); done
 
 stage "convert: data, bootstrap models (trained on the first run), export, ONNX, parity, repository"
-bash scripts/convert.sh "${task_args[@]}" "${convert_args[@]}"
+bash scripts/convert.sh "${task_args[@]}" --repository "$repository" "${convert_args[@]}"
 done_stage "convert (scripts/convert.sh)"
 
 mkdir -p artifacts/reports
@@ -47,9 +53,9 @@ for task in "${tasks[@]}"; do
   done_stage "offline eval $task"
 done
 
-stage "serve models/ (tritonserver on 127.0.0.1)"
+stage "serve $repository/ (tritonserver on 127.0.0.1)"
 http_port=${HTTP_PORT:-8000} grpc_port=${GRPC_PORT:-8001} metrics_port=${METRICS_PORT:-8002}
-ernie-deploy serve models --http-port "$http_port" --grpc-port "$grpc_port" --metrics-port "$metrics_port" \
+ernie-deploy serve "$repository" --http-port "$http_port" --grpc-port "$grpc_port" --metrics-port "$metrics_port" \
   > artifacts/reports/server.log 2>&1 &
 server_pid=$!
 trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
@@ -109,8 +115,8 @@ for task in tasks:
 PY
 cat <<MSG
 
-Next: serve models/ again and query it (the server above has stopped):
-  bash scripts/serve.sh                      # in one shell; prints the client commands once ready
+Next: serve $repository/ again and query it (the server above has stopped):
+  bash scripts/serve.sh $repository    # in one shell; prints the client commands once ready
   source .venv/bin/activate                  # in another: ernie-deploy and the clients' imports
   python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
 MSG
