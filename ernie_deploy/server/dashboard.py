@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,6 +293,12 @@ def _check(title: str, uid: str, datasource: str | None, rows) -> None:
         raise ErnieDeployError(
             "--datasource is empty", "give the uid or name of a Prometheus data source, or leave it out for the default"
         )
+    crowded = [panel.title for panel in panels(rows) if len(panel.queries) > len(string.ascii_uppercase)]
+    if crowded:  # each query needs its own reference letter
+        raise ErnieDeployError(
+            f"panels with more than {len(string.ascii_uppercase)} queries: {', '.join(crowded)}",
+            "split them into several panels",
+        )
     unknown = unknown_metrics(rows)
     if unknown:
         listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
@@ -388,7 +395,7 @@ def dashboard(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: st
                     .sort(common_models.SortOrder.DESCENDING)
                 )
             )
-            for ref, query in zip("ABCDEFGH", spec.queries):
+            for ref, query in zip(string.ascii_uppercase, spec.queries, strict=False):
                 panel = panel.with_target(
                     prometheus.Dataquery().ref_id(ref).datasource(source).expr(query.expr).legend_format(query.legend)
                 )
