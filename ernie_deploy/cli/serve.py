@@ -87,7 +87,7 @@ def admin_key_for(host: str, key_file: str | None = None, environ=None) -> tuple
         return key, None
     if not is_loopback(host):
         raise ErnieDeployError(
-            f"--host {host} makes the server reachable from other machines, and no admin key is set for its "
+            f"listening on {host} makes the server reachable from other machines, and no admin key is set for its "
             "model-repository and model-config APIs",
             f'give it a key: export {ADMIN_KEY_ENV}="$({GENERATE_HINT})", or --admin-key-file PATH '
             "(e.g. a mounted secret); callers of those APIs send it in the header " + ADMIN_KEY_HEADER,
@@ -97,21 +97,46 @@ def admin_key_for(host: str, key_file: str | None = None, environ=None) -> tuple
 
 
 def run(args) -> None:
+    shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
+    serve(
+        args.repository,
+        host=args.host,
+        http_host=args.http_host or args.host,
+        admin_key_file=args.admin_key_file,
+        grpc_tls=server_tls_from_args(args),
+        tritonserver=args.tritonserver,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        cache_bytes=args.cache_size,
+        **shm,
+    )
+
+
+def serve(
+    repository: str,
+    *,
+    host: str,
+    http_host: str,
+    admin_key_file: str | None = None,
+    grpc_tls=None,
+    **server_kw,
+) -> None:
+    """Serve `repository` until SIGINT/SIGTERM with the admin key this host needs; what `serve` and the
+    environment's `tritonserver` command (server/launcher.py) run. `server_kw` goes to TritonServer."""
     from ernie_deploy.server.process import serve_forever
 
-    grpc_tls = server_tls_from_args(args)
-    http_host = args.http_host or args.host
     if grpc_tls is not None and not is_loopback(http_host):
         print(
-            f"note: gRPC is encrypted; HTTP (port {args.http_port}) and metrics (port {args.metrics_port}) on "
-            f"{http_host} are not (Triton has no TLS for them): --http-host 127.0.0.1 keeps them local, behind a "
-            "TLS proxy if other machines need them",
+            f"note: gRPC is encrypted; HTTP (port {server_kw.get('http_port', PORTS['http'])}) and metrics (port "
+            f"{server_kw.get('metrics_port', PORTS['metrics'])}) on {http_host} are not (Triton has no TLS for them): "
+            "--http-host 127.0.0.1 keeps them local, behind a TLS proxy if other machines need them",
             file=sys.stderr,
             flush=True,
         )
     # the key is needed where either address is reachable from other machines
-    exposed = args.host if not is_loopback(args.host) else http_host
-    key, generated = admin_key_for(exposed, args.admin_key_file)
+    exposed = host if not is_loopback(host) else http_host
+    key, generated = admin_key_for(exposed, admin_key_file)
     if generated is not None:
         print(
             f"admin key: none set ({ADMIN_KEY_ENV}, {ADMIN_KEY_FILE_ENV}, --admin-key-file), so one was generated "
@@ -122,21 +147,8 @@ def run(args) -> None:
         )
     else:
         print(f"admin key: from {key.source}", file=sys.stderr, flush=True)
-    shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
     try:
-        serve_forever(
-            args.repository,
-            tritonserver=args.tritonserver,
-            host=args.host,
-            http_host=http_host,
-            http_port=args.http_port,
-            grpc_port=args.grpc_port,
-            metrics_port=args.metrics_port,
-            admin_key=key,
-            grpc_tls=grpc_tls,
-            cache_bytes=args.cache_size,
-            **shm,
-        )
+        serve_forever(repository, host=host, http_host=http_host, admin_key=key, grpc_tls=grpc_tls, **server_kw)
     finally:
         if generated is not None:
             shutil.rmtree(generated.parent, ignore_errors=True)

@@ -49,7 +49,8 @@ def connect_fix(url: str, tls: Tls | None) -> str:
     """What to try when nothing answers at `url`: a server that is not there, or one that speaks TLS otherwise."""
     if tls is None:
         return (
-            "start one with `ernie-deploy serve models/` or pass --url; if the server serves gRPC over TLS, pass "
+            "start one with `tritonserver --model-repository=models` (or `ernie-deploy serve models`) or pass --url; "
+            "if the server serves gRPC over TLS, pass "
             "--tls-ca (the CA that signed its certificate), and under mutual TLS --tls-cert and --tls-key"
         )
     return (

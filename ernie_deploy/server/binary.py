@@ -56,6 +56,11 @@ def _wheel_root_of(path: Path) -> Path | None:
     return None
 
 
+def is_wheel_binary(path: Path) -> bool:
+    """Whether `path` is the nvidia-pytriton wheel's tritonserver, which runs only as prepared here."""
+    return _wheel_root_of(path) is not None
+
+
 def _binary_at(path: str, source: str) -> TritonBinary:
     found = shutil.which(path) if os.sep not in path else (path if os.access(path, os.X_OK) else None)
     if not found or not os.path.isfile(found):
