@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a fresh machine: install, data, model, convert, serve, measure, stop.
 # Arguments go to scripts/convert.sh, e.g. `--budget 20` trains each bootstrap model for up to 20 minutes;
-# `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind; those build
-# into artifacts/models/, leaving the committed demo repository models/ as it is.
+# `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind. Any argument
+# builds into artifacts/models/, leaving the committed demo repository models/ as it is.
 set -euo pipefail
 start_all=$SECONDS
 start_epoch=$(date +%s)
@@ -30,15 +30,18 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --task) tasks+=("$2"); shift 2 ;;
     --all-tasks) read -r -a tasks <<< "$(python -c 'from ernie_deploy.core.tasks import TASKS; print(*TASKS)')"; shift ;;
+    --repository) echo "quickstart.sh: --repository is not taken here: the quickstart builds models/ (the demo models)" \
+      "or artifacts/models/ (any argument); for another folder use scripts/convert.sh --repository DIR" >&2; exit 2 ;;
     *) convert_args+=("$1"); shift ;;
   esac
 done
 read -r -a demo_tasks <<< "$(python -c 'from ernie_deploy.core.tasks import DEFAULT_TASKS; print(*DEFAULT_TASKS)')"
 [ ${#tasks[@]} -gt 0 ] || tasks=("${demo_tasks[@]}")
 # models/ is the committed demo repository (a test keeps it equal to what `build` makes of the demo models): the
-# demo run rebuilds it unchanged; any other choice of tasks builds its own repository under artifacts/ (ignored).
+# plain demo run rebuilds it unchanged; any other choice of tasks, and any convert option (another checkpoint, a
+# training budget, INT8, ...), whose configs record other facts, builds its own repository under artifacts/ (ignored).
 repository=models
-[ "${tasks[*]}" = "${demo_tasks[*]}" ] || repository=artifacts/models
+[ "${tasks[*]}" = "${demo_tasks[*]}" ] && [ ${#convert_args[@]} -eq 0 ] || repository=artifacts/models
 task_args=()
 for task in "${tasks[@]}"; do task_args+=(--task "$task"); done
 
