@@ -80,7 +80,7 @@ for task in "${tasks[@]}"; do
   done_stage "served eval $task (gRPC client)"
 done
 if [[ " ${tasks[*]} " == *" token_cls "* ]]; then
-  python clients/token_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --text "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
+  python clients/token_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --text "江泽民主席在北京会见了联合国秘书长。"
 fi
 
 stage "stop server"
@@ -119,7 +119,7 @@ PY
 cat <<MSG
 
 Next: serve $repository/ again and query it (the server above has stopped):
-  bash scripts/serve.sh $repository    # in one shell; prints the client commands once ready
-  source .venv/bin/activate                  # in another: ernie-deploy and the clients' imports
-  python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
+  source .venv/bin/activate                          # ernie-deploy, tritonserver and the clients' imports
+  tritonserver --model-repository=$repository &      # or: bash scripts/serve.sh $repository (prints every client)
+  python clients/seq_cls_grpc_client.py --text "姚明缺阵火箭不敌湖人"
 MSG

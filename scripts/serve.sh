@@ -26,8 +26,8 @@ PY
 cat <<MSG
 ==> serving $repository/ on 127.0.0.1 (Ctrl-C stops it). Once it says ready, in another shell:
       cd $ROOT && source .venv/bin/activate
-      python clients/seq_cls_grpc_client.py --text "国足公布世预赛名单"
-      python clients/token_cls_grpc_client.py --text "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
+      python clients/seq_cls_grpc_client.py --text "姚明缺阵火箭不敌湖人"
+      python clients/token_cls_grpc_client.py --text "江泽民主席在北京会见了联合国秘书长。"
 $clients
 MSG
 exec ernie-deploy serve "$repository" "$@"
