@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -166,7 +167,14 @@ def test_stats_and_metrics_show_hits_and_misses_per_model(cache_server, tmp_path
         with Client(SEQ_CLS.named(name), server.grpc_url) as client:
             for _ in range(4):
                 client.infer(["体育 新闻 cache"])
-    rows = {r.model: r for r in served_times(served_steps(repo), snapshot(server.http_url), before)}
+    # Triton counts a request in its statistics a moment after the client has the answer: wait for all eight.
+    deadline = time.monotonic() + 10
+    while True:
+        after = snapshot(server.http_url)
+        if all((after[m] - before[m]).requests >= 4 for m in ("news", "plain")) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    rows = {r.model: r for r in served_times(served_steps(repo), after, before)}
     news, plain = rows["news"].times, rows["plain"].times
     assert (news.requests, news.cache_hits, news.cache_misses) == (4, 3, 1)
     assert (plain.requests, plain.cache_hits, plain.cache_misses) == (4, 0, 0)

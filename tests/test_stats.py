@@ -1,51 +1,103 @@
-"""`ernie-deploy stats` on a real tritonserver: counts that match the traffic sent, per served model and step."""
+"""`ernie-deploy stats` on a real tritonserver: counts that match the traffic sent, per served model and step, for
+what the server serves (asked from the server, whatever folder the tool runs in), warm-up kept apart."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import threading
+import time
 
 import pytest
 
 from ernie_deploy.client.grpc_client import Client
+from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV
 from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.repository.served import served_steps
 from ernie_deploy.server.stats import format_table, served_times, snapshot
 
 pytestmark = pytest.mark.integration
 
+KEY = "stats-admin-key-0123456789"
+STEPS = {
+    "ernie_seqcls": ["ernie_tokenizer", "ernie_seqcls_model", "ernie_seqcls_postprocess"],
+    "fused": ["fused"],
+    "news": ["ernie_tokenizer", "news_model", "news_postprocess"],
+}
+
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory, tiny_pipeline):
-    """The tiny classifier twice in one repository: as an ensemble, and fused under the name `fused`."""
+    """The tiny classifier three times in one repository, served behind an admin key: as the ensembles
+    `ernie_seqcls` and `news` (which share their tokenizer), and fused under the name `fused`. Only the warm-up test
+    sends traffic to `news`."""
     from ernie_deploy.repository.build import TaskArtifacts, build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     p = tiny_pipeline
     repo = tmp_path_factory.mktemp("stats_models")
-    build(TaskArtifacts(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels), repo)
+    for name in ("ernie_seqcls", "news"):
+        build(TaskArtifacts(SEQ_CLS.named(name), p.onnx, p.static.vocab_file, p.static.labels), repo)
     build(
         TaskArtifacts(SEQ_CLS.named("fused"), p.onnx, p.static.vocab_file, p.static.labels),
         repo,
         BuildOptions(layout="fused"),
     )
-    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "stats.log") as server:
+    log = repo.parent / "stats.log"
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, admin_key=KEY) as server:
         yield server, repo
+
+
+@pytest.fixture
+def no_key(monkeypatch):
+    monkeypatch.delenv(ADMIN_KEY_ENV, raising=False)
+    monkeypatch.delenv(ADMIN_KEY_FILE_ENV, raising=False)
+
+
+@pytest.fixture
+def key_file(tmp_path, no_key):
+    path = tmp_path / "admin-key"
+    path.write_text(KEY + "\n")
+    return str(path)
+
+
+def _stats(capsys, server, *argv: str) -> tuple[int, str, str]:
+    from ernie_deploy.cli import main
+
+    code = main(["stats", "--url", server.http_url, *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _settle(server, model: str, requests: int, before=None) -> None:
+    """Wait until `model` has counted `requests` successful requests (since `before`): Triton records a request in
+    its statistics a moment after the client has its answer."""
+    from ernie_deploy.server.stats import ModelTimes
+
+    deadline = time.monotonic() + 10
+    while (snapshot(server.http_url)[model] - (before or {}).get(model, ModelTimes())).requests < requests:
+        assert time.monotonic() < deadline, f"{model} never counted {requests} requests"
+        time.sleep(0.05)
+
+
+def _row(table: str, name: str) -> list[str]:
+    """The first row of `table` for step `name`, split on whitespace."""
+    return next(line.split() for line in table.splitlines() if line.split()[:1] == [name])
 
 
 def test_counts_are_the_traffic_between_two_snapshots(tiny_server):
     server, repo = tiny_server
     steps = served_steps(repo)
-    assert steps == {
-        "ernie_seqcls": ["ernie_tokenizer", "ernie_seqcls_model", "ernie_seqcls_postprocess"],
-        "fused": ["fused"],
-    }
+    assert steps == STEPS
     before = snapshot(server.http_url)
     with Client(SEQ_CLS, server.grpc_url) as client:
         for _ in range(5):
             client.infer(["国足公布世预赛名单", "股市大涨"])
     with Client(SEQ_CLS.named("fused"), server.grpc_url) as client:
         client.infer(["国足"])
+    _settle(server, "ernie_seqcls", 5, before)
+    _settle(server, "fused", 1, before)
     rows = {r.model: r for r in served_times(steps, snapshot(server.http_url), before)}
     ensemble = rows["ernie_seqcls"]
     assert (ensemble.times.requests, ensemble.times.texts, ensemble.times.failed) == (5, 10, 0)
@@ -60,22 +112,148 @@ def test_counts_are_the_traffic_between_two_snapshots(tiny_server):
     table = format_table(list(rows.values()))
     assert "ernie_seqcls: 5 requests (0 failed)" in table
     assert "ernie_seqcls_postprocess" in table and "fused: 1 requests" in table
+    assert "warm-up" not in table  # a window between two snapshots holds no warm-up, and says nothing of it
 
 
-def test_cli_prints_and_writes_the_table(tiny_server, tmp_path, capsys):
-    from ernie_deploy.cli import main
-
+def test_cli_prints_and_writes_the_table(tiny_server, tmp_path, capsys, no_key):
     server, repo = tiny_server
     out = tmp_path / "stats.json"
-    argv = ["stats", "--url", server.http_url, "--repository", str(repo), "--model", "ernie_seqcls"]
-    assert main([*argv, "--interval", "0.2", "--json", str(out)]) == 0
-    printed = capsys.readouterr().out
+    argv = ["--repository", str(repo), "--model", "ernie_seqcls"]
+    code, printed, _ = _stats(capsys, server, *argv, "--interval", "0.2", "--json", str(out))
+    assert code == 0
     assert printed.startswith("ernie_seqcls: 0 requests") and "fused" not in printed
     assert json.loads(out.read_text())["ernie_seqcls"]["steps"]["ernie_tokenizer"]["requests"] == 0
-    assert main([*argv[:-1], "nope"]) == 2
-    assert "nope is not a served model" in capsys.readouterr().err
-    assert main(["stats", "--url", server.http_url, "--repository", str(tmp_path / "none")]) == 2
-    assert "no model repository" in capsys.readouterr().err
+    code, _, err = _stats(capsys, server, *argv[:-1], "nope")
+    assert code == 2 and "nope: not a model" in err and "use one of: ernie_seqcls, fused, news" in err
+    code, _, err = _stats(capsys, server, "--repository", str(tmp_path / "none"))
+    assert code == 2 and "no model repository" in err
+
+
+def test_with_the_key_the_server_says_what_it_serves_whatever_the_folder(
+    tiny_server, tmp_path, capsys, monkeypatch, key_file
+):
+    """Run where no models/ folder is: the server's index and configs group each step under its ensembles, and the
+    tokenizer both ensembles run names them both, in the table and in the JSON."""
+    server, _ = tiny_server
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "stats.json"
+    code, printed, _ = _stats(capsys, server, "--admin-key-file", key_file, "--json", str(out))
+    assert code == 0, printed
+    assert "no served model" not in printed and "not known" not in printed and "other loaded" not in printed
+    numbers = json.loads(out.read_text())
+    assert sorted(numbers) == sorted(STEPS)
+    assert {name: list(entry["steps"]) for name, entry in numbers.items()} == STEPS
+    for name in ("ernie_seqcls", "news"):
+        assert numbers[name]["steps"]["ernie_tokenizer"]["shared_by"] == ["ernie_seqcls", "news"]
+        assert numbers[name]["steps"][f"{name}_model"]["shared_by"] == []
+    blocks = {block.split(":", 1)[0]: block for block in printed.split("\n\n")}
+    for name in ("ernie_seqcls", "news"):
+        tokenizer = next(line for line in blocks[name].splitlines() if line.split()[:1] == ["ernie_tokenizer"])
+        assert tokenizer.endswith("shared by ernie_seqcls, news: totals for both"), tokenizer
+        assert "shared" not in _row(blocks[name], f"{name}_model")
+    # The key from the environment does the same; a key the server was not started with is refused by name.
+    monkeypatch.setenv(ADMIN_KEY_ENV, KEY)
+    assert _stats(capsys, server) == (0, printed, "")
+    monkeypatch.setenv(ADMIN_KEY_ENV, "another-key-0123456789")
+    code, _, err = _stats(capsys, server)
+    assert code == 2 and f"refused the admin key from the environment variable {ADMIN_KEY_ENV}" in err
+    assert "Traceback" not in err
+    code, _, err = _stats(capsys, server, "--admin-key-file", key_file, "--model", "nope")
+    assert code == 2 and "nope: not a model" in err and "use one of: ernie_seqcls, fused, news" in err
+
+
+def test_without_the_key_each_loaded_model_shows_and_a_matching_repository_groups_them(
+    tiny_server, tmp_path, capsys, monkeypatch, no_key
+):
+    server, repo = tiny_server
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "stats.json"
+    code, printed, _ = _stats(capsys, server, "--json", str(out))
+    assert code == 0, printed
+    numbers = json.loads(out.read_text())
+    assert {name for name, entry in numbers.items() if entry["served"]} == set(STEPS)
+    assert numbers["ernie_seqcls"]["steps"] is None and numbers["news"]["steps"] is None
+    assert list(numbers["fused"]["steps"]) == ["fused"]  # a fused model is its own one step, config or not
+    assert {name for name, entry in numbers.items() if not entry["served"]} == {
+        "ernie_tokenizer",
+        "ernie_seqcls_model",
+        "ernie_seqcls_postprocess",
+        "news_model",
+        "news_postprocess",
+    }
+    assert "steps: not known" in printed and "other loaded models, each on its own:" in printed
+    assert "the steps of ernie_seqcls, news are not known" in printed and ADMIN_KEY_ENV in printed
+
+    # A repository that records news with another model step is not what the server serves: only ernie_seqcls,
+    # which it records as served, takes its steps from it.
+    other = tmp_path / "other"
+    for config in repo.glob("*/config.pbtxt"):
+        (other / config.parent.name).mkdir(parents=True)
+        shutil.copy(config, other / config.parent.name / "config.pbtxt")
+    news = other / "news" / "config.pbtxt"
+    news.write_text(news.read_text().replace('"news_model"', '"news_model_v0"'))
+    code, printed, _ = _stats(capsys, server, "--repository", str(other), "--json", str(out))
+    numbers = json.loads(out.read_text())
+    assert code == 0 and numbers["news"]["steps"] is None
+    assert list(numbers["ernie_seqcls"]["steps"]) == STEPS["ernie_seqcls"]
+    assert f"the steps of ernie_seqcls are those the repository {other} records" in printed
+
+    # The repository the server serves, as models/ where the tool runs: every ensemble grouped, shared step marked.
+    shutil.copytree(repo, tmp_path / "models")
+    code, printed, _ = _stats(capsys, server, "--json", str(out))
+    numbers = json.loads(out.read_text())
+    assert code == 0 and {name: list(entry["steps"]) for name, entry in numbers.items()} == STEPS
+    assert numbers["news"]["steps"]["ernie_tokenizer"]["shared_by"] == ["ernie_seqcls", "news"]
+    assert "shared by ernie_seqcls, news: totals for both" in printed and "other loaded" not in printed
+
+
+def test_since_load_counts_the_warmup_and_an_interval_leaves_it_out(
+    tiny_server, tmp_path, capsys, monkeypatch, key_file
+):
+    """After exactly one request to `news`, its steps have answered that request and their warm-up: the rows say
+    how many were warm-up (or, without the configs, that it is included); over an interval they hold the traffic
+    alone, and the steps' times add up to the request's end to end."""
+    server, _ = tiny_server
+    out = tmp_path / "stats.json"
+    with Client(SEQ_CLS.named("news"), server.grpc_url) as client:
+        client.infer(["国足公布世预赛名单"])
+    _settle(server, "news", 1)
+    code, printed, _ = _stats(capsys, server, "--admin-key-file", key_file, "--model", "news", "--json", str(out))
+    assert code == 0, printed
+    numbers = json.loads(out.read_text())["news"]
+    assert numbers["since_load"] and (numbers["requests"], numbers["warmup_requests"]) == (1, 0)
+    for step in ("news_model", "news_postprocess"):
+        # one instance, one warm-up sample of batch 1 (the build's): one warm-up request beside the real one
+        assert (numbers["steps"][step]["requests"], numbers["steps"][step]["warmup_requests"]) == (2, 1), step
+        assert _row(printed, step)[:4] == [step, "2", "1", "0"]
+    assert numbers["steps"]["ernie_tokenizer"]["warmup_requests"] == 1
+    assert printed.splitlines()[1].split()[:4] == ["step", "requests", "warm-up", "failed"]
+    assert "since load: the requests, texts and times of each step" in printed and "--interval" in printed
+
+    # Without the configs the count is not known, and the output says the warm-up is in the numbers.
+    monkeypatch.chdir(tmp_path)
+    code, printed, _ = _stats(capsys, server)
+    assert code == 0 and _row(printed, "news_model")[:3] == ["news_model", "2", "?"]
+    assert "fused: " in printed and "warm-up included" in printed and "warm-up ?: not known" in printed
+
+    # Over an interval, only the request sent in it.
+    result = {}
+
+    def run_stats():
+        result["out"] = _stats(capsys, server, "--admin-key-file", key_file, "--model", "news", "--interval", "6")
+
+    watcher = threading.Thread(target=run_stats)
+    watcher.start()
+    time.sleep(2)  # the first snapshot is taken at once; the request lands well inside the window
+    with Client(SEQ_CLS.named("news"), server.grpc_url) as client:
+        client.infer(["国足公布世预赛名单"])
+    watcher.join(timeout=60)
+    code, printed, _ = result["out"]
+    assert code == 0, printed
+    assert printed.startswith("news: 1 requests (0 failed)") and "warm-up" not in printed
+    assert "shared by ernie_seqcls, news: totals for both" in printed
+    for step in ("ernie_tokenizer", "news_model", "news_postprocess"):
+        assert _row(printed, step)[:3] == [step, "1", "0"], step
 
 
 def test_a_failed_request_counts_once_for_the_ensemble_and_where_it_failed(tiny_server):

@@ -1,26 +1,45 @@
-"""`ernie-deploy stats`: where a running server's time goes, per served model and step (Triton's statistics)."""
+"""`ernie-deploy stats`: where a running server's time goes, per served model and step (Triton's statistics).
+
+What the server serves is asked from the server (server.discover), not read from a folder: with its admin key,
+its index and configs; without, its statistics and metadata, helped by a local repository where that matches."""
 
 from __future__ import annotations
 
 from ernie_deploy.core.tls import add_tls_arguments
 from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: cheap to import
 
+DEFAULT_REPOSITORY = "models"
+
 
 def register(sub) -> None:
     p = sub.add_parser(
         "stats",
-        help="per served model: its requests and failed requests (those a bounded queue refused included), each "
-        "step's requests, failed requests, texts per run, queue and compute time per request, the time spent "
-        "between steps, and the response cache's hits and misses (`build --cache`), from Triton's statistics API",
+        help="per model the server serves (asked from the server: its configs with the admin key, else its "
+        "metadata): its requests and failed requests (those a bounded queue refused included), each step's "
+        "requests, failed requests, texts per run, queue and compute time per request, the time spent between "
+        "steps, and the response cache's hits and misses (`build --cache`), from Triton's statistics API; a step "
+        "several models run is marked with all of them. Since load the counts include each step's warm-up "
+        "requests (a column says how many); --interval shows traffic alone",
     )
     p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
-    p.add_argument("--repository", default="models", help="the repository the server serves (default %(default)s)")
+    p.add_argument(
+        "--admin-key-file",
+        help="file holding the server's admin key, which reads its configs: each ensemble's steps and each step's "
+        "warm-up (default: $ERNIE_DEPLOY_ADMIN_KEY_FILE, else $ERNIE_DEPLOY_ADMIN_KEY; without a key, the "
+        "server's metadata)",
+    )
+    p.add_argument(
+        "--repository",
+        help="without the admin key: the folder the server serves, whose configs give the steps of each ensemble "
+        "where they match what the server serves (default: ./models where it exists)",
+    )
     p.add_argument("--model", action="append", help="show this served model (repeatable; default: every one)")
     p.add_argument(
         "--interval",
         type=float,
         default=0.0,
-        help="seconds between two snapshots: show what happened in between (default: everything since load)",
+        help="seconds between two snapshots: show what happened in between, warm-up excluded (default: everything "
+        "since load, warm-up included)",
     )
     p.add_argument("--json", help="also write the numbers as JSON to this file")
     add_tls_arguments(p, http=True)
@@ -31,28 +50,46 @@ def run(args) -> None:
     import time
     from pathlib import Path
 
+    from ernie_deploy.core.admin_key import admin_key_from
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.core.files import write_json
     from ernie_deploy.core.tls import https_tls
-    from ernie_deploy.repository.served import served_steps
+    from ernie_deploy.server.discover import served_on_server
     from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
-    if not Path(args.repository).is_dir():
+    if args.interval < 0:
+        raise ErnieDeployError(f"--interval {args.interval} is negative", "pass seconds above 0, or leave it out")
+    if args.repository is not None and not Path(args.repository).is_dir():
         raise ErnieDeployError(
-            f"no model repository at {args.repository}", "pass --repository, the folder the server serves"
+            f"no model repository at {args.repository}",
+            "pass the folder the server serves as --repository, or leave it out (the admin key reads each "
+            "ensemble's steps from the server)",
         )
-    steps = served_steps(args.repository)
-    unknown = sorted(set(args.model or []) - set(steps))
+    url = args.url.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    tls = https_tls(url, args)
+    served = served_on_server(url, admin_key_from(args.admin_key_file), args.repository or DEFAULT_REPOSITORY, tls=tls)
+    unknown = sorted(set(args.model or []) - set(served.steps))
     if unknown:
         raise ErnieDeployError(
-            f"{', '.join(unknown)} is not a served model of {args.repository}", f"use one of: {', '.join(steps)}"
+            f"{', '.join(unknown)}: not a model {url} serves",
+            f"use one of: {', '.join(served.steps) or '(none is loaded)'}",
         )
-    steps = {name: members for name, members in steps.items() if not args.model or name in args.model}
-    tls = https_tls(args.url, args)
-    before = snapshot(args.url, tls=tls) if args.interval > 0 else None
+    before = snapshot(url, tls=tls) if args.interval > 0 else None
     if before is not None:
         time.sleep(args.interval)
-    rows = served_times(steps, snapshot(args.url, tls=tls), before)
+    rows = served_times(
+        served.steps,
+        snapshot(url, tls=tls),
+        before,
+        models=args.model,
+        warmups=served.warmups,
+        # a model named with --model is what was asked for; the loaded models no served one runs are the rest
+        others=[] if args.model else served.unattached,
+    )
     print(format_table(rows))
+    for note in served.notes(others_shown=not args.model):
+        print(note)
     if args.json:
         write_json(to_dict(rows), args.json)

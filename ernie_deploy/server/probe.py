@@ -85,8 +85,12 @@ def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0, tls: Tls | None = No
 
 
 def _served(meta: dict) -> bool:
-    if meta.get("platform") == "ensemble":
-        return True
+    return meta.get("platform") == "ensemble" or takes_texts(meta)
+
+
+def takes_texts(meta: dict) -> bool:
+    """Whether a model that is not an ensemble is one users call (a fused model), from its metadata: it takes only
+    texts and does not answer with token ids, as a tokenizer step does."""
     inputs, outputs = meta.get("inputs", []), {o.get("name") for o in meta.get("outputs", [])}
     return bool(inputs) and all(i.get("datatype") == "BYTES" for i in inputs) and "input_ids" not in outputs
 

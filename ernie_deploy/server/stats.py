@@ -1,11 +1,16 @@
 """Where a running server's time goes: for each served model, every step's queue and compute time per request,
-read from Triton's statistics API (open without the admin key, like health and metrics).
+read from Triton's statistics API (open without the admin key, like health and metrics). Which models are served
+and which steps each runs is the server's to say (server.discover).
 
 Triton counts per model and version since it loaded: successful requests with their end-to-end time, time queued,
 and compute time split into input, infer and output; executions and the texts (inferences) they ran. A step's
 counters cover everything it served, so a tokenizer shared by several models is shown under each of them with its
-total. Two snapshots taken `interval` seconds apart give what happened in between; one alone, everything since load
-(warmup requests included).
+total, and its row names every served model whose traffic that total holds. Two snapshots taken `interval` seconds
+apart give what happened in between; one alone, everything since load, warm-up included: every model but an
+ensemble runs its `model_warmup` as it loads, and Triton counts those requests like any other (20-200 ms each on
+the tiny classifier, where a warm request through its whole ensemble took 3.3 ms: one real request read 1 request
+at 3.3 ms end to end over steps of 2 requests at 38-108 ms each). Since load the rows say how many of their
+requests were warm-up (server.discover counts them from the configs); an interval leaves them out.
 
 Measured on the tiny classifier, 5 sequential requests: the ensemble's end-to-end time per request was the sum of
 its steps' (11.8 ms against 12.3 ms; steps overlap slightly, as a step's response is forwarded before its output
@@ -25,7 +30,8 @@ overloading the tiny and the demo classifier; its Prometheus counter nv_inferenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, replace
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import Tls
@@ -140,52 +146,140 @@ class ServedTimes:
 
     model: str
     times: ModelTimes
-    steps: list[tuple[str, ModelTimes]]
+    steps: list[tuple[str, ModelTimes]] | None  # None: not known (an ensemble whose config was not read)
+    since_load: bool = False  # the window is everything since load: warm-up included
+    # Since load, the warm-up requests among the counts of the model and of each of its steps (None: not known).
+    warmups: dict[str, int | None] = field(default_factory=dict)
+    # Each step that other served models run too -> every served model whose traffic its counts hold.
+    shared: dict[str, list[str]] = field(default_factory=dict)
+    served: bool = True  # False: a loaded model that no served model is known to run, shown on its own
 
 
 def served_times(
-    steps: dict[str, list[str]], after: dict[str, ModelTimes], before: dict[str, ModelTimes] | None = None
+    steps: dict[str, list[str] | None],
+    after: dict[str, ModelTimes],
+    before: dict[str, ModelTimes] | None = None,
+    *,
+    models: list[str] | None = None,
+    warmups: dict[str, int] | None = None,
+    others: Iterable[str] = (),
 ) -> list[ServedTimes]:
-    """Per served model loaded on the server, its counters and its steps' between two snapshots (or since load); a
-    served model's `failed` is its failed requests (an ensemble's fail count halved: failed_requests)."""
+    """Per served model loaded on the server (`steps`: every one, each with its steps or None where they are not
+    known; `models`: only these), its counters and its steps' between two snapshots (or since load); a served
+    model's `failed` is its failed requests (an ensemble's fail count halved: failed_requests). A step run by
+    several served models is marked with all of them. Since load, `warmups` (per loaded model, the warm-up
+    requests among its counts; None: not known) is kept beside the counts. `others`: loaded models shown each on
+    its own, after the served ones."""
+    since_load = before is None
     before = before or {}
 
     def window(name: str) -> ModelTimes:
         return after.get(name, ModelTimes()) - before.get(name, ModelTimes())
 
-    def own(model: str, members: list[str]) -> ModelTimes:
-        times = window(model)
-        return replace(times, failed=failed_requests(times, ensemble=members != [model]))
+    def is_ensemble(model: str, members: list[str] | None) -> bool:
+        return members is None or members != [model]
 
-    return [
-        ServedTimes(model, own(model, members), [(step, window(step)) for step in members])
-        for model, members in sorted(steps.items())
-        if model in after
-    ]
+    def warm(name: str) -> int | None:
+        if not since_load:
+            return 0
+        return None if warmups is None else warmups.get(name)
+
+    users: dict[str, list[str]] = {}
+    for model, members in sorted(steps.items()):
+        if model in after:
+            for step in dict.fromkeys(members or ()):
+                users.setdefault(step, []).append(model)
+    rows = []
+    for model, members in sorted(steps.items()):
+        if model not in after or (models and model not in models):
+            continue
+        ensemble = is_ensemble(model, members)
+        times = window(model)
+        rows.append(
+            ServedTimes(
+                model,
+                replace(times, failed=failed_requests(times, ensemble)),
+                None if members is None else [(step, window(step)) for step in members],
+                since_load,
+                # An ensemble runs no warm-up of its own (Triton has none for it): its steps do.
+                {model: 0 if ensemble else warm(model), **{step: warm(step) for step in members or ()}},
+                {step: users[step] for step in members or () if len(users.get(step, ())) > 1},
+            )
+        )
+    for name in others:
+        if name in after:
+            rows.append(
+                ServedTimes(name, window(name), [(name, window(name))], since_load, {name: warm(name)}, served=False)
+            )
+    return rows
 
 
 def format_table(rows: list[ServedTimes]) -> str:
+    """The rows as a table: per served model its line and one row per step; a shared step says whose traffic its
+    counts hold; since load, a warm-up column and a note say that counts and times include warm-up."""
+    if not rows:
+        return "no served model is loaded"
+    since_load = any(r.since_load for r in rows)
+    warm_head = f" {'warm-up':>8}" if since_load else ""
     head = (
-        f"  {'step':<32} {'requests':>9} {'failed':>7} {'texts/run':>9} {'queue ms':>9} {'compute ms':>10}  "
+        f"  {'step':<32} {'requests':>9}{warm_head} {'failed':>7} {'texts/run':>9} {'queue ms':>9} {'compute ms':>10}  "
         "in / infer / out ms"
     )
     lines = []
-    for served in rows:
+    for served in (r for r in rows if r.served):
         t = served.times
         lines.append(
-            f"{served.model}: {t.requests} requests ({t.failed} failed), "
+            f"{served.model}: {t.requests} requests ({_warmup_count(served, served.model)}{t.failed} failed), "
             f"{t.per_request_ms(t.total_ns):.2f} ms each end to end{_cache_line(t)}"
         )
-        lines.append(head)
-        for name, s in served.steps:
-            per_run = s.texts / s.executions if s.executions else 0.0
-            lines.append(
-                f"  {name:<32} {s.requests:>9} {s.failed:>7} {per_run:>9.1f} {s.per_request_ms(s.queue_ns):>9.2f} "
-                f"{s.per_request_ms(s.compute_ns):>10.2f}  {s.per_request_ms(s.input_ns):.2f} / "
-                f"{s.per_request_ms(s.infer_ns):.2f} / {s.per_request_ms(s.output_ns):.2f}"
-            )
+        if served.steps is None:
+            lines.append("  steps: not known (see below)")
+        else:
+            lines.append(head)
+            lines += [_step_line(served, name, s, since_load) for name, s in served.steps]
         lines.append("")
-    return "\n".join(lines).rstrip() or "no served model is loaded"
+    others = [r for r in rows if not r.served]
+    if others:
+        lines += ["other loaded models, each on its own:", head]
+        lines += [_step_line(r, r.model, r.times, since_load) for r in others]
+        lines.append("")
+    if since_load:
+        lines.append(_warmup_note(rows))
+    return "\n".join(lines).rstrip()
+
+
+def _warmup_count(served: ServedTimes, name: str) -> str:
+    warm = served.warmups.get(name, 0)
+    if warm is None:
+        return "warm-up included, "
+    return f"{warm} of them warm-up, " if warm else ""
+
+
+def _step_line(served: ServedTimes, name: str, s: ModelTimes, since_load: bool) -> str:
+    per_run = s.texts / s.executions if s.executions else 0.0
+    warm = served.warmups.get(name)
+    warm_column = f" {'?' if warm is None else warm:>8}" if since_load else ""
+    line = (
+        f"  {name:<32} {s.requests:>9}{warm_column} {s.failed:>7} {per_run:>9.1f} {s.per_request_ms(s.queue_ns):>9.2f} "
+        f"{s.per_request_ms(s.compute_ns):>10.2f}  {s.per_request_ms(s.input_ns):.2f} / "
+        f"{s.per_request_ms(s.infer_ns):.2f} / {s.per_request_ms(s.output_ns):.2f}"
+    )
+    shared = served.shared.get(name)
+    if shared:
+        whose = "both" if len(shared) == 2 else f"all {len(shared)}"
+        line += f"  shared by {', '.join(shared)}: totals for {whose}"
+    return line
+
+
+def _warmup_note(rows: list[ServedTimes]) -> str:
+    note = (
+        "since load: the requests, texts and times of each step (and of a model that is not an ensemble) include "
+        "its warm-up requests (column warm-up), run as it loaded and far slower than traffic; "
+        "`--interval SECONDS` shows traffic alone"
+    )
+    if any(w is None for r in rows for w in r.warmups.values()):
+        note += "; warm-up ?: not known without the server's model configs, which its admin key reads"
+    return note
 
 
 def _cache_line(t: ModelTimes) -> str:
@@ -196,13 +290,29 @@ def _cache_line(t: ModelTimes) -> str:
 
 
 def to_dict(rows: list[ServedTimes]) -> dict:
+    """The rows as plain numbers: per model its counters, `served` (False: a loaded model shown on its own),
+    `since_load`, `warmup_requests` (among its counts; since load only, null where not known) and its steps (null
+    where not known), each step with its counters, `warmup_requests` and `shared_by` (every served model whose
+    traffic its counts hold, where more than one)."""
+
     def times(t: ModelTimes) -> dict:
         return {f.name: getattr(t, f.name) for f in fields(t)}
+
+    def warm(r: ServedTimes, name: str) -> int | None:
+        return r.warmups.get(name) if r.since_load else 0
 
     return {
         r.model: {
             **times(r.times),
-            "steps": {name: times(t) for name, t in r.steps},
+            "served": r.served,
+            "since_load": r.since_load,
+            "warmup_requests": warm(r, r.model),
+            "steps": None
+            if r.steps is None
+            else {
+                name: {**times(t), "warmup_requests": warm(r, name), "shared_by": r.shared.get(name, [])}
+                for name, t in r.steps
+            },
         }
         for r in rows
     }
