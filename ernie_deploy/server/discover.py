@@ -27,6 +27,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.probe import ProbeFailed, http_json, takes_texts
+from ernie_deploy.server.stats import loaded_stats
 
 # Triton 2.51's HTTP 403 text for a restricted API called without the right header (or with another key).
 _RESTRICTED = "is restricted, expecting header"
@@ -87,13 +88,7 @@ def served_on_server(
     """Ask the server at `url` (its HTTP endpoint) what it serves: from its index and configs where they answer
     (sent `key`), else from its statistics and metadata, with the steps of its ensembles taken from `repository`
     where that matches."""
-    try:
-        loaded = http_json(f"{url}/v2/models/stats", timeout, tls=tls)
-    except ProbeFailed as exc:
-        raise ErnieDeployError(
-            f"cannot read what {url} serves: {exc}", "check that the server is up and the URL is its HTTP port"
-        ) from None
-    names = sorted({entry["name"] for entry in loaded.get("model_stats", [])})
+    names = sorted({entry["name"] for entry in loaded_stats(url, timeout, tls)})
     headers = key.headers() if key is not None else None
     try:
         index = http_json(f"{url}/v2/repository/index", timeout, {}, headers=headers, tls=tls)

@@ -94,16 +94,20 @@ def _times(entry: dict) -> ModelTimes:
     )
 
 
-def snapshot(url: str, timeout: float = 5.0, tls: Tls | None = None) -> dict[str, ModelTimes]:
-    """Every loaded model's counters, by name, from `GET <url>/v2/models/stats` (over https://: `tls`)."""
+def loaded_stats(url: str, timeout: float = 5.0, tls: Tls | None = None) -> list[dict]:
+    """Each loaded model version's entry of `GET <url>/v2/models/stats` (over https://: `tls`)."""
     try:
-        answer = http_json(f"{url}/v2/models/stats", timeout, tls=tls)
+        return http_json(f"{url}/v2/models/stats", timeout, tls=tls).get("model_stats", [])
     except ProbeFailed as exc:
         raise ErnieDeployError(
             f"cannot read statistics from {url}: {exc}", "check that the server is up and the URL is its HTTP port"
         ) from None
+
+
+def snapshot(url: str, timeout: float = 5.0, tls: Tls | None = None) -> dict[str, ModelTimes]:
+    """Every loaded model's counters, by name (summed over its versions)."""
     out: dict[str, ModelTimes] = {}
-    for entry in answer.get("model_stats", []):
+    for entry in loaded_stats(url, timeout, tls):
         out[entry["name"]] = out.get(entry["name"], ModelTimes()) + _times(entry)
     return out
 
