@@ -4,6 +4,9 @@ integration tests. Heavy results (archives, the trained bootstrap model) come fr
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,3 +295,31 @@ def assert_refused_convert_changes_nothing(argv: list[str], out, kind: str, caps
 
 def load_baseline(task: str) -> dict:
     return json.loads((ROOT / "tests" / "baselines" / f"{task}.json").read_text())
+
+
+def checkout_copy(dest: Path, committed_models: bool = False) -> Path:
+    """What a clone holds that the scripts read (scripts/, clients/, setup.cfg; with `committed_models` the
+    committed files of models/), with this test run's environment as its .venv: a script run in `dest` writes its
+    artifacts/ and models/ there, never into this checkout."""
+    venv = Path(sys.executable).parent.parent
+    stamps = sorted(venv.glob(".installed-*"), key=lambda p: p.stat().st_mtime)
+    if not stamps:
+        pytest.skip(
+            f"{venv} was not made by scripts/_env.sh (no .installed-* stamp), so the scripts would install into it; "
+            "run the tests with bash scripts/test.sh"
+        )
+    dest.mkdir()
+    for name in ("scripts", "clients"):
+        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    if committed_models:
+        for committed in [*ROOT.glob("models/*/config.pbtxt"), *ROOT.glob("models/*/1/model.py")]:
+            target = dest / committed.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(committed, target)
+    shutil.copy2(ROOT / "setup.cfg", dest / "setup.cfg")
+    # _env.sh reinstalls when setup.cfg is newer than the environment's stamp: older, the copy's scripts use the
+    # environment as it is (a reinstall from the copy would point it at a temporary folder).
+    older = stamps[0].stat().st_mtime - 1
+    os.utime(dest / "setup.cfg", (older, older))
+    (dest / ".venv").symlink_to(venv)
+    return dest

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,8 +20,8 @@ from ernie_deploy.core.endpoints import PORTS
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.binary import find_tritonserver
 from ernie_deploy.server.launcher import REFUSED, TRITON_OPTIONS, installed_tritonserver, parse_triton_args
+from tests.conftest import checkout_copy
 
-ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 LAUNCHER = VENV_BIN / "tritonserver"
 ACCURACY_LINE = re.compile(r"^accuracy: (0\.\d{4}) \(n=(\d+)\)$", re.M)
@@ -158,22 +157,11 @@ def _port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _project_copy(dest: Path) -> Path:
-    """What a clone holds that the flow reads (scripts, clients, setup.cfg), with this environment as its .venv: the
-    flow writes artifacts/ and models/ there, not into this checkout."""
-    dest.mkdir()
-    for name in ("scripts", "clients"):
-        shutil.copytree(ROOT / name, dest / name)
-    shutil.copy2(ROOT / "setup.cfg", dest / "setup.cfg")  # its time too: _env.sh reinstalls when setup.cfg is newer
-    (dest / ".venv").symlink_to(VENV_BIN.parent)
-    return dest
-
-
 @pytest.mark.integration
 def test_convert_then_tritonserver_then_the_client_prints_the_accuracy(tmp_path):
     busy = [port for port in PORTS.values() if _port_in_use(port)]
     assert not busy, f"ports {busy} are taken: the promised flow uses Triton's default ports; stop what holds them"
-    project = _project_copy(tmp_path / "project")
+    project = checkout_copy(tmp_path / "project")
     env = _env()
     env["PATH"] = f"{project / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 

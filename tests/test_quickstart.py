@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ernie_deploy.server.preflight import free_ports
-
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(sys.executable).parent.parent
+from tests.conftest import checkout_copy
 
 pytestmark = pytest.mark.integration
 
@@ -27,22 +23,8 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
-def _checkout_copy(dest: Path) -> Path:
-    """The files a clone has that the quickstart reads or could write over, and this environment as its .venv."""
-    dest.mkdir()
-    for name in ("scripts", "clients"):
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for committed in [*ROOT.glob("models/*/config.pbtxt"), *ROOT.glob("models/*/1/model.py")]:
-        target = dest / committed.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(committed, target)
-    shutil.copy2(ROOT / "setup.cfg", dest / "setup.cfg")  # its time too: _env.sh reinstalls when setup.cfg is newer
-    (dest / ".venv").symlink_to(VENV)
-    return dest
-
-
 def test_a_quickstart_with_arguments_writes_only_under_artifacts(tmp_path):
-    checkout = _checkout_copy(tmp_path / "checkout")
+    checkout = checkout_copy(tmp_path / "checkout", committed_models=True)
     before = _files(checkout)
     http, grpc, metrics = free_ports(3)
     env = dict(os.environ, HTTP_PORT=str(http), GRPC_PORT=str(grpc), METRICS_PORT=str(metrics))
@@ -67,7 +49,7 @@ def test_a_quickstart_with_arguments_writes_only_under_artifacts(tmp_path):
 
 
 def test_the_quickstart_refuses_a_repository_of_its_own(tmp_path):
-    checkout = _checkout_copy(tmp_path / "checkout")
+    checkout = checkout_copy(tmp_path / "checkout", committed_models=True)
     result = subprocess.run(
         ["bash", "scripts/quickstart.sh", "--repository", "elsewhere"],
         cwd=checkout,

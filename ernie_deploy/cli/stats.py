@@ -69,7 +69,9 @@ def run(args) -> None:
     if "://" not in url:
         url = f"http://{url}"
     tls = https_tls(url, args)
-    served = served_on_server(url, admin_key_from(args.admin_key_file), args.repository or DEFAULT_REPOSITORY, tls=tls)
+    served = served_on_server(
+        url, admin_key_from(args.admin_key_file), local_record(args.repository or DEFAULT_REPOSITORY), tls=tls
+    )
     unknown = sorted(set(args.model or []) - set(served.steps))
     if unknown:
         raise ErnieDeployError(
@@ -93,3 +95,27 @@ def run(args) -> None:
         print(note)
     if args.json:
         write_json(to_dict(rows), args.json)
+
+
+def local_record(folder: str):
+    """The models a local repository folder records (None where there is none), for matching against the server
+    where its own configs are behind the admin key (server.discover)."""
+    from pathlib import Path
+
+    from ernie_deploy.repository.served import Existing
+    from ernie_deploy.server.discover import LocalRecord, RecordedModel
+
+    if not Path(folder).is_dir():
+        return None
+    existing = Existing.read(Path(folder))
+    return LocalRecord(
+        folder,
+        {
+            name: RecordedModel(
+                frozenset(t.name for t in config.input),
+                frozenset(t.name for t in config.output),
+                tuple(existing.steps(name)) if config.platform == "ensemble" else (),
+            )
+            for name, config in existing.configs.items()
+        },
+    )

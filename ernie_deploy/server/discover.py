@@ -19,7 +19,6 @@ over its samples, times its loaded versions; an ensemble has none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import quote
 
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, AdminKey
@@ -34,6 +33,23 @@ _RESTRICTED = "is restricted, expecting header"
 KEY_HINT = (
     f"pass --admin-key-file, or set {ADMIN_KEY_FILE_ENV} or {ADMIN_KEY_ENV}, to the key the server was started with"
 )
+
+
+@dataclass(frozen=True)
+class RecordedModel:
+    """A model as a local repository's config records it: what matching it against the server needs."""
+
+    inputs: frozenset[str]
+    outputs: frozenset[str]
+    steps: tuple[str, ...] = ()  # an ensemble's steps in order; () for any other model
+
+
+@dataclass(frozen=True)
+class LocalRecord:
+    """What a local repository folder records, by model (read by the caller: this package parses no configs)."""
+
+    folder: str
+    models: dict[str, RecordedModel]
 
 
 @dataclass(frozen=True)
@@ -81,13 +97,13 @@ class ServedOnServer:
 def served_on_server(
     url: str,
     key: AdminKey | None = None,
-    repository: str | Path | None = None,
+    local: LocalRecord | None = None,
     timeout: float = 5.0,
     tls: Tls | None = None,
 ) -> ServedOnServer:
     """Ask the server at `url` (its HTTP endpoint) what it serves: from its index and configs where they answer
-    (sent `key`), else from its statistics and metadata, with the steps of its ensembles taken from `repository`
-    where that matches."""
+    (sent `key`), else from its statistics and metadata, with the steps of its ensembles taken from the `local`
+    record of a repository where that matches."""
     names = sorted({entry["name"] for entry in loaded_stats(url, timeout, tls)})
     headers = key.headers() if key is not None else None
     try:
@@ -104,7 +120,7 @@ def served_on_server(
                 "use the key the server was started with (its ERNIE_DEPLOY_ADMIN_KEY or admin key file; on "
                 "Kubernetes, the Secret its Deployment mounts)",
             ) from None
-        return _from_metadata(url, _answers(url, names, "", timeout, tls=tls), repository)
+        return _from_metadata(url, _answers(url, names, "", timeout, tls=tls), local)
     return _from_configs(url, index, configs)
 
 
@@ -155,42 +171,35 @@ def _warmup_per_load(config: dict) -> int:
     return max(1, instances) * per_instance
 
 
-def _from_metadata(url: str, meta: dict[str, dict], repository: str | Path | None) -> ServedOnServer:
+def _from_metadata(url: str, meta: dict[str, dict], local: LocalRecord | None) -> ServedOnServer:
     steps: dict[str, list[str] | None] = {}
     for name, m in meta.items():
         if m.get("platform") == "ensemble":
             steps[name] = None
         elif takes_texts(m):
             steps[name] = [name]
-    local = _local_steps(repository, meta) if repository is not None else {}
-    matched = sorted(name for name in steps if steps[name] is None and name in local)
+    recorded = _local_steps(local, meta) if local is not None else {}
+    matched = sorted(name for name in steps if steps[name] is None and name in recorded)
     for name in matched:
-        steps[name] = local[name]
-    return ServedOnServer(url, steps, sorted(meta), None, local=matched, repository=str(repository))
+        steps[name] = recorded[name]
+    return ServedOnServer(url, steps, sorted(meta), None, local=matched, repository=local.folder if local else "")
 
 
-def _local_steps(repository: str | Path, meta: dict[str, dict]) -> dict[str, list[str]]:
-    """The ensembles of the local `repository` that match the server's: same name and tensors, every step loaded
-    there with the tensors its local config declares."""
-    if not Path(repository).is_dir():
-        return {}
-    from ernie_deploy.repository.served import Existing  # parses configs: only needed without the server's
-
-    existing = Existing.read(Path(repository))
+def _local_steps(local: LocalRecord, meta: dict[str, dict]) -> dict[str, list[str]]:
+    """The ensembles of the `local` record that match the server's: same name and tensors, every step loaded there
+    with the tensors the record declares."""
 
     def same(name: str) -> bool:
-        config, m = existing.configs.get(name), meta.get(name)
-        if config is None or m is None:
+        recorded, m = local.models.get(name), meta.get(name)
+        if recorded is None or m is None:
             return False
-        return {t.name for t in config.input} == {t["name"] for t in m.get("inputs", [])} and {
-            t.name for t in config.output
-        } == {t["name"] for t in m.get("outputs", [])}
+        served = (frozenset(t["name"] for t in m.get("inputs", [])), frozenset(t["name"] for t in m.get("outputs", [])))
+        return (recorded.inputs, recorded.outputs) == served
 
     out = {}
-    for name, config in existing.configs.items():
-        if config.platform != "ensemble" or meta.get(name, {}).get("platform") != "ensemble":
+    for name, recorded in local.models.items():
+        if not recorded.steps or meta.get(name, {}).get("platform") != "ensemble":
             continue
-        members = existing.steps(name)
-        if same(name) and all(same(step) for step in members):
-            out[name] = members
+        if same(name) and all(same(step) for step in recorded.steps):
+            out[name] = list(recorded.steps)
     return out
