@@ -118,8 +118,10 @@ for task in tasks:
 PY
 cat <<MSG
 
-Next: serve $repository/ again and query it (the server above has stopped):
-  source .venv/bin/activate                          # ernie-deploy, tritonserver and the clients' imports
-  tritonserver --model-repository=$repository &      # or: bash scripts/serve.sh $repository (prints every client)
+Next: serve $repository/ again and query it (the server above has stopped), in one shell:
+  source .venv/bin/activate
+  tritonserver --model-repository=$repository
+or \`bash scripts/serve.sh $repository\`, the same server, which prints a client command per model; in another shell:
+  source .venv/bin/activate
   python clients/seq_cls_grpc_client.py --text "姚明缺阵火箭不敌湖人"
 MSG
