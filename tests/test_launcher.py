@@ -123,6 +123,18 @@ def test_help_shows_the_setup_and_tritons_own_options(tmp_path):
         assert f"  {option} <" in result.stdout
 
 
+def test_the_options_known_are_those_of_the_wheels_server():
+    """The launcher refuses a name Triton does not know before starting anything: its list must be the binary's."""
+    from ernie_deploy.server.binary import server_env
+
+    binary = find_tritonserver()
+    shown = subprocess.run(
+        [str(binary.path), "--help"], env=server_env(binary), capture_output=True, text=True, timeout=60
+    )
+    options = dict(re.findall(r"^  --([a-z0-9-]+)( <)?", shown.stdout + shown.stderr, re.M))
+    assert {name: bool(value) for name, value in options.items()} == TRITON_OPTIONS
+
+
 # -- never shadowing a real server ----------------------------------------------------------------------------------
 
 
