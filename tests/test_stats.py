@@ -284,3 +284,34 @@ def test_a_failed_request_counts_once_for_the_ensemble_and_where_it_failed(tiny_
     head, tokenizer = table.splitlines()[1:3]
     # The tokenizer step answered it with an error, which Triton counts as a request it served, not a failure.
     assert head.split()[1:3] == ["requests", "failed"] and tokenizer.split()[:3] == ["ernie_tokenizer", "1", "0"]
+
+
+@pytest.mark.parametrize("answer, problem", [(b"<html>hello</html>", "other than JSON"), (None, "more than 16 MiB")])
+def test_a_url_that_is_not_tritons_api_is_refused_by_name(answer, problem, capsys):
+    """Another service on the port: an HTML page, or an endless answer, read up to a bound."""
+    import http.server
+    import threading
+
+    from ernie_deploy.cli import main
+    from ernie_deploy.server.probe import MAX_ANSWER_BYTES
+
+    body = answer if answer is not None else b"[" * (MAX_ANSWER_BYTES + 2)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        assert main(["stats", "--url", f"http://127.0.0.1:{httpd.server_port}"]) == 2
+    finally:
+        httpd.shutdown()
+    err = capsys.readouterr().err
+    assert problem in err and "not Triton's HTTP API" in err and "Traceback" not in err

@@ -28,6 +28,9 @@ DEFAULT_URL = HTTP_URL
 PROBE_TEXT = "ok"
 # The server is local to the probe: an HTTP(S)_PROXY in the environment must not route it elsewhere.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# The most an answer of Triton's HTTP API may weigh here. Its largest, the statistics of every loaded model, is ~600
+# bytes per model version (measured: 1,215 bytes for the two demo models); past this the URL is not a Triton server.
+MAX_ANSWER_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def http_json(
     )
     try:
         with _opener(tls).open(req, timeout=timeout) as resp:
-            payload = resp.read()
+            payload = resp.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as e:  # Triton puts its reason in {"error": "..."}
         try:
             reason = json.loads(e.read() or b"{}").get("error") or e.reason
@@ -69,7 +72,12 @@ def http_json(
         raise ProbeFailed(f"HTTP {e.code}: {reason}") from None
     except (urllib.error.URLError, OSError) as e:
         raise ProbeFailed(f"no answer from {url}: {getattr(e, 'reason', e)}") from None
-    return json.loads(payload) if payload else {}
+    if len(payload) > MAX_ANSWER_BYTES:
+        raise ProbeFailed(f"{url} answered more than {MAX_ANSWER_BYTES >> 20} MiB: not Triton's HTTP API")
+    try:
+        return json.loads(payload) if payload else {}
+    except ValueError:  # an HTML page, another service on the port
+        raise ProbeFailed(f"{url} answered something other than JSON: not Triton's HTTP API") from None
 
 
 def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0, tls: Tls | None = None) -> list[str]:
