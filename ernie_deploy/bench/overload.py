@@ -9,9 +9,11 @@ its value at capacity. best_policy names the policy that does so best.
 
 What drives the load follows `--load-generator`: perf_analyzer (Triton's C++ load generator, `--request-rate-range`
 for the open loop) when it is the primary one, else the Python generator. perf_analyzer 2.41 stops at the first
-refused request (RateRun.refused), so a policy whose server refuses is measured again, all its multiples, by the
-Python generator: a policy's rows, and the ratios of its p99 to its p99 at 1x, always come from one tool. Answered
-and refused counts are the server's own (its statistics for the entry model), whichever tool drove the load.
+refused request (RateRun.refused), and offered more than it keeps up with it runs on and grows until it is stopped
+(RateRun.outran), so a policy whose server refuses, or whose rates outrun perf_analyzer, is measured again, all its
+multiples, by the Python generator: a policy's rows, and the ratios of its p99 to its p99 at 1x, always come from one
+tool. Answered and refused counts are the server's own (its statistics for the entry model), whichever tool drove
+the load.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ P99_BOUND = 2.0
 SETTLE_S = 120.0
 
 
-class _Refused(Exception):
-    """perf_analyzer stopped at a refused request: the policy is measured again by the Python generator."""
+class _HandOver(Exception):
+    """perf_analyzer stopped at a refused request, or could not keep up with the rate and was stopped past its bounds
+    (RateRun.outran): the policy is measured again by the Python generator."""
 
 
 def measure_overload(
@@ -102,8 +105,8 @@ def measure_overload(
                     capacity[key] = cell.capacity(tool)
                 try:
                     got = [cell.measure(tool, name, options, m, m * capacity[key]) for m in multiples]
-                except _Refused as stop:
-                    note = f"perf_analyzer stopped at a refusal ({stop}); measured by the python generator"
+                except _HandOver as stop:
+                    note = f"{stop}; measured by the python generator"
                     got = [cell.measure(PYTHON, name, options, m, m * capacity[key], note) for m in multiples]
                 rows.extend(got)
                 if config.progress:
@@ -186,7 +189,9 @@ class _Cell:
                 config.tls,
             )
             if run.refused:
-                raise _Refused(f"at {multiple:g}x, {run.message}")
+                raise _HandOver(f"perf_analyzer stopped at a refusal (at {multiple:g}x, {run.message})")
+            if run.outran:
+                raise _HandOver(f"at {multiple:g}x, {run.message}")
         else:
             got = run_open_loop(self.srv.grpc_url, self.item.task, self.requests, rate, config.duration_s, config.tls)
         after = _settled(self.srv.http_url, model)
