@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -383,9 +384,23 @@ def test_serve_on_loopback_without_a_key_generates_one_and_removes_it_on_stop(tm
         assert "one was generated for this run in " in notice, notice
         path = Path(notice.split("generated for this run in ", 1)[1].split(" (mode 0600", 1)[0])
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        notice += proc.stderr.readline() + proc.stderr.readline()
+        stats = notice.split("`ernie-deploy stats", 1)[1].split("`", 1)[0]  # the line it prints, as printed
+        assert stats == f" --url http://127.0.0.1:{http} --admin-key-file {path}", notice
         deadline = time.monotonic() + 120
         while "Triton is ready" not in proc.stdout.readline() and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read()
+        # The command it printed reads the configs (warm-up known); without the key, warm-up is `?`.
+        for options, warm in ((stats, "0"), (stats.split(" --admin-key-file")[0], "?")):
+            shown = subprocess.run(
+                [sys.executable, "-m", "ernie_deploy.cli", "stats", *shlex.split(options)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            assert shown.returncode == 0, shown.stderr
+            (row,) = [line.split() for line in shown.stdout.splitlines() if line.startswith("  add_one ")]
+            assert row[2] == warm, shown.stdout
         with RepositoryAdmin(f"127.0.0.1:{grpc}", None) as anonymous:
             with pytest.raises(ErnieDeployError, match="none was sent"):
                 anonymous.index()

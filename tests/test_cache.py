@@ -185,7 +185,7 @@ def test_stats_and_metrics_show_hits_and_misses_per_model(cache_server, tmp_path
         "news_postprocess": 1,
     }
     table = format_table([rows["news"], rows["plain"]])
-    assert "news: 4 requests (0 failed)" in table and "cache: 3 hits, 1 misses (75% hit)" in table
+    assert "news: 4 requests (0 failed)" in table and "cache: 3 hits, 1 miss (75% hit)" in table
     assert table.count("cache:") == 1
     assert main(["stats", "--url", server.http_url, "--repository", str(repo), "--model", "news"]) == 0
     assert re.search(r"^news: \d+ requests .*; cache: \d+ hits, \d+ misses", capsys.readouterr().out, re.M)

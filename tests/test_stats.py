@@ -111,7 +111,7 @@ def test_counts_are_the_traffic_between_two_snapshots(tiny_server):
     assert fused.times.requests == 1 and fused.steps == [("fused", fused.times)]
     table = format_table(list(rows.values()))
     assert "ernie_seqcls: 5 requests (0 failed)" in table
-    assert "ernie_seqcls_postprocess" in table and "fused: 1 requests" in table
+    assert "ernie_seqcls_postprocess" in table and "fused: 1 request (0 failed)" in table
     assert "warm-up" not in table  # a window between two snapshots holds no warm-up, and says nothing of it
 
 
@@ -250,7 +250,7 @@ def test_since_load_counts_the_warmup_and_an_interval_leaves_it_out(
     watcher.join(timeout=60)
     code, printed, _ = result["out"]
     assert code == 0, printed
-    assert printed.startswith("news: 1 requests (0 failed)") and "warm-up" not in printed
+    assert printed.startswith("news: 1 request (0 failed)") and "warm-up" not in printed
     assert "shared by ernie_seqcls, news: totals for both" in printed
     for step in ("ernie_tokenizer", "news_model", "news_postprocess"):
         assert _row(printed, step)[:3] == [step, "1", "0"], step

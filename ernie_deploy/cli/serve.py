@@ -113,6 +113,12 @@ def run(args) -> None:
     )
 
 
+def _url_option(server_kw: dict) -> str:
+    """` --url ...` for stats when the HTTP port is not the one it asks by default."""
+    port = server_kw.get("http_port", PORTS["http"])
+    return "" if port == PORTS["http"] else f" --url http://127.0.0.1:{port}"
+
+
 def serve(
     repository: str,
     *,
@@ -141,7 +147,9 @@ def serve(
         print(
             f"admin key: none set ({ADMIN_KEY_ENV}, {ADMIN_KEY_FILE_ENV}, --admin-key-file), so one was generated "
             f"for this run in {generated} (mode 0600, removed on stop).\n"
-            f"  Load/unload and model configs need it in the header {ADMIN_KEY_HEADER}; inference does not.",
+            f"  Load/unload and model configs need it in the header {ADMIN_KEY_HEADER}; inference does not.\n"
+            f"  `ernie-deploy stats{_url_option(server_kw)} --admin-key-file {generated}` reads each ensemble's steps "
+            "and warm-up with it.",
             file=sys.stderr,
             flush=True,
         )

@@ -233,7 +233,8 @@ def format_table(rows: list[ServedTimes]) -> str:
     for served in (r for r in rows if r.served):
         t = served.times
         lines.append(
-            f"{served.model}: {t.requests} requests ({_warmup_count(served, served.model)}{t.failed} failed), "
+            f"{served.model}: {_counted(t.requests, 'request')} "
+            f"({_warmup_count(served, served.model)}{t.failed} failed), "
             f"{t.per_request_ms(t.total_ns):.2f} ms each end to end{_cache_line(t)}"
         )
         if served.steps is None:
@@ -290,7 +291,12 @@ def _cache_line(t: ModelTimes) -> str:
     looked_up = t.cache_hits + t.cache_misses
     if not looked_up:
         return ""
-    return f"; cache: {t.cache_hits} hits, {t.cache_misses} misses ({t.cache_hits / looked_up:.0%} hit)"
+    hits, misses = _counted(t.cache_hits, "hit"), _counted(t.cache_misses, "miss", "misses")
+    return f"; cache: {hits}, {misses} ({t.cache_hits / looked_up:.0%} hit)"
+
+
+def _counted(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def to_dict(rows: list[ServedTimes]) -> dict:
