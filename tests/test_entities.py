@@ -417,6 +417,20 @@ def test_entities_from_json_rejects_non_json_types():
     ]
 
 
+def test_the_client_prints_one_entity_per_line_as_one_json_list():
+    from ernie_deploy.kinds.token.evaluate import entity_lines
+
+    entities = [
+        {"type": "PER", "start": 0, "end": 3, "text": "江泽民"},
+        {"type": "ORG", "start": 11, "end": 14, "text": 'a "quoted"\nname'},
+    ]
+    printed = entity_lines(entities)
+    assert json.loads(printed) == entities
+    assert printed.splitlines()[1] == '  {"type": "PER", "start": 0, "end": 3, "text": "江泽民"},'
+    assert len(printed.splitlines()) == 4  # a newline inside a text stays escaped
+    assert entity_lines([]) == "[]" and json.loads(entity_lines([])) == []
+
+
 def test_chunked_viterbi_finds_the_one_pass_path_on_long_texts(monkeypatch):
     """A long text is decoded in chunks joined afterwards (time linear in its tokens); the path is the one a single
     pass finds, for rows of every length, chunk edges included."""

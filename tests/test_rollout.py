@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
     from ernie_deploy.cli import main
     from ernie_deploy.client.admin import RepositoryAdmin
     from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.operate.rollout import canary_probe, rollout
     from ernie_deploy.reliability.rollout_soak import rollout_soak
     from ernie_deploy.server.process import TritonServer
 
@@ -123,6 +125,28 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
         assert main(["rollback", "news", *argv]) == 0
         assert VersionedModel.read(repo, "news").serving() == 1
         assert main(["rollback", "news", *argv]) == 2  # nothing older than 1
+        # Another folder with the model is not what the server runs: refused by name, nothing in it edited.
+        other = tmp_path / "other"
+        people = TaskArtifacts(
+            SEQ_CLS.named("people"), tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels
+        )
+        build([_entry(tiny_pipeline), people], other, PYTHON)
+        build_version(_entry(second_version), other, PYTHON, version=2)
+        before = {f: f.read_bytes() for f in other.rglob("config.pbtxt")}
+        with pytest.raises(ErnieDeployError, match=f"does not run {other}: its repository has no people"):
+            with RepositoryAdmin(server.grpc_url) as admin:
+                rollout(other, NEWS, 2, admin, canary_probe(server.grpc_url))
+        assert main(["rollout", "news", "--to", "2", "--repository", str(other), "--url", server.grpc_url]) == 2
+        assert {f: f.read_bytes() for f in other.rglob("config.pbtxt")} == before
+        # A copy (the same models in another folder) shows itself at the canary, and is put back as it was.
+        copy = tmp_path / "copy"
+        shutil.copytree(repo, copy)
+        before = {f: f.read_bytes() for f in copy.rglob("config.pbtxt")}
+        with pytest.raises(ErnieDeployError, match=f"does not see news_canary, just written to {copy}"):
+            with RepositoryAdmin(server.grpc_url) as admin:
+                rollout(copy, NEWS, 2, admin, canary_probe(server.grpc_url))
+        assert {f: f.read_bytes() for f in copy.rglob("config.pbtxt")} == before and not (copy / "news_canary").exists()
+        assert VersionedModel.read(repo, "news").serving() == 1
     steps = parse((repo / "news_model" / "config.pbtxt").read_text())
     assert list(steps.version_policy.specific.versions) == [1]
 

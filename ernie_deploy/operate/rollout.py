@@ -58,6 +58,7 @@ def rollout(
     new version are taken away again and the model keeps serving its old version."""
     model = VersionedModel.read(repository, task.ensemble)
     current = model.serving()
+    _check_served_from(model, admin)
     if to_version == current:
         raise ErnieDeployError(f"{task.ensemble} already serves version {to_version}", "nothing to do")
     if to_version not in model.on_disk():
@@ -86,7 +87,7 @@ def rollout(
                 admin.load(step)
         phase("load")
         model.write_canary(to_version)
-        admin.load(model.canary)
+        _load_canary(model, admin)
         probe(task.named(model.canary), list(probe_texts))
         phase("probe")
     except BaseException:
@@ -110,6 +111,36 @@ def rollout(
             admin.load(step)
     phase("unload")
     return report
+
+
+def _check_served_from(model: VersionedModel, admin: RepositoryAdmin) -> None:
+    """Refuse to edit configs the server does not load: every model of this repository must be in the server's
+    repository index (a server may have more than one repository, so it may list more). The configs are written
+    before each load, so another folder's edits would be loaded by nobody, or the wrong model reloaded."""
+    served = {m.get("name") for m in admin.index()}
+    local = sorted(p.name for p in model.repository.iterdir() if (p / "config.pbtxt").is_file())
+    missing = [name for name in local if name not in served]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ErnieDeployError(
+            f"the server at {admin.url} does not run {model.repository}: its repository has no {shown}",
+            "pass --repository the folder the server was started with (its --model-repository)",
+        )
+
+
+def _load_canary(model: VersionedModel, admin: RepositoryAdmin) -> None:
+    """A server that runs a copy of this repository (the same models, another folder) passes _check_served_from;
+    the canary just written here is where it shows: Triton "failed to poll from model repository" (measured)."""
+    try:
+        admin.load(model.canary)
+    except ErnieDeployError as exc:
+        if "failed to poll from model repository" not in exc.problem:
+            raise
+        raise ErnieDeployError(
+            f"the server at {admin.url} does not see {model.canary}, just written to {model.repository}: it runs "
+            "another folder",
+            "pass --repository the folder the server was started with (its --model-repository)",
+        ) from None
 
 
 def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_dir: Path, log) -> None:

@@ -80,4 +80,11 @@ def format_report(report: dict) -> str:
 def show(text: str, prediction: list[dict], out: dict, i: int) -> None:
     note = "  (truncated: entities past max_seq_len are not found)" if was_truncated(out, i) else ""
     print(f"{text}{note}")
-    print(json.dumps(prediction, ensure_ascii=False, indent=2))
+    print(entity_lines(prediction))
+
+
+def entity_lines(prediction: list[dict]) -> str:
+    """The entities as one JSON list, an entity to a line: what `json.loads` reads, and short enough to read."""
+    if not prediction:
+        return "[]"
+    return "[\n" + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in prediction) + "\n]"
