@@ -83,7 +83,8 @@ def test_alert_rule_unit_tests_fail_when_a_threshold_moves(tmp_path):
 
 def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path):
     """Debian builds Prometheus without Kubernetes discovery, so promtool here refuses `kubernetes_sd_configs`;
-    the rest of the file is checked with a static target in its place, and its selector against deploy/k8s/."""
+    the rest of the file is checked with a static target in its place, and its selector against deploy/k8s/ and
+    deploy/kserve/."""
     k8s = yaml.safe_load((DEPLOY / "prometheus-kubernetes.yml").read_text())
     local = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     assert k8s["rule_files"] == local["rule_files"]
@@ -92,11 +93,24 @@ def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path)
 
     deployment = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
     pod = deployment["spec"]["template"]
+    # KServe gives the predictor's pods the InferenceService's labels.
+    isvc = yaml.safe_load((ROOT / "deploy" / "kserve" / "inferenceservice.yaml").read_text())
     wanted = dict(pair.split("=") for pair in job["kubernetes_sd_configs"][0]["selectors"][0]["label"].split(","))
-    assert wanted.items() <= pod["metadata"]["labels"].items()
-    ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
     keep_port = next(r for r in job["relabel_configs"] if "__meta_kubernetes_pod_container_port_name" in str(r))
-    assert keep_port["regex"] in ports and ports[keep_port["regex"]] == 8002
+    components = set()
+    for labels, containers in (
+        (pod["metadata"]["labels"], pod["spec"]["containers"]),
+        (isvc["metadata"]["labels"], isvc["spec"]["predictor"]["containers"]),
+    ):
+        assert wanted.items() <= labels.items()
+        components.add(labels["app.kubernetes.io/component"])
+        ports = {p["name"]: p["containerPort"] for c in containers for p in c["ports"]}
+        assert keep_port["regex"] in ports and ports[keep_port["regex"]] == 8002
+    assert components == {"triton-server", "kserve-predictor"}  # told apart by the `component` label
+    assert {
+        "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+        "target_label": "component",
+    } in job["relabel_configs"]
 
     del job["kubernetes_sd_configs"]
     job["static_configs"] = [{"targets": ["127.0.0.1:8002"]}]
