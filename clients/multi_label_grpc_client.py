@@ -5,7 +5,7 @@ and report micro and macro F1.
     python clients/multi_label_grpc_client.py                     # the MSRA multi-label test split
     python clients/multi_label_grpc_client.py --data my.labels.tsv --report report.json
     python clients/multi_label_grpc_client.py --text "国务院总理李鹏今天在人民大会堂会见了日本客人。"
-    python clients/multi_label_grpc_client.py --model people --text "..."  # a model built with `build --name people`
+    python clients/multi_label_grpc_client.py --model people --text "..."  # a model built with `build --model people`
 
 Prints per-label precision/recall/F1 and the micro and macro averages; the last line is `micro_f1: 0.XXXX (n=N)`.
 """

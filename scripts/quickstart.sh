@@ -58,7 +58,8 @@ done
 
 stage "serve $repository/ (tritonserver on 127.0.0.1)"
 http_port=${HTTP_PORT:-8000} grpc_port=${GRPC_PORT:-8001} metrics_port=${METRICS_PORT:-8002}
-ernie-deploy serve "$repository" --http-port "$http_port" --grpc-port "$grpc_port" --metrics-port "$metrics_port" \
+ernie-deploy serve --repository "$repository" --http-port "$http_port" --grpc-port "$grpc_port" \
+  --metrics-port "$metrics_port" \
   > artifacts/reports/server.log 2>&1 &
 server_pid=$!
 trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT

@@ -30,4 +30,4 @@ cat <<MSG
       python clients/token_cls_grpc_client.py --text "江泽民主席在北京会见了联合国秘书长。"
 $clients
 MSG
-exec ernie-deploy serve "$repository" "$@"
+exec ernie-deploy serve --repository "$repository" "$@"

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -67,6 +67,28 @@ def make_tiny_checkpoint(out: Path, labels=THUCNEWS_LABELS, seed: int = 0, task=
     )
     getattr(ppt, task.paddle_class)(config).save_pretrained(str(out))
     return out
+
+
+def artifacts(pipeline: Pipeline, name: str | None = None, *, onnx=None, **fields):
+    """`pipeline`'s converted model as `build` takes it (repository.build.ModelArtifacts): its record as exported,
+    under `name` if given, with `fields` changed (another task, labels or decoding), from `onnx` if given (another
+    precision of it). A model given another task and no name takes that task's demo name."""
+    from ernie_deploy.core.tasks import DEMO_MODELS
+    from ernie_deploy.repository.build import ModelArtifacts
+
+    name = name or (DEMO_MODELS[fields["task"]] if "task" in fields else pipeline.static.spec.name)
+    model = replace(pipeline.static.spec, name=name, **fields)
+    return ModelArtifacts(model, onnx or pipeline.onnx, pipeline.static.vocab_file)
+
+
+def tokenizer_step(config: dict, folder: Path):
+    """serving's TokenizerStep of `config` in `folder`, holding the request limits `build` writes on every tokenizer
+    (the defaults) where `config` sets none."""
+    from ernie_deploy.serving.limits import ReadingLimits
+    from ernie_deploy.serving.tokenizer_steps import TokenizerStep
+
+    limits = {key: {"string_value": str(value)} for key, value in ReadingLimits().parameters().items()}
+    return TokenizerStep({**config, "parameters": {**limits, **config.get("parameters", {})}}, folder)
 
 
 def run_stages(task, checkpoint_dir: Path, work: Path, data: Path | None = None) -> Pipeline:
@@ -163,7 +185,7 @@ def msra_multilabel() -> Path:
 def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
     """The bootstrap multi-label model (trained once from the token_cls encoder, then cached) exported and
     converted the way `ernie-deploy convert` does it: parity-gated, thresholds chosen on the dev split beside it."""
-    from ernie_deploy.core.tasks import MULTI_LABEL
+    from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MULTI_LABEL
     from ernie_deploy.export.gates import Gates
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.static import export
@@ -177,7 +199,7 @@ def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
     onnx_path = convert_checked(
         static,
         work / "onnx" / "model.onnx",
-        max_seq_len=MULTI_LABEL.max_seq_len,
+        max_seq_len=DEFAULT_MAX_SEQ_LEN,
         gates=Gates(tuple(PARITY_TEXTS)),
         thresholds_dev=split_file(msra_multilabel, "dev", MULTI_LABEL.split_format),
         log=lambda line: None,
@@ -212,12 +234,14 @@ def ensemble_repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) 
 def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline):
     """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
     models of several kinds runs)."""
-    from ernie_deploy.repository.build import build, model_artifacts
+    from ernie_deploy.repository.build import BuildOptions, build, model_artifacts
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("every_kind")
     pipelines = (seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline)
-    build([model_artifacts(p.static, p.onnx) for p in pipelines], repo)
+    build(
+        [model_artifacts(p.static, p.onnx) for p in pipelines], repo, BuildOptions(runtime="python", layout="ensemble")
+    )
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "every_kind.log") as s:
         yield s
 

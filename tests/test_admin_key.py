@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from ernie_deploy.cli import main
-from ernie_deploy.cli.serve import admin_key_for, is_loopback
 from ernie_deploy.core.admin_key import (
     ADMIN_KEY_ENV,
     ADMIN_KEY_FILE_ENV,
@@ -37,10 +36,12 @@ from ernie_deploy.core.admin_key import (
     write_new_admin_key,
 )
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server import manifests
+from ernie_deploy.deployfiles import kubernetes
+from ernie_deploy.deployfiles.pod import KEY_WRAPPER, secret_command, secret_name
 from ernie_deploy.server.args import restricted_args
 from ernie_deploy.server.binary import SYSTEM, TritonBinary
 from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.serve import admin_key_for, is_loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 WRAPPER = ROOT / "docker" / "restrict-admin-apis.sh"
@@ -163,18 +164,18 @@ def test_the_images_wrapper_refuses_to_start_without_a_usable_key(env, message):
 
 
 def test_the_deployment_mounts_the_key_from_a_secret_and_holds_none():
-    objects = manifests.manifests(ROOT / "models")
+    objects = kubernetes.manifests(ROOT / "models")
     pod = objects["deployment.yaml"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["args"][:2] == [manifests.KEY_WRAPPER, "tritonserver"]
+    assert container["args"][:2] == [KEY_WRAPPER, "tritonserver"]
     env = {e["name"]: e["value"] for e in container["env"]}
     key_file = Path(env[ADMIN_KEY_FILE_ENV])
     (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == key_file.parent]
     assert mount["readOnly"] is True
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-    assert volume["secret"]["secretName"] == manifests.secret_name("ernie-deploy") and key_file.name == "admin-key"
+    assert volume["secret"]["secretName"] == secret_name("ernie-deploy") and key_file.name == "admin-key"
     # The command that makes the Secret names the same Secret and entry, and carries no key itself.
-    command = manifests.secret_command()
+    command = secret_command()
     assert f"generic {volume['secret']['secretName']} --from-file={key_file.name}=/dev/stdin" in command
     assert "token_urlsafe(32)" in command
     assert all(o["kind"] != "Secret" for o in objects.values())
@@ -199,7 +200,7 @@ def test_serve_without_a_key_generates_one_on_loopback_and_refuses_elsewhere(tmp
     for name in (ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "models").mkdir()
-    assert main(["serve", str(tmp_path / "models"), "--host", "0.0.0.0"]) == 2
+    assert main(["serve", "-r", str(tmp_path / "models"), "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert "reachable from other machines, and no admin key is set" in err
     assert f"export {ADMIN_KEY_ENV}=" in err and "--admin-key-file" in err
@@ -372,7 +373,7 @@ def test_serve_on_loopback_without_a_key_generates_one_and_removes_it_on_stop(tm
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     http, grpc, metrics = free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ERNIE_DEPLOY_ADMIN_KEY")}
-    argv = [sys.executable, "-m", "ernie_deploy.cli", "serve", str(repo)]
+    argv = [sys.executable, "-m", "ernie_deploy.cli", "serve", "--repository", str(repo)]
     argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.build import ModelArtifacts, build
 from ernie_deploy.repository.options import BuildOptions
 
-from .conftest import convert_argv
+from .conftest import artifacts, convert_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,8 +25,8 @@ def _snapshot(root: Path) -> dict[str, str]:
     }
 
 
-def _entry(pipeline) -> TaskArtifacts:
-    return TaskArtifacts(pipeline.task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
+def _entry(pipeline) -> ModelArtifacts:
+    return artifacts(pipeline)
 
 
 @pytest.mark.parametrize("where", ["write_json", "copyfile"])
@@ -34,7 +34,7 @@ def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, 
     import ernie_deploy.repository.build as repository
 
     repo = tmp_path / "models"
-    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="ensemble"))
     (repo / "someone_elses_model").mkdir()
     before = _snapshot(repo)
 
@@ -48,7 +48,7 @@ def test_interrupted_build_leaves_the_previous_repository_intact(tiny_pipeline, 
 
         monkeypatch.setattr(base.shutil, "copyfile", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime", max_batch_size=8))
+        build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime", layout="ensemble", max_batch_size=8))
     assert _snapshot(repo) == before
     assert (repo / "someone_elses_model").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # no staging folder left behind
@@ -58,9 +58,9 @@ def test_rebuild_replaces_whole_model_folders(tiny_pipeline, tmp_path):
     """A model folder never mixes two builds: switching the model step to the ORT backend drops the python
     step's model.py instead of leaving it beside the new config."""
     repo = tmp_path / "models"
-    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python"))
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="ensemble"))
     (repo / "ernie_seqcls_model" / "1" / "stale.txt").write_text("from an older build")
-    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime"))
+    build(_entry(tiny_pipeline), repo, BuildOptions(runtime="onnxruntime", layout="ensemble"))
     files = sorted(p.name for p in (repo / "ernie_seqcls_model" / "1").iterdir())
     assert files == ["model.onnx"]
     assert 'platform: "onnxruntime_onnx"' in (repo / "ernie_seqcls_model" / "config.pbtxt").read_text()

@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from ernie_deploy.client.grpc_client import Client
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, SEQ_CLS, TOKEN_CLS
+
+from .conftest import artifacts
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +46,7 @@ def _margins(task, onnx_path, static, texts: list[str]) -> np.ndarray:
     model = OnnxModel(onnx_path)
     out = []
     for text in texts:
-        enc = encode_items(tokenizer, [text], task.max_seq_len)
+        enc = encode_items(tokenizer, [text], DEFAULT_MAX_SEQ_LEN)
         top = np.sort(model(enc.input_ids, enc.token_type_ids)[0], axis=-1)
         gaps = top[..., -1] - top[..., -2]
         out.append(float(gaps.min()))  # NER: rows are the text's tokens, [CLS] and [SEP] included
@@ -71,7 +73,7 @@ def _static_int8(pipeline, out):
 
     task, static = pipeline.task, pipeline.static
     dev = read_split(pipeline.data, "dev", task.split_format)[0][:DEFAULT_CALIBRATION_N]
-    calibration = Calibration(tuple(dev), static.vocab_file, task.max_seq_len, lowercase=static.do_lower_case)
+    calibration = Calibration(tuple(dev), static.vocab_file, DEFAULT_MAX_SEQ_LEN, lowercase=static.do_lower_case)
     quantize_int8_static(pipeline.onnx, out, calibration)
     return out
 
@@ -79,25 +81,25 @@ def _static_int8(pipeline, out):
 @pytest.fixture(scope="module")
 def neighbours(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     """One server with both demo models in FP32 (their own names) and in static INT8 (`<name>_int8`), and per
-    (task, precision) the model's task spec and the texts to send."""
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    (task, precision) the model's record and the texts to send."""
+    from ernie_deploy.repository.build import BuildOptions, build
     from ernie_deploy.server.process import TritonServer
 
     work = tmp_path_factory.mktemp("neighbours")
     entries, cases = [], {}
     for p in (seq_cls_pipeline, token_cls_pipeline):
         for precision in PRECISIONS:
-            task = p.task if precision == "fp32" else p.task.named(f"{p.task.ensemble}_int8")
+            name = p.static.spec.name if precision == "fp32" else f"{p.static.spec.name}_int8"
             onnx_path = p.onnx if precision == "fp32" else _static_int8(p, work / f"{p.task.name}.int8.onnx")
-            entries.append(TaskArtifacts(task, onnx_path, p.static.vocab_file, p.static.labels))
-            cases[(p.task.name, precision)] = (task, *_pick(p.task, onnx_path, p.static, p.data))
+            entries.append(artifacts(p, name, onnx=onnx_path))
+            cases[(p.task.name, precision)] = (entries[-1].model, *_pick(p.task, onnx_path, p.static, p.data))
     repo = work / "models"
-    build(entries, repo, BuildOptions(max_queue_delay_us=QUEUE_DELAY_US))
+    build(entries, repo, BuildOptions(runtime="python", layout="ensemble", max_queue_delay_us=QUEUE_DELAY_US))
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=work / "server.log") as server:
         yield server, cases
 
 
-def _merged(url: str, task, texts: list[str]) -> list[list]:
+def _merged(url: str, model, texts: list[str]) -> list[list]:
     """Every text sent ROUNDS times at CONCURRENCY, in requests of 1-6 texts drawn at random (each round shuffles
     anew, so a text meets other companions in its request and in the merged batch); its answers, by text."""
     rng = random.Random(SEED)
@@ -114,7 +116,7 @@ def _merged(url: str, task, texts: list[str]) -> list[list]:
 
     def send(indices: list[int]) -> list:
         if not hasattr(local, "client"):
-            local.client = Client(task, url)
+            local.client = Client(model.task_spec, url, model=model.name)
             clients.append(local.client)
         return local.client.predict([texts[i] for i in indices], batch_size=len(indices), progress=False)
 
@@ -140,7 +142,7 @@ def test_a_texts_answer_does_not_depend_on_its_batch_companions(neighbours, task
 
     server, cases = neighbours
     served, texts, (closest, farthest) = cases[(task.name, precision)]
-    with Client(served, server.grpc_url) as client:
+    with Client(served.task_spec, server.grpc_url, model=served.name) as client:
         alone = [client.predict([text], batch_size=1, progress=False)[0] for text in texts]
     before = snapshot(server.http_url)
     merged = _merged(server.grpc_url, served, texts)
@@ -149,7 +151,7 @@ def test_a_texts_answer_does_not_depend_on_its_batch_companions(neighbours, task
     print(
         json.dumps(
             {
-                "model": served.ensemble,
+                "model": served.name,
                 "texts": len(texts),
                 "near_ties": NEAR_TIES,
                 "near_tie_margins": [round(closest, 6), round(farthest, 4)],
@@ -193,11 +195,11 @@ def test_dynamic_int8_answers_move_with_batch_companions(task, request, tmp_path
         model = OnnxModel(path)
         alone = []
         for text in texts:
-            enc = encode_items(tokenizer, [text], task.max_seq_len)
+            enc = encode_items(tokenizer, [text], DEFAULT_MAX_SEQ_LEN)
             alone.append(model(enc.input_ids, enc.token_type_ids)[0])
         moved, flipped = 0.0, 0
         for batch in batches:
-            enc = encode_items(tokenizer, [texts[i] for i in batch], task.max_seq_len)
+            enc = encode_items(tokenizer, [texts[i] for i in batch], DEFAULT_MAX_SEQ_LEN)
             logits = model(enc.input_ids, enc.token_type_ids)
             for row, i in enumerate(batch):
                 own = logits[row][: alone[i].shape[0]] if logits.ndim == 3 else logits[row]

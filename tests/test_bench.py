@@ -1,5 +1,6 @@
-"""The benchmark harness: statistics, ratios, the results file, BENCHMARKS.md, perf_analyzer's command and CSV,
-and one smoke run end to end on a real tritonserver (structure and sanity only, never a timing threshold)."""
+"""The benchmark harness (ernie_deploy.bench, `ernie-deploy bench`) and this repository's benchmarks (benchmarks/):
+statistics, ratios, the results file, BENCHMARKS.md, perf_analyzer's command and CSV, and smoke runs end to end on a
+real tritonserver (structure and sanity only, never a timing threshold)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,33 @@ import json
 import random
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig, TaskInputs
-from ernie_deploy.bench.inprocess import paddle_available
-from ernie_deploy.bench.levers import measure_levers, render_levers
-from ernie_deploy.bench.markdown import BEGIN_MARK, END_MARK, format_steps, render_generated, update_markdown
+from benchmarks.benchmark import run_benchmark
+from benchmarks.config import ResearchConfig
+from benchmarks.levers import measure_levers, render_levers
+from benchmarks.markdown import BEGIN_MARK, END_MARK, format_steps, render_generated, update_markdown
+from benchmarks.paddle import paddle_available
+from benchmarks.peer.server import peer_available
+from benchmarks.plot import plot
+from benchmarks.report import report, write_outputs
+from benchmarks.results import format_met, load_json, ratio_table, sanity_notes
+from benchmarks.targets import compute_ratios
+from ernie_deploy.bench.config import BATCH_SIZES, SCHEMA, BenchConfig
 from ernie_deploy.bench.perf_analyzer import (
-    parse_delayed_share,
     parse_perf_analyzer_csv,
     parse_request_count,
     perf_analyzer_command,
     perf_analyzer_input,
+)
+from ernie_deploy.bench.perf_analyzer_rate import (
+    parse_delayed_share,
     perf_analyzer_rate_command,
     run_perf_analyzer_rate,
 )
-from ernie_deploy.bench.plot import plot
-from ernie_deploy.bench.report import report, write_outputs
-from ernie_deploy.bench.results import format_met, load_json, ratio_table, sanity_notes
 from ernie_deploy.bench.rows import (
     CLASSIC,
     ENSEMBLE,
@@ -49,12 +57,11 @@ from ernie_deploy.bench.rows import (
     summarize,
     total_errors,
 )
-from ernie_deploy.bench.served import run_benchmark
-from ernie_deploy.bench.targets import compute_ratios
 from ernie_deploy.cli.bench import config_from_args
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
-from ernie_deploy.peer.server import peer_available
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 # -- statistics -------------------------------------------------------------------------------------
 
@@ -417,7 +424,9 @@ def test_a_rate_run_that_stops_says_whether_the_server_refused(tmp_path, said, c
         f"#!/bin/sh\necho 'Request Rate: 100 inference requests per seconds'\necho \"{said}\" >&2\nexit {code}\n"
     )
     fake.chmod(0o755)
-    run = run_perf_analyzer_rate(str(fake), SEQ_CLS, "127.0.0.1:1", tmp_path / "in.json", 100.0, 0.3, tmp_path)
+    run = run_perf_analyzer_rate(
+        str(fake), ModelSpec.new(SEQ_CLS), "127.0.0.1:1", tmp_path / "in.json", 100.0, 0.3, tmp_path
+    )
     assert (run.returncode, run.refused, run.p99_ms) == (code, refused, None)
     assert run.message == f"perf_analyzer exited {code}: {said}"
 
@@ -436,7 +445,14 @@ def test_a_rate_run_that_outgrows_its_memory_bound_is_stopped_and_says_so(tmp_pa
     fake.chmod(0o755)
     t0 = time.monotonic()
     run = run_perf_analyzer_rate(
-        str(fake), SEQ_CLS, "127.0.0.1:1", tmp_path / "in.json", 50000.0, 0.3, tmp_path, max_rss_bytes=200 << 20
+        str(fake),
+        ModelSpec.new(SEQ_CLS),
+        "127.0.0.1:1",
+        tmp_path / "in.json",
+        50000.0,
+        0.3,
+        tmp_path,
+        max_rss_bytes=200 << 20,
     )
     assert time.monotonic() - t0 < 30
     assert run.outran.startswith("it held ") and "more than the 200 MiB allowed" in run.outran, run
@@ -446,7 +462,7 @@ def test_a_rate_run_that_outgrows_its_memory_bound_is_stopped_and_says_so(tmp_pa
 
 
 def test_a_bounded_run_is_stopped_past_its_time_and_leaves_nothing_running(tmp_path):
-    from ernie_deploy.bench.perf_analyzer import _run_bounded
+    from ernie_deploy.bench.perf_analyzer_rate import _run_bounded
     from ernie_deploy.server.procs import group_members
 
     script = tmp_path / "slow.sh"
@@ -567,20 +583,21 @@ def test_rows_of_picks_the_primary_load_generator_and_the_report_shows_both():
 
 
 def test_cli_smoke_settings_and_overrides():
-    from ernie_deploy.cli import build_parser
+    from benchmarks.cli import build_parser, research_config
+    from ernie_deploy.cli import build_parser as package_parser
 
-    args = build_parser().parse_args(["bench", "--smoke", "--concurrency", "1,3", "--no-paddle"])
-    config = config_from_args(args)
+    args = build_parser().parse_args(["run", "--smoke", "--concurrency", "1,3", "--no-paddle"])
+    config = research_config(args)
     assert config.concurrency == (1, 3) and config.duration_s == BenchConfig.smoke().duration_s
     assert config.paddle is False and config.classic is True and len(config.batch_sizes) < len(BATCH_SIZES)
-    args = build_parser().parse_args(
+    args = package_parser().parse_args(
         ["bench", "--task", "seq_cls", "--task", "token_cls", "--duration", "10", "--out", "docs/"]
     )
     config = config_from_args(args)
     assert config.concurrency == (1, 4, 8, 16) and config.batch_sizes == (1, 8, 16, 32, 64)
     assert config.duration_s == 10 and args.task == ["seq_cls", "token_cls"]
     with pytest.raises(ErnieDeployError):
-        config_from_args(build_parser().parse_args(["bench", "--concurrency", "0,4"]))
+        config_from_args(package_parser().parse_args(["bench", "--concurrency", "0,4"]))
 
 
 def test_cli_load_generator_without_perf_analyzer(monkeypatch, tmp_path):
@@ -599,12 +616,80 @@ def test_cli_load_generator_without_perf_analyzer(monkeypatch, tmp_path):
 
 
 def test_cli_render_rewrites_outputs_from_a_results_file(tmp_path, capsys):
-    from ernie_deploy.cli import main
+    from benchmarks.cli import main
 
     source = write_json(make_results(), tmp_path / "bench.json")
-    assert main(["bench", "--render", str(source), "--out", str(tmp_path / "docs"), "--no-plot"]) == 0
+    assert main(["render", str(source), "--out", str(tmp_path / "docs"), "--no-plot"]) == 0
     assert "## seq_cls" in (tmp_path / "docs" / "BENCHMARKS.md").read_text()
     assert "served c8 / limit+tok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, moved",
+    [
+        (["bench", "--levers", "--task", "seq_cls"], "levers"),
+        (["bench", "--lever", "ort_threads"], "levers"),
+        (["bench", "--overload"], "overload"),
+        (["bench", "--cache", "--requests", "64"], "cache"),
+        (["bench", "--input-cost"], "input-cost"),
+        (["bench", "--render", "docs/bench.json"], "render"),
+        (["bench", "--sizes", "nano"], "run"),
+        (["bench", "--no-peer", "--smoke"], "run"),
+        (["long-texts", "--sweep", "24", "32", "--no-served"], "long-texts"),
+    ],
+)
+def test_the_research_spellings_name_the_command_that_runs_them_now(argv, moved, capsys, tmp_path, monkeypatch):
+    """The research left the package: its old flags still parse, and exit 2 naming benchmarks/' command, having
+    measured and written nothing (the working folder's docs/ above all)."""
+    from ernie_deploy.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"bash scripts/bench.sh {moved}" in err and f"python -m benchmarks {moved}" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_package_bench_writes_into_artifacts_reports_unless_told(tmp_path, monkeypatch):
+    from ernie_deploy.bench.run import reports_dir
+    from ernie_deploy.cli import build_parser
+
+    monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(tmp_path / "artifacts"))
+    assert reports_dir() == tmp_path / "artifacts" / "reports" / "bench"
+    args = build_parser().parse_args(["bench"])
+    assert args.out is None and args.repository is None  # run_and_write then takes reports_dir()
+
+
+def test_research_modes_exclude_each_other(capsys):
+    from benchmarks.cli import MODES, build_parser, main, normalized
+
+    assert normalized([]) == ["run"] and normalized(["--smoke"]) == ["run", "--smoke"]
+    assert normalized(["levers", "--task", "seq_cls"]) == ["levers", "--task", "seq_cls"]
+    # a mode given as a flag of earlier releases: its subcommand, with a line naming it
+    assert normalized(["--task", "seq_cls", "--levers"]) == ["levers", "--task", "seq_cls"]
+    assert normalized(["--render", "docs/bench.json", "--no-plot"]) == ["render", "docs/bench.json", "--no-plot"]
+    assert "write `render` as the first word" in capsys.readouterr().err
+    with pytest.raises(ErnieDeployError, match="--levers and --cache are two measurements"):
+        normalized(["--levers", "--cache"])
+    assert main(["--overload", "--input-cost"]) == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["levers", "overload"])  # one subcommand a run
+    parser_modes = build_parser()._subparsers._group_actions[0].choices
+    assert tuple(parser_modes) == MODES
+
+
+def test_package_bench_summary_reads_each_served_cell_against_the_limit():
+    from ernie_deploy.bench.summary import summary
+
+    results = make_results()
+    text = summary(results)
+    assert text.startswith("# ernie-deploy bench") and "## seq_cls" in text and "## token_cls" in text
+    limit = next(r for r in rows_of(results, "seq_cls", LIMIT_TOK) if r.best)
+    served = next(r for r in rows_of(results, "seq_cls", SERVED) if r.concurrency == 8)
+    line = next(ln for ln in text.splitlines() if ln.startswith("| served | 8 |"))
+    assert f"| {served.throughput / limit.throughput:.2f} |" in line
+    assert "!!" not in text
+    assert "REQUESTS FAILED" in summary(make_results(errors=3))
 
 
 # -- end to end, on a real server -----------------------------------------------------------------
@@ -626,12 +711,33 @@ TINY_TEXTS = [
 
 
 @pytest.mark.integration
+def test_package_bench_times_the_served_model_against_its_limit(tiny_pipeline, tmp_path, monkeypatch, capsys):
+    """`ernie-deploy bench`'s run: the limit rows and the default build's served rows only, answers checked, bench.json
+    and bench.md written where asked (nothing into the working folder)."""
+    from ernie_deploy.bench.run import run_and_write
+
+    monkeypatch.chdir(tmp_path)
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    config = BenchConfig.smoke(duration_s=0.3, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
+    results = run_and_write(inputs, config, tmp_path / "reports")
+    assert results["errors"] == 0
+    name = inputs[0].model.artifact_name
+    assert {r["kind"] for r in results["rows"]} == {LIMIT, LIMIT_TOK, SERVED, SERVED_BATCH}
+    assert set(results["servers"]) == {"served"} and results["servers"]["served"]["built"]
+    facts = results["servers"]["served"]["tasks"][name]
+    assert facts["checked"] > 0 and facts["agree"] == facts["checked"]
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["bench.json", "bench.md"]
+    assert load_json(tmp_path / "reports" / "bench.json")["rows"] == results["rows"]
+    assert f"## {name}" in (tmp_path / "reports" / "bench.md").read_text() and "× limit+tok" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["reports"]
+
+
+@pytest.mark.integration
 def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
     """Every row, zero errors, sane numbers, and served answers equal to in-process ONNX (no timing threshold)."""
-    from ernie_deploy.core.tasks import SEQ_CLS
 
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
-    config = BenchConfig.smoke(duration_s=0.5, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    config = ResearchConfig.smoke(duration_s=0.5, inproc_duration_s=0.1, warmup_s=0.1, progress=False)
     results = run_benchmark(
         inputs, config, workdir=tmp_path / "work", command="pytest smoke", sizes_root=tmp_path / "sizes"
     )
@@ -716,9 +822,8 @@ def test_smoke_benchmark_end_to_end(tiny_pipeline, tmp_path):
 
 @pytest.mark.integration
 def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipeline, tmp_path):
-    from ernie_deploy.core.tasks import SEQ_CLS
 
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS)]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
     levers = {"default": {}, "fused": {"layout": "fused"}}
     rows = measure_levers(inputs, config, tmp_path, levers)
@@ -734,10 +839,9 @@ def test_levers_serve_one_layout_per_option_and_compare_to_the_default(tiny_pipe
 def test_overload_offers_multiples_of_capacity_and_a_bounded_queue_refuses(tiny_pipeline, tmp_path):
     """Open-loop load at 1x and 4x the measured capacity: without a bound every request is answered; with a queue
     of one request, past capacity the server refuses (UNAVAILABLE, counted as refused, never as an error)."""
-    from ernie_deploy.bench.overload import measure_overload, render_overload
-    from ernie_deploy.core.tasks import SEQ_CLS
+    from benchmarks.overload import measure_overload, render_overload
 
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(duration_s=0.5, warmup_s=0.1, progress=False)
     policies = {"unbounded": {}, "queue of 1": {"max_queue_size": 1}}
     rows = measure_overload(inputs, config, tmp_path, policies, multiples=(1.0, 4.0))
@@ -764,9 +868,8 @@ def test_overload_with_perf_analyzer_counts_on_the_server_and_hands_a_refusing_p
 ):
     """perf_analyzer offers the rates (--request-rate-range) while the server refuses nothing; it stops at the first
     refusal, so a policy that refuses is measured again, whole, by the python generator, and the table says so."""
-    from ernie_deploy.bench.overload import best_policy, measure_overload, render_overload
+    from benchmarks.overload import best_policy, measure_overload, render_overload
     from ernie_deploy.bench.perf_analyzer import find_perf_analyzer
-    from ernie_deploy.core.tasks import SEQ_CLS
 
     binary = find_perf_analyzer()
     if binary is None:
@@ -774,7 +877,11 @@ def test_overload_with_perf_analyzer_counts_on_the_server_and_hands_a_refusing_p
     # The tiny model answers thousands a second; perf_analyzer on 2 busy cores stops keeping up somewhere past
     # 9,000/s (measured: 4x of 2,290/s on a CI host grew until the OOM killer ended it), so this test offers 2x of
     # longer texts (measured here: capacity 1,008/s against 1,550/s for the short ones), about 2,000/s.
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, [t * 12 for t in TINY_TEXTS] * 3)]
+    inputs = [
+        ModelInputs(
+            tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, [t * 12 for t in TINY_TEXTS] * 3
+        )
+    ]
     config = BenchConfig.smoke(
         duration_s=0.9, warmup_s=0.1, progress=False, load_generators=("perf_analyzer",), perf_analyzer=binary
     )
@@ -809,15 +916,15 @@ def test_overload_with_perf_analyzer_counts_on_the_server_and_hands_a_refusing_p
 def test_overload_hands_a_rate_perf_analyzer_cannot_keep_up_with_to_python(tiny_pipeline, tmp_path, monkeypatch):
     """A perf_analyzer rate run stopped past its memory bound (here a bound every run passes at once) is no error:
     the policy is measured again, all its multiples, by the Python generator, and the note says why."""
-    from ernie_deploy.bench import perf_analyzer
-    from ernie_deploy.bench.overload import measure_overload, render_overload
-    from ernie_deploy.core.tasks import SEQ_CLS
+    from benchmarks.overload import measure_overload, render_overload
+    from ernie_deploy.bench import perf_analyzer_rate
+    from ernie_deploy.bench.perf_analyzer import find_perf_analyzer
 
-    binary = perf_analyzer.find_perf_analyzer()
+    binary = find_perf_analyzer()
     if binary is None:
         pytest.skip("perf_analyzer is not installed (scripts/install_perf_analyzer.sh)")
-    monkeypatch.setattr(perf_analyzer, "RATE_MAX_RSS_BYTES", 1)
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    monkeypatch.setattr(perf_analyzer_rate, "RATE_MAX_RSS_BYTES", 1)
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(
         duration_s=0.5, warmup_s=0.1, progress=False, load_generators=("perf_analyzer",), perf_analyzer=binary
     )
@@ -831,7 +938,7 @@ def test_overload_hands_a_rate_perf_analyzer_cannot_keep_up_with_to_python(tiny_
 
 
 def test_best_policy_keeps_the_answered_p99_within_twice_its_value_at_capacity():
-    from ernie_deploy.bench.overload import best_policy
+    from benchmarks.overload import best_policy
 
     def row(policy, multiple, p99, answered, errors=0, task="seq_cls"):
         return dict(policy=policy, task=task, multiple=multiple, p99_ms=p99, answered_per_s=answered, errors=errors)
@@ -855,13 +962,14 @@ def test_best_policy_keeps_the_answered_p99_within_twice_its_value_at_capacity()
 @pytest.mark.integration
 def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tmp_path):
     """Rows and served-answer checks are kept per model, labelled with its name, even for one task."""
-    from ernie_deploy.core.tasks import SEQ_CLS
 
     inputs = [
-        TaskInputs(SEQ_CLS.named(name), tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)
+        ModelInputs(
+            replace(tiny_pipeline.static.spec, name=name), tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3
+        )
         for name in ("news", "sports")
     ]
-    config = BenchConfig.smoke(
+    config = ResearchConfig.smoke(
         duration_s=0.3,
         inproc_duration_s=0.1,
         warmup_s=0.1,
@@ -882,19 +990,19 @@ def test_two_named_models_of_one_task_are_benched_side_by_side(tiny_pipeline, tm
 
 
 def test_sizes_are_named_shapes_and_none_turns_them_off():
-    from ernie_deploy.cli import build_parser
-    from ernie_deploy.cli.bench import config_from_args
+    from benchmarks.cli import build_parser
+    from benchmarks.cli import research_config as config_from_args
 
     parse = build_parser().parse_args
-    assert config_from_args(parse(["bench"])).sizes == ("nano", "mini", "medium", "base")
-    assert config_from_args(parse(["bench", "--smoke"])).sizes == ("tiny",)
-    assert config_from_args(parse(["bench", "--sizes", "base, nano"])).sizes == ("base", "nano")
-    assert config_from_args(parse(["bench", "--sizes", "none"])).sizes == ()
-    assert config_from_args(parse(["bench", "--repository", "models"])).sizes == ()
+    assert config_from_args(parse(["run"])).sizes == ("nano", "mini", "medium", "base")
+    assert config_from_args(parse(["run", "--smoke"])).sizes == ("tiny",)
+    assert config_from_args(parse(["run", "--sizes", "base, nano"])).sizes == ("base", "nano")
+    assert config_from_args(parse(["run", "--sizes", "none"])).sizes == ()
+    assert config_from_args(parse(["run", "--repository", "models"])).sizes == ()
     with pytest.raises(ErnieDeployError, match="unknown model size 'huge'"):
-        config_from_args(parse(["bench", "--sizes", "nano,huge"]))
+        config_from_args(parse(["run", "--sizes", "nano,huge"]))
     with pytest.raises(ErnieDeployError, match="drop --sizes"):
-        config_from_args(parse(["bench", "--sizes", "nano", "--repository", "models"]))
+        config_from_args(parse(["run", "--sizes", "nano", "--repository", "models"]))
 
 
 def test_a_shape_keeps_the_trained_vocabulary_and_fills_it_to_its_size():
@@ -909,12 +1017,36 @@ def test_a_shape_keeps_the_trained_vocabulary_and_fills_it_to_its_size():
     assert (base["num_hidden_layers"], base["hidden_size"]) == (12, 768)
 
 
+@pytest.mark.integration
+def test_long_texts_scores_and_times_documents_cut_and_in_windows(tiny_token_pipeline, tmp_path):
+    """`bash scripts/bench.sh long-texts` on a tiny NER model: every way's row (Paddle, ONNX, served; cut and in
+    windows; a swept size), the served windows answering as in-process ONNX windows (structure only: a random model's
+    F1 means nothing)."""
+    from benchmarks.long_text import measure, table
+    from ernie_deploy.core.tasks import TOKEN_CLS
+
+    p = tiny_token_pipeline
+    sentences = ["国足公布世预赛名单", "中国美元亿"]
+    docs = ["".join(TINY_TEXTS) * 3, "".join(reversed(TINY_TEXTS)) * 2]
+    outside = [["O"] * len(t) for t in sentences + docs]  # no entity: the gold labels' shape is what counts here
+    report = measure(
+        TOKEN_CLS, p.static, p.onnx, (sentences, outside[:2]), (docs, outside[2:]), window=16, sweep=(12,),
+        workdir=tmp_path,
+    )  # fmt: skip
+    assert (report["window"], report["stride"], report["documents"]) == (16, 7, 2)
+    assert set(report["runs"]) == {
+        "paddle sentences", "paddle head", "paddle window", "onnx head", "onnx window", "onnx window 12",
+        "served head", "served window",
+    }  # fmt: skip
+    assert all(run["seconds"] > 0 and 0 <= run["f1"] <= 1 for run in report["runs"].values())
+    assert len(table(report).splitlines()) == 2 + len(report["runs"])
+
+
 def test_a_lever_only_some_kinds_have_is_measured_on_those(tiny_pipeline, tiny_token_pipeline, tmp_path):
-    from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 
     inputs = [
-        TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS),
-        TaskInputs(TOKEN_CLS, tiny_token_pipeline.onnx, tiny_token_pipeline.static, TINY_TEXTS),
+        ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS),
+        ModelInputs(tiny_token_pipeline.static.spec, tiny_token_pipeline.onnx, tiny_token_pipeline.static, TINY_TEXTS),
     ]
     config = BenchConfig.smoke(concurrency=(2,), duration_s=0.3, warmup_s=0.1, progress=False)
     levers = {"default": {}, "graph": {"layout": "graph-postprocess"}, "tok": {"layout": "tokenizer-in-model"}}
@@ -951,10 +1083,9 @@ def _installed_perf_analyzer() -> str:
 def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny_pipeline, tmp_path):
     """One short served cell with each load generator on a real server: requests answered, no errors, its client
     CPU and each pipeline step's numbers, and the side-by-side table (no timing threshold)."""
-    from ernie_deploy.core.tasks import SEQ_CLS
 
     binary = _installed_perf_analyzer()
-    inputs = [TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
+    inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
     config = BenchConfig.smoke(
         concurrency=(2,),
         duration_s=0.6,
@@ -981,7 +1112,8 @@ def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny
         assert 0 < row.p50_ms <= row.p99_ms, row
         assert row.client_cpu_ms > 0 and row.server_cpu_ms > 0, row
         # The default build is one fused model per task on the python step: it is its own one step.
-        assert list(row.steps) == [SEQ_CLS.ensemble] and row.steps[SEQ_CLS.ensemble]["compute_ms"] > 0, row.steps
+        name = inputs[0].name
+        assert list(row.steps) == [name] and row.steps[name]["compute_ms"] > 0, row.steps
     assert [r.tool for r in rows_of(results, "seq_cls", SERVED)] == ["perf_analyzer"]  # the primary
     text = render_generated(results, None)
     assert "## Load generators side by side" in text and "| 2 | python |" in text and "| 2 | perf_analyzer |" in text

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, SEQ_CLS
 from ernie_deploy.fetch.data import write_tsv
 from ernie_deploy.train import batching, bootstrap, loop
 from ernie_deploy.train.plan import PLAN_AFTER_STEPS, Plan
@@ -221,7 +221,7 @@ def test_recipe_rejects_unknown_keys_and_tasks():
     with pytest.raises(ErnieDeployError, match="no bootstrap recipe"):
         recipe_for(replace(SEQ_CLS, name="nope"))
     recipe = recipe_for(SEQ_CLS, {"epochs": 1})
-    assert recipe["epochs"] == 1 and recipe["max_seq_len"] == SEQ_CLS.max_seq_len
+    assert recipe["epochs"] == 1 and recipe["max_seq_len"] == DEFAULT_MAX_SEQ_LEN
     assert recipe["paddle_class"] == SEQ_CLS.paddle_class
 
 

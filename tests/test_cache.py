@@ -11,34 +11,33 @@ import urllib.request
 import pytest
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS
+from ernie_deploy.repository.build import BuildOptions, ModelArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import LAYOUTS, task_configs
 from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES, check_cache
 from ernie_deploy.server.process import TritonServer
-from tests.conftest import NEWS_TEXTS
+from tests.conftest import NEWS_TEXTS, artifacts
 
 TEXTS = NEWS_TEXTS
 
 
-def _entry(pipeline, name: str) -> TaskArtifacts:
-    return TaskArtifacts(SEQ_CLS.named(name), pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
+def _entry(pipeline, name: str) -> ModelArtifacts:
+    return artifacts(pipeline, name)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_the_cache_is_on_the_entry_alone_and_off_by_default(tiny_pipeline, layout):
     p = tiny_pipeline
-    args = (SEQ_CLS, p.onnx)
-    kw = {"labels": p.static.labels}
-    plain = task_configs(*args, BuildOptions(runtime="python", layout=layout), **kw)
+    args = (p.static.spec, p.onnx)
+    plain = task_configs(*args, BuildOptions(runtime="python", layout=layout))
     assert not any(c.HasField("response_cache") for c in plain)
     if layout == "fused":
         with pytest.raises(ErnieDeployError, match="cache a refused request as an empty answer"):
-            task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True), **kw)
+            task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True))
         return
-    cached = task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True), **kw)
-    assert [c.name for c in cached if c.response_cache.enable] == [SEQ_CLS.ensemble]
+    cached = task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True))
+    assert [c.name for c in cached if c.response_cache.enable] == [DEMO_MODELS[SEQ_CLS.name]]
     # Nothing else differs.
     for a, b in zip(plain, cached):
         b.ClearField("response_cache")
@@ -50,10 +49,12 @@ def test_a_caching_ensemble_is_the_version_it_serves(tiny_pipeline, tiny_pipelin
     from ernie_deploy.repository.versions import VersionedModel
 
     repo = tmp_path / "models"
-    cached = BuildOptions(runtime="python", response_cache=True)
+    cached = BuildOptions(runtime="python", layout="ensemble", response_cache=True)
     build(_entry(tiny_pipeline, "news"), repo, cached)
     with pytest.raises(ErnieDeployError, match="whether answers are cached is the model's"):
-        build_version(_entry(tiny_pipeline_v2, "news"), repo, BuildOptions(runtime="python"), version=2)
+        build_version(
+            _entry(tiny_pipeline_v2, "news"), repo, BuildOptions(runtime="python", layout="ensemble"), version=2
+        )
     build_version(_entry(tiny_pipeline_v2, "news"), repo, cached, version=2)
     model = VersionedModel.read(repo, "news")
     assert list(model.entry.version_policy.specific.versions) == [1]
@@ -77,7 +78,7 @@ def test_the_server_side_of_the_cache(tiny_pipeline, tmp_path):
     server.binary = wheel
     assert f"--cache-directory={wheel.wheel_root / 'caches'}" in server.command()
     repo = tmp_path / "models"
-    build(_entry(tiny_pipeline, "news"), repo, BuildOptions(runtime="python", response_cache=True))
+    build(_entry(tiny_pipeline, "news"), repo, BuildOptions(runtime="python", layout="ensemble", response_cache=True))
     check_cache(repo, DEFAULT_CACHE_BYTES, wheel)
     with pytest.raises(ErnieDeployError, match=r"news in .* asks for Triton's response cache.*--cache-size 0") as e:
         check_cache(repo, 0, wheel)
@@ -112,12 +113,12 @@ def _answers(url: str, name: str, rounds: int = 3) -> tuple[list, list]:
     ones, `rounds` times over: the good answers in order, and what each bad request got."""
     from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
 
-    task = SEQ_CLS.named(name)
+    task = SEQ_CLS
     good: dict[int, list] = {}
     bad: list = []
 
     def worker(n: int) -> None:
-        with Client(task, url, retry=NO_RETRY) as client:
+        with Client(task, url, model=name, retry=NO_RETRY) as client:
             for _ in range(rounds):
                 if n == 3:
                     try:
@@ -164,7 +165,7 @@ def test_stats_and_metrics_show_hits_and_misses_per_model(cache_server, tmp_path
     server, repo = cache_server
     before = snapshot(server.http_url)
     for name in ("news", "plain"):
-        with Client(SEQ_CLS.named(name), server.grpc_url) as client:
+        with Client(SEQ_CLS, server.grpc_url, model=name) as client:
             for _ in range(4):
                 client.infer(["体育 新闻 cache"])
     # Triton counts a request in its statistics a moment after the client has the answer: wait for all eight.
@@ -223,6 +224,7 @@ def test_rollouts_under_repeated_texts_never_answer_from_an_old_versions_cache(
     from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.reliability.rollout_soak import rollout_soak
     from ernie_deploy.repository.add_version import build_version
+    from ernie_deploy.repository.served import served_model
     from ernie_deploy.server.stats import snapshot
 
     repo = tmp_path / "models"
@@ -238,9 +240,9 @@ def test_rollouts_under_repeated_texts_never_answer_from_an_old_versions_cache(
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
         with RepositoryAdmin(server.grpc_url) as admin:
             for name in ("news", "tnews"):
-                task = SEQ_CLS.named(name)
+                model = served_model(repo, name)
                 report = rollout_soak(
-                    server.grpc_url, repo, task, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
+                    server.grpc_url, repo, model, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
                 )
                 assert report.clean, (name, report.to_dict())
                 assert report.by_version["1"] > 0 and report.by_version["2"] > 0, (name, report.to_dict())
@@ -250,7 +252,7 @@ def test_rollouts_under_repeated_texts_never_answer_from_an_old_versions_cache(
 
 
 def test_the_workloads_are_a_zipf_draw_and_unique_texts():
-    from ernie_deploy.bench.cache import workloads
+    from benchmarks.cache import workloads
 
     texts = [f"标题 {i}" for i in range(400)]
     drawn = workloads(texts + texts[:10], 300)
@@ -266,12 +268,13 @@ def test_the_workloads_are_a_zipf_draw_and_unique_texts():
 
 @pytest.mark.integration
 def test_the_cache_bench_smoke_runs(tiny_pipeline, tmp_path, capsys):
-    from ernie_deploy.bench.cache import run_cache
-    from ernie_deploy.bench.config import BenchConfig, TaskInputs
+    from benchmarks.cache import run_cache
+    from ernie_deploy.bench.config import BenchConfig
+    from ernie_deploy.evaluate.inputs import ModelInputs
 
     p = tiny_pipeline
     texts = [f"{a}{b} 新闻" for a in TEXTS for b in TEXTS]
-    item = TaskInputs(SEQ_CLS, p.onnx, p.static, texts)
+    item = ModelInputs(p.static.spec, p.onnx, p.static, texts)
     record = run_cache([item], BenchConfig.smoke(), tmp_path, n=60, concurrency=2)
     rows = {(r["workload"], r["cache"]): r for r in record["rows"]}
     assert rows[("repeated", "with")]["hit_rate"] > 0.3 and rows[("repeated", "without")]["cache_hits"] == 0

@@ -8,29 +8,30 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.cli import main
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 from ernie_deploy.repository import check
-from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.build import build
 from ernie_deploy.repository.check import check_repository
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.options import BuildOptions
 
-MODEL = SEQ_CLS.model_step
-POST = SEQ_CLS.postprocess_step
-ENSEMBLE = SEQ_CLS.ensemble
+from .conftest import artifacts
+
+MODEL = ModelSpec.new(SEQ_CLS).model_step
+POST = ModelSpec.new(SEQ_CLS).postprocess_step
+ENSEMBLE = ModelSpec.new(SEQ_CLS).name
+TOKEN_MODEL = ModelSpec.new(TOKEN_CLS).model_step
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, tiny_pipeline, tiny_token_pipeline):
     """runtime -> a repository of both tiny tasks."""
-    entries = [
-        TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-        for p in (tiny_pipeline, tiny_token_pipeline)
-    ]
+    entries = [artifacts(p) for p in (tiny_pipeline, tiny_token_pipeline)]
     repos = {}
     for runtime in ("python", "onnxruntime"):
         repos[runtime] = tmp_path_factory.mktemp(f"check_{runtime}")
-        build(entries, repos[runtime], BuildOptions(runtime=runtime))
+        build(entries, repos[runtime], BuildOptions(runtime=runtime, layout="ensemble"))
     return repos
 
 
@@ -117,7 +118,7 @@ def no_gpu(monkeypatch):
 @pytest.mark.parametrize("runtime", ["python", "onnxruntime"])
 def test_built_repository_checks_clean(built, runtime, capsys):
     assert check_repository(built[runtime]) == []
-    assert main(["check", str(built[runtime])]) == 0
+    assert main(["check", "-r", str(built[runtime])]) == 0
     lines = capsys.readouterr().out.strip().splitlines()  # what each model serves with, then the verdict
     assert "ernie_tokencls: NER decoding constrained" in lines and lines[-1] == "ok: 7 models checked"
     assert "ernie_seqcls: seq_cls model, layout ensemble, long texts: head" in lines, lines
@@ -126,7 +127,7 @@ def test_built_repository_checks_clean(built, runtime, capsys):
 def test_fused_repository_checks_clean(tmp_path, tiny_pipeline):
     # the fused model carries model_file too, but its tensors are the pipeline's, not the ONNX file's
     build(
-        TaskArtifacts(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels),
+        artifacts(tiny_pipeline),
         tmp_path,
         BuildOptions(runtime="python", layout="fused"),
     )
@@ -142,7 +143,7 @@ def test_each_break_is_named(built, runtime, how, tmp_path, capsys):
     breaker(repo)
     problems = check_repository(repo)
     assert any(p.model == model and message in p.message for p in problems), problems
-    assert main(["check", str(repo)]) == 2
+    assert main(["check", "-r", str(repo)]) == 2
     out = capsys.readouterr()
     line = next(str(p) for p in problems if p.model == model and message in p.message)
     assert line in out.out.splitlines() and "(fix: " in line
@@ -160,6 +161,6 @@ def test_gpu_group_is_fine_on_a_gpu_machine(built, tmp_path, monkeypatch):
 def test_token_model_logits_dims_are_checked(built, tmp_path):
     repo = tmp_path / "models"
     shutil.copytree(built["onnxruntime"], repo)
-    edit(repo, TOKEN_CLS.model_step, lambda c: c.output[0].dims.append(3))
+    edit(repo, TOKEN_MODEL, lambda c: c.output[0].dims.append(3))
     problems = check_repository(repo)
-    assert any(p.model == TOKEN_CLS.model_step and "do not fit model.onnx's" in p.message for p in problems)
+    assert any(p.model == TOKEN_MODEL and "do not fit model.onnx's" in p.message for p in problems)

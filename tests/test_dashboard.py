@@ -16,7 +16,8 @@ import pytest
 
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server import dashboard as board
+from ernie_deploy.deployfiles import dashboard as board
+from ernie_deploy.deployfiles import dashboard_panels as board_panels
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.cache import models_asking_for_cache
 from tests.test_cache import cache_server  # noqa: F401  (the cached repository's server, used as a fixture here)
@@ -59,18 +60,18 @@ def test_it_is_dashboard_json_as_grafanas_sdk_reads_and_writes_it():
 def test_every_panel_has_queries_on_the_chosen_data_source():
     data = json.loads(COMMITTED.read_text(encoding="utf-8"))
     panels = _grafana_panels(data)
-    assert [p["title"] for p in panels] == [spec.title for spec in board.panels()]
-    for panel, spec in zip(panels, board.panels()):
+    assert [p["title"] for p in panels] == [spec.title for spec in board_panels.panels()]
+    for panel, spec in zip(panels, board_panels.panels()):
         assert panel["targets"], panel["title"]
         assert [t["expr"] for t in panel["targets"]] == [q.expr for q in spec.queries]
         assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
         for target in [panel, *panel["targets"]]:
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         for query in spec.queries:
-            assert query.serves in (board.EVERY, board.UNCACHED, board.CACHED)
+            assert query.serves in (board_panels.EVERY, board_panels.UNCACHED, board_panels.CACHED)
             # Every query is narrowed by every variable, and nothing is left for Prometheus to choke on.
-            assert board.SELECTOR in query.expr, (panel["title"], query.expr)
-            assert "$" not in board.resolve(query.expr), query.expr
+            assert board_panels.SELECTOR in query.expr, (panel["title"], query.expr)
+            assert "$" not in board_panels.resolve(query.expr), query.expr
     titles = {p["title"] for p in panels}
     assert {"Requests per second", "Failures per second, by reason", "Refusals per second"} <= titles
     assert {"End to end: p50, p99 and mean", "Per step: compute p50 and p99", "Queue time: mean and p99"} <= titles
@@ -78,22 +79,22 @@ def test_every_panel_has_queries_on_the_chosen_data_source():
 
 
 def test_a_panel_on_a_metric_triton_does_not_export_is_refused():
-    assert board.unknown_metrics() == {}
-    wrong = board.PanelSpec(
+    assert board_panels.unknown_metrics() == {}
+    wrong = board_panels.PanelSpec(
         "Latency in ms",
         "ms",
         "a name Triton never used",
-        (board.Query(f"nv_inference_request_summary_ms{{{board.SELECTOR}}}", board.LEGEND),),
+        (board_panels.Query(f"nv_inference_request_summary_ms{{{board_panels.SELECTOR}}}", board_panels.LEGEND),),
     )
-    rows = (*board.ROWS, ("Mistakes", (wrong,)))
-    assert board.unknown_metrics(rows) == {"Latency in ms": {"nv_inference_request_summary_ms"}}
+    rows = (*board_panels.ROWS, ("Mistakes", (wrong,)))
+    assert board_panels.unknown_metrics(rows) == {"Latency in ms": {"nv_inference_request_summary_ms"}}
     with pytest.raises(ErnieDeployError, match=r"Latency in ms: nv_inference_request_summary_ms") as e:
         board.dashboard(rows=rows)
     assert "nv_inference_request_summary_us" in e.value.fix
 
 
 def test_the_latency_panels_need_the_summaries_every_deployment_starts_with():
-    used = {name for spec in board.panels() for q in spec.queries for name in board.metric_names(q.expr)}
+    used = {name for spec in board_panels.panels() for q in spec.queries for name in board_panels.metric_names(q.expr)}
     assert any(name.endswith("_summary_us") for name in used)
     assert "--metrics-config=summary_latencies=true" in server_args("/models")
 
@@ -124,7 +125,7 @@ def test_the_command_writes_the_options(tmp_path, capsys):
 
 def _label_values(prom: _Prometheus, query: str) -> set[str]:
     """What Grafana lists for a `label_values(selector, label)` variable, asked of Prometheus' API."""
-    selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", board.resolve(query)).groups()
+    selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", board_panels.resolve(query)).groups()
     return set(prom.api(f"label/{label}/values?{urllib.parse.urlencode({'match[]': selector})}"))
 
 
@@ -133,9 +134,9 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
     served = _served_models(server)
     asking = set(models_asking_for_cache(repository))
     wanted = {
-        board.EVERY: served,
-        board.UNCACHED: {(m, v) for m, v in served if m not in asking},
-        board.CACHED: {(m, v) for m, v in served if m in asking},
+        board_panels.EVERY: served,
+        board_panels.UNCACHED: {(m, v) for m, v in served if m not in asking},
+        board_panels.CACHED: {(m, v) for m, v in served if m in asking},
     }
     prom = _Prometheus(tmp_path, server.metrics_url.split("//")[1].split("/")[0])
     try:
@@ -144,19 +145,20 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
 
         def missing() -> dict:
             gaps = {}
-            for spec in board.panels():
+            for spec in board_panels.panels():
                 shown = set()
                 for query in spec.queries:
                     found = {
-                        (r["metric"]["model"], r["metric"]["version"]) for r in prom.query(board.resolve(query.expr))
+                        (r["metric"]["model"], r["metric"]["version"])
+                        for r in prom.query(board_panels.resolve(query.expr))
                     }
                     shown |= found
                     if wanted[query.serves] - found:
                         gaps[(spec.title, query.legend)] = sorted(wanted[query.serves] - found)
-                    if query.serves == board.CACHED and found - wanted[board.CACHED]:
-                        gaps[(spec.title, query.legend, "uncached")] = sorted(found - wanted[board.CACHED])
+                    if query.serves == board_panels.CACHED and found - wanted[board_panels.CACHED]:
+                        gaps[(spec.title, query.legend, "uncached")] = sorted(found - wanted[board_panels.CACHED])
                 # Every served model has a row in each panel but the cache's.
-                expected = wanted[board.CACHED] if spec.queries[0].serves == board.CACHED else served
+                expected = wanted[board_panels.CACHED] if spec.queries[0].serves == board_panels.CACHED else served
                 if expected - shown:
                     gaps[spec.title] = sorted(expected - shown)
             return gaps
@@ -167,15 +169,15 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
         exported = set(prom.api("label/__name__/values"))
         used = {
             name
-            for spec in board.panels()
+            for spec in board_panels.panels()
             for query in spec.queries
             if wanted[query.serves]
-            for name in board.metric_names(query.expr)
+            for name in board_panels.metric_names(query.expr)
         }
         assert used <= exported, f"not exported by Triton: {used - exported}"
-        assert used <= board.TRITON_METRICS
+        assert used <= board_panels.TRITON_METRICS
 
-        job, instance, model, version = (query for _, _, query in board.VARIABLES)
+        job, instance, model, version = (query for _, _, query in board_panels.VARIABLES)
         assert _label_values(prom, job) == {"triton"}
         assert _label_values(prom, instance) == {server.metrics_url.split("//")[1].split("/")[0]}
         assert _label_values(prom, model) == {m for m, _ in served}
@@ -219,7 +221,7 @@ def test_every_panel_has_series_on_ensembles_and_the_cache(cache_server, tmp_pat
 
     def send() -> None:
         for name in ("news", "plain", "tnews"):
-            with Client(SEQ_CLS.named(name), server.grpc_url) as client:
+            with Client(SEQ_CLS, server.grpc_url, model=name) as client:
                 for i in range(6):  # three texts twice: misses, then hits where the cache is on
                     client.infer([f"体育 新闻 {i % 3}"])
 

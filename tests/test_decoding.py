@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.spec import REBUILD, SPEC_PARAMETER, ModelSpec, OldRecord
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.serving.entities import (
     DECODING_PARAMETER,
     DECODINGS,
@@ -30,7 +31,7 @@ from ernie_deploy.serving.entities import (
     label_ids,
 )
 
-from .conftest import MSRA_LABELS
+from .conftest import MSRA_LABELS, artifacts
 
 LABELS = MSRA_LABELS
 ID = {name: i for i, name in enumerate(LABELS)}
@@ -195,13 +196,15 @@ def test_build_options_check_the_decoding_and_refuse_it_for_other_kinds():
 
     with pytest.raises(ErnieDeployError, match="unknown NER decoding 'best'"):
         check_options(BuildOptions(ner_decoding="best"))
+    seq, token = ModelSpec.new(SEQ_CLS), ModelSpec.new(TOKEN_CLS)
+    argmax = ModelSpec.new(TOKEN_CLS, ner_decoding="argmax")
     with pytest.raises(ErnieDeployError, match="'ernie_seqcls' is a sequence model") as refused:
-        check_task_options(SEQ_CLS, BuildOptions(ner_decoding="argmax"))
+        check_task_options(seq, BuildOptions(ner_decoding="argmax"))
     assert "export --ner-decoding" in refused.value.fix
-    assert ner_decoding(SEQ_CLS, BuildOptions()) is None
-    assert ner_decoding(TOKEN_CLS, BuildOptions()) == "constrained"  # nothing recorded, nothing asked
-    assert ner_decoding(TOKEN_CLS, BuildOptions(), "argmax") == "argmax"  # as export recorded it
-    assert ner_decoding(TOKEN_CLS, BuildOptions(ner_decoding="constrained"), "argmax") == "constrained"  # override
+    assert ner_decoding(seq, BuildOptions()) is None
+    assert ner_decoding(token, BuildOptions()) == "constrained"  # nothing recorded, nothing asked
+    assert ner_decoding(argmax, BuildOptions()) == "argmax"  # as export recorded it
+    assert ner_decoding(argmax, BuildOptions(ner_decoding="constrained")) == "constrained"  # override
 
 
 def _param(config, key=DECODING_PARAMETER):
@@ -209,21 +212,33 @@ def _param(config, key=DECODING_PARAMETER):
 
 
 def test_the_decoding_is_a_parameter_of_the_token_postprocess_and_of_a_fused_model(tiny_token_pipeline, tiny_pipeline):
+    from dataclasses import replace
+
     from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
 
     onnx = tiny_token_pipeline.onnx
-    post = task_configs(TOKEN_CLS, onnx, BuildOptions())[2]
-    assert post.name == TOKEN_CLS.postprocess_step and _param(post) == "constrained"
-    assert _param(task_configs(TOKEN_CLS, onnx, BuildOptions(), recorded_decoding="argmax")[2]) == "argmax"
-    head = task_configs(TOKEN_CLS, onnx, BuildOptions(long_text="head", ner_decoding="argmax"), recorded_decoding=None)
+    token = replace(tiny_token_pipeline.static.spec, ner_decoding=None)
+    argmax = replace(token, ner_decoding="argmax")
+    post = task_configs(token, onnx, BuildOptions(runtime="python", layout="ensemble"))[2]
+    assert post.name == token.postprocess_step and _param(post) == "constrained"
+    assert _param(task_configs(argmax, onnx, BuildOptions(runtime="python", layout="ensemble"))[2]) == "argmax"
+    head = task_configs(
+        token,
+        onnx,
+        BuildOptions(runtime="python", layout="ensemble", long_text="head", ner_decoding="argmax"),
+    )
     assert _param(head[2]) == "argmax" and _param(head[2], "long_text") is None
-    (fused,) = task_configs(TOKEN_CLS, onnx, BuildOptions(layout="fused"), recorded_decoding="argmax")
+    (fused,) = task_configs(argmax, onnx, BuildOptions(runtime="python", layout="fused"))
     assert _param(fused) == "argmax"
     # A classifier has no entities: no parameter, and an explicit decoding is refused.
-    assert all(_param(c) is None for c in task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions()))
+    seq = tiny_pipeline.static.spec
+    assert all(
+        _param(c) is None
+        for c in task_configs(seq, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
+    )
     with pytest.raises(ErnieDeployError, match="is a sequence model"):
-        task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ner_decoding="argmax"))
+        task_configs(seq, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ner_decoding="argmax"))
 
 
 def test_the_record_holds_the_decoding_of_token_models_only(tiny_token_pipeline, tmp_path):
@@ -238,15 +253,17 @@ def test_the_record_holds_the_decoding_of_token_models_only(tiny_token_pipeline,
     shutil.copytree(tiny_token_pipeline.static.root, copy)
     replace(ModelSpec.read(copy), ner_decoding="argmax").write(copy)
     assert StaticModel.load(copy).ner_decoding == "argmax"
-    # An export made before model.json kept its facts in export.json, and one before the setting existed had none.
+    # An export made before model.json kept its facts in export.json: refused by name, with the command that
+    # writes its record, never read as the default decoding; so is a record of an earlier format.
     spec = ModelSpec.read(copy)
+    (copy / "model.json").write_text(json.dumps({**spec.to_dict(), "format": 1}))
+    with pytest.raises(OldRecord, match="record format 1") as caught:
+        StaticModel.load(copy)
+    assert REBUILD in caught.value.fix
     (copy / "model.json").unlink()
-    files = json.loads((copy / "export.json").read_text())
-    legacy = {**files, "task": "token_cls", "labels": list(spec.labels), "max_seq_len": spec.max_seq_len}
-    (copy / "export.json").write_text(json.dumps({**legacy, "ner_decoding": "argmax"}))
-    assert StaticModel.load(copy).ner_decoding == "argmax"
-    (copy / "export.json").write_text(json.dumps(legacy))
-    assert StaticModel.load(copy).ner_decoding is None
+    with pytest.raises(BadRepositoryError, match="holds no model.json") as caught:
+        StaticModel.load(copy)
+    assert "ernie-deploy export" in caught.value.fix
     with pytest.raises(ErnieDeployError, match="seq_cls is a sequence task"):
         export(None, SEQ_CLS, tmp_path / "never", ner_decoding="argmax")  # refused before anything is read
     with pytest.raises(ErnieDeployError, match="unknown NER decoding"):
@@ -255,21 +272,23 @@ def test_the_record_holds_the_decoding_of_token_models_only(tiny_token_pipeline,
 
 def test_build_writes_the_recorded_decoding_and_check_shows_it(tiny_token_pipeline, tiny_pipeline, tmp_path, capsys):
     from ernie_deploy.cli import main
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.check import check_repository, ner_decodings
     from ernie_deploy.repository.configs import parse, render
     from ernie_deploy.repository.options import BuildOptions
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
-    files = (p.onnx, p.static.vocab_file, p.static.labels)
-    build(TaskArtifacts(TOKEN_CLS.named("people"), *files, ner_decoding="argmax"), repo, BuildOptions(long_text="head"))
-    build(TaskArtifacts(TOKEN_CLS.named("other"), p.onnx, p.static.vocab_file, p.static.labels), repo)
-    seq = tiny_pipeline
-    build(TaskArtifacts(SEQ_CLS.named("news"), seq.onnx, seq.static.vocab_file, seq.static.labels), repo)
+    build(
+        artifacts(p, "people", ner_decoding="argmax"),
+        repo,
+        BuildOptions(runtime="python", layout="ensemble", long_text="head"),
+    )
+    build(artifacts(p, "other"), repo, BuildOptions(runtime="python", layout="ensemble"))
+    build(artifacts(tiny_pipeline, "news"), repo, BuildOptions(runtime="python", layout="ensemble"))
     assert ner_decodings(repo) == {"people": "argmax", "other": "constrained"}
     assert check_repository(repo) == []
-    assert main(["check", str(repo)]) == 0
+    assert main(["check", "-r", str(repo)]) == 0
     out = capsys.readouterr().out
     assert "people: NER decoding argmax" in out and "other: NER decoding constrained" in out
     # A value the postprocess does not know is a problem `check` names (the step would not load).
@@ -279,10 +298,21 @@ def test_build_writes_the_recorded_decoding_and_check_shows_it(tiny_token_pipeli
     path.write_text(render(config))
     problems = check_repository(repo)
     assert [(problem.model, "'greedy'" in problem.message) for problem in problems] == [("people_postprocess", True)]
-    # A repository built before the setting existed: the default, said so.
-    del config.parameters[DECODING_PARAMETER]
-    path.write_text(render(config))
-    assert ner_decodings(repo)["people"] == "constrained (not recorded)"
+    # A repository built before the setting was recorded carries no record on its entry: `check` names it with the
+    # command that rebuilds it, and the decoding is not guessed.
+    entry = repo / "people" / "config.pbtxt"
+    config = parse(entry.read_text())
+    del config.parameters[SPEC_PARAMETER]
+    entry.write_text(render(config))
+    problems = check_repository(repo)
+    assert [(problem.model, "'greedy'" in problem.message) for problem in problems] == [
+        ("people", False),
+        ("people_postprocess", True),
+    ]
+    assert REBUILD in problems[0].fix
+    with pytest.raises(OldRecord, match="older ernie-deploy") as caught:
+        ner_decodings(repo)
+    assert REBUILD in caught.value.fix
 
 
 def test_the_build_flag_is_refused_for_a_classifier_in_the_same_build(tiny_pipeline, tmp_path, capsys):
@@ -292,7 +322,7 @@ def test_the_build_flag_is_refused_for_a_classifier_in_the_same_build(tiny_pipel
     argv += ["--repository", str(tmp_path / "models"), "--runtime", "python", "--ner-decoding", "argmax"]
     assert main(argv) == 2
     assert "is a sequence model" in capsys.readouterr().err
-    assert not (tmp_path / "models" / SEQ_CLS.ensemble).exists()
+    assert not (tmp_path / "models" / DEMO_MODELS[SEQ_CLS.name]).exists()
 
 
 def test_a_deployment_file_sets_the_decoding_per_model_through_export(tmp_path):
@@ -435,11 +465,11 @@ def test_served_argmax_entities_equal_paddlenlps_on_its_own_checkpoint(tmp_path,
     # Served: argmax as export recorded it (windowed, the default for NER, and cut at the head), and constrained
     # by the build flag over the recorded choice.
     base = ["build", "--static", str(static), "--onnx", str(onnx), "--repository", str(repo), "--runtime", "python"]
-    assert main([*base, "--name", "people"]) == 0
-    assert main([*base, "--name", "people_head", "--long-text", "head"]) == 0
-    assert main([*base, "--name", "people_constrained", "--ner-decoding", "constrained"]) == 0
+    assert main([*base, "--model", "people"]) == 0
+    assert main([*base, "--model", "people_head", "--long-text", "head"]) == 0
+    assert main([*base, "--model", "people_constrained", "--ner-decoding", "constrained"]) == 0
     capsys.readouterr()
-    assert main(["check", str(repo)]) == 0
+    assert main(["check", "-r", str(repo)]) == 0
     printed = capsys.readouterr().out
     for name, decoding in (("people", "argmax"), ("people_head", "argmax"), ("people_constrained", "constrained")):
         assert f"{name}: NER decoding {decoding}" in printed
@@ -451,7 +481,7 @@ def test_served_argmax_entities_equal_paddlenlps_on_its_own_checkpoint(tmp_path,
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
         served = {}
         for name in ("people", "people_head", "people_constrained"):
-            with Client(TOKEN_CLS.named(name), server.grpc_url) as client:
+            with Client(TOKEN_CLS, server.grpc_url, model=name) as client:
                 served[name] = client.predict(TEXTS, progress=False)
     assert served["people"] == reference
     assert served["people_head"] == reference
@@ -468,23 +498,31 @@ def _seqeval(tags: list[str]) -> list:
     return get_entities(tags)
 
 
-def test_a_version_keeps_its_models_decoding_also_in_a_repository_built_before_it_was_recorded(
+def test_a_version_keeps_its_models_decoding_and_one_built_before_it_was_recorded_is_refused(
     tiny_token_pipeline, tmp_path
 ):
     from ernie_deploy.repository.add_version import build_version
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.configs import parse, render
     from ernie_deploy.repository.options import BuildOptions
 
-    p = tiny_token_pipeline
-    repo, options = tmp_path / "models", BuildOptions(long_text="head")
-    entry = TaskArtifacts(TOKEN_CLS.named("people"), p.onnx, p.static.vocab_file, p.static.labels)
+    repo, options = tmp_path / "models", BuildOptions(runtime="python", layout="ensemble", long_text="head")
+    entry = artifacts(tiny_token_pipeline, "people")
     build(entry, repo, options)
-    path = repo / "people_postprocess" / "config.pbtxt"
-    config = parse(path.read_text())
-    del config.parameters[DECODING_PARAMETER]  # as `build` wrote it before the decoding was recorded
-    path.write_text(render(config))
-    build_version(entry, repo, options, version=2)  # the default decoding: the same as the old config runs
-    assert DECODING_PARAMETER not in parse(path.read_text()).parameters
     with pytest.raises(ErnieDeployError, match="does not fit people_postprocess's config"):
-        build_version(entry, repo, BuildOptions(long_text="head", ner_decoding="argmax"), version=3)
+        build_version(
+            entry,
+            repo,
+            BuildOptions(runtime="python", layout="ensemble", long_text="head", ner_decoding="argmax"),
+            version=3,
+        )
+    # A model `build` wrote before its decoding was recorded carries no record on its entry: a version of it is
+    # refused with the command that rebuilds it, and nothing is written.
+    path = repo / "people" / "config.pbtxt"
+    config = parse(path.read_text())
+    del config.parameters[SPEC_PARAMETER]
+    path.write_text(render(config))
+    with pytest.raises(OldRecord, match="older ernie-deploy") as caught:
+        build_version(entry, repo, options, version=2)
+    assert REBUILD in caught.value.fix
+    assert not list(repo.glob("*/2"))

@@ -5,7 +5,7 @@
   runs with exactly them below). The key itself is in neither the image nor the manifests (tests/test_admin_key.py).
 - docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, the key from a secret file, client
   after a healthy server.
-- deploy/k8s/ is what `ernie-deploy manifests models` writes, validated against the Kubernetes
+- deploy/k8s/ is what `ernie-deploy manifests --repository models` writes, validated against the Kubernetes
   JSON schemas shipped inside kubernetes-validate (offline), strict mode (unknown fields fail).
 """
 
@@ -22,10 +22,12 @@ from dockerfile_parse import DockerfileParser
 
 from ernie_deploy.cli import build_parser, main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server import manifests, preflight
+from ernie_deploy.deployfiles import kubernetes, manifests
+from ernie_deploy.deployfiles.options import ManifestOptions, memory_bytes
+from ernie_deploy.deployfiles.pod import KEY_WRAPPER, LIVENESS_COMMAND, PORTS
+from ernie_deploy.server import preflight
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.binary import SYSTEM, TritonBinary
-from ernie_deploy.server.manifests import PORTS, ManifestOptions, memory_bytes
 from ernie_deploy.server.preflight import MiB
 from ernie_deploy.server.process import TritonServer
 
@@ -43,7 +45,7 @@ K8S_VERSIONS = ("1.25", "1.37")
 
 def container_command() -> list[str]:
     """The image's CMD and the Deployment's args: the wrapper that adds the admin key's flags, then the server."""
-    return [manifests.KEY_WRAPPER, "tritonserver", *server_args("/models")]
+    return [KEY_WRAPPER, "tritonserver", *server_args("/models")]
 
 
 def models_need() -> int:
@@ -85,8 +87,8 @@ def test_dockerfile_cmd_is_exec_form_and_equals_server_args(dockerfile):
     assert entrypoint == [], "keep the NGC image's entrypoint; CMD carries the server's arguments"
     # The wrapper is the repository's script, installed under the name CMD calls, executable.
     copied = [i["value"].split() for i in dockerfile.structure if i["instruction"] == "COPY"]
-    assert ["docker/restrict-admin-apis.sh", f"/usr/local/bin/{manifests.KEY_WRAPPER}"] in copied
-    assert f"chmod 0755 /usr/local/bin/{manifests.KEY_WRAPPER}" in dockerfile.content
+    assert ["docker/restrict-admin-apis.sh", f"/usr/local/bin/{KEY_WRAPPER}"] in copied
+    assert f"chmod 0755 /usr/local/bin/{KEY_WRAPPER}" in dockerfile.content
     assert not [i for i in dockerfile.structure if i["instruction"] in ("ENV", "ARG") and "ADMIN_KEY" in i["value"]]
 
 
@@ -94,7 +96,7 @@ def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile)
     runs = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "RUN")
     assert "pip install" in runs and "import ernie_deploy.serving.steps" in runs
     assert "ernie-deploy build --repository /models" in runs
-    assert " ".join(manifests.LIVENESS_COMMAND[:2]) in runs  # the liveness command runs in the image
+    assert " ".join(LIVENESS_COMMAND[:2]) in runs  # the liveness command runs in the image
     exposed = {i["value"] for i in dockerfile.structure if i["instruction"] == "EXPOSE"}
     assert exposed == {"8000 8001 8002"}
     copied = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "COPY")
@@ -135,7 +137,7 @@ def test_the_containers_command_line_serves_on_the_pip_server(tmp_path, dockerfi
 
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     cmd = json.loads(dockerfile.cmd)
-    assert cmd[:2] == [manifests.KEY_WRAPPER, "tritonserver"]  # the wrapper's flags: tests/test_admin_key.py
+    assert cmd[:2] == [KEY_WRAPPER, "tritonserver"]  # the wrapper's flags: tests/test_admin_key.py
     wanted = [f"--model-repository={repo}" if a == "--model-repository=/models" else a for a in cmd[2:]]
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "triton.log") as server:
         assert server.command()[1 : 1 + len(wanted)] == wanted
@@ -201,7 +203,7 @@ def test_compose_size_parser():
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("name", manifests.FILES)
+@pytest.mark.parametrize("name", kubernetes.FILES)
 def test_committed_manifests_pass_the_kubernetes_schemas(name, version):
     assert kubernetes_validate.validate(load_k8s(name), version, strict=True) == version
 
@@ -220,11 +222,11 @@ def test_the_validator_rejects_a_wrong_manifest():
 
 def test_committed_manifests_are_what_the_generator_writes_for_models(tmp_path):
     written = manifests.write(MODELS, tmp_path)
-    assert sorted(p.name for p in written) == sorted(manifests.FILES)
-    assert sorted(p.name for p in K8S.iterdir()) == sorted(manifests.FILES)
+    assert sorted(p.name for p in written) == sorted(kubernetes.FILES)
+    assert sorted(p.name for p in K8S.iterdir()) == sorted(kubernetes.FILES)
     for path in written:
         assert (K8S / path.name).read_text() == path.read_text(), (
-            f"deploy/k8s/{path.name} is stale: run `ernie-deploy manifests models --out deploy/k8s`"
+            f"deploy/k8s/{path.name} is stale: run `ernie-deploy manifests --repository models --out deploy/k8s`"
         )
 
 
@@ -285,7 +287,7 @@ def test_shm_limit_follows_the_repository_and_options(tmp_path):
     repo = write_python_model(tmp_path / "repo", "busy", ADD_ONE, count=80)
     need = preflight.shm_needed(repo, gpus=0)
     assert need == 80 * 5 * MiB
-    objects = manifests.manifests(repo, ManifestOptions(memory_limit="8Gi", gpus=1, image="registry.example/e:1"))
+    objects = kubernetes.manifests(repo, ManifestOptions(memory_limit="8Gi", gpus=1, image="registry.example/e:1"))
     pod = objects["deployment.yaml"]["spec"]["template"]["spec"]
     assert memory_bytes(pod["volumes"][0]["emptyDir"]["sizeLimit"]) == 832 * MiB  # 2 x 400 MiB in 64 MiB steps
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
@@ -293,27 +295,28 @@ def test_shm_limit_follows_the_repository_and_options(tmp_path):
     for obj in objects.values():
         kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
     # A bigger region per instance raises both the server's argument and the volume.
-    objects = manifests.manifests(repo, ManifestOptions(memory_limit="8Gi", shm_default_byte_size=8 * MiB))
+    objects = kubernetes.manifests(repo, ManifestOptions(memory_limit="8Gi", shm_default_byte_size=8 * MiB))
     container = objects["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]
     assert "--backend-config=python,shm-default-byte-size=8388608" in container["args"]
     # A limit that cannot hold /dev/shm is refused with the fix.
     with pytest.raises(ErnieDeployError, match="--memory-limit 1Gi leaves too little room") as err:
-        manifests.manifests(repo, ManifestOptions(memory="512Mi", memory_limit="1Gi"))
+        kubernetes.manifests(repo, ManifestOptions(memory="512Mi", memory_limit="1Gi"))
     assert "raise --memory-limit" in str(err.value)
 
 
 def test_cli_writes_the_manifests_and_reports_bad_input(tmp_path, capsys):
     out = tmp_path / "k8s"
-    assert main(["manifests", str(MODELS), "--out", str(out), "--image", "r.example/ernie:2", "--name", "nlp"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(manifests.FILES)  # no temporary files left
+    image = ["--image", "r.example/ernie:2"]
+    assert main(["manifests", "-r", str(MODELS), "--out", str(out), *image, "--app-name", "nlp"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(kubernetes.FILES)  # no temporary files left
     assert "image: r.example/ernie:2" in (out / "deployment.yaml").read_text()
     # It says how to create the Secret the pods mount, named after --name.
     assert "kubectl create secret generic nlp-admin-key --from-file=admin-key=/dev/stdin" in capsys.readouterr().out
-    assert main(["manifests", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert main(["manifests", "-r", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "is not a model repository" in capsys.readouterr().err
-    assert main(["manifests", str(MODELS), "--out", str(out), "--memory-limit", "lots"]) == 2
+    assert main(["manifests", "-r", str(MODELS), "--out", str(out), "--memory-limit", "lots"]) == 2
     assert "not a Kubernetes memory quantity" in capsys.readouterr().err
-    assert main(["manifests", str(MODELS), "--out", str(out), "--min-replicas", "5", "--max-replicas", "2"]) == 2
+    assert main(["manifests", "-r", str(MODELS), "--out", str(out), "--min-replicas", "5", "--max-replicas", "2"]) == 2
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -321,9 +324,9 @@ def test_grpc_tls_manifests_pass_the_kubernetes_schemas(tmp_path, capsys, versio
     """`manifests --grpc-tls-mutual`: the TLS Secret's mount and variables are valid Kubernetes (what they mean:
     tests/test_tls.py), and the command says how to create that Secret."""
     out = tmp_path / "k8s"
-    assert main(["manifests", str(MODELS), "--out", str(out), "--name", "nlp", "--grpc-tls-mutual"]) == 0
+    assert main(["manifests", "-r", str(MODELS), "--out", str(out), "--app-name", "nlp", "--grpc-tls-mutual"]) == 0
     assert "kubectl create secret generic nlp-grpc-tls --type=kubernetes.io/tls" in capsys.readouterr().out
-    for name in manifests.FILES:
+    for name in kubernetes.FILES:
         assert kubernetes_validate.validate(yaml.safe_load((out / name).read_text()), version, strict=True) == version
     (volume,) = [
         v

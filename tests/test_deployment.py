@@ -175,16 +175,16 @@ models:
     )
     planned = plan(path)
     news, people, local = planned.models
-    assert news.fetch == _options_of(["fetch", "https://example.org/n.tgz", "--sha256", SHA, "--name", "news"])
+    assert news.fetch == _options_of(["fetch", "https://example.org/n.tgz", "--sha256", SHA, "--model", "news"])
     assert people.fetch == _options_of(["fetch", "--bootstrap", "--budget", "5", "--force", "--task", "token_cls"])
-    assert local.fetch == _options_of(["fetch", str(tmp_path / "ckpt"), "--name", "local"])
-    assert news.export == local.export == _options_of(["export", "--name", "news"])
+    assert local.fetch == _options_of(["fetch", str(tmp_path / "ckpt"), "--model", "local"])
+    assert news.export == local.export == _options_of(["export", "--model", "news"])
     assert people.export == _options_of(["export", "--ner-decoding", "argmax", "--max-seq-len", "256"])
     assert news.convert == _options_of(
         ["convert", "--quantize", "int8", "--tolerance", "1", "--calibration-n", "64", "--optimize"]
     )
     assert people.convert == _options_of(["convert", "--fp16", "--skip-parity", "--opset", "14"])
-    assert local.convert == _options_of(["convert", "--name", "local"])
+    assert local.convert == _options_of(["convert", "--model", "local"])
     flags = ["--runtime", "onnxruntime", "--instances", "2", "--no-ragged", "--graph-postprocess"]
     flags += ["--max-text-chars", "5000"]
     assert planned.build == _options_of(["build", *flags])
@@ -192,7 +192,7 @@ models:
     assert type(news.convert.tolerance) is float and type(people.fetch.budget) is float
     # Nothing given: the commands' defaults, runtime and layout chosen when the build runs.
     empty = _write(tmp_path, "models: [{name: a, task: seq_cls, source: bootstrap}]")
-    assert plan(empty).build == _options_of(["build"]) == BuildOptions(runtime="auto", layout=None)
+    assert plan(empty).build == _options_of(["build"]) == BuildOptions() == BuildOptions(runtime="auto", layout="auto")
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys, monkeypatch):
@@ -260,11 +260,11 @@ def test_apply_builds_exactly_the_listed_models_from_a_url_and_a_folder(tmp_path
     path = _write(tmp_path, f"build: {{runtime: python, layout: ensemble}}\nmodels:{models}")
     assert main(["apply", str(path)]) == 0
     repo = tmp_path / "models"
-    assert {name: task.name for name, task in served_models(repo).items()} == {
+    assert {name: model.task for name, model in served_models(repo).items()} == {
         "news": "seq_cls",
         "people": "token_cls",
     }
-    assert main(["check", str(repo)]) == 0
+    assert main(["check", "-r", str(repo)]) == 0
     # The file drops `news`: apply removes it and its steps, and keeps the shared tokenizer `people` uses.
     path.write_text(
         "build: {runtime: python, layout: ensemble}\nmodels:\n" + models.splitlines()[2] + "\n", encoding="utf-8"

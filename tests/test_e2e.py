@@ -90,7 +90,7 @@ def test_served_entities_point_into_the_text(server, token_cls_pipeline):
     assert out["truncated"][:, 0].tolist() == [False] * len(texts)
     p = token_cls_pipeline
     window = p.static.spec.window_default  # served in windows of the length the model was trained on
-    assert window < TOKEN_CLS.max_seq_len, "the bootstrap records the lengths it trained on"
+    assert window < p.static.spec.max_seq_len, "the bootstrap records the lengths it trained on"
     offline = onnx_window_predictions(
         TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, default_stride(window), window=window
     )

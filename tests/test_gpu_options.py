@@ -15,27 +15,33 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.export.drift import check_drift, require_drift
 from ernie_deploy.export.gates import DEFAULT_FP16_TOLERANCE, Gates, counted, within
 from ernie_deploy.export.precision import convert_fp16
 from ernie_deploy.repository import check
-from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.build import build
 from ernie_deploy.repository.check import check_repository
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import onnx_signature
 
-from .conftest import PARITY_TEXTS, assert_refused_convert_changes_nothing, io_signature
+from .conftest import PARITY_TEXTS, artifacts, assert_refused_convert_changes_nothing, io_signature
 
 TEXTS = PARITY_TEXTS
 KIND_CPU, KIND_GPU = mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_GPU
+ENSEMBLE = {"runtime": "python", "layout": "ensemble"}  # the build these tests read, unless they say otherwise
+SEQ_MODEL, TOKEN_MODEL = (ModelSpec.new(task).model_step for task in (SEQ_CLS, TOKEN_CLS))
 
 
 def configs(pipeline, **options) -> list[mc.ModelConfig]:
     """The task's configs as Triton reads them back from config.pbtxt."""
-    return [parse(render(c)) for c in task_configs(pipeline.task, pipeline.onnx, BuildOptions(**options))]
+    return [
+        parse(render(c))
+        for c in task_configs(pipeline.static.spec, pipeline.onnx, BuildOptions(**{**ENSEMBLE, **options}))
+    ]
 
 
 def model_step(pipeline, **options) -> mc.ModelConfig:
@@ -116,17 +122,19 @@ def test_gpu_options_leave_the_tensors_alone(tiny_pipeline):
 )
 def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
     with pytest.raises(ErnieDeployError, match=message) as caught:
-        task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(**options))
+        task_configs(tiny_pipeline.static.spec, tiny_pipeline.onnx, BuildOptions(**{**ENSEMBLE, **options}))
     assert caught.value.fix
 
 
 def test_cli_choices_are_the_levels_build_knows():
-    from ernie_deploy.cli import build_parser
+    from ernie_deploy.cli import build, build_parser
     from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
 
     build_cmd = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices["build"]
     (level,) = [a for a in build_cmd._actions if a.dest == "ort_graph_level"]
-    assert level.choices == list(ORT_GRAPH_LEVELS) and level.default == "all"
+    # the flag's default is BuildOptions' own, which `build` fills in when the flag is left out
+    default = build.options(build_parser().parse_args(["build"])).ort_graph_level
+    assert level.choices == list(ORT_GRAPH_LEVELS) and default == "all"
 
 
 def _build_args(pipeline, repo, *extra):
@@ -168,7 +176,7 @@ def test_cli_build_writes_every_gpu_option(tiny_pipeline, tmp_path):
         )
         == 0
     )
-    config = parse((repo / SEQ_CLS.model_step / "config.pbtxt").read_text(encoding="utf-8"))
+    config = parse((repo / SEQ_MODEL / "config.pbtxt").read_text(encoding="utf-8"))
     assert config.platform == "onnxruntime_onnx"
     assert [(g.kind, g.count) for g in config.instance_group] == [(KIND_GPU, 3)]
     assert config.optimization.graph.level == 1
@@ -387,19 +395,19 @@ def layouts(tmp_path_factory, tiny_pipeline, tiny_token_pipeline):
             if "fp16_model" in name:
                 model = tmp_path_factory.mktemp("fp16_model") / "model.onnx"
                 convert_fp16(pipeline.onnx, model)
-            entries.append(TaskArtifacts(pipeline.task, model, pipeline.static.vocab_file, pipeline.static.labels))
+            entries.append(artifacts(pipeline, onnx=model))
         repos[name] = tmp_path_factory.mktemp(name)
-        build(entries, repos[name], BuildOptions(**options))
+        build(entries, repos[name], BuildOptions(**{**ENSEMBLE, **options}))
     return repos
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_every_layout_checks_clean_on_a_gpu_machine(layouts, name, monkeypatch, capsys):
     monkeypatch.setattr(check, "gpu_count", lambda: 1)
-    served = onnx.load(str(layouts[name] / SEQ_CLS.model_step / "1" / "model.onnx"))
+    served = onnx.load(str(layouts[name] / SEQ_MODEL / "1" / "model.onnx"))
     assert (onnx.TensorProto.FLOAT16 in {i.data_type for i in served.graph.initializer}) == ("fp16_model" in name)
     assert check_repository(layouts[name]) == []
-    assert main(["check", str(layouts[name])]) == 0
+    assert main(["check", "-r", str(layouts[name])]) == 0
     assert "ok: 7 models checked" in capsys.readouterr().out
 
 
@@ -408,13 +416,13 @@ def test_without_a_gpu_only_gpu_model_steps_are_flagged(layouts, name, monkeypat
     monkeypatch.setattr(check, "gpu_count", lambda: 0)
     problems = check_repository(layouts[name])
     if LAYOUTS[name].get("device") != "gpu":
-        assert problems == [] and main(["check", str(layouts[name])]) == 0
+        assert problems == [] and main(["check", "-r", str(layouts[name])]) == 0
         return
     # exactly one line per model step, none for the CPU steps, and the fix names the build flag
-    assert sorted(p.model for p in problems) == sorted([SEQ_CLS.model_step, TOKEN_CLS.model_step])
+    assert sorted(p.model for p in problems) == sorted([SEQ_MODEL, TOKEN_MODEL])
     assert all(p.message == "KIND_GPU instance group on a machine with no GPU" for p in problems)
     assert all("build --device cpu" in p.fix for p in problems)
-    assert main(["check", str(layouts[name])]) == 2
+    assert main(["check", "-r", str(layouts[name])]) == 2
     assert "2 problem(s)" in capsys.readouterr().err
 
 
@@ -436,13 +444,13 @@ def test_check_names_ort_options_the_backend_would_ignore(layouts, tmp_path, mon
     def odd_level(config):
         config.optimization.graph.level = 3
 
-    _edit(repo, SEQ_CLS.model_step, to_cpu)
-    _edit(repo, TOKEN_CLS.model_step, odd_level)
+    _edit(repo, SEQ_MODEL, to_cpu)
+    _edit(repo, TOKEN_MODEL, odd_level)
     found = {(p.model, p.message.split(":")[0]) for p in check_repository(repo)}
     assert found == {
-        (SEQ_CLS.model_step, "gpu_execution_accelerator ['tensorrt'] is ignored"),
+        (SEQ_MODEL, "gpu_execution_accelerator ['tensorrt'] is ignored"),
         (
-            TOKEN_CLS.model_step,
+            TOKEN_MODEL,
             "optimization graph level 3 is not one the ORT backend knows (it runs all optimizations instead)",
         ),
     }
@@ -497,7 +505,7 @@ def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, 
     half = tmp_path / "model.onnx"
     convert_fp16(pipeline.onnx, half)
     texts, gold = read_split_file(split_file(pipeline.data, "test", task.split_format))
-    report = check_drift("fp16", static, pipeline.onnx, half, texts[:256], max_seq_len=task.max_seq_len)
+    report = check_drift("fp16", static, pipeline.onnx, half, texts[:256], max_seq_len=static.max_seq_len)
     assert report.ok, report
     reports = {}
     for kind, path in (("fp32", pipeline.onnx), ("fp16", half)):
@@ -515,11 +523,17 @@ def test_a_queue_bound_rejects_on_every_batching_step(tiny_pipeline):
     which has no queue of its own, carries none."""
     from tritonclient.grpc import model_config_pb2 as mc
 
-    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(max_queue_size=48, queue_timeout_us=20000))
+    configs = task_configs(
+        tiny_pipeline.static.spec,
+        tiny_pipeline.onnx,
+        BuildOptions(runtime="python", layout="ensemble", max_queue_size=48, queue_timeout_us=20000),
+    )
     for config in configs[:-1]:
         policy = config.dynamic_batching.default_queue_policy
         assert (policy.max_queue_size, policy.default_timeout_microseconds) == (48, 20000), config.name
         assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
     assert not configs[-1].HasField("dynamic_batching")
-    plain = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())
+    plain = task_configs(
+        tiny_pipeline.static.spec, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")
+    )
     assert not any(c.dynamic_batching.HasField("default_queue_policy") for c in plain)

@@ -3,16 +3,20 @@ process against the python postprocess, the steps against the steps they merge, 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.kinds.sequence.serving import SeqClsPostprocess
 from ernie_deploy.repository.layouts import check_build_options, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.tokenizer_steps import TokenizerOnnxStep, TokenizerStep
+from tests.conftest import tokenizer_step
 from tests.test_steps import _step_files, _texts
 
 
@@ -22,15 +26,15 @@ def graph_dir(tiny_pipeline, tmp_path):
     from ernie_deploy.repository.postprocess_graph import write_with_postprocess
 
     folder = _step_files(tiny_pipeline, tmp_path)
-    write_with_postprocess(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static.labels, folder / "model.onnx")
+    write_with_postprocess(tiny_pipeline.static.spec, tiny_pipeline.onnx, folder / "model.onnx")
     return folder
 
 
 def _graph_step_config(pipeline):
     from google.protobuf.json_format import MessageToDict
 
-    options = BuildOptions(layout="graph-postprocess")
-    _, model, _ = task_configs(SEQ_CLS, pipeline.onnx, options, labels=pipeline.static.labels)
+    options = BuildOptions(runtime="python", layout="graph-postprocess")
+    _, model, _ = task_configs(pipeline.static.spec, pipeline.onnx, options)
     return MessageToDict(model, preserving_proto_field_name=True)
 
 
@@ -63,7 +67,7 @@ def test_graph_lookup_of_every_label(tiny_pipeline, tmp_path):
     from ernie_deploy.repository.postprocess_graph import postprocess_graph
 
     labels = tiny_pipeline.static.labels
-    graph = postprocess_graph(SEQ_CLS, tiny_pipeline.onnx, labels)
+    graph = postprocess_graph(tiny_pipeline.static.spec, tiny_pipeline.onnx)
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     logits = np.eye(len(labels), dtype=np.float32) * 5
     label_id, label, confidence = session.run(None, {"logits": logits})
@@ -77,12 +81,12 @@ def test_graph_needs_labels_that_fit_the_model(tiny_pipeline):
     from ernie_deploy.repository.postprocess_graph import postprocess_graph
 
     with pytest.raises(ErnieDeployError, match="10 classes but the model's labels name 3"):
-        postprocess_graph(SEQ_CLS, tiny_pipeline.onnx, ["a", "b", "c"])
+        postprocess_graph(replace(tiny_pipeline.static.spec, labels=("a", "b", "c")), tiny_pipeline.onnx)
 
 
 def test_graph_model_step_merges_requests_and_fails_a_bad_one_alone(tiny_pipeline, graph_dir):
     config = {"parameters": {"max_seq_len": {"string_value": "32"}}}
-    tokenizer, post = TokenizerStep(config, graph_dir), SeqClsPostprocess({}, graph_dir)
+    tokenizer, post = tokenizer_step(config, graph_dir), SeqClsPostprocess({}, graph_dir)
     plain = OnnxStep({}, _step_files(tiny_pipeline, graph_dir.parent / "plain"))
     graph = OnnxStep(_graph_step_config(tiny_pipeline), graph_dir)
     assert graph.outputs == ("label_id", "label", "confidence")
@@ -101,12 +105,11 @@ def test_graph_model_step_merges_requests_and_fails_a_bad_one_alone(tiny_pipelin
 def test_tokenizer_in_model_answers_what_the_two_steps_answer(which, request):
     from google.protobuf.json_format import MessageToDict
 
-    from ernie_deploy.core.tasks import TASKS
-
-    task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
     folder = request.getfixturevalue("step_dirs" if which == "seq_cls" else "token_step_dirs")
-    merged_config, post_config, _ = task_configs(task, pipeline.onnx, BuildOptions(layout="tokenizer-in-model"))
+    merged_config, post_config, _ = task_configs(
+        pipeline.static.spec, pipeline.onnx, BuildOptions(runtime="python", layout="tokenizer-in-model")
+    )
     merged_config = MessageToDict(merged_config, preserving_proto_field_name=True)
     merged = TokenizerOnnxStep(merged_config, folder)
     tokenizer = TokenizerStep({**merged_config, "output": []}, folder)  # its parameters: stride, max_seq_len
@@ -142,7 +145,8 @@ def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, 
     from ernie_deploy.repository.configs import parse, render
 
     options = BuildOptions(runtime=runtime, layout="graph-postprocess")
-    configs = [parse(render(c)) for c in task_configs(SEQ_CLS, tiny_pipeline.onnx, options, labels=["x"] * 10)]
+    model = ModelSpec.new(SEQ_CLS, labels=("x",) * 10)
+    configs = [parse(render(c)) for c in task_configs(model, tiny_pipeline.onnx, options)]
     tokenizer, model, ensemble = configs
     outputs = {o.name: (o.data_type, list(o.dims)) for o in model.output}
     from tritonclient.grpc import model_config_pb2 as mc
@@ -170,8 +174,9 @@ def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, 
 )
 def test_layouts_that_do_not_combine_are_refused(tiny_pipeline, task, options, message):
     with pytest.raises(ErnieDeployError, match=message) as caught:
-        check_build_options(BuildOptions(**options))
-        task_configs(task, tiny_pipeline.onnx, BuildOptions(**options), labels=["x"] * 10)
+        check_build_options(BuildOptions(**{"runtime": "python", **options}))
+        model = ModelSpec.new(task, labels=("x",) * 10)
+        task_configs(model, tiny_pipeline.onnx, BuildOptions(**{"runtime": "python", **options}))
     assert caught.value.fix
 
 
@@ -180,7 +185,7 @@ def test_pairs_have_the_graph_postprocess_too():
 
 
 def test_levers_pick_by_build_option():
-    from ernie_deploy.bench.levers import LEVERS, pick_levers
+    from benchmarks.levers import LEVERS, pick_levers
 
     picked = pick_levers(["fused", "graph_postprocess", "tokenizer-in-model"])
     assert [o for o in picked.values()] == [

@@ -1,6 +1,6 @@
 """deploy/kserve/inferenceservice.yaml, the KServe form of deploy/k8s/, checked without a cluster.
 
-- It is what `ernie-deploy manifests models --kserve` writes (regenerated and compared, like deploy/k8s/).
+- It is what `ernie-deploy manifests --repository models --kserve` writes (regenerated and compared, like deploy/k8s/).
 - The KServe SDK's own deserializer reads it into a V1beta1InferenceService, and serializing that back gives the
   file's object unchanged: a misspelt field would be dropped and a wrong type refused.
 - The predictor's pod (its containers, volumes, grace period) passes the Kubernetes schemas shipped in
@@ -22,8 +22,10 @@ import yaml
 
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.server import manifests
-from ernie_deploy.server.manifests import ManifestOptions
+from ernie_deploy.deployfiles import kubernetes, manifests
+from ernie_deploy.deployfiles.kserve import KSERVE_CONTAINER, KSERVE_FILE, KSERVE_PROTOCOL_ENV, inference_service
+from ernie_deploy.deployfiles.options import ManifestOptions
+from ernie_deploy.deployfiles.pod import secret_command
 
 from .test_deploy import K8S_VERSIONS, MODELS, ROOT, load_k8s
 
@@ -33,7 +35,7 @@ EXTENSION_FIELDS = ("minReplicas", "maxReplicas", "scaleMetric", "scaleTarget")
 
 
 def load_isvc() -> dict:
-    return yaml.safe_load((KSERVE / manifests.KSERVE_FILE).read_text())
+    return yaml.safe_load((KSERVE / KSERVE_FILE).read_text())
 
 
 # The SDK runs in an interpreter of its own: importing kserve registers its copy of the Open Inference Protocol's
@@ -89,10 +91,11 @@ def predictor_pod(isvc: dict) -> dict:
 
 def test_committed_inferenceservice_is_what_the_generator_writes_for_models(tmp_path):
     written = manifests.write(MODELS, tmp_path, kserve=True)
-    assert [p.name for p in written] == [manifests.KSERVE_FILE]
-    assert sorted(p.name for p in KSERVE.iterdir()) == [manifests.KSERVE_FILE]
-    assert (KSERVE / manifests.KSERVE_FILE).read_text() == written[0].read_text(), (
-        "deploy/kserve/inferenceservice.yaml is stale: run `ernie-deploy manifests models --kserve --out deploy/kserve`"
+    assert [p.name for p in written] == [KSERVE_FILE]
+    assert sorted(p.name for p in KSERVE.iterdir()) == [KSERVE_FILE]
+    assert (KSERVE / KSERVE_FILE).read_text() == written[0].read_text(), (
+        "deploy/kserve/inferenceservice.yaml is stale: run "
+        "`ernie-deploy manifests --repository models --kserve --out deploy/kserve`"
     )
 
 
@@ -133,8 +136,8 @@ def test_the_predictor_runs_the_deployments_pod():
     pod = load_k8s("deployment.yaml")["spec"]["template"]["spec"]
     (container,) = predictor["containers"]
     (expected,) = copy.deepcopy(pod["containers"])
-    expected["name"] = manifests.KSERVE_CONTAINER
-    expected["env"].append(manifests.KSERVE_PROTOCOL_ENV)
+    expected["name"] = KSERVE_CONTAINER
+    expected["env"].append(KSERVE_PROTOCOL_ENV)
     # KServe would otherwise add its default CPU limit (1), below the request.
     expected["resources"]["limits"] = {
         "cpu": expected["resources"]["requests"]["cpu"],
@@ -170,8 +173,8 @@ def test_kserve_scales_like_the_deployments_autoscaler():
 
 
 def test_the_header_says_how_to_create_the_secret():
-    text = (KSERVE / manifests.KSERVE_FILE).read_text()
-    assert f"#   {manifests.secret_command()}\n" in text
+    text = (KSERVE / KSERVE_FILE).read_text()
+    assert f"#   {secret_command()}\n" in text
     assert "# /dev/shm: " in text and "Standard mode" in text
 
 
@@ -180,12 +183,12 @@ def test_the_header_says_how_to_create_the_secret():
 
 def test_grpc_tls_and_gpus_reach_the_predictor(tmp_path, capsys):
     out = tmp_path / "kserve"
-    argv = ["manifests", str(MODELS), "--kserve", "--out", str(out), "--name", "nlp", "--grpc-tls-mutual"]
+    argv = ["manifests", "-r", str(MODELS), "--kserve", "--out", str(out), "--app-name", "nlp", "--grpc-tls-mutual"]
     assert main([*argv, "--gpus", "1", "--image", "r.example/ernie:2"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [manifests.KSERVE_FILE]  # no temporary files left
+    assert sorted(p.name for p in out.iterdir()) == [KSERVE_FILE]  # no temporary files left
     printed = capsys.readouterr().out
     assert "kubectl create secret generic nlp-admin-key" in printed and "nlp-grpc-tls" in printed
-    isvc = yaml.safe_load((out / manifests.KSERVE_FILE).read_text())
+    isvc = yaml.safe_load((out / KSERVE_FILE).read_text())
     for version in K8S_VERSIONS:
         kubernetes_validate.validate(predictor_pod(isvc), version, strict=True)
     # The SDK reads resource quantities as strings: the GPU count comes back as "1".
@@ -193,28 +196,28 @@ def test_grpc_tls_and_gpus_reach_the_predictor(tmp_path, capsys):
     round_trip["spec"]["predictor"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
     assert round_trip == isvc
     # The same TLS mount and variables as the Deployment written with the same options.
-    deployment = manifests.manifests(
+    deployment = kubernetes.manifests(
         MODELS, ManifestOptions(name="nlp", grpc_tls=True, grpc_tls_mutual=True, gpus=1, image="r.example/ernie:2")
     )["deployment.yaml"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = isvc["spec"]["predictor"]["containers"]
     assert isvc["spec"]["predictor"]["volumes"] == pod["volumes"]
     assert container["volumeMounts"] == pod["containers"][0]["volumeMounts"]
-    assert container["env"] == [*pod["containers"][0]["env"], manifests.KSERVE_PROTOCOL_ENV]
+    assert container["env"] == [*pod["containers"][0]["env"], KSERVE_PROTOCOL_ENV]
     assert container["image"] == "r.example/ernie:2"
 
 
 def test_kserve_names_are_checked_and_the_folders_kept_apart(tmp_path, capsys):
     with pytest.raises(ErnieDeployError, match="cannot name a KServe InferenceService"):
-        manifests.inference_service(MODELS, ManifestOptions(name="9lives"))
+        inference_service(MODELS, ManifestOptions(name="9lives"))
     with pytest.raises(ErnieDeployError, match="KServe adds -predictor"):
-        manifests.inference_service(MODELS, ManifestOptions(name="a" * 54))
-    manifests.inference_service(MODELS, ManifestOptions(name="a" * 53))
+        inference_service(MODELS, ManifestOptions(name="a" * 54))
+    inference_service(MODELS, ManifestOptions(name="a" * 53))
     # One folder for both would make `kubectl apply -f` start the server twice.
-    assert main(["manifests", str(MODELS), "--out", str(tmp_path)]) == 0
-    assert main(["manifests", str(MODELS), "--kserve", "--out", str(tmp_path)]) == 2
+    assert main(["manifests", "-r", str(MODELS), "--out", str(tmp_path)]) == 0
+    assert main(["manifests", "-r", str(MODELS), "--kserve", "--out", str(tmp_path)]) == 2
     assert "would run both the Deployment and the InferenceService" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(manifests.FILES)
-    assert main(["manifests", str(MODELS), "--kserve", "--out", str(tmp_path / "kserve")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kubernetes.FILES)
+    assert main(["manifests", "-r", str(MODELS), "--kserve", "--out", str(tmp_path / "kserve")]) == 0
     with pytest.raises(ErnieDeployError, match="already holds inferenceservice.yaml"):
         manifests.write(MODELS, tmp_path / "kserve")

@@ -26,12 +26,12 @@ ALLOWED = {
     "export": {"core", "serving", "fetch"},
     "repository": {"core", "serving"},
     "server": {"core"},
+    "deployfiles": {"core", "server"},
     "client": {"core", "serving"},
     "evaluate": {"core", "serving", "fetch", "export", "client"},
     "operate": {"core", "repository", "client"},
-    "peer": {"core", "server", "client"},
-    "bench": {"core", "serving", "fetch", "export", "repository", "server", "client", "evaluate", "peer"},
-    "reliability": {"core", "serving", "repository", "server", "client", "evaluate", "operate", "bench"},
+    "bench": {"core", "serving", "repository", "server", "client", "evaluate"},
+    "reliability": {"core", "serving", "repository", "server", "client", "evaluate", "operate"},
     "pipeline": {"core", "serving", "fetch", "train", "export", "repository", "server"},
     "cli": {
         "core",
@@ -39,6 +39,7 @@ ALLOWED = {
         "fetch",
         "repository",
         "server",
+        "deployfiles",
         "client",
         "evaluate",
         "operate",
@@ -54,6 +55,10 @@ OUTSIDE = {
     "clients/*.py": {"core", "evaluate"},
     "models/*/1/model.py": {"serving"},
 }
+# This repository's own benchmarks (benchmarks/, `bash scripts/bench.sh`) sit outside the package and its layers: they
+# may import any package of ours, and nothing that ships (the package, the clients, the generated models) imports
+# them, since they are not installed with it.
+RESEARCH = "benchmarks"
 # The task kinds (ernie_deploy/kinds) are split by layer rather than being one: the registry and each kind's facts
 # record (kinds/__init__.py, kinds/base.py, kinds/<kind>/__init__.py) count as core, and kinds/<kind>/<layer>.py as
 # <layer>, held to that layer's rules (third-party limits included) and importable wherever that layer is.
@@ -164,6 +169,30 @@ def test_package_imports_only_the_layers_below_it(package):
 def test_clients_and_generated_models_import_only_their_layers(files):
     problems = _problems(files)
     assert not problems, "\n".join(problems)
+
+
+def test_nothing_that_ships_imports_the_benchmarks():
+    shipped = sorted(PACKAGE.rglob("*.py")) + [path for room in OUTSIDE for path in _files(room)]
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
+        for path in shipped
+        for line, module, _ in _import_nodes(path)
+        if module.partition(".")[0] == RESEARCH
+    ]
+    assert not found, (
+        f"{RESEARCH}/ is not installed with the package, so nothing that ships may import it:\n"
+        + "\n".join(found)
+        + f"\nmove what both need into ernie_deploy, and let {RESEARCH}/ import it from there"
+    )
+
+
+def test_the_rule_catches_an_import_of_the_benchmarks(tmp_path, monkeypatch):
+    bad = tmp_path / "ernie_deploy" / "bench"
+    bad.mkdir(parents=True)
+    (bad / "x.py").write_text("def f():\n    from benchmarks.targets import TARGETS\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ernie_deploy")
+    with pytest.raises(AssertionError, match=r"ernie_deploy/bench/x.py:2: benchmarks.targets"):
+        test_nothing_that_ships_imports_the_benchmarks()
 
 
 def test_every_allowed_edge_is_used():

@@ -11,9 +11,10 @@ import urllib.request
 
 import pytest
 
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
-from tests.conftest import NEWS_TEXTS
+from tests.conftest import NEWS_TEXTS, artifacts
 
 TEXTS = NEWS_TEXTS
 NAMES = {layout: f"news_{layout.replace('-', '_')}" for layout in LAYOUTS}
@@ -21,8 +22,8 @@ NAMES = {layout: f"news_{layout.replace('-', '_')}" for layout in LAYOUTS}
 pytestmark = pytest.mark.integration
 
 
-def _task(layout: str):
-    return SEQ_CLS.named(NAMES[layout])
+def _model(layout: str) -> ModelSpec:
+    return ModelSpec.new(SEQ_CLS, NAMES[layout])
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def matrix(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2):
     """(server, repository, offline references per version): every layout built, version 2 added to each."""
     from ernie_deploy.evaluate.offline import onnx_predictions
     from ernie_deploy.repository.add_version import build_version
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
@@ -38,7 +39,7 @@ def matrix(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2):
     for layout in LAYOUTS:
         options = BuildOptions(runtime="python", layout=layout)
         for version, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2)):
-            entry = TaskArtifacts(_task(layout), p.onnx, p.static.vocab_file, p.static.labels)
+            entry = artifacts(p, NAMES[layout])
             if version == 1:
                 build(entry, repo, options)
             else:
@@ -59,17 +60,17 @@ def test_the_registry_holds_the_four_layouts():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_check_and_the_repository_know_each_layout(layout, matrix):
     from ernie_deploy.repository.check import check_repository
-    from ernie_deploy.repository.served import served_layouts, served_specs
+    from ernie_deploy.repository.served import served_layouts, served_models
     from ernie_deploy.repository.versions import VersionedModel
 
     _, repo, _ = matrix
     assert check_repository(repo) == []
     name = NAMES[layout]
     assert served_layouts(repo)[name].name == layout
-    assert served_specs(repo)[name].layout == layout
+    assert served_models(repo)[name].layout == layout
     model = VersionedModel.read(repo, name)
     assert model.on_disk() == [1, 2] and model.serving() == 1
-    assert set(model.steps) == set(LAYOUTS[layout].versioned(_task(layout)))
+    assert set(model.steps) == set(LAYOUTS[layout].versioned(_model(layout)))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -88,7 +89,7 @@ def test_soak_answers_every_good_text_and_refuses_every_bad_one(layout, matrix):
 
     server, _, references = matrix
     report = soak(
-        server.grpc_url, [SoakCase(_task(layout), TEXTS, references[1])], requests=60, concurrency=4, progress=False
+        server.grpc_url, [SoakCase(_model(layout), TEXTS, references[1])], requests=60, concurrency=4, progress=False
     )
     assert report.clean, report.to_dict()
     assert report.answered > 0 and report.refused > 0
@@ -101,19 +102,19 @@ def test_stats_and_prometheus_report_each_stage(layout, matrix):
     from ernie_deploy.server.stats import served_times, snapshot
 
     server, repo, _ = matrix
-    name, task = NAMES[layout], _task(layout)
+    name, model = NAMES[layout], _model(layout)
     before = snapshot(server.http_url)
-    with Client(task, server.grpc_url) as client:
+    with Client(model.task_spec, server.grpc_url, model=name) as client:
         for text in TEXTS:
             client.infer([text])
     (row,) = [r for r in served_times(served_steps(repo), snapshot(server.http_url), before) if r.model == name]
     tokenizer = served_steps(repo)[name][0]
-    assert [step for step, _ in row.steps] == LAYOUTS[layout].stages(task, tokenizer)
+    assert [step for step, _ in row.steps] == LAYOUTS[layout].stages(model, tokenizer)
     assert row.times.requests == len(TEXTS) and all(times.requests >= len(TEXTS) for _, times in row.steps)
     metrics = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    for model in {name, *LAYOUTS[layout].stages(task, tokenizer)}:
-        found = re.findall(rf'nv_inference_request_success\{{model="{model}",version="\d+"\}} (\d+)', metrics)
-        assert found and sum(map(int, found)) >= len(TEXTS), f"{model}: no success series in {server.metrics_url}"
+    for step in {name, *LAYOUTS[layout].stages(model, tokenizer)}:
+        found = re.findall(rf'nv_inference_request_success\{{model="{step}",version="\d+"\}} (\d+)', metrics)
+        assert found and sum(map(int, found)) >= len(TEXTS), f"{step}: no success series in {server.metrics_url}"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -123,12 +124,12 @@ def test_rollout_and_rollback_under_load_lose_nothing(layout, matrix):
     from ernie_deploy.repository.versions import VersionedModel
 
     server, repo, references = matrix
-    name, task = NAMES[layout], _task(layout)
+    name, model = NAMES[layout], _model(layout)
     for version in (1, 2):  # the references a rollout soak computes from the repository's own files
-        assert version_predictions(repo, task, version, TEXTS) == references[version]
+        assert version_predictions(repo, name, version, TEXTS) == references[version]
     with RepositoryAdmin(server.grpc_url) as admin:
         report = rollout_soak(
-            server.grpc_url, repo, task, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
+            server.grpc_url, repo, model, (1, 2), references, TEXTS, admin=admin, concurrency=3, settle_s=1.5
         )
     print(
         f"{layout}: {report.requests} requests, {report.answered} answered, by version {report.by_version}, "

@@ -12,20 +12,21 @@ import pytest
 from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from tests.conftest import artifacts
 
 # model name -> (task, build options): one repository holds every layout, one server serves them all.
 LAYOUTS = {
-    "news": (SEQ_CLS, {}),
+    "news": (SEQ_CLS, {"layout": "ensemble"}),
     "news_graph": (SEQ_CLS, {"layout": "graph-postprocess"}),
     "news_tok": (SEQ_CLS, {"layout": "tokenizer-in-model"}),
-    "ner": (TOKEN_CLS, {}),
+    "ner": (TOKEN_CLS, {"layout": "ensemble"}),
     "ner_tok": (TOKEN_CLS, {"layout": "tokenizer-in-model"}),
 }
 
 
 @pytest.fixture(scope="module")
 def layouts_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.repository.served import served_steps
     from ernie_deploy.server.process import TritonServer
@@ -35,7 +36,7 @@ def layouts_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
     for name, (task, options) in LAYOUTS.items():
         p = pipelines[task.name]
         build(
-            TaskArtifacts(task.named(name), p.onnx, p.static.vocab_file, p.static.labels),
+            artifacts(p, name),
             repo,
             BuildOptions(runtime="python", **options),
         )
@@ -46,11 +47,11 @@ def layouts_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline):
         yield s
 
 
-def _served(url, task, texts, threads=8):
-    """Every output of every text, one text per request from `threads` clients at once."""
+def _served(url, task, name, texts, threads=8):
+    """Every output of every text to model `name`, one text per request from `threads` clients at once."""
 
     def one(chunk):
-        with Client(task, url) as client:
+        with Client(task, url, model=name) as client:
             return [client.infer([t]) for t in chunk]
 
     with ThreadPoolExecutor(threads) as pool:
@@ -70,8 +71,8 @@ def test_layout_answers_as_the_default_layout(name, layouts_server, request):
     pipeline = request.getfixturevalue(f"{task.name}_pipeline")
     texts = read_split(pipeline.data, "test", task.split_format)[0][:300]
     texts[7] = texts[7] * 20  # longer than max_seq_len: cut (seq_cls) or windowed (token_cls) in both layouts
-    want = _served(layouts_server.grpc_url, task.named(base), texts)
-    got = _served(layouts_server.grpc_url, task.named(name), texts)
+    want = _served(layouts_server.grpc_url, task, base, texts)
+    got = _served(layouts_server.grpc_url, task, name, texts)
     for w, g in zip(want, got):
         assert sorted(g) == sorted(w)
         for key in w:
@@ -87,10 +88,10 @@ def test_layout_answers_as_the_default_layout(name, layouts_server, request):
 def test_a_bad_request_fails_alone_inside_a_merged_batch(name, layouts_server):
     task, _ = LAYOUTS[name]
     texts = ["国足公布世预赛名单", "股市大涨，沪指收复三千点", "新华社北京电"] * 8
-    want = _served(layouts_server.grpc_url, task.named(name), texts, threads=1)
+    want = _served(layouts_server.grpc_url, task, name, texts, threads=1)
 
     def one(i):
-        with Client(task.named(name), layouts_server.grpc_url) as client:
+        with Client(task, layouts_server.grpc_url, model=name) as client:
             if i % 6 == 3:
                 with pytest.raises(BadRequest, match="text 1 is empty"):
                     client.infer(["国足", " "])

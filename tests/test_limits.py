@@ -8,10 +8,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, BadRequest, ErnieDeployError
 from ernie_deploy.serving.limits import CUT, WINDOWS, ReadingLimits, TextLimits
 from ernie_deploy.serving.pipeline import PipelineStep
 from ernie_deploy.serving.tokenizer_steps import TokenizerStep
+from tests.conftest import artifacts
 from tests.test_steps import _step_files, _texts
 
 READ_CUT = {"input_ids", "token_type_ids"}  # what a classifier's ensemble asks its tokenizer for
@@ -19,7 +20,8 @@ READ_WINDOWS = {"window_ids", "window_type_ids", "window_starts", "text_offsets"
 
 
 def _tokenizer(folder, **parameters) -> TokenizerStep:
-    parameters = {"max_seq_len": 16, **parameters}
+    """A tokenizer step with the limits `build` writes by default, but those in `parameters`."""
+    parameters = {"max_seq_len": 16, **ReadingLimits().parameters(), **parameters}
     return TokenizerStep({"parameters": {k: {"string_value": str(v)} for k, v in parameters.items()}}, folder)
 
 
@@ -29,7 +31,7 @@ def step_dirs(tiny_pipeline, tmp_path):
 
 
 def test_a_text_past_the_limit_is_refused_by_name_with_its_size_and_the_option(step_dirs):
-    step = _tokenizer(step_dirs, max_text_chars=10, max_request_chars=100)
+    step = _tokenizer(step_dirs, cut_max_text_chars=10, cut_max_request_chars=100)
     assert step({"text": _texts("国" * 10)}, READ_CUT)["input_ids"].shape[0] == 1  # at the limit: answered
     with pytest.raises(BadRequest) as refused:
         step({"text": _texts("国足", "国" * 11, "股市")}, READ_CUT)
@@ -38,7 +40,7 @@ def test_a_text_past_the_limit_is_refused_by_name_with_its_size_and_the_option(s
 
 
 def test_bytes_that_cannot_be_within_the_limit_are_refused_before_decoding(step_dirs):
-    step = _tokenizer(step_dirs, max_text_chars=10, max_request_chars=100)
+    step = _tokenizer(step_dirs, cut_max_text_chars=10, cut_max_request_chars=100)
     # 41 bytes of invalid UTF-8: too long for 10 characters whatever they are, so named for its size, not its bytes
     with pytest.raises(BadRequest) as refused:
         step({"text": _texts(b"\xff" * 41)}, READ_CUT)
@@ -49,7 +51,7 @@ def test_bytes_that_cannot_be_within_the_limit_are_refused_before_decoding(step_
 
 
 def test_a_request_past_its_total_is_refused_and_the_others_in_the_merged_batch_are_answered(step_dirs):
-    step = _tokenizer(step_dirs, max_text_chars=10, max_request_chars=25)
+    step = _tokenizer(step_dirs, cut_max_text_chars=10, cut_max_request_chars=25)
     good = {"text": _texts("国足公布世预赛名单")}
     heavy = {"text": _texts(*["股市大涨" * 2] * 4)}  # 4 texts of 8: each within, 32 in all
     full = {"text": _texts("国" * 10, "国" * 10, "国" * 5)}  # exactly 25
@@ -74,7 +76,7 @@ def test_a_shared_tokenizer_holds_each_request_to_the_limits_of_what_it_reads(st
 
 
 def test_a_fused_model_enforces_the_limits_of_its_reading(step_dirs):
-    params = {"max_seq_len": "16", "max_text_chars": "5", "max_request_chars": "5"}
+    params = {"max_seq_len": "16", **ReadingLimits.given(5, 5).parameters()}
     params["postprocess"] = "seq_cls_postprocess"
     fused = PipelineStep(
         {"parameters": {k: {"string_value": v} for k, v in params.items()}, "output": [{"name": "label"}]},
@@ -85,36 +87,38 @@ def test_a_fused_model_enforces_the_limits_of_its_reading(step_dirs):
     assert fused({"text": _texts("国" * 5)})["label"].shape == (1, 1)
 
 
-def test_a_tokenizer_built_before_limits_existed_enforces_the_defaults(step_dirs):
-    step = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
-    assert step.limits == ReadingLimits()
-    with pytest.raises(BadRequest, match=f"over this model's limit of {CUT.max_text_chars:,}"):
-        step({"text": _texts("国" * (CUT.max_text_chars + 1))}, READ_CUT)
+def test_a_tokenizer_built_before_limits_existed_is_refused_with_the_rebuild_command(step_dirs):
+    """A tokenizer config without the limits (as `build` wrote it before they existed) does not load: a model never
+    runs unbounded, nor with limits guessed for it."""
+    with pytest.raises(BadRepositoryError, match="no cut_max_text_chars, .*window_max_request_chars") as refused:
+        TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    assert "older ernie-deploy" in refused.value.problem and "ernie-deploy build" in refused.value.fix
 
 
 def test_build_records_the_limits_and_check_shows_each_models_own(tiny_pipeline, tiny_token_pipeline, tmp_path, capsys):
     from ernie_deploy.cli import main
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.repository.build import BuildOptions, build
     from ernie_deploy.repository.configs import parse
     from ernie_deploy.repository.served import served_limits
 
     repo = tmp_path / "models"
-    entries = [
-        TaskArtifacts(p.task, p.onnx, p.static.vocab_file, p.static.labels)
-        for p in (tiny_pipeline, tiny_token_pipeline)
-    ]
-    build(entries, repo, BuildOptions(runtime="python"))
+    entries = [artifacts(p) for p in (tiny_pipeline, tiny_token_pipeline)]
+    build(entries, repo, BuildOptions(runtime="python", layout="ensemble"))
     config = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text())  # one tokenizer still serves both
     assert {k: int(config.parameters[k].string_value) for k in ReadingLimits.PARAMETERS} == ReadingLimits().parameters()
     assert served_limits(repo) == {
         "ernie_seqcls": ("ernie_tokenizer", CUT),
         "ernie_tokencls": ("ernie_tokenizer", WINDOWS),
     }
-    assert main(["check", str(repo)]) == 0
+    assert main(["check", "-r", str(repo)]) == 0
     out = capsys.readouterr().out
     assert f"ernie_tokencls: texts of at most {WINDOWS.max_text_chars:,} characters, " in out
 
-    build(entries[:1], repo, BuildOptions(runtime="python", max_text_chars=3000, max_request_chars=9000))
+    build(
+        entries[:1],
+        repo,
+        BuildOptions(runtime="python", layout="ensemble", max_text_chars=3000, max_request_chars=9000),
+    )
     # the classifier's new limits: a tokenizer of its own; the NER model keeps its tokenizer and its limits
     limits = served_limits(repo)
     assert limits["ernie_seqcls"][1] == TextLimits(3000, 9000) and limits["ernie_seqcls"][0] != "ernie_tokenizer"

@@ -2,8 +2,8 @@
 within the budget, one past it and a huge one are refused by name, a request past its total too, and a small request
 right after each is answered as before. The server's memory is measured from outside (its whole process group).
 
-The budget here is five times the one the defaults were chosen against (bench.input_cost: about a second and a few
-hundred MB on 2 cores), since this host's times move by 2x with its neighbours; `ernie-deploy bench --input-cost`
+The budget here is five times the one the defaults were chosen against (benchmarks.input_cost: about a second and a
+few hundred MB on 2 cores), since this host's times move by 2x with its neighbours; `bash scripts/bench.sh input-cost`
 reports the real figures (docs/RELIABILITY.md)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ernie_deploy.bench.config import TaskInputs
-from ernie_deploy.bench.input_cost import BUDGET_MB, BUDGET_S, joined_text, timed_request
+from benchmarks.input_cost import BUDGET_MB, BUDGET_S, joined_text, timed_request
 from ernie_deploy.client.grpc_client import grpc_client
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.serving.limits import CUT, WINDOWS
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ SMALL = "新华社北京电国足公布世预赛名单"
 
 @pytest.fixture(scope="module")
 def texts(thucnews, msra_ner):
-    return {task.name: TaskInputs.texts_of(task, max_texts=2000) for task in (SEQ_CLS, TOKEN_CLS)}
+    return {task.name: ModelInputs.texts_of(task, max_texts=2000) for task in (SEQ_CLS, TOKEN_CLS)}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def client(server):
 def _small_answer(client, task):
     tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[SMALL.encode()]], dtype=np.object_))
-    result = client.infer(task.ensemble, [tensor], client_timeout=30)
+    result = client.infer(DEMO_MODELS[task.name], [tensor], client_timeout=30)
     return result.as_numpy(task.prediction).tolist()
 
 
@@ -49,12 +50,14 @@ def _small_answer(client, task):
 def test_a_text_at_the_limit_is_answered_within_budget_and_one_more_character_is_refused(server, client, texts, task):
     limits = LIMITS[task.name]
     before = _small_answer(client, task)
-    at = timed_request(client, task, joined_text(texts[task.name], limits.max_text_chars), server.pid)
+    at = timed_request(client, ModelSpec.new(task), joined_text(texts[task.name], limits.max_text_chars), server.pid)
     assert at["error"] is None
     assert at["seconds"] < 5 * BUDGET_S and at["peak_mb"] < 5 * BUDGET_MB, at
     assert _small_answer(client, task) == before
 
-    past = timed_request(client, task, joined_text(texts[task.name], limits.max_text_chars + 1), server.pid)
+    past = timed_request(
+        client, ModelSpec.new(task), joined_text(texts[task.name], limits.max_text_chars + 1), server.pid
+    )
     message = past["error"] or ""
     assert f"text 0 has {limits.max_text_chars + 1:,} characters" in message
     assert f"limit of {limits.max_text_chars:,} (max_text_chars)" in message and "--max-text-chars" in message
@@ -67,7 +70,7 @@ def test_a_hostile_text_of_millions_of_characters_is_refused_at_once_and_costs_l
     classifier 6 s of CPU before the limits."""
     limits = LIMITS[task.name]
     before = _small_answer(client, task)
-    run = timed_request(client, task, joined_text(texts[task.name], 3_000_000), server.pid)
+    run = timed_request(client, ModelSpec.new(task), joined_text(texts[task.name], 3_000_000), server.pid)
     # refused for its UTF-8 bytes, before it is decoded
     assert (
         f"bytes, so more than the {limits.max_text_chars:,} characters" in (run["error"] or "")
@@ -86,7 +89,7 @@ def test_a_request_past_its_total_is_refused_by_name_and_a_request_beside_it_is_
     tensor = grpcclient.InferInput("text", [count, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[text]] * count, dtype=np.object_))
     with pytest.raises(InferenceServerException) as refused:
-        client.infer(task.ensemble, [tensor], client_timeout=60)
+        client.infer(DEMO_MODELS[task.name], [tensor], client_timeout=60)
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert (
         f"the request carries {count * limits.max_text_chars:,} characters in {count} texts" in refused.value.message()

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS, WINDOW_INPUTS
-from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.build import build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions, check_options, long_text_mode
@@ -18,7 +19,9 @@ from ernie_deploy.serving import encoding
 from ernie_deploy.serving import windows as W
 from ernie_deploy.serving.tokenizer import CLS, SEP, build_tokenizer
 
-from .conftest import MSRA_LABELS
+from .conftest import MSRA_LABELS, artifacts
+
+SEQ, TOKEN = ModelSpec.new(SEQ_CLS), ModelSpec.new(TOKEN_CLS)  # the demo models' records
 
 # ----------------------------------------------------------------------------------------------------
 # Windows
@@ -189,26 +192,26 @@ def test_head_tail_ids_are_paddlenlps_ids_of_the_kept_tokens(tiny_token_pipeline
 
 
 def test_long_text_defaults_per_kind_and_refusals(tiny_pipeline):
-    assert long_text_mode(TOKEN_CLS, BuildOptions()) == "window"
-    assert long_text_mode(SEQ_CLS, BuildOptions()) == "head"
-    assert long_text_mode(SEQ_CLS, BuildOptions(long_text="head_tail")) == "head_tail"
-    assert long_text_mode(TOKEN_CLS, BuildOptions(long_text="head")) == "head"
+    assert long_text_mode(TOKEN, BuildOptions()) == "window"
+    assert long_text_mode(SEQ, BuildOptions()) == "head"
+    assert long_text_mode(SEQ, BuildOptions(long_text="head_tail")) == "head_tail"
+    assert long_text_mode(TOKEN, BuildOptions(long_text="head")) == "head"
     with pytest.raises(ErnieDeployError, match="window does not fit sequence model") as err:
-        long_text_mode(SEQ_CLS, BuildOptions(long_text="window"))
+        long_text_mode(SEQ, BuildOptions(long_text="window"))
     assert "--long-text auto or head or head_tail" in err.value.fix
     with pytest.raises(ErnieDeployError, match="head_tail does not fit token model"):
-        long_text_mode(TOKEN_CLS, BuildOptions(long_text="head_tail"))
+        long_text_mode(TOKEN, BuildOptions(long_text="head_tail"))
     with pytest.raises(ErnieDeployError, match="--window-stride from 1 to 126"):
-        long_text_mode(TOKEN_CLS, BuildOptions(window_stride=127))
+        long_text_mode(TOKEN, BuildOptions(window_stride=127))
     with pytest.raises(ErnieDeployError, match="--head-tokens 127 does not fit"):
-        long_text_mode(SEQ_CLS, BuildOptions(long_text="head_tail", head_tokens=127))
+        long_text_mode(SEQ, BuildOptions(long_text="head_tail", head_tokens=127))
     for size in (2, 129):
         with pytest.raises(ErnieDeployError, match=f"--window-size {size} does not fit") as err:
-            long_text_mode(TOKEN_CLS, BuildOptions(window_size=size))
+            long_text_mode(TOKEN, BuildOptions(window_size=size))
         assert "from 3 to 128" in err.value.fix
     with pytest.raises(ErnieDeployError, match="--window-stride from 1 to 30"):
-        long_text_mode(TOKEN_CLS, BuildOptions(window_size=32, window_stride=31))
-    assert long_text_mode(TOKEN_CLS, BuildOptions(window_size=32, window_stride=30)) == "window"
+        long_text_mode(TOKEN, BuildOptions(window_size=32, window_stride=31))
+    assert long_text_mode(TOKEN, BuildOptions(window_size=32, window_stride=30)) == "window"
     for options, problem in [
         (BuildOptions(window_stride=0), "never reach"),
         (BuildOptions(long_text="head", window_stride=32), "has none"),
@@ -225,27 +228,31 @@ def test_long_text_defaults_per_kind_and_refusals(tiny_pipeline):
 
 
 def _artifacts(pipeline):
-    return TaskArtifacts(pipeline.task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
+    return artifacts(pipeline)
 
 
 def _tokenizers(entries, options):
-    return tokenizer_steps(entries, {e.task.ensemble: options for e in entries})
+    return tokenizer_steps(entries, {e.name: options for e in entries})
 
 
 def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipeline, tiny_token_pipeline):
     entries = [_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)]
-    default = _tokenizers(entries, BuildOptions())
-    assert default[SEQ_CLS.ensemble].fingerprint == default[TOKEN_CLS.ensemble].fingerprint  # head and window share
+    default = _tokenizers(entries, BuildOptions(runtime="python", layout="ensemble"))
+    assert default[SEQ.name].fingerprint == default[TOKEN.name].fingerprint  # head and window share
     fingerprints = {
-        _tokenizers([entries[1]], options)[TOKEN_CLS.ensemble].fingerprint
+        _tokenizers([entries[1]], options)[TOKEN.name].fingerprint
         for options in (
-            BuildOptions(),
-            BuildOptions(window_stride=32),
-            BuildOptions(window_size=32),
-            BuildOptions(long_text="head"),
+            BuildOptions(runtime="python", layout="ensemble"),
+            BuildOptions(runtime="python", layout="ensemble", window_stride=32),
+            BuildOptions(runtime="python", layout="ensemble", window_size=32),
+            BuildOptions(runtime="python", layout="ensemble", long_text="head"),
         )
     }
-    fingerprints |= {_tokenizers([entries[0]], BuildOptions(long_text="head_tail"))[SEQ_CLS.ensemble].fingerprint}
+    fingerprints |= {
+        _tokenizers([entries[0]], BuildOptions(runtime="python", layout="ensemble", long_text="head_tail"))[
+            SEQ.name
+        ].fingerprint
+    }
     # head and window read different outputs of one tokenizer config; window size, stride and head_tail change it.
     assert len(fingerprints) == 4
 
@@ -256,14 +263,23 @@ def test_a_classifier_shares_the_tokenizer_of_a_model_reading_windows_of_any_siz
     from dataclasses import replace
 
     classifier, ner = _artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)
-    per_model = {SEQ_CLS.ensemble: BuildOptions(), TOKEN_CLS.ensemble: BuildOptions(window_size=8)}
+    per_model = {
+        SEQ.name: BuildOptions(runtime="python", layout="ensemble"),
+        TOKEN.name: BuildOptions(runtime="python", layout="ensemble", window_size=8),
+    }
     steps = tokenizer_steps([classifier, ner], per_model)
-    assert steps[SEQ_CLS.ensemble].name == steps[TOKEN_CLS.ensemble].name
-    assert steps[TOKEN_CLS.ensemble].owner and not steps[SEQ_CLS.ensemble].owner
+    assert steps[SEQ.name].name == steps[TOKEN.name].name
+    assert steps[TOKEN.name].owner and not steps[SEQ.name].owner
     # Two models reading windows of different sizes do not share.
-    other = replace(ner, task=TOKEN_CLS.named("ner_wide"))
-    steps = tokenizer_steps([ner, other], {TOKEN_CLS.ensemble: BuildOptions(window_size=8), "ner_wide": BuildOptions()})
-    assert steps[TOKEN_CLS.ensemble].name != steps["ner_wide"].name
+    other = replace(ner, model=replace(ner.model, name="ner_wide"))
+    steps = tokenizer_steps(
+        [ner, other],
+        {
+            TOKEN.name: BuildOptions(runtime="python", layout="ensemble", window_size=8),
+            "ner_wide": BuildOptions(runtime="python", layout="ensemble"),
+        },
+    )
+    assert steps[TOKEN.name].name != steps["ner_wide"].name
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -288,14 +304,14 @@ def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipe
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
-    build([_artifacts(p)], repo, BuildOptions(runtime="python"))
-    ensemble = parse((repo / TOKEN_CLS.ensemble / "config.pbtxt").read_text())
+    build([_artifacts(p)], repo, BuildOptions(runtime="python", layout="ensemble"))
+    ensemble = parse((repo / TOKEN.name / "config.pbtxt").read_text())
     maps = {s.model_name: (dict(s.input_map), dict(s.output_map)) for s in ensemble.ensemble_scheduling.step}
-    assert maps[TOKEN_CLS.model_step][0] == {n: n for n in WINDOW_INPUTS}
-    assert "truncated" in maps[TOKEN_CLS.postprocess_step][1] and "truncated" not in maps["ernie_tokenizer"][1]
+    assert maps[TOKEN.model_step][0] == {n: n for n in WINDOW_INPUTS}
+    assert "truncated" in maps[TOKEN.postprocess_step][1] and "truncated" not in maps["ernie_tokenizer"][1]
     load = _steps(repo)
-    tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN_CLS.model_step, "onnx")
-    post = load(TOKEN_CLS.postprocess_step, "token_cls_postprocess")
+    tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN.model_step, "onnx")
+    post = load(TOKEN.postprocess_step, "token_cls_postprocess")
     requests = [TEXTS[:2], TEXTS[2:], ["国足" * 300]]
     wanted = {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"}
     tokens = tok.run_requests([{"text": np.array(r, dtype=object).reshape(-1, 1)} for r in requests], wanted)
@@ -331,8 +347,8 @@ def test_wrapped_model_for_the_ort_backend_gives_the_python_steps_logits(tiny_to
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
-    build([_artifacts(p)], repo, BuildOptions(runtime="onnxruntime"))
-    model_dir = repo / TOKEN_CLS.model_step
+    build([_artifacts(p)], repo, BuildOptions(runtime="onnxruntime", layout="ensemble"))
+    model_dir = repo / TOKEN.model_step
     config = parse((model_dir / "config.pbtxt").read_text())
     assert config.platform == "onnxruntime_onnx"
     inputs, outputs = onnx_signature(model_dir / "1" / "model.onnx")
@@ -356,7 +372,7 @@ def test_fused_windowed_model_answers_as_the_ensemble(tiny_token_pipeline, tmp_p
     p = tiny_token_pipeline
     repo = tmp_path / "models"
     build([_artifacts(p)], repo, BuildOptions(runtime="python", layout="fused"))
-    fused = _steps(repo)(TOKEN_CLS.ensemble, "pipeline")
+    fused = _steps(repo)(TOKEN.name, "pipeline")
     out = fused({"text": np.array(TEXTS, dtype=object).reshape(-1, 1)})
     got = [entities_from_json(e) for e in out["entities"][:, 0]]
     assert got == onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS, 63)
@@ -365,20 +381,24 @@ def test_fused_windowed_model_answers_as_the_ensemble(tiny_token_pipeline, tmp_p
 
 def test_head_tail_classifier_says_when_a_text_was_cut(tiny_pipeline, tmp_path):
     repo = tmp_path / "models"
-    build([_artifacts(tiny_pipeline)], repo, BuildOptions(runtime="python", long_text="head_tail"))
+    build([_artifacts(tiny_pipeline)], repo, BuildOptions(runtime="python", layout="ensemble", long_text="head_tail"))
     tokenizer = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text())
     assert tokenizer.parameters["head_tokens"].string_value == "31"
-    ensemble = parse((repo / SEQ_CLS.ensemble / "config.pbtxt").read_text())
+    ensemble = parse((repo / SEQ.name / "config.pbtxt").read_text())
     assert "truncated" in {o.name for o in ensemble.output}
     tok = _steps(repo)("ernie_tokenizer", "tokenizer")
     out = tok({"text": np.array(TEXTS, dtype=object).reshape(-1, 1)}, {"input_ids", "truncated"})
     assert out["truncated"][:, 0].tolist() == [False, True, False, True, True]
-    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(long_text="head_tail"))
+    configs = task_configs(
+        tiny_pipeline.static.spec,
+        tiny_pipeline.onnx,
+        BuildOptions(runtime="python", layout="ensemble", long_text="head_tail"),
+    )
     assert [c.name for c in configs] == [
         "ernie_tokenizer",
-        SEQ_CLS.model_step,
-        SEQ_CLS.postprocess_step,
-        SEQ_CLS.ensemble,
+        SEQ.model_step,
+        SEQ.postprocess_step,
+        SEQ.name,
     ]
 
 
@@ -417,15 +437,15 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
-    build([_artifacts(p)], repo, BuildOptions(runtime="python", window_size=32))
+    build([_artifacts(p)], repo, BuildOptions(runtime="python", layout="ensemble", window_size=32))
     config = parse((repo / "ernie_tokenizer" / "config.pbtxt").read_text())
     assert (config.parameters["window_size"].string_value, config.parameters["window_stride"].string_value) == (
         "32",
         "15",
     )
     load = _steps(repo)
-    tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN_CLS.model_step, "onnx")
-    post = load(TOKEN_CLS.postprocess_step, "token_cls_postprocess")
+    tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN.model_step, "onnx")
+    post = load(TOKEN.postprocess_step, "token_cls_postprocess")
     text = np.array(TEXTS, dtype=object).reshape(-1, 1)
     tokens = tok({"text": text}, {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"})
     assert tokens["window_ids"].shape[2] == 32 and tokens["window_starts"][4, :3].tolist() == [0, 15, 30]
@@ -438,7 +458,11 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
 
 def test_windows_go_to_length_buckets_like_input_ids(tiny_token_pipeline, tmp_path):
     repo = tmp_path / "models"
-    build([_artifacts(tiny_token_pipeline)], repo, BuildOptions(runtime="python", pad_to_multiple_of=16))
+    build(
+        [_artifacts(tiny_token_pipeline)],
+        repo,
+        BuildOptions(runtime="python", layout="ensemble", pad_to_multiple_of=16),
+    )
     tok = _steps(repo)("ernie_tokenizer", "tokenizer")
     out = tok({"text": np.array(["国足公布世预赛名单"], dtype=object).reshape(-1, 1)}, {"window_ids", "window_starts"})
     assert out["window_ids"].shape == (1, 1, 16)

@@ -14,6 +14,7 @@ import pytest
 from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.tasks import TOKEN_CLS
 from ernie_deploy.export.gates import within
+from tests.conftest import artifacts
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +24,14 @@ WINDOW = 32
 
 @pytest.fixture(scope="module")
 def window_server(token_cls_pipeline, tmp_path_factory):
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.repository.build import BuildOptions, build
     from ernie_deploy.server.process import TritonServer
 
     p = token_cls_pipeline
     repo = tmp_path_factory.mktemp("window_models")
-    entry = TaskArtifacts(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels)
+    entry = artifacts(p)
     # up to 8 documents of up to 3,000 characters per request: past the default request limit of a windowed model
-    build(entry, repo, BuildOptions(window_size=WINDOW, max_request_chars=24_000))
+    build(entry, repo, BuildOptions(runtime="python", layout="ensemble", window_size=WINDOW, max_request_chars=24_000))
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "server.log") as server:
         yield server
 

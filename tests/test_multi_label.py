@@ -15,7 +15,7 @@ from ernie_deploy.core.errors import BadRequest, ErnieDeployError
 from ernie_deploy.core.tasks import MULTI_LABEL
 from ernie_deploy.export.gates import at_least, within
 
-from .conftest import PARITY_TEXTS, ROOT, load_baseline, make_tiny_checkpoint, run_stages
+from .conftest import PARITY_TEXTS, ROOT, load_baseline, make_tiny_checkpoint, run_stages, tokenizer_step
 
 LABELS = ["LOC", "ORG", "PER"]
 
@@ -249,10 +249,10 @@ def test_convert_whose_dev_split_does_not_fit_keeps_the_previous_model_and_thres
 
 def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi_label, tmp_path, capsys):
     from ernie_deploy.cli import main
+    from ernie_deploy.serving.limits import ReadingLimits
     from ernie_deploy.serving.model_steps import OnnxStep
     from ernie_deploy.serving.pipeline import PipelineStep
     from ernie_deploy.serving.steps import STEPS
-    from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
     pipeline, onnx = tiny_multi_label
     repo = tmp_path / "models"
@@ -284,7 +284,7 @@ def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi
     (post_dir / "thresholds.json").write_text(json.dumps({"LOC": 0.3, "ORG": 0.7, "PER": 0.5}))
     # The same texts through the three steps and through the fused pipeline: the same labels and scores.
     texts = np.array([t.encode() for t in PARITY_TEXTS], dtype=np.object_).reshape(-1, 1)
-    tok = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "128"}}}, repo / "ernie_tokenizer" / "1")
+    tok = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "128"}}}, repo / "ernie_tokenizer" / "1")
     ids = tok({"text": texts})
     logits = OnnxStep({}, repo / "ernie_multilabel_model" / "1")(ids)["logits"]
     out = STEPS[MULTI_LABEL.postprocess]({}, post_dir)({"logits": logits})
@@ -294,7 +294,10 @@ def test_build_serves_thresholds_and_refuses_a_file_that_does_not_fit(tiny_multi
         == 0
     )
     config = {
-        "parameters": {"postprocess": {"string_value": MULTI_LABEL.postprocess}},
+        "parameters": {
+            "postprocess": {"string_value": MULTI_LABEL.postprocess},
+            **{key: {"string_value": str(value)} for key, value in ReadingLimits().parameters().items()},
+        },
         "output": [{"name": "labels"}, {"name": "scores"}],
     }
     fused = PipelineStep(config, fused_repo / "ernie_multilabel" / "1")({"text": texts})

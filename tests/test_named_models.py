@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS, TASK_PARAMETER, TOKEN_CLS, TOKENIZER_STEP, check_model_name
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+from ernie_deploy.core.spec import REBUILD, ModelSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TASK_PARAMETER, TOKEN_CLS, TOKENIZER_STEP, check_model_name
+from ernie_deploy.repository.build import BuildOptions, ModelArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.served import served_models
 
-PYTHON = BuildOptions(runtime="python")
+from .conftest import artifacts
+
+PYTHON = BuildOptions(runtime="python", layout="ensemble")
 
 
-def _entry(pipeline, name: str | None, vocab_file: Path | None = None) -> TaskArtifacts:
-    return TaskArtifacts(
-        pipeline.task.named(name), pipeline.onnx, vocab_file or pipeline.static.vocab_file, pipeline.static.labels
-    )
+def _entry(pipeline, name: str | None, vocab_file: Path | None = None) -> ModelArtifacts:
+    entry = artifacts(pipeline, name)
+    return replace(entry, vocab_file=vocab_file) if vocab_file else entry
 
 
 def _files(repository: Path, models: set[str]) -> dict[str, str]:
@@ -42,14 +45,15 @@ def test_unusable_model_names_are_refused_with_the_rule(name):
     with pytest.raises(ErnieDeployError, match="a letter first"):
         check_model_name(name)
     with pytest.raises(ErnieDeployError, match="a letter first"):
-        SEQ_CLS.named(name)
+        replace(ModelSpec.new(SEQ_CLS), name=name)
 
 
-def test_a_named_task_keeps_its_task_and_takes_the_name():
-    news = SEQ_CLS.named("news")
-    assert (news.name, news.kind, news.ensemble) == ("seq_cls", "sequence", "news")
+def test_a_named_model_keeps_its_task_and_takes_the_name():
+    news = ModelSpec.new(SEQ_CLS, "news")
+    assert (news.task, news.kind, news.name) == ("seq_cls", "sequence", "news")
     assert (news.model_step, news.postprocess_step, news.artifact_name) == ("news_model", "news_postprocess", "news")
-    assert SEQ_CLS.named(None) is SEQ_CLS and SEQ_CLS.artifact_name == "seq_cls"
+    demo = ModelSpec.new(SEQ_CLS, None)
+    assert demo == ModelSpec.new(SEQ_CLS) and demo.artifact_name == "seq_cls"
 
 
 def test_models_are_added_one_at_a_time_and_the_others_stay_byte_for_byte(tiny_pipeline, tiny_token_pipeline, tmp_path):
@@ -66,10 +70,10 @@ def test_models_are_added_one_at_a_time_and_the_others_stay_byte_for_byte(tiny_p
         TOKENIZER_STEP,
         *(f"{n}{s}" for n in ("news", "people", "sentiment") for s in ("", "_model", "_postprocess")),
     }
-    assert served_models(repo) == {
-        "news": SEQ_CLS.named("news"),
-        "people": TOKEN_CLS.named("people"),
-        "sentiment": SEQ_CLS.named("sentiment"),
+    assert {name: (model.name, model.task_spec) for name, model in served_models(repo).items()} == {
+        "news": ("news", SEQ_CLS),
+        "people": ("people", TOKEN_CLS),
+        "sentiment": ("sentiment", SEQ_CLS),
     }
     ensemble = parse((repo / "people" / "config.pbtxt").read_text())
     assert ensemble.parameters[TASK_PARAMETER].string_value == "token_cls"
@@ -112,7 +116,7 @@ def test_a_name_that_would_overwrite_another_models_step_is_refused(tiny_pipelin
     before = _files(repo, _models(repo))
     with pytest.raises(ErnieDeployError, match="would overwrite news_model") as err:
         build(_entry(tiny_pipeline, "news"), repo, PYTHON)
-    assert "another --name" in str(err.value)
+    assert "another --model" in str(err.value)
     assert _files(repo, _models(repo)) == before
 
 
@@ -121,14 +125,24 @@ def test_a_model_listed_twice_is_refused(tiny_pipeline, tmp_path):
         build([_entry(tiny_pipeline, "news"), _entry(tiny_pipeline, "news")], tmp_path / "models", PYTHON)
 
 
-def test_a_repository_built_before_models_were_named_is_read_by_its_demo_names(tiny_pipeline, tmp_path):
+def test_a_repository_built_before_models_were_named_is_named_by_check_with_the_rebuild_command(
+    tiny_pipeline, tmp_path
+):
+    from ernie_deploy.repository.check import check_repository
+
     repo = tmp_path / "models"
     build(_entry(tiny_pipeline, None), repo, PYTHON)
-    config = repo / SEQ_CLS.ensemble / "config.pbtxt"
+    name = DEMO_MODELS[SEQ_CLS.name]
+    config = repo / name / "config.pbtxt"
     config.write_text(
         "\n".join(line for line in config.read_text().splitlines() if TASK_PARAMETER not in line), encoding="utf-8"
     )
-    assert served_models(repo) == {SEQ_CLS.ensemble: SEQ_CLS}
+    # Not read as the demo model of its folder's name: `check` names it and the command that rebuilds it.
+    problems = check_repository(repo)
+    assert [(p.model, p.message) for p in problems] == [
+        (name, "an ensemble that names no task: built by an older ernie-deploy")
+    ]
+    assert problems[0].fix == REBUILD and served_models(repo) == {}
 
 
 def _artifacts_for(pipeline, root: Path, name: str) -> None:
@@ -145,12 +159,12 @@ def test_build_command_takes_models_by_name(tiny_pipeline, tiny_token_pipeline, 
     _artifacts_for(tiny_token_pipeline, artifacts, "people")
     monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
     repo = tmp_path / "models"
-    assert main(["build", "--name", "news", "--name", "people", "--repository", str(repo), "--runtime", "python"]) == 0
+    assert main(["build", "--model", "news", "--model", "people", "-r", str(repo), "--runtime", "python"]) == 0
     assert set(served_models(repo)) == {"news", "people"}
-    assert main(["build", "--name", "missing", "--repository", str(repo)]) != 0
+    assert main(["build", "--model", "missing", "--repository", str(repo)]) != 0
     err = capsys.readouterr().err
-    assert "no exported model named 'missing'" in err and "ernie-deploy export --name missing" in err
-    assert main(["build", "--name", "people", "--task", "seq_cls", "--repository", str(repo)]) != 0
+    assert "no exported model named 'missing'" in err and "ernie-deploy export --model missing" in err
+    assert main(["build", "--model", "people", "--task", "seq_cls", "--repository", str(repo)]) != 0
     assert "exported for task token_cls, not seq_cls" in capsys.readouterr().err
 
 
@@ -173,8 +187,8 @@ def test_named_models_are_served_side_by_side_and_clients_pick_them(
         repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log", admin_key=key
     ) as server:
         for name, pipeline in (("news", tiny_pipeline), ("sentiment", tiny_pipeline), ("people", tiny_token_pipeline)):
-            task = pipeline.task.named(name)
-            with Client(task, server.grpc_url) as client:
+            task = pipeline.task
+            with Client(task, server.grpc_url, model=name) as client:
                 client.check_ready()
                 served = decode_outputs(task, client.infer(texts))
             expected = onnx_predictions(task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels, texts)

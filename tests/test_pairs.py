@@ -11,12 +11,14 @@ import pytest
 
 from ernie_deploy.client.grpc_client import Client, TextError, input_columns
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, PAIR_CLS, SEQ_CLS
 from ernie_deploy.fetch import data, datasets
+from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.pipeline import PipelineStep
 from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
-from .conftest import make_tiny_checkpoint, run_stages
+from .conftest import artifacts, make_tiny_checkpoint, run_stages
 
 PAIR_LABELS = ["different", "same"]
 
@@ -75,7 +77,8 @@ def pair_dir(tiny_pair, tmp_path):
 
 PAIR_CONFIG = {
     "input": [{"name": "text"}, {"name": "text_pair"}],
-    "parameters": {"max_seq_len": {"string_value": "24"}},
+    # max_seq_len, and the request limits `build` writes by default
+    "parameters": {k: {"string_value": str(v)} for k, v in {"max_seq_len": 24, **ReadingLimits().parameters()}.items()},
 }
 
 
@@ -144,16 +147,16 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
     import tritonclient.grpc as grpcclient
 
     from ernie_deploy.evaluate.offline import onnx_predictions
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     p = tiny_pair
     repo = tmp_path / "models"
     build(
-        [TaskArtifacts(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels)],
+        [artifacts(p)],
         repo,
-        BuildOptions(layout="fused" if fused else "ensemble"),
+        BuildOptions(runtime="python", layout="fused" if fused else "ensemble"),
     )
     items = [("国足公布世预赛名单", "股市大涨"), ("股市大涨", "国足公布世预赛名单"), ("美元 1.5亿", "体育" * 90)]
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
@@ -170,22 +173,22 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
             text = grpcclient.InferInput("text", [1, 1], "BYTES")
             text.set_data_from_numpy(np.array([[b"abc"]], dtype=np.object_))
             with pytest.raises(Exception, match="missing required input.*text_pair"):
-                client.client.infer(PAIR_CLS.ensemble, [text])
+                client.client.infer(DEMO_MODELS[PAIR_CLS.name], [text])
             assert client.predict(items[:1], progress=False) == served[:1]  # the server is still up
         from ernie_deploy.server.probe import probe
 
-        assert [(r.model, r.ok) for r in probe(server.http_url)] == [(PAIR_CLS.ensemble, True)]  # liveness
+        assert [(r.model, r.ok) for r in probe(server.http_url)] == [(DEMO_MODELS[PAIR_CLS.name], True)]  # liveness
         from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe
 
-        canary_probe(server.grpc_url)(PAIR_CLS, PROBE_TEXTS)  # a rollout's probe of a pair model passes
+        canary_probe(server.grpc_url)(ModelSpec.new(PAIR_CLS), PROBE_TEXTS)  # a rollout's probe of a pair model passes
     assert served == onnx_predictions(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels, items)
 
 
 def test_bench_and_soak_inputs_read_pairs(tmp_path):
     """The test items soak and bench draw from: pairs whose both sides hold text (a blank side is left out)."""
-    from ernie_deploy.bench.config import TaskInputs
+    from ernie_deploy.evaluate.inputs import ModelInputs
 
     path = tmp_path / "pairs.tsv"
     data.write_tsv(path, [("same", "国足", "名单"), ("different", " ", "股市"), ("same", "美元", "亿")])
-    assert TaskInputs.texts_of(PAIR_CLS, data=path) == [("国足", "名单"), ("美元", "亿")]
-    assert TaskInputs.texts_of(PAIR_CLS, max_texts=1, data=path) == [("国足", "名单")]
+    assert ModelInputs.texts_of(PAIR_CLS, data=path) == [("国足", "名单"), ("美元", "亿")]
+    assert ModelInputs.texts_of(PAIR_CLS, max_texts=1, data=path) == [("国足", "名单")]

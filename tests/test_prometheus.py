@@ -202,10 +202,10 @@ def _wait_for(check, timeout: float = 30.0, interval: float = 0.5):
 @pytest.mark.integration
 def test_real_prometheus_sees_every_served_model_and_version(server, tmp_path):
     from ernie_deploy.client.grpc_client import Client
-    from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+    from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
 
     served = _served_models(server)
-    ensembles = {SEQ_CLS.ensemble, TOKEN_CLS.ensemble}
+    ensembles = {DEMO_MODELS[SEQ_CLS.name], DEMO_MODELS[TOKEN_CLS.name]}
     assert ensembles <= {name for name, _ in served}
     assert len(served) >= 2, served  # one python model per task in the default layout (fused)
 

@@ -272,7 +272,7 @@ def test_int8_costs_at_most_one_point_on_the_test_split(name, graph, scales, req
         optimize_transformer(pipeline.onnx, fp32)
     if scales == "static":
         dev = read_split(pipeline.data, "dev", task.split_format)[0][:DEFAULT_CALIBRATION_N]
-        calibration = Calibration(tuple(dev), static.vocab_file, task.max_seq_len, lowercase=static.do_lower_case)
+        calibration = Calibration(tuple(dev), static.vocab_file, static.max_seq_len, lowercase=static.do_lower_case)
         summary = quantize_int8_static(fp32, int8, calibration)
         # Plain: 6 weight MatMuls per layer, 2 layers. Optimized: Q, K and V live inside the fused Attention, which
         # only dynamic INT8 quantizes; the attention output and the two FFN MatMuls per layer are left.

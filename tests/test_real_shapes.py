@@ -33,9 +33,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ernie_deploy.core.tasks import MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS
 
-from .conftest import MSRA_LABELS, THUCNEWS_LABELS
+from .conftest import MSRA_LABELS, THUCNEWS_LABELS, artifacts
 
 SIZES = {
     "nano": "ernie-3.0-nano-zh",
@@ -121,7 +122,7 @@ def _make(root: Path, size: str, task) -> Made:
     ids, logits, diff = [], [], None
     with paddle.no_grad():
         for text in TEXTS:
-            row = tokenizer(text, max_length=SEQ_CLS.max_seq_len, truncation=True)["input_ids"]
+            row = tokenizer(text, max_length=DEFAULT_MAX_SEQ_LEN, truncation=True)["input_ids"]
             x = paddle.to_tensor([row], dtype="int64")
             ids.append(row)
             logits.append(model(x, token_type_ids=paddle.zeros_like(x))[0].numpy())
@@ -266,7 +267,7 @@ def _served_logits(url: str, task, ids: list[int]) -> np.ndarray:
         inputs = [grpcclient.InferInput(name, list(x.shape), "INT64") for name in MODEL_INPUTS]
         inputs[0].set_data_from_numpy(x)
         inputs[1].set_data_from_numpy(np.zeros_like(x))
-        return client.infer(task.model_step, inputs).as_numpy("logits")[0]
+        return client.infer(ModelSpec.new(task).model_step, inputs).as_numpy("logits")[0]
     finally:
         client.close()
 
@@ -276,16 +277,16 @@ def _served_logits(url: str, task, ids: list[int]) -> np.ndarray:
 def test_served_answers_as_paddle(workshop, size, tmp_path):
     from ernie_deploy.client.grpc_client import Client
     from ernie_deploy.evaluate.offline import paddle_encoder, predictions
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     tasks = (SEQ_CLS, TOKEN_CLS) if size == "nano" else (SEQ_CLS,)
     staged = {task: workshop.stages(size, "a", task) for task in tasks}
-    entries = [TaskArtifacts(task, s.onnx, s.static.vocab_file, s.static.labels) for task, s in staged.items()]
+    entries = [artifacts(s) for s in staged.values()]
     # Head cuts: the reference below is Paddle's forward pass over paddlenlp's (truncated) ids; windows are checked
     # against Paddle in tests/test_long_text_served.py.
-    build(entries, tmp_path / "models", BuildOptions(runtime="python", long_text="head"))
+    build(entries, tmp_path / "models", BuildOptions(runtime="python", layout="ensemble", long_text="head"))
     server = TritonServer(tmp_path / "models", http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "log")
     with server:
         seq = workshop.checkpoint(size, SEQ_CLS)
@@ -360,7 +361,7 @@ def test_legacy_pdmodel_goes_through_the_stages(tmp_path):
     config = {"vocab_size": vocab_size, "max_position_embeddings": 2048, "id2label": dict(enumerate(THUCNEWS_LABELS))}
     (folder / "config.json").write_text(json.dumps(config))
     tokenizer = ErnieTokenizer(str(folder / "vocab.txt"))
-    ids = [tokenizer(t, max_length=SEQ_CLS.max_seq_len, truncation=True)["input_ids"] for t in TEXTS]
+    ids = [tokenizer(t, max_length=DEFAULT_MAX_SEQ_LEN, truncation=True)["input_ids"] for t in TEXTS]
     (tmp_path / "ids.json").write_text(json.dumps(ids))
     env = {**os.environ, "FLAGS_enable_pir_api": "0"}  # read when paddle is imported: a process of its own
     argv = [str(folder), str(vocab_size), str(len(THUCNEWS_LABELS)), str(tmp_path / "ids.json"), str(tmp_path / "r")]
@@ -414,7 +415,7 @@ def test_export_carries_max_seq_len_and_do_lower_case_to_every_tokenizer(tmp_pat
     static = StaticModel.load(tmp_path / "static")
     meta = json.loads((tmp_path / "static" / "model.json").read_text())
     assert (meta["max_seq_len"], meta["max_positions"], meta["do_lower_case"]) == (16, 512, False)
-    assert (static.max_seq_len, static.task.max_seq_len, static.task.name, static.do_lower_case) == (
+    assert (static.max_seq_len, static.spec.max_seq_len, static.task.name, static.do_lower_case) == (
         16,
         16,
         "seq_cls",

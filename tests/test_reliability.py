@@ -21,8 +21,8 @@ from tritonclient.utils import InferenceServerException
 
 from ernie_deploy.client.grpc_client import Client, Retry, TextError
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
-from ernie_deploy.repository.served import served_specs
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.repository.served import served_models
 from ernie_deploy.serving.limits import WINDOWS
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,7 @@ REFUSED_TEXTS = {
 def test_bad_texts_are_refused_with_a_message_naming_them(server, task, case):
     texts, message = REFUSED_TEXTS[case]
     with pytest.raises(InferenceServerException) as caught:
-        _raw(server.grpc_url, task.ensemble, _bytes(*texts))
+        _raw(server.grpc_url, DEMO_MODELS[task.name], _bytes(*texts))
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert message in caught.value.message()
     assert "fix:" in caught.value.message()
@@ -149,7 +149,7 @@ TRITON_REFUSALS = {  # checked by Triton before any of our code runs
 def test_malformed_tensors_are_refused_by_triton(server, task, case):
     make, dtype, name, status, message = TRITON_REFUSALS[case]
     with pytest.raises(InferenceServerException) as caught:
-        _raw(server.grpc_url, task.ensemble, make(), dtype=dtype, name=name)
+        _raw(server.grpc_url, DEMO_MODELS[task.name], make(), dtype=dtype, name=name)
     assert caught.value.status() == f"StatusCode.{status}"
     assert message in caught.value.message()
 
@@ -183,7 +183,7 @@ def test_unusual_texts_are_answered_with_offsets_into_the_text(server, case):
     text = ODD_TEXTS[case]
     with Client(SEQ_CLS, server.grpc_url) as client:
         out = client.infer([text])
-        assert out["label"][0, 0].decode() in served_specs(server.model_repository)[SEQ_CLS.ensemble].labels
+        assert out["label"][0, 0].decode() in served_models(server.model_repository)[DEMO_MODELS[SEQ_CLS.name]].labels
         assert 0 < out["confidence"][0, 0] <= 1
     with Client(TOKEN_CLS, server.grpc_url) as client:
         entities = client.predict([text], progress=False)[0]
@@ -262,7 +262,7 @@ def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
         texts = read_split(p.data, "test", p.task.split_format)[0][:n]
         # read as the `repository` fixture serves them: as each model's record says (NER in its training windows)
         expected = served_predictions(p.task, p.onnx, p.static.vocab_file, p.static.labels, texts, p.static.spec)
-        cases.append(SoakCase(p.task, texts, expected))
+        cases.append(SoakCase(p.static.spec, texts, expected))
     return cases
 
 

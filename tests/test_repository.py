@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
-from ernie_deploy.repository.build import TaskArtifacts, build
+from ernie_deploy.repository.build import ModelArtifacts, build
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions, check_options
 from ernie_deploy.repository.signature import onnx_signature
 from ernie_deploy.serving.runtime import spin_mode
 
-from .conftest import ROOT
+from .conftest import ROOT, artifacts
+
+# The demo models' records, as a model of each task is when no stage has written more (the tiny models' shapes).
+SEQ, TOKEN = ModelSpec.new(SEQ_CLS), ModelSpec.new(TOKEN_CLS)
 
 
 def test_configs_round_trip_through_the_protobuf_parser(tiny_pipeline):
     for runtime in ("python", "onnxruntime"):
-        for config in task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime=runtime)):
+        for config in task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime=runtime, layout="ensemble")):
             assert parse(render(config)) == config
 
 
@@ -29,7 +35,9 @@ def test_model_config_matches_the_onnx_signature(tiny_pipeline):
     assert [s.name for s in inputs] == list(MODEL_INPUTS)
     assert outputs[0].name == LOGITS and outputs[0].dims == (10,)
     for runtime in ("python", "onnxruntime"):
-        tokenizer, model, post, ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime=runtime))
+        tokenizer, model, post, ensemble = task_configs(
+            SEQ, tiny_pipeline.onnx, BuildOptions(runtime=runtime, layout="ensemble")
+        )
         got = {(t.name, t.data_type, tuple(t.dims)) for t in model.input}
         want = {(s.name, mc.DataType.Value(f"TYPE_{s.data_type}"), s.dims) for s in inputs}
         assert got == want
@@ -41,8 +49,8 @@ def test_model_config_matches_the_onnx_signature(tiny_pipeline):
 
 
 def test_both_runtimes_share_tensor_names(tiny_pipeline):
-    python = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="python"))[1]
-    ort = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
+    python = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[1]
+    ort = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble"))[1]
     assert python.backend == "python" and ort.platform == "onnxruntime_onnx"
     same = [(t.name, t.data_type, list(t.dims)) for t in python.input]
     assert same == [(t.name, t.data_type, list(t.dims)) for t in ort.input]
@@ -50,7 +58,7 @@ def test_both_runtimes_share_tensor_names(tiny_pipeline):
 
 
 def test_ensemble_wires_every_step_input(tiny_pipeline):
-    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())
+    configs = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
     ensemble = configs[-1]
     assert ensemble.platform == "ensemble"
     produced = {"text"}
@@ -60,8 +68,8 @@ def test_ensemble_wires_every_step_input(tiny_pipeline):
     assert {o.name for o in ensemble.output} <= produced
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
         TOKENIZER_STEP,
-        SEQ_CLS.model_step,
-        SEQ_CLS.postprocess_step,
+        SEQ.model_step,
+        SEQ.postprocess_step,
     ]
 
 
@@ -74,24 +82,27 @@ def test_onnx_whose_names_disagree_is_rejected(tiny_pipeline, tmp_path):
     bad = tmp_path / "model.onnx"
     onnx.save(model, str(bad))
     with pytest.raises(ErnieDeployError, match="'logits'"):
-        task_configs(SEQ_CLS, bad, BuildOptions())
+        task_configs(SEQ, bad, BuildOptions(runtime="python", layout="ensemble"))
 
 
-def _artifacts(p, vocab_file=None) -> TaskArtifacts:
-    return TaskArtifacts(p.task, p.onnx, vocab_file or p.static.vocab_file, p.static.labels)
+def _artifacts(p, vocab_file=None) -> ModelArtifacts:
+    entry = artifacts(p)
+    return replace(entry, vocab_file=vocab_file) if vocab_file else entry
 
 
 def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
-    build(_artifacts(tiny_pipeline), tmp_path, BuildOptions(runtime="onnxruntime"))
-    assert (tmp_path / SEQ_CLS.model_step / "1" / "model.onnx").exists()
-    assert not (tmp_path / SEQ_CLS.model_step / "1" / "model.py").exists()
+    build(_artifacts(tiny_pipeline), tmp_path, BuildOptions(runtime="onnxruntime", layout="ensemble"))
+    assert (tmp_path / SEQ.model_step / "1" / "model.onnx").exists()
+    assert not (tmp_path / SEQ.model_step / "1" / "model.py").exists()
     assert (tmp_path / TOKENIZER_STEP / "1" / "tokenizer.json").exists()
-    assert (tmp_path / SEQ_CLS.postprocess_step / "1" / "labels.json").exists()
+    assert (tmp_path / SEQ.postprocess_step / "1" / "labels.json").exists()
     assert not list(tmp_path.rglob("*.tmp")), "temporary files left behind"
 
 
 def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline):
-    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(long_text="head"))
+    tokenizer, model, post, ensemble = task_configs(
+        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", long_text="head")
+    )
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
     assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths"}
     assert [o.name for o in post.output] == ["entities"]
@@ -103,7 +114,9 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
     assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "offsets", "lengths", "truncated"}
     assert parse(render(tokenizer)) == tokenizer
     # The default for NER: the whole text in windows, merged in the postprocess, which says nothing was cut.
-    tokenizer, model, post, ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())
+    tokenizer, model, post, ensemble = task_configs(
+        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")
+    )
     assert [(i.name, tuple(i.dims)) for i in model.input] == [("window_ids", (-1, -1)), ("window_type_ids", (-1, -1))]
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, -1, 7))]
     assert {i.name for i in post.input} == {LOGITS, "text", "text_offsets", "text_lengths", "window_starts"}
@@ -117,41 +130,45 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
 
 def test_logits_rank_must_fit_the_task(tiny_pipeline, tiny_token_pipeline):
     with pytest.raises(ErnieDeployError, match="does not fit task token_cls"):
-        task_configs(TOKEN_CLS, tiny_pipeline.onnx, BuildOptions())
+        task_configs(TOKEN, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
     with pytest.raises(ErnieDeployError, match="does not fit task seq_cls"):
-        task_configs(SEQ_CLS, tiny_token_pipeline.onnx, BuildOptions())
+        task_configs(SEQ, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
 
 
 def test_build_refuses_a_model_of_another_task_and_writes_nothing(tiny_pipeline, tmp_path):
-    wrong = TaskArtifacts(TOKEN_CLS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels)
+    wrong = artifacts(tiny_pipeline, task=TOKEN_CLS.name)
     with pytest.raises(ErnieDeployError, match=r"per item, which does not fit task token_cls \(\[tokens, classes"):
-        build(wrong, tmp_path / "models")
+        build(wrong, tmp_path / "models", BuildOptions(runtime="python", layout="ensemble"))
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["models"]
 
 
 def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
-    ensemble = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions())[-1]
+    ensemble = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[-1]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
     # and what the response passes on: whether the text was cut
     assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "truncated"}
 
 
 def test_tasks_with_one_vocabulary_share_one_tokenizer(tiny_pipeline, tiny_token_pipeline, tmp_path):
-    build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)], tmp_path)
+    build(
+        [_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)],
+        tmp_path,
+        BuildOptions(runtime="python", layout="ensemble"),
+    )
     models = sorted(p.name for p in tmp_path.iterdir())
     assert models == sorted(
         [
             TOKENIZER_STEP,
-            SEQ_CLS.ensemble,
-            SEQ_CLS.model_step,
-            SEQ_CLS.postprocess_step,
-            TOKEN_CLS.ensemble,
-            TOKEN_CLS.model_step,
-            TOKEN_CLS.postprocess_step,
+            SEQ.name,
+            SEQ.model_step,
+            SEQ.postprocess_step,
+            TOKEN.name,
+            TOKEN.model_step,
+            TOKEN.postprocess_step,
         ]
     )
-    for task in (SEQ_CLS, TOKEN_CLS):
-        ensemble = parse((tmp_path / task.ensemble / "config.pbtxt").read_text())
+    for model in (SEQ, TOKEN):
+        ensemble = parse((tmp_path / model.name / "config.pbtxt").read_text())
         assert ensemble.ensemble_scheduling.step[0].model_name == TOKENIZER_STEP
 
 
@@ -159,10 +176,14 @@ def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, t
     other_vocab = tmp_path / "vocab.txt"
     other_vocab.write_text(tiny_token_pipeline.static.vocab_file.read_text() + "新词\n", encoding="utf-8")
     repo = tmp_path / "models"
-    build([_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline, other_vocab)], repo)
+    build(
+        [_artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline, other_vocab)],
+        repo,
+        BuildOptions(runtime="python", layout="ensemble"),
+    )
     steps = {
-        task.name: parse((repo / task.ensemble / "config.pbtxt").read_text()).ensemble_scheduling.step[0]
-        for task in (SEQ_CLS, TOKEN_CLS)
+        model.task: parse((repo / model.name / "config.pbtxt").read_text()).ensemble_scheduling.step[0]
+        for model in (SEQ, TOKEN)
     }
     assert steps["seq_cls"].model_name != steps["token_cls"].model_name
     for step in steps.values():
@@ -186,7 +207,9 @@ def test_checked_in_repository_is_what_build_generates(repository):
 
 
 def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_token_pipeline):
-    tokenizer, model, post, _ = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(), pad_token_id=3)
+    tokenizer, model, post, _ = task_configs(
+        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"), pad_token_id=3
+    )
     assert [i.allow_ragged_batch for i in model.input] == [True, True]
     assert {i.name: i.allow_ragged_batch for i in post.input} == {
         LOGITS: True,
@@ -196,12 +219,14 @@ def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_tok
         "window_starts": True,
     }
     assert model.parameters["pad_token_id"].string_value == "3"
-    ort_model = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime"))[1]
+    ort_model = task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble"))[1]
     assert not any(i.allow_ragged_batch for i in ort_model.input), "the ORT backend cannot take ragged inputs"
 
 
 def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeline):
-    configs = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(classic=True, instances=4))
+    configs = task_configs(
+        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", classic=True, instances=4)
+    )
     assert configs[0].parameters["pad_to_multiple_of"].string_value == "128"
     assert not any(c.HasField("dynamic_batching") for c in configs)
     assert all(g.count == 1 for c in configs for g in c.instance_group)
@@ -209,17 +234,23 @@ def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeli
 
 
 def test_ort_threads_reach_the_model_step(tiny_pipeline):
-    python_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_threads=1))[1]
+    python_step = task_configs(
+        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ort_threads=1)
+    )[1]
     assert python_step.parameters["intra_op_threads"].string_value == "1"
     assert "ort_spinning" not in python_step.parameters
     for mode in ("run", "always"):
-        spinning = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(ort_spinning=mode))[1]
+        spinning = task_configs(
+            SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ort_spinning=mode)
+        )[1]
         assert spinning.parameters["ort_spinning"].string_value == mode
     with pytest.raises(ErnieDeployError, match="unknown --ort-spinning mode 'yes'"):
         check_options(BuildOptions(ort_spinning="yes"))
     # Repositories built before the "run" mode say "true" / "false".
     assert [spin_mode(v) for v in ("true", "false", "run")] == ["always", "off", "run"]
-    ort_step = task_configs(SEQ_CLS, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", ort_threads=2))[1]
+    ort_step = task_configs(
+        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble", ort_threads=2)
+    )[1]
     assert ort_step.parameters["intra_op_thread_count"].string_value == "2"
 
 
@@ -228,8 +259,8 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
 
     from ernie_deploy.repository.configs import WARMUP_TEXT
 
-    build(_artifacts(tiny_token_pipeline), tmp_path)
-    for config in task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions()):
+    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(runtime="python", layout="ensemble"))
+    for config in task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")):
         if config.platform == "ensemble":
             assert not config.model_warmup
             continue
@@ -246,15 +277,15 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
 
 
 def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_token_pipeline, tmp_path):
-    ensemble = task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions())[-1]
-    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(layout="fused"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN_CLS.ensemble]
-    fused = parse((tmp_path / TOKEN_CLS.ensemble / "config.pbtxt").read_text())
+    ensemble = task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[-1]
+    build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(runtime="python", layout="fused"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN.name]
+    fused = parse((tmp_path / TOKEN.name / "config.pbtxt").read_text())
     assert fused.backend == "python" and not fused.HasField("ensemble_scheduling")
     assert list(fused.input) == list(ensemble.input) and list(fused.output) == list(ensemble.output)
     assert {"tokenizer_file", "model_file", "labels_file", "pad_token_id"} <= set(fused.parameters)
-    version = tmp_path / TOKEN_CLS.ensemble / "1"
+    version = tmp_path / TOKEN.name / "1"
     assert sorted(p.name for p in version.iterdir()) == ["labels.json", "model.onnx", "model.py", "tokenizer.json"]
     assert 'step = "pipeline"' in (version / "model.py").read_text()
     with pytest.raises(ErnieDeployError, match="--runtime python"):
-        task_configs(TOKEN_CLS, tiny_token_pipeline.onnx, BuildOptions(layout="fused", runtime="onnxruntime"))
+        task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(layout="fused", runtime="onnxruntime"))

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.repository.add_version import build_version
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+from ernie_deploy.repository.build import BuildOptions, ModelArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import VersionedModel
-from tests.conftest import NEWS_TEXTS, named_artifacts
+from tests.conftest import NEWS_TEXTS, artifacts, named_artifacts
 
-PYTHON = BuildOptions(runtime="python")
-NEWS = SEQ_CLS.named("news")
+PYTHON = BuildOptions(runtime="python", layout="ensemble")
+NEWS = ModelSpec.new(SEQ_CLS, "news")
 TEXTS = NEWS_TEXTS
 
 
@@ -26,8 +28,8 @@ def second_version(tiny_pipeline_v2):
     return tiny_pipeline_v2
 
 
-def _entry(pipeline) -> TaskArtifacts:
-    return TaskArtifacts(NEWS, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels)
+def _entry(pipeline) -> ModelArtifacts:
+    return artifacts(pipeline, NEWS.name)
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -58,18 +60,22 @@ def test_a_version_that_does_not_fit_the_model_is_refused(tiny_pipeline, tiny_to
     build(_entry(tiny_pipeline), repo, PYTHON)
     before = _digests(repo)
     with pytest.raises(ErnieDeployError, match="keeps its model's tokenizer"):
-        build_version(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", max_batch_size=4), version=2)
+        build_version(
+            _entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="ensemble", max_batch_size=4), version=2
+        )
     other_vocab = tmp_path / "vocab.txt"
     other_vocab.write_text(tiny_pipeline.static.vocab_file.read_text() + "新词\n", encoding="utf-8")
-    entry = TaskArtifacts(NEWS, tiny_pipeline.onnx, other_vocab, tiny_pipeline.static.labels)
-    with pytest.raises(ErnieDeployError, match="another --name"):
+    entry = replace(_entry(tiny_pipeline), vocab_file=other_vocab)
+    with pytest.raises(ErnieDeployError, match="another --model"):
         build_version(entry, repo, PYTHON, version=2)
-    fewer_labels = TaskArtifacts(NEWS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, ["a", "b"])
+    fewer_labels = artifacts(tiny_pipeline, NEWS.name, labels=("a", "b"))
     build_version(fewer_labels, repo, PYTHON, version=3)  # labels are the version's own file
     with pytest.raises(ErnieDeployError, match="fused"):
         build_version(_entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="fused"), version=4)
     with pytest.raises(ErnieDeployError, match="no model 'other'"):
-        build_version(TaskArtifacts(SEQ_CLS.named("other"), tiny_pipeline.onnx, other_vocab, []), repo, version=2)
+        build_version(
+            replace(artifacts(tiny_pipeline, "other", labels=()), vocab_file=other_vocab), repo, PYTHON, version=2
+        )
     assert {k: v for k, v in _digests(repo).items() if not k.startswith("news_model/3")} == before
 
 
@@ -81,13 +87,13 @@ def test_build_command_adds_a_version(tiny_pipeline, second_version, tmp_path, m
     artifacts = named_artifacts(tiny_pipeline, "news", tmp_path / "artifacts")
     monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
     repo = str(tmp_path / "models")
-    assert main(["build", "--name", "news", "--repository", repo, "--runtime", "python"]) == 0
+    assert main(["build", "--model", "news", "--repository", repo, "--runtime", "python"]) == 0
     shutil.copy(second_version.onnx, artifacts / "onnx" / "news" / "model.onnx")
-    assert main(["build", "--name", "news", "--version", "2", "--repository", repo, "--runtime", "python"]) == 0
-    assert "ernie-deploy rollout news --to 2" in capsys.readouterr().out
+    assert main(["build", "--model", "news", "--version", "2", "--repository", repo, "--runtime", "python"]) == 0
+    assert "ernie-deploy rollout --model news --to 2" in capsys.readouterr().out
     assert VersionedModel.read(repo, "news").on_disk() == [1, 2]
     assert main(["build", "--version", "3", "--repository", repo]) == 2
-    assert "exactly one --name" in capsys.readouterr().err
+    assert "exactly one --model" in capsys.readouterr().err
 
 
 @pytest.mark.integration
@@ -103,7 +109,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
     build(_entry(tiny_pipeline), repo, PYTHON)
     build_version(_entry(second_version), repo, PYTHON, version=2)
     references = {
-        v: onnx_predictions(NEWS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+        v: onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
         for v, p in ((1, tiny_pipeline), (2, second_version))
     }
     assert references[1] != references[2], "the two versions must be told apart by their answers"
@@ -119,24 +125,22 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
         assert not (repo / "news_canary").exists()
         # The CLI: roll out again; a version that is not there is refused with the fix.
         argv = ["--repository", str(repo), "--url", server.grpc_url]
-        assert main(["rollout", "news", "--to", "2", *argv]) == 0
+        assert main(["rollout", "--model", "news", "--to", "2", *argv]) == 0
         assert VersionedModel.read(repo, "news").serving() == 2
-        assert main(["rollout", "news", "--to", "7", *argv]) == 2
-        assert main(["rollback", "news", *argv]) == 0
+        assert main(["rollout", "--model", "news", "--to", "7", *argv]) == 2
+        assert main(["rollback", "--model", "news", *argv]) == 0
         assert VersionedModel.read(repo, "news").serving() == 1
-        assert main(["rollback", "news", *argv]) == 2  # nothing older than 1
+        assert main(["rollback", "--model", "news", *argv]) == 2  # nothing older than 1
         # Another folder with the model is not what the server runs: refused by name, nothing in it edited.
         other = tmp_path / "other"
-        people = TaskArtifacts(
-            SEQ_CLS.named("people"), tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels
-        )
+        people = artifacts(tiny_pipeline, "people")
         build([_entry(tiny_pipeline), people], other, PYTHON)
         build_version(_entry(second_version), other, PYTHON, version=2)
         before = {f: f.read_bytes() for f in other.rglob("config.pbtxt")}
         with pytest.raises(ErnieDeployError, match=f"does not run {other}: its repository has no people"):
             with RepositoryAdmin(server.grpc_url) as admin:
-                rollout(other, NEWS, 2, admin, canary_probe(server.grpc_url))
-        assert main(["rollout", "news", "--to", "2", "--repository", str(other), "--url", server.grpc_url]) == 2
+                rollout(other, NEWS.name, 2, admin, canary_probe(server.grpc_url))
+        assert main(["rollout", "--model", "news", "--to", "2", "-r", str(other), "--url", server.grpc_url]) == 2
         assert {f: f.read_bytes() for f in other.rglob("config.pbtxt")} == before
         # A copy (the same models in another folder) shows itself at the canary, and is put back as it was.
         copy = tmp_path / "copy"
@@ -144,7 +148,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
         before = {f: f.read_bytes() for f in copy.rglob("config.pbtxt")}
         with pytest.raises(ErnieDeployError, match=f"does not see news_canary, just written to {copy}"):
             with RepositoryAdmin(server.grpc_url) as admin:
-                rollout(copy, NEWS, 2, admin, canary_probe(server.grpc_url))
+                rollout(copy, NEWS.name, 2, admin, canary_probe(server.grpc_url))
         assert {f: f.read_bytes() for f in copy.rglob("config.pbtxt")} == before and not (copy / "news_canary").exists()
         assert VersionedModel.read(repo, "news").serving() == 1
     steps = parse((repo / "news_model" / "config.pbtxt").read_text())

@@ -328,7 +328,7 @@ def test_server_side_shm_failure_is_explained(tmp_path):
 def test_serve_forever_stops_cleanly_on_sigterm(tmp_path):
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
     code = (
-        "import sys; from ernie_deploy.server.process import serve_forever; "
+        "import sys; from ernie_deploy.server.serve import serve_forever; "
         "sys.exit(serve_forever(sys.argv[1], http_port=0, grpc_port=0, metrics_port=0))"
     )
     proc = subprocess.Popen(

@@ -12,7 +12,7 @@ import pytest
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.spec import SPEC_FILE, ModelSpec
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
 
 
 def _spec(**changes) -> ModelSpec:
@@ -41,10 +41,10 @@ def test_the_record_round_trips_and_refuses_what_it_does_not_know(tmp_path):
         ModelSpec.read(tmp_path)
 
 
-def test_the_record_gives_the_task_under_the_models_name():
-    task = _spec(max_seq_len=64).task_spec
-    assert (task.name, task.ensemble, task.max_seq_len) == ("seq_cls", "news", 64)
-    assert ModelSpec("ernie_seqcls", "seq_cls", (), 128).task_spec is SEQ_CLS
+def test_the_record_gives_its_task_and_holds_the_models_own_facts():
+    spec = _spec(max_seq_len=64)
+    assert (spec.task_spec.name, spec.name, spec.max_seq_len) == ("seq_cls", "news", 64)
+    assert spec.task_spec is SEQ_CLS and ModelSpec("ernie_seqcls", "seq_cls", (), 128).task_spec is SEQ_CLS
 
 
 @pytest.mark.parametrize("trained, window", [(None, 128), (28, 28), (500, 128), (1, 3)])
@@ -70,37 +70,37 @@ def test_export_records_the_trained_length_and_build_serves_windows_of_it(tiny_t
     `build` serves and records; --window-size overrides the record and is recorded in its place."""
     from ernie_deploy.cli import main
     from ernie_deploy.repository.configs import parse
-    from ernie_deploy.repository.served import served_specs
+    from ernie_deploy.repository.served import served_models
 
     checkpoint = tmp_path / "checkpoint"
     shutil.copytree(tiny_token_pipeline.checkpoint, checkpoint)
     (checkpoint / "bootstrap.json").write_text(json.dumps({"trained_tokens": 20}))
     artifacts = tmp_path / "artifacts"
     static, onnx, repo = artifacts / "static", artifacts / "onnx" / "model.onnx", tmp_path / "models"
-    common = ["--name", "people"]
+    common = ["--model", "people"]
     assert main(["export", "--task", "token_cls", "--checkpoint", str(checkpoint), "--out", str(static), *common]) == 0
     assert ModelSpec.read(static).trained_tokens == 20 and ModelSpec.read(static).name == "people"
     assert main(["convert", "--static", str(static), "--out", str(onnx), "--skip-parity", *common]) == 0
     assert ModelSpec.read(onnx.parent).precision == "fp32"
     build = ["build", "--static", str(static), "--onnx", str(onnx), "--repository", str(repo), "--runtime", "python"]
     assert main([*build, *common]) == 0
-    served = served_specs(repo)["people"]
+    served = served_models(repo)["people"]
     assert (served.long_text, served.window_size, served.window_stride, served.layout) == ("window", 20, 9, "fused")
     assert (served.trained_tokens, served.precision, served.name) == (20, "fp32", "people")
     fused = parse((repo / "people" / "config.pbtxt").read_text())  # the default layout on the python step
     assert fused.parameters["window_size"].string_value == "20"
     assert main([*build, *common, "--window-size", "40"]) == 0  # the flag overrides the record, and is recorded
-    assert served_specs(repo)["people"].window_size == 40
+    assert served_models(repo)["people"].window_size == 40
     capsys.readouterr()
 
 
 def test_a_checkpoint_that_records_nothing_reads_in_windows_of_max_seq_len(tiny_token_pipeline, tmp_path):
     from ernie_deploy.repository.build import build, model_artifacts
     from ernie_deploy.repository.options import BuildOptions
-    from ernie_deploy.repository.served import served_specs
+    from ernie_deploy.repository.served import served_models
 
     p = tiny_token_pipeline
     assert p.static.spec.trained_tokens is None
-    build(model_artifacts(p.static, p.onnx), tmp_path, BuildOptions(runtime="python"))
-    served = served_specs(tmp_path)[TOKEN_CLS.ensemble]
-    assert served.window_size == TOKEN_CLS.max_seq_len and served.tokenizer_sha256
+    build(model_artifacts(p.static, p.onnx), tmp_path, BuildOptions(runtime="python", layout="ensemble"))
+    served = served_models(tmp_path)[DEMO_MODELS[TOKEN_CLS.name]]
+    assert served.window_size == p.static.spec.max_seq_len and served.tokenizer_sha256

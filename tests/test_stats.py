@@ -12,9 +12,10 @@ import pytest
 
 from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV
-from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS
 from ernie_deploy.repository.served import served_steps
 from ernie_deploy.server.stats import format_table, served_times, snapshot
+from tests.conftest import artifacts
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +32,22 @@ def tiny_server(tmp_path_factory, tiny_pipeline):
     """The tiny classifier three times in one repository, served behind an admin key: as the ensembles
     `ernie_seqcls` and `news` (which share their tokenizer), and fused under the name `fused`. Only the warm-up test
     sends traffic to `news`."""
-    from ernie_deploy.repository.build import TaskArtifacts, build
+    from ernie_deploy.repository.build import build
     from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.server.process import TritonServer
 
     p = tiny_pipeline
     repo = tmp_path_factory.mktemp("stats_models")
     for name in ("ernie_seqcls", "news"):
-        build(TaskArtifacts(SEQ_CLS.named(name), p.onnx, p.static.vocab_file, p.static.labels), repo)
+        build(
+            artifacts(p, name),
+            repo,
+            BuildOptions(runtime="python", layout="ensemble"),
+        )
     build(
-        TaskArtifacts(SEQ_CLS.named("fused"), p.onnx, p.static.vocab_file, p.static.labels),
+        artifacts(p, "fused"),
         repo,
-        BuildOptions(layout="fused"),
+        BuildOptions(runtime="python", layout="fused"),
     )
     log = repo.parent / "stats.log"
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, admin_key=KEY) as server:
@@ -94,7 +99,7 @@ def test_counts_are_the_traffic_between_two_snapshots(tiny_server):
     with Client(SEQ_CLS, server.grpc_url) as client:
         for _ in range(5):
             client.infer(["国足公布世预赛名单", "股市大涨"])
-    with Client(SEQ_CLS.named("fused"), server.grpc_url) as client:
+    with Client(SEQ_CLS, server.grpc_url, model="fused") as client:
         client.infer(["国足"])
     _settle(server, "ernie_seqcls", 5, before)
     _settle(server, "fused", 1, before)
@@ -215,7 +220,7 @@ def test_since_load_counts_the_warmup_and_an_interval_leaves_it_out(
     alone, and the steps' times add up to the request's end to end."""
     server, _ = tiny_server
     out = tmp_path / "stats.json"
-    with Client(SEQ_CLS.named("news"), server.grpc_url) as client:
+    with Client(SEQ_CLS, server.grpc_url, model="news") as client:
         client.infer(["国足公布世预赛名单"])
     _settle(server, "news", 1)
     code, printed, _ = _stats(capsys, server, "--admin-key-file", key_file, "--model", "news", "--json", str(out))
@@ -245,7 +250,7 @@ def test_since_load_counts_the_warmup_and_an_interval_leaves_it_out(
     watcher = threading.Thread(target=run_stats)
     watcher.start()
     time.sleep(2)  # the first snapshot is taken at once; the request lands well inside the window
-    with Client(SEQ_CLS.named("news"), server.grpc_url) as client:
+    with Client(SEQ_CLS, server.grpc_url, model="news") as client:
         client.infer(["国足公布世预赛名单"])
     watcher.join(timeout=60)
     code, printed, _ = result["out"]
@@ -270,11 +275,12 @@ def test_a_failed_request_counts_once_for_the_ensemble_and_where_it_failed(tiny_
     before = snapshot(server.http_url)
     text = grpcclient.InferInput("text", [1, 1], "BYTES")
     text.set_data_from_numpy(np.array([[b""]], dtype=np.object_))
+    name = DEMO_MODELS[SEQ_CLS.name]
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         with pytest.raises(InferenceServerException, match="empty"):
-            client.infer(SEQ_CLS.ensemble, [text])
+            client.infer(name, [text])
     after = snapshot(server.http_url)
-    assert (after[SEQ_CLS.ensemble] - before[SEQ_CLS.ensemble]).failed == ENSEMBLE_FAIL_COUNTS  # Triton's own count
+    assert (after[name] - before[name]).failed == ENSEMBLE_FAIL_COUNTS  # Triton's own count
     rows = {r.model: r for r in served_times(steps, after, before)}
     ensemble = rows["ernie_seqcls"]
     assert (ensemble.times.requests, ensemble.times.failed) == (0, 1)

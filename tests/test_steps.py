@@ -12,7 +12,7 @@ from ernie_deploy.kinds.sequence.serving import SeqClsPostprocess
 from ernie_deploy.kinds.token.serving import TokenClsPostprocess
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.texts import decode_texts
-from ernie_deploy.serving.tokenizer_steps import TokenizerStep
+from tests.conftest import tokenizer_step
 
 
 def _texts(*items):
@@ -35,7 +35,7 @@ def step_dirs(tiny_pipeline, tmp_path):
 
 
 def test_tokenizer_onnx_postprocess_chain(step_dirs, tiny_pipeline):
-    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    tokenizer = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
     model = OnnxStep({}, step_dirs)
     post = SeqClsPostprocess({}, step_dirs)
     ids = tokenizer({"text": _texts("国足公布世预赛名单", "股市大涨 abc123")})
@@ -48,7 +48,7 @@ def test_tokenizer_onnx_postprocess_chain(step_dirs, tiny_pipeline):
 
 
 def test_long_text_is_truncated_to_max_seq_len(step_dirs):
-    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    tokenizer = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
     assert tokenizer({"text": _texts("国" * 500)})["input_ids"].shape == (1, 16)
 
 
@@ -95,7 +95,7 @@ def token_step_dirs(tiny_token_pipeline, tmp_path):
 def test_token_cls_chain_returns_json_entities_inside_the_text(token_step_dirs):
     from ernie_deploy.serving.entities import entities_from_json
 
-    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, token_step_dirs)
+    tokenizer = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "16"}}}, token_step_dirs)
     model, post = OnnxStep({}, token_step_dirs), TokenClsPostprocess({}, token_step_dirs)
     texts = _texts("国足公布世预赛名单", "中国 abc123 股市大涨" * 5)
     tokens = tokenizer({"text": texts})
@@ -138,7 +138,8 @@ def _one_by_one_and_merged(step, requests):
 
 def test_requests_of_different_lengths_run_as_one_batch_with_the_same_answers(step_dirs):
     config = {"parameters": {"max_seq_len": {"string_value": "16"}}}
-    tokenizer, model, post = TokenizerStep(config, step_dirs), OnnxStep({}, step_dirs), SeqClsPostprocess({}, step_dirs)
+    tokenizer = tokenizer_step(config, step_dirs)
+    model, post = OnnxStep({}, step_dirs), SeqClsPostprocess({}, step_dirs)
     requests = [
         {"text": _texts("国足")},
         {"text": _texts("股市大涨 abc123 新闻", "中国")},
@@ -161,7 +162,7 @@ def test_requests_of_different_lengths_run_as_one_batch_with_the_same_answers(st
 
 
 def test_a_bad_request_fails_alone_and_keeps_its_place(step_dirs):
-    tokenizer = TokenizerStep({}, step_dirs)
+    tokenizer = tokenizer_step({}, step_dirs)
     results = tokenizer.run_requests([{"text": _texts("国足")}, {"text": _texts("ok", " ")}, {"text": _texts("中国")}])
     assert isinstance(results[1], ErnieDeployError) and "text 1 is empty" in str(results[1])
     assert results[0]["input_ids"].shape == (1, 4) and results[2]["input_ids"].shape == (1, 4)
@@ -173,20 +174,20 @@ def test_a_bad_request_fails_alone_and_keeps_its_place(step_dirs):
 
 def test_tokenizer_pads_to_max_seq_len_when_asked(step_dirs):
     config = {"parameters": {"max_seq_len": {"string_value": "16"}, "pad_to_multiple_of": {"string_value": "16"}}}
-    out = TokenizerStep(config, step_dirs)({"text": _texts("国足", "股市")})
+    out = tokenizer_step(config, step_dirs)({"text": _texts("国足", "股市")})
     assert out["input_ids"].shape == (2, 16) and out["lengths"][:, 0].tolist() == [4, 4]
 
 
 def test_tokenizer_pads_each_request_to_its_length_bucket(step_dirs):
     config = {"parameters": {"max_seq_len": {"string_value": "20"}, "pad_to_multiple_of": {"string_value": "8"}}}
-    out = TokenizerStep(config, step_dirs).run_requests(
+    out = tokenizer_step(config, step_dirs).run_requests(
         [{"text": _texts("国足")}, {"text": _texts("国" * 7)}, {"text": _texts("国" * 30)}]
     )
     assert [o["input_ids"].shape[1] for o in out] == [8, 16, 20]  # 4 -> 8, 9 -> 16, cut at 20 -> 20
 
 
 def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
-    tokenizer = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "32"}}}, token_step_dirs)
+    tokenizer = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "32"}}}, token_step_dirs)
     model = OnnxStep({}, token_step_dirs)
     tokens = tokenizer.run_requests([{"text": _texts("国足")}, {"text": _texts("中国 abc123 股市大涨" * 2)}])
     logits = model.run_requests(tokens)
@@ -195,14 +196,15 @@ def test_merged_token_logits_are_cut_back_to_each_request(token_step_dirs):
         np.testing.assert_allclose(out["logits"], model(t)["logits"], atol=1e-5)
 
 
-def _fused_config(pipeline, task):
+def _fused_config(pipeline):
     from google.protobuf.json_format import MessageToDict
 
     from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
 
     # The head cut, as the three steps below run (the windowed fused model: tests/test_long_text.py).
-    (config,) = task_configs(task, pipeline.onnx, BuildOptions(layout="fused", long_text="head"))
+    options = BuildOptions(runtime="python", layout="fused", long_text="head")
+    (config,) = task_configs(pipeline.static.spec, pipeline.onnx, options)
     return MessageToDict(config, preserving_proto_field_name=True)
 
 
@@ -224,9 +226,9 @@ def test_fused_pipeline_answers_what_the_three_steps_answer(which, request):
     task = TASKS[which]
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
     folder = request.getfixturevalue("step_dirs" if which == "seq_cls" else "token_step_dirs")
-    fused = PipelineStep(_fused_config(pipeline, task), folder)
+    fused = PipelineStep(_fused_config(pipeline), folder)
     config = {"parameters": {"max_seq_len": {"string_value": "128"}}}
-    tokenizer, model = TokenizerStep(config, folder), OnnxStep({}, folder)
+    tokenizer, model = tokenizer_step(config, folder), OnnxStep({}, folder)
     post = STEPS[task.postprocess]({}, folder)
     requests = [
         {"text": _texts("国足公布世预赛名单")},
@@ -295,7 +297,7 @@ def test_the_gates_tokenize_exactly_as_the_tokenizer_step(items, step_dirs, tiny
     from ernie_deploy.export.drift import gate_batches
 
     inputs = [{"name": "text"}] + ([{"name": "text_pair"}] if isinstance(items[0], tuple) else [])
-    step = TokenizerStep({"input": inputs, "parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    step = tokenizer_step({"input": inputs, "parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
     served = _served_tokens(step, items)
     ((batch, gate),) = gate_batches(tiny_pipeline.static, items, 16, 32)
     assert batch == items
@@ -317,9 +319,9 @@ def test_every_consumer_cuts_long_texts_as_the_tokenizer_step_does(step_dirs, ti
 
     tokenizer = load_tokenizer(step_dirs / "tokenizer.json")
     params = {"max_seq_len": {"string_value": "16"}, "head_tokens": {"string_value": "3"}}
-    step = TokenizerStep({"parameters": params}, step_dirs)
+    step = tokenizer_step({"parameters": params}, step_dirs)
     _assert_same_tokens(_served_tokens(step, GATE_TEXTS), encode_items(tokenizer, GATE_TEXTS, 16, head_tokens=3), 16)
-    head_only = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
+    head_only = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
     _assert_same_tokens(_served_tokens(head_only, GATE_TEXTS), encode_items(tokenizer, GATE_TEXTS, 16), 16)
 
 
@@ -338,7 +340,7 @@ def test_the_gates_lowercase_as_the_served_tokenizer(lowercase, tiny_pipeline, t
     (model / TOKENIZER_CONFIG).write_text(json.dumps({"do_lower_case": lowercase}))
     static = SimpleNamespace(vocab_file=model / "vocab.txt", do_lower_case=lowercase)  # what the gates read of it
     save_tokenizer(static.vocab_file, tmp_path / "tokenizer.json")
-    step = TokenizerStep({"parameters": {"max_seq_len": {"string_value": "64"}}}, tmp_path)
+    step = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "64"}}}, tmp_path)
     texts = ["iPhone ABC 新闻", "iphone abc 新闻"]
     served = _served_tokens(step, texts)
     ((_, gate),) = gate_batches(static, texts, 64, 32)

@@ -16,12 +16,12 @@ from ernie_deploy import kinds
 from ernie_deploy.cli.inputs import static_model
 from ernie_deploy.client.grpc_client import DECODERS
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS, TASKS, TOKEN_CLS, TaskSpec
 from ernie_deploy.evaluate.metrics import FORMATTERS, SCORERS
 from ernie_deploy.evaluate.offline import PREDICTORS
 from ernie_deploy.evaluate.served import PRINTERS
 from ernie_deploy.kinds import KINDS, Kind
-from ernie_deploy.peer.app import HANDLERS
 from ernie_deploy.repository.postprocess_graph import GRAPHS
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
 from ernie_deploy.serving.steps import STEPS
@@ -40,8 +40,6 @@ TABLES = {
     "evaluate/served.py:PRINTERS": (PRINTERS, lambda k: k.name),
     "train/recipes.py:KIND_RECIPES": (KIND_RECIPES, lambda k: k.name),
     "repository/postprocess_graph.py:GRAPHS": (GRAPHS, lambda k: k.graph_postprocess or None),
-    # optional: a kind SimpleServing has no handlers for has no peer module, and no peer row
-    "peer/app.py:HANDLERS": (HANDLERS, lambda k: k.name if kinds.layer(k, "peer", optional=True) else None),
 }
 
 
@@ -166,40 +164,42 @@ def test_no_stage_branches_on_a_task_kind_or_metric_name():
     assert not found, "\n".join(found) + "\nread a fact of the kind's record instead (task.kind_facts)"
 
 
-def _exported(tmp_path: Path, meta: dict) -> Path:
+def _exported(tmp_path: Path, record: dict | None) -> Path:
+    """An export's folder as `export` writes it: its files (export.json) and its record (model.json; None: none)."""
     root = tmp_path / "static"
     root.mkdir()
-    (root / "export.json").write_text(json.dumps(meta))
+    (root / "export.json").write_text(
+        json.dumps({"model_file": "inference.json", "params_file": "inference.pdiparams"})
+    )
+    if record is not None:
+        (root / "model.json").write_text(json.dumps(record))
     return root
 
 
 def test_the_task_travels_with_the_exported_model(tmp_path):
-    root = _exported(
-        tmp_path,
-        {
-            "task": "token_cls",
-            "model_file": "inference.json",
-            "params_file": "inference.pdiparams",
-            "labels": ["O", "B-PER", "I-PER"],
-        },
-    )
+    root = _exported(tmp_path, ModelSpec.new(TOKEN_CLS, labels=("O", "B-PER", "I-PER")).to_dict())
     model = static_model(None, str(root))
     assert model.task is TOKEN_CLS and model.labels == ["O", "B-PER", "I-PER"]
     assert static_model("token_cls", str(root)).task is TOKEN_CLS
 
 
 def test_a_task_that_contradicts_the_export_is_refused(tmp_path):
-    root = _exported(
-        tmp_path,
-        {"task": "token_cls", "model_file": "inference.json", "params_file": "inference.pdiparams", "labels": ["O"]},
-    )
+    root = _exported(tmp_path, ModelSpec.new(TOKEN_CLS, labels=("O",)).to_dict())
     with pytest.raises(ErnieDeployError, match="exported for task token_cls, not seq_cls") as err:
         static_model("seq_cls", str(root))
     assert "drop --task" in str(err.value)
 
 
-def test_an_export_that_does_not_name_its_task_says_how_to_fix_it(tmp_path):
-    root = _exported(tmp_path, {"model_file": "inference.json", "params_file": "inference.pdiparams", "labels": []})
-    with pytest.raises(ErnieDeployError, match="does not say which task") as err:
+def test_an_export_that_does_not_record_its_task_says_how_to_fix_it(tmp_path):
+    """An export whose facts are in export.json alone (as before the record) is refused, never guessed at; so is a
+    record that does not name its task."""
+    root = _exported(tmp_path, None)
+    with pytest.raises(ErnieDeployError, match="holds no model.json") as err:
         static_model(None, str(root))
-    assert "ernie-deploy export --task" in str(err.value)
+    assert "ernie-deploy export" in str(err.value)
+    (root / "model.json").write_text(
+        json.dumps({k: v for k, v in ModelSpec.new(SEQ_CLS).to_dict().items() if k != "task"})
+    )
+    with pytest.raises(ErnieDeployError, match="missing fields task") as err:
+        static_model(None, str(root))
+    assert "export" in err.value.fix

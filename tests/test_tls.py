@@ -29,12 +29,16 @@ import pytest
 
 from ernie_deploy.cli import build_parser, main
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS
 from ernie_deploy.core.tls import ServerTls, Tls
-from ernie_deploy.server import manifests
+from ernie_deploy.deployfiles import kubernetes, manifests
+from ernie_deploy.deployfiles.options import ManifestOptions
+from ernie_deploy.deployfiles.pod import TLS_MOUNT, tls_secret_command
 from ernie_deploy.server.args import GRPC_TLS_CA_ENV, GRPC_TLS_CERT_ENV, GRPC_TLS_KEY_ENV, grpc_tls_args
 from ernie_deploy.server.binary import SYSTEM, TritonBinary
 from ernie_deploy.server.process import TritonServer
+from tests.conftest import artifacts
 
 ROOT = Path(__file__).resolve().parents[1]
 WRAPPER = ROOT / "docker" / "restrict-admin-apis.sh"
@@ -162,7 +166,7 @@ def test_tls_values_take_usable_files_only(pki, tmp_path):
 def test_serve_refuses_half_given_or_missing_tls_files_before_starting(pki, tmp_path, capsys, flags, message):
     import re
 
-    argv = ["serve", str(tmp_path / "not-built-yet"), *(f.format(pki=pki) for f in flags)]
+    argv = ["serve", "-r", str(tmp_path / "not-built-yet"), *(f.format(pki=pki) for f in flags)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert re.search(message, err) and "fix:" in err
@@ -181,7 +185,7 @@ def test_the_tools_refuse_tls_options_they_cannot_use(pki, tmp_path, capsys):
     assert "Triton's own HTTP endpoint has no TLS" in capsys.readouterr().err
     # soak and bench start their own server: its TLS and their clients' go together.
     serve_only = ["--grpc-tls-cert", str(pki / "server.crt"), "--grpc-tls-key", str(pki / "server.key")]
-    assert main(["soak", str(tmp_path), *serve_only]) == 2
+    assert main(["soak", "-r", str(tmp_path), *serve_only]) == 2
     assert "no --tls-ca to trust the server's certificate" in capsys.readouterr().err
     with pytest.raises(ErnieDeployError, match="would serve plain gRPC"):
         config_from_args(build_parser().parse_args(["bench", "--load-generator", "python", "--tls"]))
@@ -266,10 +270,10 @@ def test_the_images_wrapper_adds_the_same_tls_flags_from_the_environment(pki):
 
 
 def test_the_deployment_mounts_the_tls_secret_and_keeps_its_http_probes():
-    plain = manifests.manifests(ROOT / "models")["deployment.yaml"]
+    plain = kubernetes.manifests(ROOT / "models")["deployment.yaml"]
     for mutual in (False, True):
-        options = manifests.ManifestOptions(grpc_tls=True, grpc_tls_mutual=mutual)
-        deployment = manifests.manifests(ROOT / "models", options)["deployment.yaml"]
+        options = ManifestOptions(grpc_tls=True, grpc_tls_mutual=mutual)
+        deployment = kubernetes.manifests(ROOT / "models", options)["deployment.yaml"]
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         (was,) = plain["spec"]["template"]["spec"]["containers"]
@@ -278,15 +282,15 @@ def test_the_deployment_mounts_the_tls_secret_and_keeps_its_http_probes():
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe] == was[probe]
         env = {e["name"]: e["value"] for e in container["env"]}
-        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == manifests.TLS_MOUNT]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == TLS_MOUNT]
         assert mount["readOnly"] is True
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
         assert volume["secret"]["secretName"] == "ernie-deploy-grpc-tls"
-        assert env[GRPC_TLS_CERT_ENV] == f"{manifests.TLS_MOUNT}/tls.crt"
-        assert env[GRPC_TLS_KEY_ENV] == f"{manifests.TLS_MOUNT}/tls.key"
-        assert (env.get(GRPC_TLS_CA_ENV) == f"{manifests.TLS_MOUNT}/ca.crt") is mutual
+        assert env[GRPC_TLS_CERT_ENV] == f"{TLS_MOUNT}/tls.crt"
+        assert env[GRPC_TLS_KEY_ENV] == f"{TLS_MOUNT}/tls.key"
+        assert (env.get(GRPC_TLS_CA_ENV) == f"{TLS_MOUNT}/ca.crt") is mutual
         header = manifests.render(ROOT / "models", options)["deployment.yaml"]
-        assert manifests.tls_secret_command(mutual=mutual) in header
+        assert tls_secret_command(mutual=mutual) in header
         assert ("--from-file=ca.crt=ca.crt" in header) is mutual
 
 
@@ -295,20 +299,25 @@ def test_the_deployment_mounts_the_tls_secret_and_keeps_its_http_probes():
 
 @pytest.fixture(scope="module")
 def tiny_repo(tiny_pipeline, tmp_path_factory) -> Path:
-    from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+    from ernie_deploy.repository.build import BuildOptions, build
 
     repo = tmp_path_factory.mktemp("tls_models")
     p = tiny_pipeline
-    build([TaskArtifacts(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels)], repo, BuildOptions(runtime="python"))
+    build(
+        [artifacts(p)],
+        repo,
+        BuildOptions(runtime="python", layout="ensemble"),
+    )
     return repo
 
 
 @pytest.fixture(scope="module")
 def expected(tiny_pipeline) -> list:
-    from ernie_deploy.bench.config import TaskInputs
-    from ernie_deploy.bench.inprocess import reference_predictions
+    from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
 
-    return reference_predictions(TaskInputs(SEQ_CLS, tiny_pipeline.onnx, tiny_pipeline.static, TEXTS), TEXTS)
+    return reference_predictions(
+        ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TEXTS), TEXTS
+    )
 
 
 def _serve(repo: Path, tls: ServerTls, log: Path, **kw):
@@ -369,11 +378,12 @@ def test_the_tools_connect_over_tls(tls_server, pki, expected, capsys):
     assert client_main(SEQ_CLS, ["--url", url, "--tls-ca", ca, "--text", TEXTS[0]]) == 0
     assert capsys.readouterr().out.split("\t")[0] == expected[0]
     # The bench's asyncio load generator, over one TLS channel.
-    result = run_load(url, SEQ_CLS, prepare_requests(SEQ_CLS, TEXTS, 1), 2, warmup_s=0, count=6, tls=Tls(ca))
+    model = ModelSpec.new(SEQ_CLS)
+    result = run_load(url, model, prepare_requests(SEQ_CLS, TEXTS, 1), 2, warmup_s=0, count=6, tls=Tls(ca))
     assert result.errors == 0 and result.sequences == 6, result.error_messages
     # The repository API (rollout's) over TLS.
     with RepositoryAdmin(url, tls=Tls(ca)) as admin:
-        assert {m["name"] for m in admin.index(ready=True)} >= {SEQ_CLS.ensemble}
+        assert {m["name"] for m in admin.index(ready=True)} >= {DEMO_MODELS[SEQ_CLS.name]}
 
 
 @pytest.mark.integration
@@ -394,7 +404,7 @@ def test_http_stays_plain_and_probe_reaches_it_through_a_tls_proxy(tls_server, p
     with _TlsProxy(pki / "server.crt", pki / "server.key", tls_server.ports["http"]) as port:
         url = f"https://127.0.0.1:{port}"
         assert main(["probe", "--url", url, "--tls-ca", str(pki / "ca.crt")]) == 0
-        assert capsys.readouterr().out.startswith(f"ok {SEQ_CLS.ensemble}")
+        assert capsys.readouterr().out.startswith(f"ok {DEMO_MODELS[SEQ_CLS.name]}")
         assert main(["probe", "--url", url, "--tls-ca", str(pki / "other-ca.crt")]) == 2  # not trusted
         assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
 
@@ -421,7 +431,8 @@ def test_under_mutual_tls_the_launcher_still_reloads_a_killed_stub(mtls_server):
     deadline = time.monotonic() + 30
     while Counter(stub_processes(mtls_server.pid).values()) != watchdog._expected and time.monotonic() < deadline:
         time.sleep(0.2)
-    pids = [p for p, model in stub_processes(mtls_server.pid).items() if model == f"{SEQ_CLS.ensemble}_postprocess"]
+    step = f"{DEMO_MODELS[SEQ_CLS.name]}_postprocess"
+    pids = [p for p, model in stub_processes(mtls_server.pid).items() if model == step]
     os.kill(pids[0], signal.SIGKILL)
     deadline = time.monotonic() + 60
     while len(watchdog.restarts) == before and time.monotonic() < deadline:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.tune import (
     DIMENSIONS,
     Objective,
@@ -20,18 +20,19 @@ from ernie_deploy.bench.tune import (
     write_winner,
 )
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
-from ernie_deploy.repository.build import BuildOptions, TaskArtifacts, build
+from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
+from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.repository.build import BuildOptions, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.versions import SETTINGS_FILE, VersionedModel
-from tests.conftest import NEWS_TEXTS, named_artifacts
+from tests.conftest import NEWS_TEXTS, artifacts, named_artifacts
 
-NEWS = SEQ_CLS.named("news")
+NEWS = "news"
 FUSED = BuildOptions(runtime="python", layout="fused")
 
 
-def _inputs(pipeline, task=NEWS) -> TaskInputs:
-    return TaskInputs(task, pipeline.onnx, pipeline.static, list(NEWS_TEXTS))
+def _inputs(pipeline, name=NEWS) -> ModelInputs:
+    return ModelInputs(artifacts(pipeline, name).model, pipeline.onnx, pipeline.static, list(NEWS_TEXTS))
 
 
 def _speed(table: dict):
@@ -50,7 +51,7 @@ def test_search_space_keeps_what_fits_the_model_and_starts_from_its_own_values(t
     assert list(space) == list(DIMENSIONS)
     assert space["instances"][0] == 2 and space["layout"][0] == "fused"
     assert "graph-postprocess" in space["layout"]
-    token = search_space(_inputs(tiny_token_pipeline, TOKEN_CLS), base)
+    token = search_space(_inputs(tiny_token_pipeline, DEMO_MODELS[TOKEN_CLS.name]), base)
     assert "graph-postprocess" not in token["layout"], "a token model has no postprocess graph"
     with pytest.raises(ErnieDeployError, match="unknown tuning dimension speed"):
         search_space(_inputs(tiny_pipeline), base, ["speed"])
@@ -97,7 +98,7 @@ def test_the_budget_stops_the_search_before_a_trial_that_would_not_fit(tiny_pipe
 
 def _repo_with_news(pipeline, tmp_path, options=FUSED):
     repo = tmp_path / "models"
-    build(TaskArtifacts(NEWS, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels), repo, options)
+    build(artifacts(pipeline, NEWS), repo, options)
     return repo
 
 
@@ -106,7 +107,7 @@ def test_the_winner_is_a_version_that_carries_its_settings(tiny_pipeline, tmp_pa
     before = parse((repo / "news" / "config.pbtxt").read_text())
     result = TuneResult("news", "highest throughput", 8, best={"layout": "fused", "instances": 2, "ort_threads": 1})
     written = write_winner(result, _inputs(tiny_pipeline), repo, FUSED)
-    assert written.version == 2 and "rollout news --to 2" in written.advice
+    assert written.version == 2 and "rollout --model news --to 2" in written.advice
     model = VersionedModel.read(repo, "news")
     assert model.on_disk() == [1, 2] and model.serving() == 1
     assert model.entry.instance_group == before.instance_group and model.entry.instance_group[0].count == 1
@@ -142,7 +143,7 @@ def test_a_version_that_changes_more_than_settings_is_still_refused(tiny_pipelin
     from ernie_deploy.repository.add_version import build_version
 
     repo = _repo_with_news(tiny_pipeline, tmp_path)
-    entry = TaskArtifacts(NEWS, tiny_pipeline.onnx, tiny_pipeline.static.vocab_file, tiny_pipeline.static.labels)
+    entry = artifacts(tiny_pipeline, NEWS)
     with pytest.raises(ErnieDeployError, match="does not fit"):
         build_version(entry, repo, BuildOptions(runtime="python", layout="fused", long_text="head_tail"), version=2)
     assert not (repo / "news" / "2").exists()
@@ -160,12 +161,12 @@ def test_tune_command_measures_writes_a_version_and_rollout_applies_its_settings
     artifacts = named_artifacts(tiny_pipeline, "news", tmp_path / "artifacts")
     monkeypatch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
     repo = str(tmp_path / "models")
-    assert main(["build", "--name", "news", "--repository", repo, "--runtime", "python"]) == 0
+    assert main(["build", "--model", "news", "--repository", repo, "--runtime", "python"]) == 0
     assert VersionedModel.read(repo, "news").layout.name == "fused", "the default layout on the python step"
     data = tmp_path / "texts.tsv"
     data.write_text("label\ttext\n" + "".join(f"x\t{t}\n" for t in NEWS_TEXTS), encoding="utf-8")
     out = tmp_path / "tune.json"
-    argv = ["tune", "news", "--repository", repo, "--dimensions", "instances", "--duration", "0.5", "--warmup", "0.1"]
+    argv = ["tune", "--model", "news", "-r", repo, "--dimensions", "instances", "--duration", "0.5", "--warmup", "0.1"]
     argv += ["--data", str(data), "--out", str(out), "--load-generator", "python", "--budget", "5"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -178,17 +179,17 @@ def test_tune_command_measures_writes_a_version_and_rollout_applies_its_settings
     version = max(model.on_disk()) + 1
     write_winner(TuneResult("news", "", 8, best={"instances": 2}), _inputs(tiny_pipeline), repo, FUSED, version)
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
-        with Client(NEWS, server.grpc_url) as client:
-            before = decode_outputs(NEWS, client.infer(NEWS_TEXTS))
+        with Client(SEQ_CLS, server.grpc_url, model=NEWS) as client:
+            before = decode_outputs(SEQ_CLS, client.infer(NEWS_TEXTS))
         rollout_argv = ["--repository", repo, "--url", server.grpc_url]
-        assert main(["rollout", "news", "--to", str(version), *rollout_argv]) == 0
+        assert main(["rollout", "--model", "news", "--to", str(version), *rollout_argv]) == 0
         served = parse((tmp_path / "models" / "news" / "config.pbtxt").read_text())
         assert served.instance_group[0].count == 2
         with RepositoryAdmin(server.grpc_url) as admin:
             loaded = admin.config("news")
             assert int(loaded["instance_group"][0]["count"]) == 2, "the server runs the version's settings"
-        with Client(NEWS, server.grpc_url) as client:
-            assert decode_outputs(NEWS, client.infer(NEWS_TEXTS)) == before, "settings never change answers"
-        assert main(["rollback", "news", "--to", "1", *rollout_argv]) == 0
+        with Client(SEQ_CLS, server.grpc_url, model=NEWS) as client:
+            assert decode_outputs(SEQ_CLS, client.infer(NEWS_TEXTS)) == before, "settings never change answers"
+        assert main(["rollback", "--model", "news", "--to", "1", *rollout_argv]) == 0
         assert parse((tmp_path / "models" / "news" / "config.pbtxt").read_text()).instance_group[0].count == 1
     assert (tmp_path / "models" / "news" / "1" / SETTINGS_FILE).exists()

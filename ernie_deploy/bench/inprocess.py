@@ -1,5 +1,5 @@
-"""The in-process rows: what this machine can do without a server. The ONNX model in onnxruntime (with and
-without tokenization, and its INT8 copy), and Paddle Inference, at every batch size."""
+"""The in-process rows: what this machine can do without a server. The ONNX model in onnxruntime, with and without
+tokenization, at every batch size (and, where given, other graphs of it on the same batches)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,23 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ernie_deploy.bench.config import MIN_CALLS, BenchConfig, TaskInputs
-from ernie_deploy.bench.machine import usable_cores
+from ernie_deploy.bench.config import MIN_CALLS, BenchConfig
 from ernie_deploy.bench.rows import (
     LIMIT,
     LIMIT_INT8,
     LIMIT_INT8_OPT,
     LIMIT_OPT,
     LIMIT_TOK,
-    PADDLE,
     Row,
     chunks,
     mark_best,
     summarize,
     tick,
 )
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 
-def _run_cell(
+def run_cell(
     step: Callable[[object], float], items: Sequence, sizes: Sequence[int], duration_s: float, warmup_s: float
 ) -> tuple[list[float], int, float, float]:
     """Call step(item) back to back over items (cycling): warm-up, then at least `duration_s` and MIN_CALLS
@@ -53,17 +52,17 @@ def _run_cell(
 
 
 def bench_inprocess(
-    inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None, variants: dict[str, Path] | None = None
+    inputs: ModelInputs, config: BenchConfig, tokenizer, progress=None, variants: dict[str, Path] | None = None
 ) -> list[Row]:
-    """limit and limit+tok rows at every batch size, then paddle at every batch size (best one kept as the
-    row shown), each model freed before the next so that no idle thread pool competes with the servers.
+    """limit and limit+tok rows at every batch size (the best batch size of each marked), each model freed after so
+    that no idle thread pool competes with the servers.
     `variants`: other graphs of the model by row kind (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT), each timed right
     after the FP32 graph on the same batches."""
     from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
 
-    task = inputs.task
-    max_len = task.max_seq_len
+    name = inputs.model.artifact_name
+    max_len = inputs.model.max_seq_len
     rows: list[Row] = []
     model = OnnxModel(inputs.onnx)
     sessions = [(LIMIT, model)] + [(kind, OnnxModel(path)) for kind, path in (variants or {}).items()]
@@ -79,8 +78,8 @@ def bench_inprocess(
                 session(enc.input_ids, enc.token_type_ids)
                 return 0.0
 
-            lat, seqs, wall, _ = _run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
-            rows.append(summarize(Row(task.artifact_name, kind, batch), lat, seqs, wall))
+            lat, seqs, wall, _ = run_cell(run_encoded, encoded, sizes, config.inproc_duration_s, config.warmup_s)
+            rows.append(summarize(Row(name, kind, batch), lat, seqs, wall))
             tick(progress, rows[-1])
 
         def run_texts(texts) -> float:
@@ -90,67 +89,12 @@ def bench_inprocess(
             model(enc.input_ids, enc.token_type_ids)
             return t1 - t0
 
-        lat, seqs, wall, tok = _run_cell(run_texts, batches, sizes, config.inproc_duration_s, config.warmup_s)
-        row = summarize(Row(task.artifact_name, LIMIT_TOK, batch), lat, seqs, wall)
+        lat, seqs, wall, tok = run_cell(run_texts, batches, sizes, config.inproc_duration_s, config.warmup_s)
+        row = summarize(Row(name, LIMIT_TOK, batch), lat, seqs, wall)
         row.tokenize_share = tok / sum(lat) if lat else None
         rows.append(row)
         tick(progress, row)
     model = sessions = None  # free the sessions (and their thread pools) before the servers run
     for kind in (LIMIT, LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT, LIMIT_TOK):
         mark_best([r for r in rows if r.kind == kind])
-    if config.paddle and not inputs.shape:
-        rows.extend(bench_paddle(inputs, config, tokenizer, progress))
     return rows
-
-
-def paddle_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("paddle") is not None
-
-
-def bench_paddle(inputs: TaskInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
-    """Paddle Inference on the serving tokenizer's ids (identical to paddlenlp's), with as many math threads as
-    onnxruntime gets. One row per batch size; the best is marked."""
-    from ernie_deploy.serving.encoding import encode_items
-
-    task = inputs.task
-    if not paddle_available():
-        row = Row(task.artifact_name, PADDLE, 0, note="skipped: paddle is not installed (pip install -e .[export])")
-        tick(progress, row)
-        return [row]
-    from ernie_deploy.export.static import PaddlePredictor
-
-    threads = usable_cores()
-    predictor = PaddlePredictor(inputs.static, threads=threads)
-    rows = []
-    for batch in config.batch_sizes:
-        batches = chunks(inputs.texts, batch)
-        encoded = [encode_items(tokenizer, b, task.max_seq_len) for b in batches]
-
-        def run(enc) -> float:
-            predictor(enc.input_ids, enc.token_type_ids)
-            return 0.0
-
-        lat, seqs, wall, _ = _run_cell(
-            run, encoded, [len(b) for b in batches], config.inproc_duration_s, config.warmup_s
-        )
-        rows.append(summarize(Row(task.artifact_name, PADDLE, batch, note=f"{threads} math threads"), lat, seqs, wall))
-        tick(progress, rows[-1])
-    predictor = None  # as above
-    mark_best(rows)
-    return rows
-
-
-def reference_predictions(inputs: TaskInputs, texts: list[str], spec=None) -> list:
-    """What the served model must answer for `texts`: in-process ONNX with the serving tokenizer and the
-    postprocess logic, read as served (`spec`: the served model's record; default: the artifacts' record, as `build`
-    serves it by default)."""
-    from ernie_deploy.evaluate.offline import model_files, served_predictions
-
-    labels = inputs.static.labels
-    files = model_files(inputs.task, Path(inputs.onnx).parent, labels)  # a multi-label model's thresholds
-    if inputs.static.ner_decoding:  # a token model's NER decoding, as export recorded it and `build` serves it
-        files["decoding"] = inputs.static.ner_decoding
-    spec = spec or inputs.static.spec
-    return served_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, spec, **files)

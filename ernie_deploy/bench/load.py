@@ -12,6 +12,7 @@ import numpy as np
 
 from ernie_deploy.bench.machine import self_cpu_seconds
 from ernie_deploy.bench.rows import Row, chunks, summarize
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.procs import group_cpu_seconds
@@ -124,7 +125,7 @@ async def closed_loop(
 
 async def _drive(
     url: str,
-    task: TaskSpec,
+    model: ModelSpec,
     requests: list[PreparedRequest],
     concurrency: int,
     warmup_s: float,
@@ -140,17 +141,17 @@ async def _drive(
     from ernie_deploy.client.grpc_client import grpc_client
     from ernie_deploy.server.stats import snapshot, steps_between
 
-    outputs = [InferRequestedOutput(o.name) for o in task.outputs]
+    outputs = [InferRequestedOutput(o.name) for o in model.task_spec.outputs]
 
     def probe() -> Callable[[], dict]:
         before = snapshot(stats_url)
-        return lambda: steps_between(before, snapshot(stats_url), task.ensemble)
+        return lambda: steps_between(before, snapshot(stats_url), model.name)
 
     async with grpc_client(url, tls, aio=True) as client:
 
         async def send(request: PreparedRequest) -> str | None:
             try:
-                response = (await client.infer(task.ensemble, request.inputs, outputs=outputs)).get_response()
+                response = (await client.infer(model.name, request.inputs, outputs=outputs)).get_response()
             except InferenceServerException as exc:
                 return exc.message() or str(exc)
             # A cheap structural check; decoding every answer would cost the client more than the server.
@@ -165,7 +166,7 @@ async def _drive(
 
 def run_load(
     url: str,
-    task: TaskSpec,
+    model: ModelSpec,
     requests: list[PreparedRequest],
     concurrency: int,
     *,
@@ -182,7 +183,7 @@ def run_load(
     import asyncio
 
     return asyncio.run(
-        _drive(url, task, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url, tls)
+        _drive(url, model, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url, tls)
     )
 
 
@@ -203,7 +204,7 @@ REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
 
 
 async def _open_loop(
-    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None
+    url: str, model: ModelSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None
 ):
     import asyncio
 
@@ -212,13 +213,13 @@ async def _open_loop(
 
     from ernie_deploy.client.grpc_client import grpc_client
 
-    outputs = [InferRequestedOutput(o.name) for o in task.outputs]
+    outputs = [InferRequestedOutput(o.name) for o in model.task_spec.outputs]
     result = OpenLoopResult()
 
     async def one(client, request: PreparedRequest) -> None:
         t0 = time.perf_counter()
         try:
-            await client.infer(task.ensemble, request.inputs, outputs=outputs, client_timeout=60)
+            await client.infer(model.name, request.inputs, outputs=outputs, client_timeout=60)
         except InferenceServerException as exc:
             message = exc.message() or str(exc)
             if any(words in message for words in REFUSALS):
@@ -246,18 +247,18 @@ async def _open_loop(
 
 
 def run_open_loop(
-    url: str, task: TaskSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None = None
+    url: str, model: ModelSpec, requests: list[PreparedRequest], rate: float, duration_s: float, tls: Tls | None = None
 ) -> OpenLoopResult:
     """Send `rate` requests a second for `duration_s`, each without waiting for earlier answers (an open loop: how
     traffic arrives from many independent users), and wait for every answer."""
     import asyncio
 
-    return asyncio.run(_open_loop(url, task, requests, rate, duration_s, tls))
+    return asyncio.run(_open_loop(url, model, requests, rate, duration_s, tls))
 
 
-def load_row(task: TaskSpec, kind: str, batch: int, concurrency: int, result: LoadResult) -> Row:
+def load_row(model: ModelSpec, kind: str, batch: int, concurrency: int, result: LoadResult) -> Row:
     row = summarize(
-        Row(task.artifact_name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds
+        Row(model.artifact_name, kind, batch, concurrency), result.latencies_s, result.sequences, result.seconds
     )
     row.errors = result.errors
     row.steps = result.steps

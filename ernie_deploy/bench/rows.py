@@ -1,18 +1,16 @@
 """The rows of a benchmark: what each kind of row measures, one measured cell (Row), and the statistics and
-lookups over them.
+lookups over them. `ernie-deploy bench` measures the limit and served rows of a user's model; the repository's own
+benchmarks (benchmarks/, `bash scripts/bench.sh`) add the others to the same results file.
 
 Per task, on the task's test texts, these rows are measured (throughput in sequences/s, latency in ms):
 
     limit          the same ONNX model in-process (onnxruntime), every batch size, tokenization excluded
     limit+tok      the same, tokenizing each batch first (what a server has to do too)
-    paddle         Paddle Inference in-process, for reference (skipped when paddle is not installed)
-    served         the ensemble over gRPC on a real tritonserver, asyncio load, one text per request
+    served         the default build over gRPC on a real tritonserver, asyncio load, one text per request
     served bN      the same with N texts per request
-    classic        the classic layout (every text padded to 128 tokens, no dynamic batching, one instance),
-                   same load generator, one text per request
-    peer           PaddleNLP's SimpleServing (FastAPI, uvicorn, Paddle Inference) on the same static model, HTTP
-                   JSON, same closed loop, one text per request (bench/peer_rows.py, ernie_deploy/peer)
-    peer bN        the same with N texts per request
+    limit int8, limit opt, limit int8 opt, paddle, ensemble, classic, peer, peer bN
+                   benchmarks/ only: the INT8 and optimized graphs, Paddle Inference, the other layouts and
+                   PaddleNLP SimpleServing (benchmarks/peer)
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 
 # Row kinds, in the order the tables show them.
 (
@@ -225,7 +222,7 @@ def mark_best(rows: Iterable[Row]) -> Row | None:
 def chunks(texts: Sequence[str], batch: int) -> list[list[str]]:
     """Consecutive batches of `batch` texts, cycling through the texts when there are fewer than `batch`."""
     if not texts:
-        raise ErnieDeployError("no texts to benchmark on", "check the test split (--data)")
+        raise BadDataError("no texts to benchmark on", "check the test split (--data)")
     if len(texts) < batch:
         texts = [texts[i % len(texts)] for i in range(batch)]
     return [list(texts[i : i + batch]) for i in range(0, len(texts) - batch + 1, batch)]
@@ -294,24 +291,3 @@ def at_concurrency(rows: list[Row], wanted: int) -> Row | None:
 
 def total_errors(results: dict) -> int:
     return sum(r.errors for r in rows_of(results, tool=None))
-
-
-def sized_models(results: dict) -> list[tuple[str, dict]]:
-    """The models remade in real shapes (bench.sizes), smallest first, each with its shape's facts."""
-    sized = [(name, facts["shape"]) for name, facts in results.get("tasks", {}).items() if facts.get("shape")]
-    return sorted(sized, key=lambda item: item[1]["params"])
-
-
-def size_facts(results: dict, name: str) -> dict:
-    """One model's numbers for the size table: the in-process limit with tokenization (best batch), the lone
-    request's extra ms over it (extra_ms), and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
-    limit = best_row(results, name, LIMIT_TOK)
-    alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
-    facts = {"limit": limit, "alone": alone}
-    for kind in (SERVED, SERVED_BATCH, ENSEMBLE):
-        for c in (1, REFERENCE_CONCURRENCY, 16):
-            row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
-            facts[kind, c] = row
-    one = facts[SERVED, 1]
-    facts["extra_ms"] = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
-    return facts

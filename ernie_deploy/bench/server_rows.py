@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import load_row, prepare_requests, run_load
 from ernie_deploy.bench.machine import server_version
 from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input, run_perf_analyzer
 from ernie_deploy.bench.rows import ROW_KINDS, Row, tick
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import ServerNotReadyError
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 
 def _start_server(repository: Path, name: str, config: BenchConfig, workdir: Path):
@@ -42,13 +43,13 @@ def _server_facts(repository: Path, server) -> dict:
     }
 
 
-def _check_served(server, item: TaskInputs, config: BenchConfig, references: dict) -> dict:
+def _check_served(server, item: ModelInputs, config: BenchConfig, references: dict) -> dict:
     """The served task's cold first request, and how many of the first check texts it answers as in-process."""
     from ernie_deploy.client.grpc_client import Client, decode_outputs
 
     task = item.task
     facts: dict = {}
-    with Client(task, server.grpc_url, tls=config.tls) as client:
+    with Client(task, server.grpc_url, model=item.name, tls=config.tls) as client:
         client.check_ready()
         # The first request after ready: the cost a cold server puts on its first caller.
         t0 = time.perf_counter()
@@ -56,7 +57,7 @@ def _check_served(server, item: TaskInputs, config: BenchConfig, references: dic
         facts["cold_ms"] = 1000 * (time.perf_counter() - t0)
         check = item.texts[: config.check_texts]
         served = decode_outputs(task, client.infer_all(check, batch_size=8, progress=False))
-        expected = references[task.artifact_name][: len(check)]
+        expected = references[item.model.artifact_name][: len(check)]
         agree = sum(a == b for a, b in zip(served, expected))
         facts["checked"] = len(check)
         facts["agree"] = agree
@@ -74,7 +75,7 @@ def _layout_variants(name: str, config: BenchConfig) -> list[tuple[str, int]]:
 
 def perf_analyzer_row(
     server,
-    item: TaskInputs,
+    item: ModelInputs,
     config: BenchConfig,
     requests: list,
     input_file: Path | None,
@@ -84,14 +85,15 @@ def perf_analyzer_row(
     workdir: Path,
 ) -> Row:
     """One served cell measured by perf_analyzer, after the same warm-up the Python generator gives it."""
-    task = item.task
     # perf_analyzer measures from its first window: warm the server up the same way the Python generator does,
     # then hand it over.
     if config.warmup_s > 0:
-        run_load(server.grpc_url, task, requests, concurrency, warmup_s=0, duration_s=config.warmup_s, tls=config.tls)
+        run_load(
+            server.grpc_url, item.model, requests, concurrency, warmup_s=0, duration_s=config.warmup_s, tls=config.tls
+        )
     return run_perf_analyzer(
         config.perf_analyzer,
-        task,
+        item.model,
         server.grpc_url,
         server.http_url,
         input_file,
@@ -107,12 +109,12 @@ def perf_analyzer_row(
 
 
 def python_row(
-    server, item: TaskInputs, config: BenchConfig, requests: list, kind: str, batch: int, concurrency: int
+    server, item: ModelInputs, config: BenchConfig, requests: list, kind: str, batch: int, concurrency: int
 ) -> Row:
     """One served cell measured by the built-in asyncio generator."""
     result = run_load(
         server.grpc_url,
-        item.task,
+        item.model,
         requests,
         concurrency,
         warmup_s=config.warmup_s,
@@ -122,15 +124,15 @@ def python_row(
         stats_url=server.http_url,
         tls=config.tls,
     )
-    return load_row(item.task, kind, batch, concurrency, result)
+    return load_row(item.model, kind, batch, concurrency, result)
 
 
-def _served_rows(server, name: str, item: TaskInputs, config: BenchConfig, workdir: Path, progress) -> list[Row]:
+def _served_rows(server, name: str, item: ModelInputs, config: BenchConfig, workdir: Path, progress) -> list[Row]:
     """Every served row of one task on the layout `name`: each variant at each concurrency, by each generator."""
     task = item.task
     input_file = None
     if PERF_ANALYZER in config.load_generators:
-        input_file = perf_analyzer_input(task, item.texts, workdir / f"{task.artifact_name}_input.json")
+        input_file = perf_analyzer_input(task, item.texts, workdir / f"{item.model.artifact_name}_input.json")
     rows: list[Row] = []
     for kind, batch in _layout_variants(name, config):
         requests = prepare_requests(item.task, item.texts, batch)
@@ -152,7 +154,7 @@ def _served_rows(server, name: str, item: TaskInputs, config: BenchConfig, workd
 def bench_server(
     repository: Path,
     name: str,
-    inputs: list[TaskInputs],
+    inputs: list[ModelInputs],
     config: BenchConfig,
     references: dict,
     workdir: Path,
@@ -165,10 +167,10 @@ def bench_server(
     rows: list[Row] = []
     try:
         for item in inputs:
-            info["tasks"][item.task.artifact_name] = _check_served(server, item, config, references)
+            info["tasks"][item.model.artifact_name] = _check_served(server, item, config, references)
             rows.extend(_served_rows(server, name, item, config, workdir, progress))
             if not server.is_running():
-                raise ErnieDeployError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
+                raise ServerNotReadyError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
     finally:
         server.stop()
     return info, rows

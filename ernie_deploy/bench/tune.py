@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.bench.config import BenchConfig
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.repository.options import BuildOptions
 
 # What the search varies, in the order it varies them: the layout first (the largest effect measured: a lone request
@@ -61,9 +62,9 @@ class Objective:
 
     def __post_init__(self) -> None:
         if self.kind not in OBJECTIVES:
-            raise ErnieDeployError(f"unknown objective {self.kind!r}", f"use one of {', '.join(OBJECTIVES)}")
+            raise BadOptionsError(f"unknown objective {self.kind!r}", f"use one of {', '.join(OBJECTIVES)}")
         if self.p99_budget_ms is not None and self.kind != "throughput":
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 "--p99-ms bounds the throughput objective's tail", "drop --p99-ms, or use --objective throughput"
             )
 
@@ -97,7 +98,7 @@ class TuneResult:
         return {**asdict(self), "trials": [asdict(t) for t in self.trials]}
 
 
-def search_space(inputs: TaskInputs, base: BuildOptions, dimensions: Sequence[str] | None = None) -> dict[str, tuple]:
+def search_space(inputs: ModelInputs, base: BuildOptions, dimensions: Sequence[str] | None = None) -> dict[str, tuple]:
     """The dimensions searched and their values for this model: only layouts that fit it and run on the python
     model step (the pip server's), and the base's own value of each dimension first."""
     from ernie_deploy.repository.layouts import get_layout
@@ -105,7 +106,7 @@ def search_space(inputs: TaskInputs, base: BuildOptions, dimensions: Sequence[st
     names = list(dimensions or DIMENSIONS)
     unknown = sorted(set(names) - set(DIMENSIONS))
     if unknown:
-        raise ErnieDeployError(f"unknown tuning dimension {', '.join(unknown)}", f"use some of {', '.join(DIMENSIONS)}")
+        raise BadOptionsError(f"unknown tuning dimension {', '.join(unknown)}", f"use some of {', '.join(DIMENSIONS)}")
     space = {}
     for name in names:
         values = list(DIMENSIONS[name])
@@ -116,16 +117,16 @@ def search_space(inputs: TaskInputs, base: BuildOptions, dimensions: Sequence[st
     return space
 
 
-def _fits(layout, inputs: TaskInputs, options: BuildOptions) -> bool:
+def _fits(layout, inputs: ModelInputs, options: BuildOptions) -> bool:
     try:
         layout.check_options(options)
     except ErnieDeployError:
         return False
-    return layout.fits(inputs.task, options) is None
+    return layout.fits(inputs.model, options) is None
 
 
 def tune(
-    inputs: TaskInputs,
+    inputs: ModelInputs,
     config: BenchConfig,
     objective: Objective,
     base: BuildOptions,
@@ -134,10 +135,10 @@ def tune(
     concurrency: int | None = None,
     budget_s: float | None = None,
     dimensions: Sequence[str] | None = None,
-    measure: Callable[[TaskInputs, BuildOptions, BenchConfig, int, Path], Trial] | None = None,
+    measure: Callable[[ModelInputs, BuildOptions, BenchConfig, int, Path], Trial] | None = None,
     progress: bool = True,
 ) -> TuneResult:
-    """Search `base`'s settings for `inputs.task`'s model (coordinate descent, see the module) and return every trial
+    """Search `base`'s settings for `inputs.model` (coordinate descent, see the module) and return every trial
     and the winner. `budget_s`: no trial starts that the average trial so far says would end past it."""
     from tqdm import tqdm
 
@@ -145,9 +146,9 @@ def tune(
 
     measure = measure or measure_trial
     concurrency = concurrency or DEFAULT_CONCURRENCY[objective.kind]
-    base = settle_layout(inputs.task, base)
+    base = settle_layout(inputs.model, base)
     space = search_space(inputs, base, dimensions)
-    result = TuneResult(inputs.task.ensemble, objective.describe(), concurrency)
+    result = TuneResult(inputs.name, objective.describe(), concurrency)
     total = 1 + sum(len(v) - 1 for v in space.values())
     started = time.monotonic()
     seen: dict[tuple, Trial] = {}
@@ -168,7 +169,7 @@ def tune(
         result.trials.append(trial)
         return trial
 
-    with tqdm(total=total, desc=f"tune {inputs.task.ensemble}", unit="trial", disable=not progress) as bar:
+    with tqdm(total=total, desc=f"tune {inputs.name}", unit="trial", disable=not progress) as bar:
         best = run(best_options)
         bar.update(1)
         for name, values in space.items():
@@ -192,7 +193,7 @@ def tune(
     return result
 
 
-def _fits_options(inputs: TaskInputs, base: BuildOptions, options: dict) -> bool:
+def _fits_options(inputs: ModelInputs, base: BuildOptions, options: dict) -> bool:
     from ernie_deploy.repository.layouts import get_layout
 
     candidate = replace(base, **options)
@@ -208,7 +209,7 @@ def _show(bar, trial: Trial, result: TuneResult, total: int) -> None:
     )
 
 
-def measure_trial(inputs: TaskInputs, options: BuildOptions, config: BenchConfig, concurrency: int, workdir: Path):
+def measure_trial(inputs: ModelInputs, options: BuildOptions, config: BenchConfig, concurrency: int, workdir: Path):
     """Build the model alone with `options`, serve it, and load one served cell at `concurrency` the way the
     benchmark's served rows are loaded (bench.server_rows): one Trial."""
     from ernie_deploy.bench.load import prepare_requests
@@ -220,16 +221,15 @@ def measure_trial(inputs: TaskInputs, options: BuildOptions, config: BenchConfig
 
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    task = inputs.task
     repository = workdir / "models"
-    build([model_artifacts(inputs.static, inputs.onnx, task.ensemble)], repository, options)
+    build([model_artifacts(inputs.static, inputs.onnx, inputs.name)], repository, options)
     tool = config.load_generators[0]
     with TritonServer(
         repository, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "tritonserver.log"
     ) as server:
-        requests = prepare_requests(task, inputs.texts, 1)
+        requests = prepare_requests(inputs.task, inputs.texts, 1)
         if tool == PERF_ANALYZER:
-            input_file = perf_analyzer_input(task, inputs.texts, workdir / "input.json")
+            input_file = perf_analyzer_input(inputs.task, inputs.texts, workdir / "input.json")
             row = perf_analyzer_row(server, inputs, config, requests, input_file, SERVED, 1, concurrency, workdir)
         else:
             row = python_row(server, inputs, config, requests, SERVED, 1, concurrency)
@@ -263,7 +263,7 @@ def render(result: TuneResult, objective: Objective) -> str:
     return "\n".join(lines)
 
 
-def tune_in_tempdir(inputs: TaskInputs, config: BenchConfig, objective: Objective, base: BuildOptions, **kwargs):
+def tune_in_tempdir(inputs: ModelInputs, config: BenchConfig, objective: Objective, base: BuildOptions, **kwargs):
     """`tune` with its trial repositories in a temporary folder, removed after."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-tune-") as work:
         return tune(inputs, config, objective, base, Path(work), **kwargs)
@@ -275,18 +275,18 @@ def served_options(repository: str | Path, name: str) -> BuildOptions:
     backend is refused."""
     from dataclasses import fields
 
-    from ernie_deploy.repository.served import served_specs
+    from ernie_deploy.repository.served import served_models
 
-    specs = served_specs(repository)
+    specs = served_models(repository)
     if name not in specs:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"{repository} serves no model {name!r}", f"use one of: {', '.join(sorted(specs)) or 'none'}"
         )
     spec = specs[name]
     known = {f.name for f in fields(BuildOptions)}
     recorded = {k: v for k, v in (spec.serving or {}).items() if k in known}
     if recorded.get("runtime", "python") != "python":
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{name!r} runs its model step on the {recorded['runtime']} backend; tune measures on the python model "
             "step, the one the pip tritonserver has",
             "tune it where it is served (Triton Model Analyzer in the NGC container measures the ORT backend), or "
@@ -338,7 +338,7 @@ def gain(result: TuneResult, objective: Objective) -> float | None:
 
 def write_winner(
     result: TuneResult,
-    inputs: TaskInputs,
+    inputs: ModelInputs,
     repository: str | Path,
     base: BuildOptions,
     version: int | None = None,
@@ -370,7 +370,7 @@ def write_winner(
         )
     model = VersionedModel.read(repository, name)
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in result.best.items())
-    rebuild = f"ernie-deploy build --name {name} --repository {repository} {flags}"
+    rebuild = f"ernie-deploy build --model {name} --repository {repository} {flags}"
     if winner.layout != model.layout.name:
         return Written(None, f"the winner is another layout ({winner.layout}): a new build, not a version: {rebuild}")
     if model.layout.shares_tokenizer:
@@ -381,4 +381,5 @@ def write_winner(
     version = version or max(model.on_disk(), default=0) + 1
     entry = model_artifacts(inputs.static, inputs.onnx, name)
     build_version(entry, repository, winner, version=version)
-    return Written(version, f"put it live: ernie-deploy rollout {name} --to {version} --repository {repository}")
+    rollout = f"ernie-deploy rollout --model {name} --to {version} --repository {repository}"
+    return Written(version, f"put it live: {rollout}")

@@ -7,6 +7,8 @@ options in the file are the fields of the options that command's flags fill; eve
 
 from __future__ import annotations
 
+from ernie_deploy.cli.arguments import add_repository
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -15,6 +17,9 @@ def register(sub) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("file", help="the deployment file (YAML; format in ernie_deploy/repository/deployment.py)")
+    add_repository(
+        p, "the repository to rebuild, instead of the file's `repository:` (default: the file's)", default=None
+    )
     p.add_argument(
         "--dry-run", action="store_true", help="check the file and print the plan (each model's stages); run nothing"
     )
@@ -23,10 +28,17 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.pipeline.deploy import deploy
+    from dataclasses import replace
+    from pathlib import Path
 
+    from ernie_deploy.pipeline.deploy import deploy
+    from ernie_deploy.repository.deployment import load_deployment
+
+    deployment = load_deployment(args.file)
+    if args.repository is not None:
+        deployment = replace(deployment, repository=Path(args.repository))
     plan = deploy(
-        args.file, keep_others=args.keep_others, dry_run=args.dry_run, log=lambda line: print(line, flush=True)
+        deployment, keep_others=args.keep_others, dry_run=args.dry_run, log=lambda line: print(line, flush=True)
     )
     listed = ", ".join(sorted(plan.names))
     print(f"{plan.deployment.repository}: {listed}" + (" (dry run)" if args.dry_run else ""))

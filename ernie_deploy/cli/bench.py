@@ -1,27 +1,52 @@
-"""`ernie-deploy bench`: served pipeline vs in-process onnxruntime, Paddle and the classic layout."""
+"""`ernie-deploy bench`: a served model timed against its in-process limit (onnxruntime) on this machine.
+
+The argument groups and `config_from_args` are shared with the repository's own benchmarks (benchmarks/cli.py), which
+add their modes and rows to them.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig, TaskInputs
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.paths import artifacts_dir
-from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS, get_task
+from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig
+from ernie_deploy.cli.arguments import add_model, add_repository
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.tasks import DEFAULT_TASKS, DEMO_MODELS, TASKS
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 
 LOAD_GENERATORS = ("auto", "python", "perf_analyzer", "both")
+# The research flags `bench` took before the benchmarks left the package -> the command of benchmarks/ that runs them.
+# They are still parsed, for one release, to name that command instead of failing on an unknown option.
+MOVED = {
+    "levers": "levers",
+    "lever": "levers",
+    "overload": "overload",
+    "cache": "cache",
+    "input_cost": "input-cost",
+    "render": "render",
+    "sizes": "run",
+    "classic_repository": "run",
+    "no_paddle": "run",
+    "no_classic": "run",
+    "no_ensemble": "run",
+    "no_int8": "run",
+    "no_peer": "run",
+    "no_plot": "run",
+}
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "bench",
-        help="throughput and latency: served pipeline vs in-process onnxruntime, Paddle "
-        "and the classic layout; writes BENCHMARKS.md, bench.json, bench.png",
+        help="throughput and latency of a served model next to its in-process limit on this machine; writes "
+        "bench.json and bench.md into artifacts/reports/bench (or --out)",
     )
     add_arguments(p, sorted(TASKS))
+    p.add_argument("--out", help="folder for bench.json and bench.md (default artifacts/reports/bench)")
+    _add_moved_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -29,34 +54,26 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ErnieDeployError(f"expected comma-separated integers, got {text!r}") from None
+        raise BadOptionsError(f"expected comma-separated integers, got {text!r}", "pass e.g. 1,4,8") from None
     if not values or min(values) < 1:
-        raise ErnieDeployError(f"expected positive integers, got {text!r}")
+        raise BadOptionsError(f"expected positive integers, got {text!r}", "pass numbers of 1 or more")
     return values
 
 
-def _sizes(text: str) -> tuple[str, ...]:
-    from ernie_deploy.fetch.shapes import get_shape
-
-    if text.strip() == "none":
-        return ()
-    return tuple(get_shape(size.strip()).name for size in text.split(",") if size.strip())
-
-
-def _add_model_arguments(p, task_choices: Sequence[str]) -> None:
+def add_model_arguments(p, task_choices: Sequence[str]) -> None:
     """Which models to measure: tasks' demo models or named ones."""
     p.add_argument(
         "--task", action="append", choices=list(task_choices), help=f"default: {' and '.join(DEFAULT_TASKS)}"
     )
-    p.add_argument(
-        "--name",
-        action="append",
-        help="a named model's artifacts (artifacts/static/<name>, artifacts/onnx/<name>) instead of a task's demo "
-        "model (repeatable; its rows are labelled with the name)",
+    add_model(
+        p,
+        "a named model's artifacts (artifacts/static/<name>, artifacts/onnx/<name>) instead of a task's demo model "
+        "(repeatable; its rows are labelled with the name)",
+        repeat=True,
     )
 
 
-def _add_cell_arguments(p) -> None:
+def add_cell_arguments(p) -> None:
     """How each cell is measured: the cells, how long each runs, how many texts."""
     p.add_argument("--concurrency", help="served cells, comma-separated (default 1,4,8,16; --smoke: 1,2)")
     p.add_argument("--batch-sizes", help="in-process cells (default 1,8,16,32,64; --smoke: 1,8)")
@@ -73,34 +90,21 @@ def _add_cell_arguments(p) -> None:
     p.add_argument("--smoke", action="store_true", help="a tiny run of every row (seconds; timings mean nothing)")
 
 
-def _add_source_arguments(p) -> None:
-    """Where the models come from: given repositories, artifacts and texts, and the sizes remade beside them."""
-    p.add_argument(
-        "--repository",
-        help="serve this repository for the served rows (default: build one from the "
-        "artifacts into a temporary folder)",
-    )
-    p.add_argument(
-        "--classic-repository",
-        help="serve this repository for the classic rows (default: build one with `build --classic`)",
+def add_source_arguments(p) -> None:
+    """Where the models come from: a repository that serves them, or their artifacts and texts."""
+    add_repository(
+        p,
+        "serve this repository for the served rows (default: build the models as `build` does by default into a "
+        "temporary folder)",
+        default=None,
     )
     p.add_argument("--static", help="default: artifacts/static/<task> (one --task)")
     p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx (one --task)")
     p.add_argument("--data", help="a split file of texts (default: the task's test split; one --task)")
-    p.add_argument(
-        "--sizes",
-        help="remake the first model in these ERNIE 3.0 shapes (random weights; made once into artifacts/sizes) and "
-        "bench them beside it, comma-separated among tiny,nano,micro,mini,medium,base, or `none` "
-        "(default nano,mini,medium,base; --smoke: tiny; with --levers: none unless given)",
-    )
 
 
-def _add_row_arguments(p) -> None:
-    """Which rows to leave out, and what drives the served ones."""
-    p.add_argument("--no-paddle", action="store_true", help="skip the Paddle Inference rows")
-    p.add_argument("--no-classic", action="store_true", help="skip the classic rows")
-    p.add_argument("--no-ensemble", action="store_true", help="skip the ensemble-layout rows")
-    p.add_argument("--no-int8", action="store_true", help="skip the INT8 in-process rows")
+def add_load_arguments(p) -> None:
+    """What drives the served rows, and over what wire."""
     p.add_argument(
         "--load-generator",
         choices=LOAD_GENERATORS,
@@ -108,82 +112,51 @@ def _add_row_arguments(p) -> None:
         help="what drives the served rows: perf_analyzer (Triton's C++ load generator; on PATH, or unpacked by "
         "scripts/install_perf_analyzer.sh), the built-in asyncio generator (python), or both, each in turn at every "
         "cell, shown side by side (perf_analyzer's rows primary). auto (default): perf_analyzer when it is "
-        "installed, else python. --levers and --overload use the first of them (perf_analyzer stops at a server's "
-        "first refusal, so --overload measures refusing policies with python)",
+        "installed, else python",
     )
-    p.add_argument(
-        "--no-peer",
-        action="store_true",
-        help="skip the peer rows (PaddleNLP SimpleServing on the same static model; on by default where paddlenlp "
-        "is installed)",
-    )
-
-
-def _add_output_arguments(p) -> None:
-    """Where the results go, and what is written."""
-    p.add_argument(
-        "--out",
-        help="folder for bench.json, BENCHMARKS.md and bench.png (default docs/; --smoke: artifacts/bench-smoke/)",
-    )
-    p.add_argument(
-        "--render", metavar="BENCH_JSON", help="only rewrite BENCHMARKS.md and bench.png from a results file"
-    )
-    p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
-
-
-def _add_mode_arguments(p) -> None:
-    """The other measurements `bench` runs instead of the benchmark."""
-    p.add_argument(
-        "--overload",
-        action="store_true",
-        help="instead: offer 1x, 2x and 4x the served capacity in an open loop, without and with a bound on the "
-        "queues (build --max-queue-size), and report answered and refused shares and latency; writes overload.json",
-    )
-    p.add_argument(
-        "--cache",
-        action="store_true",
-        help="instead: the classifier with and without Triton's response cache (build --cache) on one server, for "
-        "repeated texts (a Zipf draw over the test titles) and unique ones: hit rate, throughput, latency; writes "
-        "cache.json",
-    )
-    p.add_argument(
-        "--input-cost",
-        action="store_true",
-        help="instead: the time and server memory of one text by its length (1,000 to 40,000 characters of test "
-        "texts), per model, then the default limits (at the limit: answered; one character more: refused); writes "
-        "input_cost.json",
-    )
-    p.add_argument(
-        "--levers",
-        action="store_true",
-        help="instead: serve one layout per build option (ragged, buckets, spinning, threads, instances, "
-        "queue delay, fused, classic) and compare their served throughput; writes levers.json",
-    )
-    p.add_argument(
-        "--lever",
-        action="append",
-        metavar="OPTION",
-        help="with --levers: measure the default and only the levers that set this build option (a BuildOptions "
-        "field: fused, graph_postprocess, tokenizer_in_model, ort_threads, ...; repeatable)",
-    )
-
-
-def add_arguments(p, task_choices: Sequence[str]) -> None:
-    """`bench`'s options, group by group, in the order --help lists them."""
-    _add_model_arguments(p, task_choices)
-    _add_cell_arguments(p)
-    _add_source_arguments(p)
-    _add_row_arguments(p)
-    _add_output_arguments(p)
-    _add_mode_arguments(p)
     # Serve the bench's servers with gRPC over TLS and drive them over TLS (the load generators, perf_analyzer).
     add_server_tls_arguments(p)
     add_tls_arguments(p)
 
 
-def config_from_args(args) -> BenchConfig:
-    base = BenchConfig.smoke() if args.smoke else BenchConfig()
-    changes = {}
+def add_arguments(p, task_choices: Sequence[str]) -> None:
+    """`bench`'s options, group by group, in the order --help lists them."""
+    add_model_arguments(p, task_choices)
+    add_cell_arguments(p)
+    add_source_arguments(p)
+    add_load_arguments(p)
+
+
+def _add_moved_arguments(p) -> None:
+    """The research flags of earlier releases, hidden from --help: `run` names where they went."""
+    hidden = argparse.SUPPRESS
+    for flag in ("--levers", "--overload", "--cache", "--input-cost", "--no-paddle", "--no-classic", "--no-ensemble"):
+        p.add_argument(flag, action="store_true", help=hidden)
+    for flag in ("--no-int8", "--no-peer", "--no-plot"):
+        p.add_argument(flag, action="store_true", help=hidden)
+    for flag in ("--sizes", "--render", "--classic-repository"):
+        p.add_argument(flag, help=hidden)
+    p.add_argument("--lever", action="append", help=hidden)
+
+
+def moved_flags(args) -> list[str]:
+    """The research flags given, as written on the command line."""
+    return ["--" + dest.replace("_", "-") for dest in MOVED if getattr(args, dest, None)]
+
+
+def moved_command(args) -> str | None:
+    """The command of benchmarks/ that runs what these research flags asked for; None when none was given."""
+    given = [dest for dest in MOVED if getattr(args, dest, None)]
+    if not given:
+        return None
+    # the mode named, else the default run that took the other flags
+    modes = [MOVED[dest] for dest in given if MOVED[dest] != "run"]
+    return modes[0] if modes else "run"
+
+
+def config_from_args(args, cls: type[BenchConfig] = BenchConfig, **changes) -> BenchConfig:
+    """The settings the flags ask for, on `cls`'s defaults (its smoke run's with --smoke), then `changes`."""
+    base = cls.smoke() if args.smoke else cls()
     if args.concurrency:
         changes["concurrency"] = _int_list(args.concurrency)
     if args.batch_sizes:
@@ -198,26 +171,8 @@ def config_from_args(args) -> BenchConfig:
     ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
-    if args.sizes:
-        changes["sizes"] = _sizes(args.sizes)
-    if getattr(args, "repository", None):
-        if changes.get("sizes"):
-            raise ErnieDeployError(
-                "--repository serves a repository built without the size models", "drop --sizes, or --repository"
-            )
-        changes["sizes"] = ()  # a given repository holds only its own models
-    if args.no_paddle:
-        changes["paddle"] = False
-    if args.no_classic:
-        changes["classic"] = False
-    if args.no_ensemble:
-        changes["ensemble"] = False
-    if args.no_int8:
-        changes["int8"] = False
     changes.update(load_generator_settings(args.load_generator))
     changes["grpc_tls"], changes["tls"] = self_served_tls(args, "bench")
-    if args.no_peer:
-        changes["peer"] = False
     return dataclasses.replace(base, **changes)
 
 
@@ -237,73 +192,35 @@ def load_generator_settings(choice: str) -> dict:
     return {"load_generators": tools, "perf_analyzer": binary}
 
 
-def inputs_from_args(args, config: BenchConfig) -> list[TaskInputs]:
-    if getattr(args, "name", None):
-        from ernie_deploy.cli.inputs import static_model
+def inputs_from_args(args, config: BenchConfig) -> list:
+    """Each model's files and texts (evaluate.inputs.ModelInputs): the named models, else the tasks' demo models."""
+    from ernie_deploy.evaluate.inputs import ModelInputs
 
-        if args.task:
-            raise ErnieDeployError("--task and --name pick the models two ways", "pass one of them")
-        tasks = [static_model(None, None, name).task.named(name) for name in args.name]
-    else:
-        tasks = [get_task(name) for name in args.task or DEFAULT_TASKS]
-    if (args.static or args.onnx or args.data) and len(tasks) != 1:
-        raise ErnieDeployError(
-            "--static, --onnx and --data name one model's files", "pass exactly one --task or --name with them"
+    if args.model and args.task:
+        raise BadOptionsError("--task and --model pick the models two ways", "pass one of them")
+    names = args.model or [DEMO_MODELS[task] for task in args.task or DEFAULT_TASKS]
+    if (args.static or args.onnx or args.data) and len(names) != 1:
+        raise BadOptionsError(
+            "--static, --onnx and --data name one model's files", "pass exactly one --task or --model with them"
         )
     return [
-        TaskInputs.load(task, static=args.static, onnx=args.onnx, data=args.data, max_texts=config.max_texts)
-        for task in tasks
+        ModelInputs.load(name, static=args.static, onnx=args.onnx, data=args.data, max_texts=config.max_texts)
+        for name in names
     ]
 
 
-def _out(args) -> Path:
-    return Path(args.out or (artifacts_dir() / "bench-smoke" if args.smoke else "docs"))
-
-
 def run(args) -> None:
-    if args.lever and not args.levers:
-        raise ErnieDeployError("--lever picks rows of --levers", "add --levers, or drop --lever")
-    if args.overload:
-        from ernie_deploy.bench.overload import run_overload
-
-        config = config_from_args(args)
-        run_overload(inputs_from_args(args, config), config, _out(args))
-    elif args.cache:
-        from ernie_deploy.bench.cache import CONCURRENCY, REQUESTS, run_cache
-
-        config = config_from_args(args)
-        n = args.requests or (64 if args.smoke else REQUESTS)
-        concurrency = config.concurrency[0] if args.concurrency else CONCURRENCY
-        run_cache(inputs_from_args(args, config), config, _out(args), n=n, concurrency=concurrency)
-    elif args.input_cost:
-        from ernie_deploy.bench.input_cost import run_input_cost
-
-        config = config_from_args(args)
-        run_input_cost(inputs_from_args(args, config), config, _out(args), smoke=args.smoke)
-    elif args.levers:
-        from ernie_deploy.bench.levers import pick_levers, run_levers
-
-        config = config_from_args(args)
-        levers = pick_levers(args.lever)
-        inputs = inputs_from_args(args, config)
-        if args.sizes:  # the levers on the classifier remade in these shapes, too (the demo models alone else)
-            from ernie_deploy.bench.sizes import prepare_sizes
-
-            inputs += prepare_sizes(inputs, config.sizes)
-        run_levers(inputs, config, _out(args), levers)
-    elif args.render:
-        from ernie_deploy.bench.report import render_file
-
-        render_file(args.render, args.out, not args.no_plot)
-    else:
-        from ernie_deploy.bench.served import run_and_write
-
-        config = config_from_args(args)
-        run_and_write(
-            inputs_from_args(args, config),
-            config,
-            _out(args),
-            plot_png=not args.no_plot,
-            repository=args.repository,
-            classic_repository=args.classic_repository,
+    moved = moved_command(args)
+    if moved:
+        raise ErnieDeployError(
+            f"{' '.join(moved_flags(args))}: this repository's own benchmarks left the package for benchmarks/ in the "
+            "source tree (not installed with ernie-deploy)",
+            f"from a checkout of ernie-deploy, run `bash scripts/bench.sh {moved}` with the same options (or "
+            f"`python -m benchmarks {moved} ...` from its root); `ernie-deploy bench` without them times your "
+            "served model against its in-process limit",
         )
+    from ernie_deploy.bench.run import run_and_write
+
+    config = config_from_args(args)
+    out = Path(args.out) if args.out else None
+    run_and_write(inputs_from_args(args, config), config, out, repository=args.repository)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from ernie_deploy.cli.inputs import NAME_HELP, onnx_file, options_from, static_model
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.cli.arguments import MODEL_HELP, add_model, add_repository
+from ernie_deploy.cli.inputs import onnx_file, options_from, static_model
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
-from ernie_deploy.pipeline.options import AUTO
 from ernie_deploy.repository.layouts import DEFAULT_LAYOUTS, LAYOUTS
 from ernie_deploy.repository.options import (
-    DEFAULT_MAX_BATCH_SIZE,
+    AUTO,
     DEVICES,
     LONG_TEXT,
     ORT_GRAPH_LEVELS,
@@ -20,6 +20,10 @@ from ernie_deploy.repository.options import (
 )
 from ernie_deploy.serving.entities import DECODINGS
 from ernie_deploy.serving.limits import CUT, WINDOWS
+
+# Every flag that fills a BuildOptions field defaults to None, so that the field's own default decides: `build` with
+# no flags makes BuildOptions(). The help shows those defaults, read from here.
+DEFAULTS = BuildOptions()
 
 
 class _LayoutFlag(argparse.Action):
@@ -50,15 +54,15 @@ def _model_arguments(p) -> None:
         choices=sorted(TASKS),
         help=f"default: the task of the --static model, else {' and '.join(DEFAULT_TASKS)}",
     )
-    p.add_argument(
-        "--name",
-        action="append",
-        help=f"add or replace this model (repeatable); the others in --repository stay as they are. {NAME_HELP}",
+    add_model(
+        p,
+        f"add or replace this model (repeatable); the others in --repository stay as they are. {MODEL_HELP}",
+        repeat=True,
     )
     p.add_argument(
         "--version",
         type=int,
-        help="with one --name: add this version of the model beside the one serving (the serving one stays; "
+        help="with one --model: add this version of the model beside the one serving (the serving one stays; "
         "`ernie-deploy rollout` switches)",
     )
     p.add_argument(
@@ -66,49 +70,49 @@ def _model_arguments(p) -> None:
         help="a multi-label model's per-label thresholds ({label: threshold} JSON, every label, each in [0, 1]) "
         "instead of the ones `convert` chose on the dev split; with exactly one model",
     )
-    p.add_argument("--repository", default="models")
-    p.add_argument("--static", help="default: artifacts/static/<task>")
-    p.add_argument("--onnx", help="default: artifacts/onnx/<task>/model.onnx")
+    add_repository(p, "the repository to add the models to")
+    p.add_argument("--static", help="default: artifacts/static/<model or task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<model or task>/model.onnx")
 
 
 def _runtime_arguments(p) -> None:
     """How the steps run and batch: backend, device, instances, the dynamic batcher and its queue bounds."""
     p.add_argument(
         "--runtime",
-        default=AUTO,
         choices=[AUTO, *RUNTIMES],
-        help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has)",
+        help="model step: ORT backend, or python backend running onnxruntime (auto: what the server has; "
+        f"default {DEFAULTS.runtime})",
     )
     p.add_argument("--tritonserver", help="the server binary `auto` inspects")
-    p.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE)
+    p.add_argument("--max-batch-size", type=int, help=f"default {DEFAULTS.max_batch_size}")
     p.add_argument(
-        "--instances", type=int, default=1, help="instances per step (with --device gpu: model step instances per GPU)"
+        "--instances",
+        type=int,
+        help=f"instances per step (with --device gpu: model step instances per GPU; default {DEFAULTS.instances})",
     )
     p.add_argument(
         "--device",
-        default="cpu",
         choices=list(DEVICES),
         help="where the model step runs: KIND_CPU or KIND_GPU instances (gpu needs --runtime "
-        "onnxruntime); tokenizer and postprocess stay on the CPU",
+        f"onnxruntime); tokenizer and postprocess stay on the CPU (default {DEFAULTS.device})",
     )
     p.add_argument(
         "--max-queue-delay-us",
         type=int,
-        default=0,
-        help="dynamic batcher queue delay; 0 adds no latency to a lone request",
+        help="dynamic batcher queue delay; 0 adds no latency to a lone request (default "
+        f"{DEFAULTS.max_queue_delay_us})",
     )
     p.add_argument(
         "--max-queue-size",
         type=int,
-        default=0,
         help="refuse a request (UNAVAILABLE, which the client retries with backoff) when this many wait in a "
-        "step's queue, so latency stays bounded past capacity (0: no bound)",
+        f"step's queue, so latency stays bounded past capacity (0: no bound; default {DEFAULTS.max_queue_size})",
     )
     p.add_argument(
         "--queue-timeout-us",
         type=int,
-        default=0,
-        help="refuse a request (UNAVAILABLE) that waited this long in a step's queue (0: no timeout)",
+        help="refuse a request (UNAVAILABLE) that waited this long in a step's queue (0: no timeout; default "
+        f"{DEFAULTS.queue_timeout_us})",
     )
 
 
@@ -117,27 +121,26 @@ def _onnxruntime_arguments(p) -> None:
     p.add_argument(
         "--ort-threads",
         type=int,
-        default=0,
         help="onnxruntime intra-op threads of the model step (0: all cores); the ORT backend's "
-        "intra_op_thread_count with --runtime onnxruntime",
+        f"intra_op_thread_count with --runtime onnxruntime (default {DEFAULTS.ort_threads})",
     )
     p.add_argument(
         "--ort-inter-op-threads",
         type=int,
-        default=0,
         help="ORT backend: threads running independent graph nodes at once (inter_op_thread_count, "
-        "with the parallel execution_mode it needs; 0: sequential, onnxruntime's default)",
+        "with the parallel execution_mode it needs; 0: sequential, onnxruntime's default; default "
+        f"{DEFAULTS.ort_inter_op_threads})",
     )
     p.add_argument(
         "--ort-graph-level",
-        default="all",
         choices=list(ORT_GRAPH_LEVELS),
         help="ORT backend: onnxruntime graph optimizations (optimization.graph.level: extended 1, "
-        "basic -1, disabled 2; all, the default, writes no level)",
+        f"basic -1, disabled 2; all writes no level; default {DEFAULTS.ort_graph_level})",
     )
     p.add_argument(
         "--trt-fp16",
         action="store_true",
+        default=None,
         help="ORT backend on GPU: run the model through the TensorRT execution accelerator in FP16 "
         "(needs --runtime onnxruntime --device gpu; TensorRT builds its engines as new input "
         "shapes arrive)",
@@ -147,27 +150,29 @@ def _onnxruntime_arguments(p) -> None:
         nargs="?",
         const="always",
         choices=SPIN_MODES,
-        help="python model step: how onnxruntime's threads wait for work: off (they sleep; the default), run "
-        "(busy inside a run, asleep between runs) or always (busy between runs too: they take the cores the other "
-        "steps need). The flag alone means always",
+        help="python model step: how onnxruntime's threads wait for work: off (they sleep), run (busy inside a run, "
+        "asleep between runs) or always (busy between runs too: they take the cores the other steps need). The flag "
+        f"alone means always (default {DEFAULTS.ort_spinning})",
     )
     p.add_argument(
         "--no-ragged",
-        action="store_true",
+        dest="ragged",
+        action="store_false",
+        default=None,
         help="batch only same-length requests in python steps (Triton's default; for comparison)",
     )
     p.add_argument(
         "--pad-to-multiple-of",
         type=int,
-        default=1,
-        help="pad token tensors to length buckets of this size (helps batching where ragged can't be used)",
+        help="pad token tensors to length buckets of this size (helps batching where ragged can't be used; default "
+        f"{DEFAULTS.pad_to_multiple_of})",
     )
     p.add_argument(
         "--layout",
         choices=["auto", *LAYOUTS],
         help="how the model is split into Triton models: "
         + "; ".join(f"{name}: {layout.summary}" for name, layout in LAYOUTS.items())
-        + " (default auto: the measured fastest that fits each model, "
+        + f" (default {DEFAULTS.layout}: the measured fastest that fits each model, "
         + "; ".join(f"on the {runtime} runtime {', else '.join(order)}" for runtime, order in DEFAULT_LAYOUTS.items())
         + "; for --version, the model's own)",
     )
@@ -184,6 +189,7 @@ def _layout_arguments(p) -> None:
     p.add_argument(
         "--classic",
         action="store_true",
+        default=None,
         help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
         "no dynamic batching, one instance",
     )
@@ -191,15 +197,16 @@ def _layout_arguments(p) -> None:
         "--cache",
         dest="response_cache",
         action="store_true",
+        default=None,
         help="Triton caches the model's answers: a text asked again is answered without running the model (the "
         "server's cache: `serve --cache-size`; docs/SERVING.md#response-cache)",
     )
     p.add_argument(
         "--long-text",
-        default="auto",
         choices=list(LONG_TEXT),
         help="texts longer than max_seq_len: auto (window for NER, head for classifiers), window (NER reads the "
-        "whole text in overlapping windows), head (cut the end), head_tail (classifiers: keep the head and the tail)",
+        "whole text in overlapping windows), head (cut the end), head_tail (classifiers: keep the head and the tail); "
+        f"default {DEFAULTS.long_text}",
     )
 
 
@@ -245,17 +252,17 @@ def _reading_arguments(p) -> None:
 
 
 def options(args) -> BuildOptions:
-    """BuildOptions from the parsed command line, as given: runtime "auto" and no layout (the default, or for
-    --version the model's own) are settled by pipeline.build when the build runs."""
-    return options_from(BuildOptions, args, ragged=not args.no_ragged, layout=args.layout)
+    """BuildOptions from the parsed command line, as given: runtime and layout "auto" (for --version, the model's
+    own layout) are settled by pipeline.build when the build runs."""
+    return options_from(BuildOptions, args)
 
 
 def _wanted(args) -> list[tuple[str | None, str | None]]:
     """(task, name) of each model to build, as the flags name them."""
-    if args.name:
+    if args.model:
         if len(args.task or []) > 1:
-            raise ErnieDeployError("--task with --name checks one model's task", "pass at most one --task")
-        return [(args.task[0] if args.task else None, name) for name in args.name]
+            raise BadOptionsError("--task with --model checks one model's task", "pass at most one --task")
+        return [(args.task[0] if args.task else None, name) for name in args.model]
     return [(task, None) for task in args.task or ([None] if args.static else DEFAULT_TASKS)]
 
 
@@ -264,14 +271,14 @@ def run(args) -> None:
     from ernie_deploy.repository.build import model_artifacts
 
     wanted = _wanted(args)
-    if args.version is not None and len(args.name or []) != 1:
-        raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
+    if args.version is not None and len(args.model or []) != 1:
+        raise BadOptionsError("--version adds a version of one model", "pass exactly one --model with it")
     if (args.static or args.onnx) and len(wanted) != 1:
-        raise ErnieDeployError(
-            "--static and --onnx name one model's files", "pass exactly one --task or --name with them"
+        raise BadOptionsError(
+            "--static and --onnx name one model's files", "pass exactly one --task or --model with them"
         )
     # Settled and checked before any model is read: a bad combination is the user's first error.
-    version_of = args.name[0] if args.version is not None else None
+    version_of = args.model[0] if args.version is not None else None
     chosen = resolve_build_options(
         options(args), args.repository, version_of=version_of, tritonserver=args.tritonserver
     )
@@ -282,8 +289,8 @@ def run(args) -> None:
     built = build_models(entries, chosen, args.repository, args.version, thresholds=args.thresholds, log=print)
     if args.version is not None:
         print(
-            f"{args.name[0]}: version {args.version} is ready beside the serving one; switch with "
-            f"`ernie-deploy rollout {args.name[0]} --to {args.version}`"
+            f"{args.model[0]}: version {args.version} is ready beside the serving one; switch with "
+            f"`ernie-deploy rollout --model {args.model[0]} --to {args.version}`"
         )
         return
     print(f"model step runtime: {built.options.runtime}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.cli.arguments import add_repository
+from ernie_deploy.core.errors import BadRepositoryError
 
 
 def register(sub) -> None:
@@ -11,21 +12,21 @@ def register(sub) -> None:
         help="lint a model repository before serving: configs, versions, ONNX "
         "signatures, ensemble wiring, python models, warmup files",
     )
-    p.add_argument("repository", nargs="?", default="models")
+    add_repository(p, "the repository to check", positional=True)
     p.set_defaults(func=run)
 
 
 def run(args) -> None:
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
-    from ernie_deploy.repository.served import served_limits, served_specs
+    from ernie_deploy.repository.served import served_limits, served_models
 
     problems = check_repository(args.repository)
     for problem in problems:
         print(problem)
-    for name, spec in served_specs(args.repository).items():
+    for name, spec in ({} if problems else served_models(args.repository)).items():
         reading = f", long texts: {spec.long_text}" if spec.long_text else ""
         window = f" of {spec.window_size} tokens (stride {spec.window_stride})" if spec.window_size else ""
-        print(f"{name}: {spec.task} model, layout {spec.layout or 'ensemble'}{reading}{window}")
+        print(f"{name}: {spec.task} model, layout {spec.layout}{reading}{window}")
     for name, decoding in ner_decodings(args.repository).items():
         print(f"{name}: NER decoding {decoding}")
     for name, (step, limits) in served_limits(args.repository).items():
@@ -35,5 +36,5 @@ def run(args) -> None:
         )
     if problems:
         # main() turns this into exit status 2
-        raise ErnieDeployError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")
+        raise BadRepositoryError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")
     print(f"ok: {len(model_dirs(args.repository))} models checked")

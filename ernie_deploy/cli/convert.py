@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, options_from, static_model
+from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.inputs import TASK_HELP, options_from, static_model
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import QUANTIZE, ConvertOptions
 
@@ -13,9 +14,9 @@ DEFAULTS = ConvertOptions()
 def register(sub) -> None:
     p = sub.add_parser("convert", help="static model -> ONNX (paddle2onnx), then a Paddle-vs-ONNX parity check")
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
-    p.add_argument("--name", help=NAME_HELP)
-    p.add_argument("--static", help="default: artifacts/static/<name or task>")
-    p.add_argument("--out", help="default: artifacts/onnx/<name or task>/model.onnx")
+    add_model(p)
+    p.add_argument("--static", help="default: artifacts/static/<model or task>")
+    p.add_argument("--out", help="default: artifacts/onnx/<model or task>/model.onnx")
     p.add_argument("--opset", type=int, default=DEFAULTS.opset)
     p.add_argument("--tolerance", type=float, default=DEFAULTS.tolerance, help="max abs logit difference allowed")
     p.add_argument(
@@ -99,5 +100,5 @@ def run(args) -> None:
     from ernie_deploy.pipeline.convert import convert_model
 
     chosen = options(args)  # contradicting flags are refused before the model is read
-    static = static_model(args.task, args.static, args.name)
-    convert_model(static, chosen, name=args.name, out=args.out, log=print)
+    static = static_model(args.task, args.static, args.model)
+    convert_model(static, chosen, name=args.model, out=args.out, log=print)

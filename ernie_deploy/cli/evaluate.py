@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.cli.inputs import NAME_HELP, TASK_HELP, onnx_file, static_model
+from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.inputs import TASK_HELP, onnx_file, static_model
 from ernie_deploy.core.tasks import TASKS
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score the Paddle and the ONNX model offline on a split")
     p.add_argument("--task", choices=sorted(TASKS), help=TASK_HELP)
-    p.add_argument("--name", help=NAME_HELP)
+    add_model(p)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument(
         "--data",
         help="a split file (.tsv for seq_cls, .jsonl for token_cls, .labels.tsv for multi_label) instead of --split",
     )
-    p.add_argument("--static", help="default: artifacts/static/<name or task>")
-    p.add_argument("--onnx", help="default: artifacts/onnx/<name or task>/model.onnx")
+    p.add_argument("--static", help="default: artifacts/static/<model or task>")
+    p.add_argument("--onnx", help="default: artifacts/onnx/<model or task>/model.onnx")
     p.add_argument("--report", help="write the scores as JSON here")
     p.set_defaults(func=run)
 
@@ -28,9 +29,9 @@ def run(args) -> None:
     from ernie_deploy.evaluate.offline import evaluate
     from ernie_deploy.fetch.data import data_dir, split_file
 
-    static = static_model(args.task, args.static, args.name)
+    static = static_model(args.task, args.static, args.model)
     task = static.task
-    onnx_path = onnx_file(static, args.onnx, args.name)
+    onnx_path = onnx_file(static, args.onnx, args.model)
     split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
     results = evaluate(task, static, onnx_path, split)
     if args.report:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, options_from
+from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.inputs import DEFAULT_TASK, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import ExportOptions
 from ernie_deploy.serving.entities import DECODINGS
@@ -11,10 +12,10 @@ from ernie_deploy.serving.entities import DECODINGS
 def register(sub) -> None:
     p = sub.add_parser("export", help="checkpoint -> Paddle static inference model")
     p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
-    p.add_argument("--name", help=NAME_HELP)
-    p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<name or task>")
+    add_model(p)
+    p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<model or task>")
     p.add_argument("--labels", help="JSON list of label names, when the checkpoint config has none")
-    p.add_argument("--out", help="default: artifacts/static/<name or task>")
+    p.add_argument("--out", help="default: artifacts/static/<model or task>")
     p.add_argument(
         "--max-seq-len",
         type=int,
@@ -39,4 +40,4 @@ def options(args) -> ExportOptions:
 def run(args) -> None:
     from ernie_deploy.pipeline.stages import export_model
 
-    export_model(args.task, args.name, options(args), checkpoint=args.checkpoint, out=args.out, log=print)
+    export_model(args.task, args.model, options(args), checkpoint=args.checkpoint, out=args.out, log=print)

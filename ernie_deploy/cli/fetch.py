@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.inputs import DEFAULT_TASK, NAME_HELP, options_from
+from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.inputs import DEFAULT_TASK, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import FetchOptions
 
@@ -21,8 +22,8 @@ def register(sub) -> None:
         "rows and epochs (more time, a better model; the best dev checkpoint is kept)",
     )
     p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
-    p.add_argument("--name", help=NAME_HELP)
-    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<name or task>)")
+    add_model(p)
+    p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<model or task>)")
     p.set_defaults(func=run)
 
 
@@ -32,7 +33,7 @@ def options(args) -> FetchOptions:
 
 
 def run(args) -> None:
-    """Materialise a checkpoint at artifacts/checkpoints/<name or task> from a URL, a local path, or the bootstrap."""
+    """Materialise a checkpoint at artifacts/checkpoints/<model or task> from a URL, a local path, or the bootstrap."""
     from ernie_deploy.pipeline.stages import fetch_model
 
-    fetch_model(args.task, args.name, options(args), out=args.out, log=print)
+    fetch_model(args.task, args.model, options(args), out=args.out, log=print)

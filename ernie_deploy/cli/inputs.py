@@ -1,5 +1,6 @@
-"""What the commands share: the help of the flags that name a model, the model found by its name or task
-(ernie_deploy.pipeline.locate), and typed options filled from the parsed flags."""
+"""What the commands that work on artifacts share: the help of --task, the model found by its name or task
+(ernie_deploy.pipeline.locate), and typed options filled from the parsed flags (the flags themselves:
+cli/arguments.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from dataclasses import fields
 
 from ernie_deploy.pipeline.locate import DEFAULT_TASK, onnx_file, static_model
 
-__all__ = ["DEFAULT_TASK", "NAME_HELP", "TASK_HELP", "onnx_file", "options_from", "static_model"]
+__all__ = ["DEFAULT_TASK", "TASK_HELP", "onnx_file", "options_from", "static_model"]
 
 TASK_HELP = f"default: the task the --static model was exported for, else {DEFAULT_TASK}"
-NAME_HELP = "the model's name: its artifacts' folder and the ensemble clients call (default: the task's demo model)"
 
 
 def options_from(cls, args, **given):

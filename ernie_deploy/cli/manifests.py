@@ -3,7 +3,8 @@ same pod as a KServe InferenceService."""
 
 from __future__ import annotations
 
-from ernie_deploy.server.manifests import ManifestOptions
+from ernie_deploy.cli.arguments import add_renamed, add_repository
+from ernie_deploy.deployfiles.options import ManifestOptions
 
 
 def register(sub) -> None:
@@ -13,12 +14,7 @@ def register(sub) -> None:
         "repository from the image, /dev/shm sized from the repository",
     )
     defaults = ManifestOptions()
-    p.add_argument(
-        "repository",
-        nargs="?",
-        default="models",
-        help="the repository the image serves, to size /dev/shm from (default: models)",
-    )
+    add_repository(p, "the repository the image serves, to size /dev/shm from", positional=True)
     p.add_argument(
         "--out",
         default=None,
@@ -34,10 +30,14 @@ def register(sub) -> None:
         "Apply one or the other, not both",
     )
     p.add_argument("--image", default=defaults.image, help="the image built from docker/Dockerfile, with its registry")
-    p.add_argument(
+    add_renamed(
+        p,
         "--name",
+        "--app-name",
         default=defaults.name,
-        help="name of the Deployment, Service and autoscaler, or of the InferenceService",
+        metavar="NAME",
+        help="name of the Deployment, Service and autoscaler, or of the InferenceService, and the prefix of their "
+        "Secrets' names (default %(default)s)",
     )
     p.add_argument("--min-replicas", type=int, default=defaults.min_replicas)
     p.add_argument("--max-replicas", type=int, default=defaults.max_replicas)
@@ -78,7 +78,7 @@ def register(sub) -> None:
 def options(args) -> ManifestOptions:
     return ManifestOptions(
         image=args.image,
-        name=args.name,
+        name=args.app_name,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         cpu_target=args.cpu_target,
@@ -93,15 +93,16 @@ def options(args) -> ManifestOptions:
 
 
 def run(args) -> None:
-    from ernie_deploy.server.manifests import secret_command, secret_name, tls_secret_command, tls_secret_name, write
+    from ernie_deploy.deployfiles.manifests import write
+    from ernie_deploy.deployfiles.pod import secret_command, secret_name, tls_secret_command, tls_secret_name
 
     out = args.out or ("deploy/kserve" if args.kserve else "deploy/k8s")
     for path in write(args.repository, out, options(args), kserve=args.kserve):
         print(f"wrote {path}")
     # Both the Deployment and the InferenceService mount the admin key from a Secret that is never written to a file
-    # here (see manifests.py).
-    print(f"The pods need the Secret {secret_name(args.name)} (the admin key); create it once per namespace:")
-    print(f"  {secret_command(args.name)}")
+    # here (see deployfiles/pod.py).
+    print(f"The pods need the Secret {secret_name(args.app_name)} (the admin key); create it once per namespace:")
+    print(f"  {secret_command(args.app_name)}")
     if args.grpc_tls or args.grpc_tls_mutual:
-        print(f"and the gRPC TLS Secret {tls_secret_name(args.name)} (or let cert-manager write it):")
-        print(f"  {tls_secret_command(args.name, args.grpc_tls_mutual)}")
+        print(f"and the gRPC TLS Secret {tls_secret_name(args.app_name)} (or let cert-manager write it):")
+        print(f"  {tls_secret_command(args.app_name, args.grpc_tls_mutual)}")

@@ -1,8 +1,10 @@
-"""`ernie-deploy probe`: one text through every ready ensemble of a running server (the liveness check)."""
+"""`ernie-deploy probe`: one text through every ready served model of a running server, whatever its layout (the
+liveness check). It asks the server what it serves, so it reads no repository."""
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.core.errors import ErnieDeployError, ServerNotReadyError
 from ernie_deploy.core.tls import add_tls_arguments, https_tls
 from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard library only: cheap to import
 
@@ -10,11 +12,11 @@ from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard librar
 def register(sub) -> None:
     p = sub.add_parser(
         "probe",
-        help="send one text through every ready ensemble of a running server; non-zero "
+        help="send one text through every ready served model of a running server, whatever its layout; non-zero "
         "exit if any fails (a liveness check that sees dead python-backend stubs)",
     )
     p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
-    p.add_argument("--model", action="append", help="probe this model (repeatable; default: every ready ensemble)")
+    add_model(p, "probe this served model (repeatable; default: every ready one)", repeat=True, old_name=False)
     p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
     add_tls_arguments(p, http=True)
@@ -28,7 +30,7 @@ def run(args) -> None:
     try:
         results = probe(args.url, args.model, args.text, args.timeout, tls)
     except ProbeFailed as exc:
-        raise ErnieDeployError(
+        raise ServerNotReadyError(
             f"cannot probe {args.url}: {exc}", "check that the server is up and the URL points at its HTTP port"
         ) from None
     for r in results:

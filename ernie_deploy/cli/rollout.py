@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from ernie_deploy.cli.arguments import add_model, add_repository, required_model
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.tls import add_tls_arguments
 
 
 def _common(p) -> None:
-    p.add_argument("name", help="the model (its ensemble's name)")
-    p.add_argument("--repository", default="models", help="the repository the server runs (its configs are edited)")
+    add_model(p, "the served model (required)", old_name=False, positional=True)
+    add_repository(p, "the repository the server runs (its configs are edited)")
     p.add_argument("--url", default=GRPC_URL, help="the server's gRPC address (default %(default)s)")
     p.add_argument(
         "--admin-key-file",
@@ -37,18 +38,19 @@ def run(args, to_version: int | None = None) -> None:
     from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe, rollout
     from ernie_deploy.repository.served import served_models
 
+    name = required_model(args)
     models = served_models(args.repository)
-    if args.name not in models:
-        from ernie_deploy.core.errors import ErnieDeployError
+    if name not in models:
+        from ernie_deploy.core.errors import BadRepositoryError
 
-        raise ErnieDeployError(
-            f"{args.repository} serves no model {args.name!r}", f"use one of: {', '.join(sorted(models)) or 'none'}"
+        raise BadRepositoryError(
+            f"{args.repository} serves no model {name!r}", f"use one of: {', '.join(sorted(models)) or 'none'}"
         )
     tls = tls_from_args(args)
     with RepositoryAdmin.from_env(args.url, args.admin_key_file, tls=tls) as admin:
         report = rollout(
             args.repository,
-            models[args.name],
+            name,
             to_version or args.to,
             admin,
             canary_probe(args.url, tls),
@@ -61,4 +63,4 @@ def run(args, to_version: int | None = None) -> None:
 def run_rollback(args) -> None:
     from ernie_deploy.operate.rollout import previous_version
 
-    run(args, args.to or previous_version(args.repository, args.name))
+    run(args, args.to or previous_version(args.repository, required_model(args)))

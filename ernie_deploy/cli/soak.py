@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.cli.arguments import add_model, add_repository, add_switch_taking_model
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 from ernie_deploy.reliability.soak import SoakOptions
 
@@ -14,7 +15,7 @@ def register(sub) -> None:
         "every answer against offline onnxruntime",
     )
     defaults = SoakOptions()
-    p.add_argument("repository", nargs="?", default="models")
+    add_repository(p, "the repository to serve and soak", positional=True)
     p.add_argument("--requests", type=int, default=defaults.requests)
     p.add_argument("--concurrency", type=int, default=defaults.concurrency)
     p.add_argument(
@@ -32,12 +33,13 @@ def register(sub) -> None:
         "--chaos-kills", type=int, default=defaults.chaos_kills, help="stop killing after this many (0: no limit)"
     )
     p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument(
+    add_switch_taking_model(
+        p,
         "--rollout",
-        metavar="NAME",
-        help="instead: traffic on model NAME through a rollout to --to and a rollback, every answer checked "
-        "against the offline prediction of the versions",
+        "instead: traffic on the --model through a rollout to --to and a rollback, every answer checked against the "
+        "offline prediction of the versions",
     )
+    add_model(p, "with --rollout: the served model rolled out", old_name=False)
     p.add_argument("--to", type=int, help="with --rollout: the version to roll out to (added by build --version)")
     p.add_argument("--report", default="artifacts/soak.json", help="write the report as JSON (default %(default)s)")
     add_server_tls_arguments(p)  # serve gRPC over TLS, and soak it over TLS
@@ -53,6 +55,8 @@ def run(args) -> None:
     from ernie_deploy.reliability.soak import run_soak
 
     grpc_tls, tls = self_served_tls(args, "soak")
+    if args.model and not args.rollout:
+        raise BadOptionsError("--model names the model --rollout rolls out", "add --rollout, or drop --model")
     if args.rollout:
         _rollout(args, grpc_tls, tls)
         return
@@ -82,19 +86,21 @@ def run(args) -> None:
 def _rollout(args, grpc_tls, tls) -> None:
     import json
 
-    from ernie_deploy.bench.config import TaskInputs
     from ernie_deploy.core.files import write_json
+    from ernie_deploy.evaluate.inputs import ModelInputs
     from ernie_deploy.reliability.rollout_soak import run_rollout_soak
     from ernie_deploy.repository.served import served_models
 
     if args.to is None:
-        raise ErnieDeployError("--rollout needs the version to roll out to", "add --to N")
+        raise BadOptionsError("--rollout needs the version to roll out to", "add --to N")
+    if not args.model:
+        raise BadOptionsError("--rollout needs the model to roll out", "add --model NAME")
     models = served_models(args.repository)
-    if args.rollout not in models:
-        raise ErnieDeployError(f"{args.repository} serves no model {args.rollout!r}", f"use one of {sorted(models)}")
-    texts = TaskInputs.texts_of(models[args.rollout], args.texts)
+    if args.model not in models:
+        raise BadRepositoryError(f"{args.repository} serves no model {args.model!r}", f"use one of {sorted(models)}")
+    texts = ModelInputs.texts_of(models[args.model].task_spec, args.texts)
     result = run_rollout_soak(
-        args.repository, args.rollout, args.to, texts, concurrency=args.concurrency, grpc_tls=grpc_tls, tls=tls
+        args.repository, args.model, args.to, texts, concurrency=args.concurrency, grpc_tls=grpc_tls, tls=tls
     )
     if args.report:
         write_json(result, args.report)

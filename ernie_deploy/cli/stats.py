@@ -5,10 +5,9 @@ its index and configs; without, its statistics and metadata, helped by a local r
 
 from __future__ import annotations
 
+from ernie_deploy.cli.arguments import REPOSITORY, add_model, add_repository
 from ernie_deploy.core.tls import add_tls_arguments
 from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: cheap to import
-
-DEFAULT_REPOSITORY = "models"
 
 
 def register(sub) -> None:
@@ -28,12 +27,13 @@ def register(sub) -> None:
         "warm-up (default: $ERNIE_DEPLOY_ADMIN_KEY_FILE, else $ERNIE_DEPLOY_ADMIN_KEY; without a key, the "
         "server's metadata)",
     )
-    p.add_argument(
-        "--repository",
-        help="without the admin key: the folder the server serves, whose configs give the steps of each ensemble "
-        "where they match what the server serves (default: ./models where it exists)",
+    add_repository(
+        p,
+        "without the admin key: the folder the server serves, whose configs give the steps of each ensemble where "
+        f"they match what the server serves (default: {REPOSITORY} where it exists)",
+        default=None,
     )
-    p.add_argument("--model", action="append", help="show this served model (repeatable; default: every one)")
+    add_model(p, "show this served model (repeatable; default: every one)", repeat=True, old_name=False)
     p.add_argument(
         "--interval",
         type=float,
@@ -51,16 +51,16 @@ def run(args) -> None:
     from pathlib import Path
 
     from ernie_deploy.core.admin_key import admin_key_from
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
     from ernie_deploy.core.files import write_json
     from ernie_deploy.core.tls import https_tls
     from ernie_deploy.server.discover import served_on_server
     from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
     if args.interval < 0:
-        raise ErnieDeployError(f"--interval {args.interval} is negative", "pass seconds above 0, or leave it out")
+        raise BadOptionsError(f"--interval {args.interval} is negative", "pass seconds above 0, or leave it out")
     if args.repository is not None and not Path(args.repository).is_dir():
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"no model repository at {args.repository}",
             "pass the folder the server serves as --repository, or leave it out (the admin key reads each "
             "ensemble's steps from the server)",
@@ -70,7 +70,7 @@ def run(args) -> None:
         url = f"http://{url}"
     tls = https_tls(url, args)
     served = served_on_server(
-        url, admin_key_from(args.admin_key_file), local_record(args.repository or DEFAULT_REPOSITORY), tls=tls
+        url, admin_key_from(args.admin_key_file), local_record(args.repository or REPOSITORY), tls=tls
     )
     unknown = sorted(set(args.model or []) - set(served.steps))
     if unknown:

@@ -47,7 +47,7 @@ def _run_wheel(argv: list[str]) -> int:
     if request.help:
         print(HELP.format(refused=", ".join(f"--{name}" for name in REFUSED)), end="", flush=True)
         return _wheel_help()
-    from ernie_deploy.cli.serve import serve
+    from ernie_deploy.server.serve import serve
 
     serve(
         request.repository,

@@ -1,7 +1,10 @@
-"""`ernie-deploy tune NAME`: search a served model's layout and settings on this machine (ernie_deploy.bench.tune),
-print and save the table, and write the winner as a new version for `ernie-deploy rollout`."""
+"""`ernie-deploy tune --model NAME`: search a served model's layout and settings on this machine
+(ernie_deploy.bench.tune), print and save the table, and write the winner as a new version for `ernie-deploy
+rollout`."""
 
 from __future__ import annotations
+
+from ernie_deploy.cli.arguments import add_model, add_repository, required_model
 
 
 def register(sub) -> None:
@@ -12,8 +15,8 @@ def register(sub) -> None:
         help="search a served model's layout, instances, threads, spinning, queue delay and max batch on this "
         "machine with perf_analyzer; write the winner as a new version",
     )
-    p.add_argument("name", help="the served model (its name in the repository)")
-    p.add_argument("--repository", default="models", help="the repository serving it (default %(default)s)")
+    add_model(p, "the served model to tune (required)", old_name=False, positional=True)
+    add_repository(p, "the repository serving it")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput", help="default %(default)s")
     p.add_argument("--p99-ms", type=float, help="throughput objective: the p99 a winner must stay under")
     p.add_argument("--concurrency", type=int, help="requests in flight (default: 8 for throughput, 1 for latency)")
@@ -49,32 +52,32 @@ def run(args) -> None:
     from dataclasses import replace
     from pathlib import Path
 
-    from ernie_deploy.bench.config import BenchConfig, TaskInputs
+    from ernie_deploy.bench.config import BenchConfig
     from ernie_deploy.bench.tune import Objective, render, served_options, tune_in_tempdir, write_winner
     from ernie_deploy.cli.bench import load_generator_settings
-    from ernie_deploy.cli.inputs import static_model
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import BadOptionsError
     from ernie_deploy.core.files import write_json
     from ernie_deploy.core.paths import artifacts_dir
+    from ernie_deploy.evaluate.inputs import ModelInputs
 
     if args.budget <= 0 or args.duration <= 0:
-        raise ErnieDeployError("--budget and --duration must be positive", "pass minutes and seconds above 0")
+        raise BadOptionsError("--budget and --duration must be positive", "pass minutes and seconds above 0")
     if args.concurrency is not None and args.concurrency < 1:
-        raise ErnieDeployError(f"--concurrency {args.concurrency}: no request would be sent", "pass 1 or more")
+        raise BadOptionsError(f"--concurrency {args.concurrency}: no request would be sent", "pass 1 or more")
+    name = required_model(args)
     objective = Objective(args.objective, args.p99_ms)
-    base = served_options(args.repository, args.name)
-    task = static_model(None, None, args.name).task.named(args.name)
+    base = served_options(args.repository, name)
     config = replace(
         BenchConfig(), duration_s=args.duration, warmup_s=args.warmup, **load_generator_settings(args.load_generator)
     )
-    inputs = TaskInputs.load(task, data=args.data, max_texts=args.texts)
+    inputs = ModelInputs.load(name, data=args.data, max_texts=args.texts)
     dimensions = [d.strip() for d in args.dimensions.split(",") if d.strip()] if args.dimensions else None
     result = tune_in_tempdir(
         inputs, config, objective, base, concurrency=args.concurrency, budget_s=60 * args.budget, dimensions=dimensions
     )
     table = render(result, objective)
     print(table)
-    out = Path(args.out or artifacts_dir() / "reports" / "tune" / f"{args.name}.json")
+    out = Path(args.out or artifacts_dir() / "reports" / "tune" / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json({**result.to_dict(), "load_generator": config.load_generators[0], "table": table}, out)
     print(f"saved {out}")
@@ -84,5 +87,5 @@ def run(args) -> None:
         result, inputs, args.repository, base, args.version, objective=objective, min_gain=args.min_gain
     )
     if written.version is not None:
-        print(f"wrote the winner as version {written.version} of {args.name}")
+        print(f"wrote the winner as version {written.version} of {name}")
     print(written.advice)

@@ -20,7 +20,7 @@ from ernie_deploy.core.admin_key import (
     check_admin_key,
 )
 from ernie_deploy.core.endpoints import GRPC_URL
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.tls import Tls
 
 # Triton 2.51's answer to a request without the right header: HTTP 403 "This API is restricted, expecting
@@ -28,6 +28,9 @@ from ernie_deploy.core.tls import Tls
 # (tests/test_admin_key.py checks both on the pip server). Over gRPC the code alone cannot tell a refusal from
 # a server that is down, so the text decides.
 _REFUSED = "is restricted, expecting header"
+# Triton's answer to a load of a model that is in none of the folders it serves (measured on 2.51): the server runs
+# another repository than the caller wrote to, or the model was never built there.
+_NOT_IN_REPOSITORY = "failed to poll from model repository"
 
 
 class RepositoryAdmin:
@@ -44,7 +47,7 @@ class RepositoryAdmin:
             import tritonclient.http as httpclient
 
             if tls is not None:
-                raise ErnieDeployError(
+                raise BadOptionsError(
                     f"TLS options were given for the HTTP URL {url}", "give the server's gRPC address (host:port)"
                 )
             self._client = httpclient.InferenceServerClient(
@@ -76,7 +79,8 @@ class RepositoryAdmin:
     def _error(self, what: str, exc) -> ErnieDeployError:
         message = exc.message() or str(exc)
         if _REFUSED not in message:
-            return ErnieDeployError(
+            failure = BadRepositoryError if _NOT_IN_REPOSITORY in message else ErnieDeployError
+            return failure(
                 f"{what} failed on {self.url}: {message}", "check the server is up and the model name is right"
             )
         if self.key is None:

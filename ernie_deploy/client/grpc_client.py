@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ernie_deploy.core.endpoints import GRPC_URL
-from ernie_deploy.core.errors import BadRequest, ErnieDeployError
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.errors import BadOptionsError, BadRequest, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.kinds import table
 from ernie_deploy.serving.texts import text_problem
@@ -49,7 +49,8 @@ def connect_fix(url: str, tls: Tls | None) -> str:
     """What to try when nothing answers at `url`: a server that is not there, or one that speaks TLS otherwise."""
     if tls is None:
         return (
-            "start one with `tritonserver --model-repository=models` (or `ernie-deploy serve models`) or pass --url; "
+            "start one with `tritonserver --model-repository=models` (or `ernie-deploy serve --repository models`) or "
+            "pass --url; "
             "if the server serves gRPC over TLS, pass "
             "--tls-ca (the CA that signed its certificate), and under mutual TLS --tls-cert and --tls-key"
         )
@@ -89,11 +90,14 @@ class TextError:
 
 
 class Client:
+    """Calls served model `model` (default: the task's demo model), a model of `task`, whose outputs it reads."""
+
     def __init__(
         self,
         task: TaskSpec,
         url: str = DEFAULT_URL,
         *,
+        model: str | None = None,
         timeout_s: float = 60.0,
         retry: Retry = Retry(),
         tls: Tls | None = None,
@@ -101,6 +105,7 @@ class Client:
         import tritonclient.grpc as grpcclient
 
         self.task = task
+        self.model = model or DEMO_MODELS[task.name]
         self.url = url
         self.timeout_s = timeout_s
         self.retry = retry
@@ -117,14 +122,14 @@ class Client:
             live = self.client.is_server_live(client_timeout=self.timeout_s)
         except InferenceServerException as exc:
             how = f" over {self.tls.describe()}" if self.tls is not None else ""
-            raise ErnieDeployError(
+            raise ServerNotReadyError(
                 f"no Triton server answers at {self.url}{how} ({exc.message()})", connect_fix(self.url, self.tls)
             ) from None
         if not live or not self.client.is_server_ready():
-            raise ErnieDeployError(f"the Triton server at {self.url} is not ready", "wait for it to finish loading")
-        model = self.task.ensemble
+            raise ServerNotReadyError(f"the Triton server at {self.url} is not ready", "wait for it to finish loading")
+        model = self.model
         if not self.client.is_model_ready(model):
-            raise ErnieDeployError(
+            raise ServerNotReadyError(
                 f"model {model!r} is not ready on {self.url}",
                 "check the server log; build it with `scripts/convert.sh`",
             )
@@ -133,7 +138,7 @@ class Client:
         served = {o.name for o in self.client.get_model_metadata(model).outputs}
         wanted = {o.name for o in self.task.outputs}
         if not wanted <= served:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"model {model!r} on {self.url} answers with {sorted(served)}; this client reads {self.task.name} "
                 f"answers ({sorted(wanted)})",
                 f"use the client of that model's task, or pass the name of a {self.task.name} model",
@@ -157,19 +162,21 @@ class Client:
         while True:
             tries += 1
             try:
-                result = self.client.infer(self.task.ensemble, tensors, outputs=outputs, client_timeout=self.timeout_s)
+                result = self.client.infer(self.model, tensors, outputs=outputs, client_timeout=self.timeout_s)
                 return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
             except InferenceServerException as exc:
                 status, message = str(exc.status()), exc.message() or str(exc)
                 if status == "StatusCode.INVALID_ARGUMENT":
-                    raise BadRequest(f"{self.task.ensemble!r} refused the request: {message}") from None
-                delay = next(delays, None) if self._transient(status) else None
+                    raise BadRequest(f"{self.model!r} refused the request: {message}") from None
+                transient = self._transient(status)
+                delay = next(delays, None) if transient else None
                 spent = time.monotonic() - t0
                 if delay is None or spent + delay > self.retry.budget_s:
                     tried = f" after {tries} attempts over {spent:.1f} s" if tries > 1 else ""
-                    raise ErnieDeployError(
-                        f"inference on {self.task.ensemble!r} at {self.url} failed{tried}: "
-                        f"{message} ({status.split('.')[-1]})",
+                    # What the retries were for (a server or step not answering) is not ready yet; the rest is not.
+                    failure = ServerNotReadyError if transient else ErnieDeployError
+                    raise failure(
+                        f"inference on {self.model!r} at {self.url} failed{tried}: {message} ({status.split('.')[-1]})",
                         "check that the server is running and ready (ernie-deploy serve prints its log path)",
                     ) from None
                 self.retries += 1
@@ -190,7 +197,7 @@ class Client:
 
         parts: dict[str, list[np.ndarray]] = {o.name: [] for o in self.task.outputs}
         starts = range(0, len(texts), batch_size)
-        for start in tqdm(starts, desc=f"{self.task.ensemble} over gRPC", unit="batch", disable=not progress):
+        for start in tqdm(starts, desc=f"{self.model} over gRPC", unit="batch", disable=not progress):
             for name, value in self.infer(texts[start : start + batch_size]).items():
                 parts[name].append(value)
         return {name: np.concatenate(values) for name, values in parts.items()}
@@ -241,7 +248,7 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
         bad = [i for i, item in enumerate(items) if isinstance(item, tuple | list)]
         if bad:
             raise ErnieDeployError(
-                f"item {bad[0]} is a {type(items[bad[0]]).__name__}, but model {task.ensemble!r} takes one text",
+                f"item {bad[0]} is a {type(items[bad[0]]).__name__}, but a {task.name} model takes one text",
                 "send plain strings, or call a pair model",
             )
         return [list(items)]
@@ -249,7 +256,7 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
     bad = [i for i, item in enumerate(items) if not isinstance(item, tuple | list) or len(item) != len(names)]
     if bad:
         raise ErnieDeployError(
-            f"item {bad[0]} is {items[bad[0]]!r}; model {task.ensemble!r} takes {' and '.join(names)} per item",
+            f"item {bad[0]} is {items[bad[0]]!r}; a {task.name} model takes {' and '.join(names)} per item",
             f"send ({', '.join(names)}) tuples",
         )
     return [list(column) for column in zip(*items)] if items else [[] for _ in names]

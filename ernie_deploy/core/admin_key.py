@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 
 # gRPC metadata keys must be lowercase; HTTP header names are case-insensitive, so one spelling serves both.
@@ -56,9 +56,9 @@ class AdminKey:
 def check_admin_key(value: str, source: str) -> AdminKey:
     """`value` as an AdminKey, or an error naming `source` when it cannot be one."""
     if not value:
-        raise ErnieDeployError(f"the admin key from {source} is empty", f"put a key in it, e.g. from {GENERATE_HINT}")
+        raise BadOptionsError(f"the admin key from {source} is empty", f"put a key in it, e.g. from {GENERATE_HINT}")
     if not _KEY.fullmatch(value):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"the admin key from {source} is not usable: it needs 16 or more characters from "
             "A-Z a-z 0-9 . _ ~ + / = : @ - (no spaces or commas)",
             f"generate one with {GENERATE_HINT}",
@@ -72,7 +72,7 @@ def read_admin_key_file(path: str | os.PathLike) -> AdminKey:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"admin key file {path} does not exist",
             "mount the secret there, or point --admin-key-file / ERNIE_DEPLOY_ADMIN_KEY_FILE at the key's file",
         ) from None

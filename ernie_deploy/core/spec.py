@@ -8,6 +8,11 @@ overrides a field and is then recorded.
 
 Fields that a stage decides (the layout, the long-text reading, the limits) stay None until that stage has decided
 them: None always means "the default of the stage that decides it", never a guess.
+
+In memory the record is the model: code that works on a model takes its ModelSpec (and, where it needs files, a
+small paths object beside it); code that needs only what the task's kind decides takes the TaskSpec
+(`ModelSpec.task_spec`). Format 2 is the one format there is: a record of another format is refused with the
+command that writes it again (`ernie-deploy check` says the same of a whole repository).
 """
 
 from __future__ import annotations
@@ -17,14 +22,32 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.files import write_json
-from ernie_deploy.core.tasks import TaskSpec, check_model_name, get_task
+from ernie_deploy.core.tasks import (
+    DEFAULT_MAX_SEQ_LEN,
+    DEMO_MODELS,
+    TaskSpec,
+    artifact_name,
+    check_model_name,
+    get_task,
+)
+from ernie_deploy.kinds import Kind
 
 SPEC_FILE = "model.json"
 # The entry config parameter that carries the served model's record (JSON).
 SPEC_PARAMETER = "model_spec"
-FORMAT = 1
+# 2: the record is the one source of every serving parameter (format 1 repositories also carried parameters that
+# shared a field's name with another meaning, and were read through fallbacks for what they had not recorded).
+FORMAT = 2
+# What to run to write a model's records again in this format.
+REBUILD = (
+    "run `ernie-deploy export`, `convert` and `build` with --model NAME again (scripts/convert.sh for the demo models)"
+)
+
+
+class OldRecord(BadRepositoryError):
+    """A model record (model.json, or a served model's `model_spec`) in a format this version does not read."""
 
 
 @dataclass(frozen=True)
@@ -61,15 +84,41 @@ class ModelSpec:
         if self.max_seq_len < 2:
             raise ErnieDeployError(f"model {self.name}: max_seq_len {self.max_seq_len} leaves no room for a token")
 
+    @classmethod
+    def new(cls, task: TaskSpec | str, name: str | None = None, **facts) -> ModelSpec:
+        """A record of a `task` model that no stage has written yet: under `name` (None: the task's demo name), with
+        no labels and the default max_seq_len unless `facts` say otherwise."""
+        task = get_task(task) if isinstance(task, str) else task
+        facts = {"labels": (), "max_seq_len": DEFAULT_MAX_SEQ_LEN, **facts}
+        return cls(name=name or DEMO_MODELS[task.name], task=task.name, **facts)
+
     @property
     def task_spec(self) -> TaskSpec:
-        """The task this model performs, under the model's name and with its max_seq_len."""
-        task = get_task(self.task).named(self.name)
-        return task if task.max_seq_len == self.max_seq_len else replace(task, max_seq_len=self.max_seq_len)
+        """What this model's task decides: its kind, inputs, outputs and data (no model facts)."""
+        return get_task(self.task)
 
     @property
     def kind(self) -> str:
         return get_task(self.task).kind
+
+    @property
+    def kind_facts(self) -> Kind:
+        """The facts of this model's kind (ernie_deploy/kinds/<kind>/__init__.py)."""
+        return get_task(self.task).kind_facts
+
+    @property
+    def model_step(self) -> str:
+        """The Triton model that runs the ONNX model, in layouts that split the model into steps."""
+        return f"{self.name}_model"
+
+    @property
+    def postprocess_step(self) -> str:
+        return f"{self.name}_postprocess"
+
+    @property
+    def artifact_name(self) -> str:
+        """The folder of this model's files under each stage (core.tasks.artifact_name)."""
+        return artifact_name(self.name)
 
     @property
     def window_default(self) -> int:
@@ -95,17 +144,17 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: dict, where: str = "the model record") -> ModelSpec:
         data = dict(data)
-        version = data.pop("format", FORMAT)
+        version = data.pop("format", None)
         if version != FORMAT:
-            raise ErnieDeployError(
+            raise OldRecord(
                 f"{where} is in record format {version}; this ernie-deploy reads format {FORMAT}",
-                "run the stage that wrote it again with this version",
+                f"write it again with this version: {REBUILD}",
             )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         missing = sorted({"name", "task", "labels", "max_seq_len"} - data.keys())
         if unknown or missing:
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"{where}: "
                 + "; ".join(
                     part
@@ -125,9 +174,13 @@ class ModelSpec:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ErnieDeployError(f"{folder} holds no {SPEC_FILE}", "run `ernie-deploy export` for it first") from None
+            raise BadRepositoryError(
+                f"{folder} holds no {SPEC_FILE}", "run `ernie-deploy export` for it first"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ErnieDeployError(f"{path} is not JSON: {exc}", "write it again with `ernie-deploy export`") from None
+            raise BadRepositoryError(
+                f"{path} is not JSON: {exc}", "write it again with `ernie-deploy export`"
+            ) from None
         return cls.from_dict(data, str(path))
 
     @classmethod

@@ -10,9 +10,9 @@ one table of its own, built from the kinds.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.kinds import KINDS, Kind, get_kind
 
 
@@ -36,16 +36,12 @@ class TaskSpec:
     kind: str  # what one prediction is: the name of a kind in ernie_deploy.kinds (its facts: `kind_facts`)
     dataset: str  # key in ernie_deploy.fetch.datasets.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
-    # The model's name: the Triton ensemble users call, and the prefix of its steps. A task carries its default
-    # (today's demo names); `named()` gives the same task under a user's model name.
-    ensemble: str
     # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
     postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the ensemble takes, per request item: the text, or a text and its pair.
     inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
-    max_seq_len: int = 128
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -92,23 +88,6 @@ class TaskSpec:
     def graph_postprocess(self) -> str:
         return self.kind_facts.graph_postprocess
 
-    def named(self, name: str | None) -> TaskSpec:
-        """This task served under the model name `name` (None: the task's default name)."""
-        return self if name is None or name == self.ensemble else replace(self, ensemble=check_model_name(name))
-
-    @property
-    def artifact_name(self) -> str:
-        """The folder of this model's files under each stage: see `artifact_name`."""
-        return artifact_name(self.ensemble)
-
-    @property
-    def model_step(self) -> str:
-        return f"{self.ensemble}_model"
-
-    @property
-    def postprocess_step(self) -> str:
-        return f"{self.ensemble}_postprocess"
-
 
 # Triton takes a model name as a folder name; these characters keep it a plain one on every filesystem and in URLs.
 _MODEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -117,7 +96,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 def check_model_name(name: str) -> str:
     """A model name users call (the ensemble, and the prefix of its steps' names), or a clear error."""
     if not isinstance(name, str) or not _MODEL_NAME.fullmatch(name):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"model name {name!r} is not usable",
             "use 1-64 characters: a letter first, then letters, digits, '_' or '-' (e.g. news_classifier)",
         )
@@ -159,7 +138,6 @@ SEQ_CLS = TaskSpec(
     kind="sequence",
     dataset="thucnews",
     paddle_class="ErnieForSequenceClassification",
-    ensemble="ernie_seqcls",
     outputs=(
         TensorSpec("label_id", "INT64", (1,)),
         TensorSpec("label", "BYTES", (1,)),
@@ -173,7 +151,6 @@ TOKEN_CLS = TaskSpec(
     kind="token",
     dataset="msra_ner",
     paddle_class="ErnieForTokenClassification",
-    ensemble="ernie_tokencls",
     outputs=(
         TensorSpec("entities", "BYTES", (1,)),  # JSON list of {"type", "start", "end", "text"}
         # head: entities past the cut are not found; window: always false, every token is decided
@@ -189,7 +166,6 @@ PAIR_CLS = TaskSpec(
     kind="sequence",
     dataset="thucnews_pairs",
     paddle_class="ErnieForSequenceClassification",
-    ensemble="ernie_paircls",
     outputs=SEQ_CLS.outputs,
     inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),
 )
@@ -199,7 +175,6 @@ MULTI_LABEL = TaskSpec(
     kind="multi_label",
     dataset="msra_multilabel",
     paddle_class="ErnieForSequenceClassification",
-    ensemble="ernie_multilabel",
     outputs=(
         TensorSpec("labels", "BYTES", (1,)),  # JSON list of {"label", "score"} over each label's threshold, best first
         TensorSpec("scores", "FP32", (-1,)),  # every label's sigmoid score, in labels.json order
@@ -207,6 +182,17 @@ MULTI_LABEL = TaskSpec(
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL)}
+# The demo model of each task: the name a model of that task gets when none is given (the Triton model users call,
+# and the prefix of its steps). A model's name is a fact of the model (core.spec.ModelSpec.name), not of its task.
+DEMO_MODELS: dict[str, str] = {
+    "seq_cls": "ernie_seqcls",
+    "token_cls": "ernie_tokencls",
+    "pair_cls": "ernie_paircls",
+    "multi_label": "ernie_multilabel",
+}
+# The longest input in tokens ([CLS] and [SEP] included) an export takes when neither the user nor the checkpoint
+# says otherwise.
+DEFAULT_MAX_SEQ_LEN = 128
 # The demo models: what the quickstart, `scripts/convert.sh`, `build` and `bench` take when no task is named. The
 # other tasks are one `--task` away (their bootstraps start from these two and add minutes the quickstart skips).
 DEFAULT_TASKS = ("seq_cls", "token_cls")
@@ -215,12 +201,12 @@ DEFAULT_TASKS = ("seq_cls", "token_cls")
 def artifact_name(model: str) -> str:
     """The folder of a model's files under each stage (artifacts/<stage>/<folder>): the model's name, except for
     the demo models, whose files live under their task's name (artifacts/static/seq_cls for ernie_seqcls)."""
-    demo = {task.ensemble: task.name for task in TASKS.values()}
+    demo = {name: task for task, name in DEMO_MODELS.items()}
     return demo.get(model, model)
 
 
 def get_task(name: str) -> TaskSpec:
     key = name.replace("-", "_")
     if key not in TASKS:
-        raise ErnieDeployError(f"unknown task {name!r}", f"use one of: {', '.join(sorted(TASKS))}")
+        raise BadOptionsError(f"unknown task {name!r}", f"use one of: {', '.join(sorted(TASKS))}")
     return TASKS[key]

@@ -19,7 +19,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 
 PEM_HINT = "PEM files; a key without a passphrase"
 
@@ -29,7 +29,7 @@ def _file(path: str | os.PathLike | None, option: str) -> Path | None:
         return None
     path = Path(path)
     if not path.is_file():
-        raise ErnieDeployError(f"{option} {path}: no such file", f"pass the path of an existing file ({PEM_HINT})")
+        raise BadOptionsError(f"{option} {path}: no such file", f"pass the path of an existing file ({PEM_HINT})")
     if not os.access(path, os.R_OK):
         raise ErnieDeployError(f"{option} {path}: cannot be read", "make it readable by this user")
     return path
@@ -58,7 +58,7 @@ class Tls:
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
             given, missing = ("--tls-cert", "--tls-key") if self.key is None else ("--tls-key", "--tls-cert")
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"{given} without {missing}: a client certificate goes with its private key",
                 f"pass both {given} and {missing}, or neither",
             )
@@ -109,7 +109,7 @@ class ServerTls:
 
     def __post_init__(self) -> None:
         if self.cert is None or self.key is None:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 "serving TLS needs the server's certificate and its private key",
                 "pass --grpc-tls-cert and --grpc-tls-key",
             )
@@ -169,7 +169,7 @@ def https_tls(url: str, args: argparse.Namespace) -> Tls | None:
     """The client TLS for an HTTP tool's --url: only an https:// URL (a TLS proxy) takes TLS options."""
     tls = tls_from_args(args)
     if tls is not None and not url.startswith("https://"):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--tls-ca, --tls-cert and --tls-key are for an https:// URL, and --url is {url}: Triton's own HTTP "
             "endpoint has no TLS",
             "point --url at the TLS proxy in front of the HTTP port (https://HOST:PORT), or drop the TLS options",
@@ -199,7 +199,7 @@ def server_tls_from_args(args: argparse.Namespace) -> ServerTls | None:
         given = ", ".join(
             o for o, v in (("--grpc-tls-cert", cert), ("--grpc-tls-key", key), ("--grpc-tls-ca", ca)) if v
         )
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{given} without {'--grpc-tls-key' if cert else '--grpc-tls-cert'}: TLS needs the server's certificate "
             "and its private key",
             "pass both --grpc-tls-cert and --grpc-tls-key (and --grpc-tls-ca for mutual TLS)",
@@ -212,17 +212,17 @@ def self_served_tls(args: argparse.Namespace, tool: str) -> tuple[ServerTls | No
     or neither."""
     server, client = server_tls_from_args(args), tls_from_args(args)
     if server is not None and client is None:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{tool} would serve gRPC over TLS, but its own clients have no --tls-ca to trust the server's certificate",
             "add --tls-ca (the CA that signed --grpc-tls-cert), and with --grpc-tls-ca also --tls-cert and --tls-key",
         )
     if client is not None and server is None:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--tls options given, but the server {tool} starts would serve plain gRPC",
             "add --grpc-tls-cert and --grpc-tls-key (and --grpc-tls-ca for mutual TLS), or drop the --tls options",
         )
     if server is not None and server.mutual and not client.mutual:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--grpc-tls-ca makes {tool}'s server require client certificates, and its clients have none",
             "add --tls-cert and --tls-key (a client certificate signed by --grpc-tls-ca)",
         )

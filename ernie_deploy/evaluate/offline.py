@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TaskSpec
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.kinds import table
 from ernie_deploy.serving.encoding import Encoded
@@ -108,7 +108,7 @@ def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str], **
         task,
         static.labels,
         texts,
-        paddle_encoder(static.vocab_file, task.max_seq_len, static.do_lower_case),
+        paddle_encoder(static.vocab_file, static.max_seq_len, static.do_lower_case),
         PaddlePredictor(static),
         desc="paddle",
         **model_files,
@@ -116,9 +116,17 @@ def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str], **
 
 
 def onnx_predictions(
-    task: TaskSpec, onnx_path: str | Path, vocab_file: str | Path, labels: list[str], texts: list[str], **model_files
+    task: TaskSpec,
+    onnx_path: str | Path,
+    vocab_file: str | Path,
+    labels: list[str],
+    texts: list[str],
+    *,
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+    **model_files,
 ) -> list:
-    """What the server computes, in-process: the serving tokenizer and onnxruntime."""
+    """What the server computes, in-process: the serving tokenizer (texts cut to the model's `max_seq_len` tokens)
+    and onnxruntime."""
     from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer
@@ -128,7 +136,7 @@ def onnx_predictions(
         task,
         labels,
         texts,
-        lambda batch: encode_items(tokenizer, batch, task.max_seq_len),
+        lambda batch: encode_items(tokenizer, batch, max_seq_len),
         OnnxModel(onnx_path),
         desc="onnx",
         **model_files,
@@ -148,9 +156,10 @@ def served_predictions(
     served record, or the artifacts' record, whose window `build` takes by default): a model that reads long texts in
     windows, in those windows; any other, cut. Without a record, windows of max_seq_len."""
     mode = (spec.long_text if spec is not None else None) or task.kind_facts.long_text_modes[0]
+    max_seq_len = spec.max_seq_len if spec is not None else DEFAULT_MAX_SEQ_LEN
     if mode != "window":
-        return onnx_predictions(task, onnx_path, vocab_file, labels, texts, **model_files)
-    window = (spec.window_size or spec.window_default) if spec is not None else task.max_seq_len
+        return onnx_predictions(task, onnx_path, vocab_file, labels, texts, max_seq_len=max_seq_len, **model_files)
+    window = (spec.window_size or spec.window_default) if spec is not None else max_seq_len
     stride = spec.window_stride if spec is not None else None
     decoding = model_files.get("decoding", DEFAULT_DECODING)
     return onnx_window_predictions(task, onnx_path, vocab_file, labels, texts, stride, window=window, decoding=decoding)
@@ -183,7 +192,9 @@ def evaluate(
     else:
         files = {**model_files(task, Path(onnx_path).parent, static.labels), **decodings}
         paddle = paddle_predictions(task, static, texts, **files)
-        onnx = onnx_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **files)
+        onnx = onnx_predictions(
+            task, onnx_path, static.vocab_file, static.labels, texts, max_seq_len=static.max_seq_len, **files
+        )
     if not decodings:
         return {
             "paddle": score(task, texts, gold, paddle, static.labels),
@@ -287,11 +298,11 @@ def paddle_window_predictions(
     decoding: str | tuple = DEFAULT_DECODING,
 ) -> list:
     """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
-    per window, [CLS] and [SEP] included (default max_seq_len); stride: default half a window."""
+    per window, [CLS] and [SEP] included (default the export's max_seq_len); stride: default half a window."""
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.serving.windows import default_stride
 
-    window = window or task.max_seq_len
+    window = window or static.max_seq_len
     return window_predict(
         static.labels,
         texts,
@@ -323,7 +334,7 @@ def onnx_window_predictions(
     from ernie_deploy.serving.windows import default_stride
 
     tokenizer = build_tokenizer(vocab_file)
-    window = window or task.max_seq_len
+    window = window or DEFAULT_MAX_SEQ_LEN
     return window_predict(
         labels,
         texts,

@@ -8,9 +8,9 @@ import os
 import sys
 
 from ernie_deploy.client.grpc_client import DEFAULT_URL, Client, decode_outputs
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import write_json
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.kinds import table
 
@@ -22,7 +22,9 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
     parser.add_argument(
-        "--model", default=task.ensemble, help=f"the served model to call, a {task.name} model (default %(default)s)"
+        "--model",
+        default=DEMO_MODELS[task.name],
+        help=f"the served model to call, a {task.name} model (default %(default)s)",
     )
     parser.add_argument(
         "--data", help=f"a {task.split_format.upper()} split file (default: the {task.dataset} test split)"
@@ -32,18 +34,22 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         parser.add_argument("--text-pair", action="append", help="the second text of each --text, in order")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")
+    parser.add_argument(
+        "--min-score",
+        type=float,
+        help=f"exit 3 (AccuracyGateError) when the split's {task.metric} is below this (a release gate in CI)",
+    )
     add_tls_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        task = task.named(args.model)
-        with Client(task, args.url, tls=tls_from_args(args)) as client:
+        with Client(task, args.url, model=args.model, tls=tls_from_args(args)) as client:
             client.check_ready()
             if args.text:
                 items = args.text
                 if len(task.inputs) > 1:
                     pairs = args.text_pair or []
                     if len(pairs) != len(items):
-                        raise ErnieDeployError(
+                        raise BadOptionsError(
                             f"{len(items)} --text but {len(pairs)} --text-pair", "give each --text its --text-pair"
                         )
                     items = list(zip(items, pairs))
@@ -65,7 +71,15 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         if args.report:
             write_json(report, args.report)
         print(f"{task.metric}: {report[task.metric]:.4f} (n={report['n']})")
+        if args.min_score is not None:
+            from ernie_deploy.export.gates import require_at_least
+
+            what = f"{args.model}'s {task.metric} on {args.data or f'the {task.dataset} test split'}"
+            require_at_least(report[task.metric], args.min_score, what)
         return 0
+    except AccuracyGateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except ErnieDeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

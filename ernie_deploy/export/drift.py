@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ParityError
 from ernie_deploy.export.gates import Gates, require_logits_rank
 from ernie_deploy.export.precision import convert_fp16, quantize_int8, quantize_int8_static
 from ernie_deploy.export.static import StaticModel
@@ -68,7 +68,7 @@ def gate_batches(static: StaticModel, texts: list, max_seq_len: int, batch_size:
     from ernie_deploy.serving.tokenizer import build_tokenizer
 
     if not texts:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "the parity and drift checks need at least one text", "pass texts like those the model will serve"
         )
     tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
@@ -138,7 +138,7 @@ def require_drift(report: DriftReport, path: Path) -> None:
             f"{report.max_abs_diff:.3g} (tolerance {report.tolerance:g}), labels agree on "
             f"{report.agreement:.2%} of the {unit} (at least {report.min_labels_agree:.0%} required)"
         )
-    raise ErnieDeployError(problem, reduced(report.precision).fix)
+    raise ParityError(problem, reduced(report.precision).fix)
 
 
 # --- the precisions -----------------------------------------------------------------------------------------
@@ -210,5 +210,5 @@ def reduced(precision: str) -> Precision:
     precision = canonical(precision)
     if precision not in REDUCED:
         names = ", ".join([*ALIASES, *REDUCED])
-        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {names}")
+        raise BadOptionsError(f"unknown precision {precision!r}", f"use one of {names}")
     return REDUCED[precision]

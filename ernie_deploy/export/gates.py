@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import AccuracyGateError, BadCheckpointError
 from ernie_deploy.core.tasks import TaskSpec
 
 DEFAULT_TOLERANCE = 1e-4  # Paddle vs ONNX FP32, max abs logit diff (measured ~2e-7 on ERNIE shapes)
@@ -33,7 +33,7 @@ def require_logits_rank(task: TaskSpec, logits, source) -> None:
     every comparison of two models reads labels per text or per token from it."""
     if logits.ndim != 1 + task.logits_rank:
         expected = "[batch, classes]" if task.logits_rank == 1 else "[batch, tokens, classes]"
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{source} returns logits of shape {list(logits.shape)}; a {task.kind} task "
             f"({task.name}) expects {expected}",
             "export the model for the task it was trained for (`ernie-deploy export --task`)",
@@ -95,3 +95,14 @@ def at_least(score: float, floor: float, *, n: int | None = None) -> bool:
     if n is None:
         return score >= floor - SCORE_ROUNDING
     return count_of(score, n) >= math.ceil(_decimal(floor) * n)
+
+
+def require_at_least(score: float, floor: float, what: str, *, n: int | None = None) -> None:
+    """`at_least` as a gate: AccuracyGateError unless `score` reaches `floor`. `what` names the score in the message
+    (e.g. "the served seq_cls model's accuracy on its test split"); n as in `at_least`."""
+    if not at_least(score, floor, n=n):
+        raise AccuracyGateError(
+            f"{what} is {score:.4f}, below the gate's {floor:.4f}" + (f" ({n:,} texts)" if n else ""),
+            "keep serving the model that passed; look at the data, the training run or the precision it was "
+            "converted to before serving this one",
+        )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError, ParityError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.spec import SPEC_FILE
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
@@ -32,7 +32,7 @@ def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_O
     import paddle2onnx
 
     if opset < 13:
-        raise ErnieDeployError(f"opset {opset} is too old", "use --opset 13 or newer")
+        raise BadOptionsError(f"opset {opset} is too old", "use --opset 13 or newer")
     out_path = Path(out_path)
     with atomic_path(out_path, suffix=".onnx") as tmp:
         log = io.StringIO()
@@ -63,12 +63,12 @@ def name_tensors(model) -> None:
     """Give the graph the pipeline's tensor names: inputs as exported, the single output as `logits`."""
     inputs = [i.name for i in model.graph.input]
     if sorted(inputs) != sorted(MODEL_INPUTS):
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"the exported graph has inputs {inputs}, expected {list(MODEL_INPUTS)}",
             "export the model with `ernie-deploy export`, which fixes the input names",
         )
     if len(model.graph.output) != 1:
-        raise ErnieDeployError(f"expected one graph output, found {[o.name for o in model.graph.output]}")
+        raise BadCheckpointError(f"expected one graph output, found {[o.name for o in model.graph.output]}")
     old = model.graph.output[0].name
     if old == LOGITS:
         return
@@ -131,7 +131,7 @@ def check_parity(
     from ernie_deploy.serving.runtime import OnnxModel
 
     if static.max_positions and max_seq_len > static.max_positions:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"max_seq_len {max_seq_len} is more than the {static.max_positions} positions of {static.model_file}",
             f"check parity with max_seq_len {static.max_positions} or less (the model's max_position_embeddings)",
         )
@@ -162,7 +162,7 @@ def check_parity(
 
 def require_parity(report: ParityReport, onnx_path: Path) -> None:
     if not report.ok:
-        raise ErnieDeployError(
+        raise ParityError(
             f"Paddle and ONNX disagree on {onnx_path}: max abs logit diff {report.max_abs_diff:.3g} "
             f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts"
             + (
@@ -197,11 +197,11 @@ def _checked_precision(precision: str, calibration: Calibration | None):
     """The precision's canonical name and its reduction (None for FP32); refuses an unknown precision and a
     calibrated one without calibration texts."""
     if precision not in PRECISIONS:
-        raise ErnieDeployError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        raise BadOptionsError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     precision = canonical(precision)
     reduced = REDUCED.get(precision)
     if reduced is not None and reduced.calibrated and calibration is None:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{reduced.label} needs calibration texts",
             "pass texts like those the model will serve (`convert --calibration-data FILE`)",
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 
 # --- INT8 -------------------------------------------------------------------------------------------------
@@ -50,7 +50,7 @@ def quantize_int8(
     fp32_onnx, out_path = Path(fp32_onnx), Path(out_path)
     types = {"qint8": QuantType.QInt8, "quint8": QuantType.QUInt8}
     if weight_type not in types:
-        raise ErnieDeployError(f"unknown weight type {weight_type!r}", f"use one of {sorted(types)}")
+        raise BadOptionsError(f"unknown weight type {weight_type!r}", f"use one of {sorted(types)}")
 
     def run(src, dst):
         quantize_dynamic(
@@ -178,9 +178,9 @@ def quantize_int8_static(
     fp32_onnx, out_path = Path(fp32_onnx), Path(out_path)
     formats = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
     if quant_format not in formats:
-        raise ErnieDeployError(f"unknown quantization format {quant_format!r}", f"use one of {', '.join(formats)}")
+        raise BadOptionsError(f"unknown quantization format {quant_format!r}", f"use one of {', '.join(formats)}")
     if not calibration.texts:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "static INT8 needs calibration texts and got none",
             "pass texts like those the model will serve (--calibration-data), or --quantize int8-dynamic",
         )
@@ -310,7 +310,7 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
     try:
         reference = onnx.load(str(fp32_onnx))
     except Exception as exc:  # noqa: BLE001 - missing, truncated or not ONNX at all
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{fp32_onnx} is not a readable ONNX model: {exc}", "convert the FP32 model again (`ernie-deploy convert`)"
         ) from None
     fix = "serve the FP32 model (convert without --fp16)"

@@ -20,10 +20,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path, write_json
-from ernie_deploy.core.spec import SPEC_FILE, ModelSpec
-from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec, get_task
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, TaskSpec
 from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_tokens
 
 PREFIX = "inference"
@@ -69,32 +69,13 @@ class StaticModel:
         root = Path(root)
         meta = root / "export.json"
         if not meta.exists():
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"{root} is not an exported model (no export.json)", "run `ernie-deploy export` first"
             )
-        info = json.loads(meta.read_text())
-        spec = ModelSpec.read(root) if (root / SPEC_FILE).exists() else _legacy_spec(root, info)
-        return cls(root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", spec)
-
-
-def _legacy_spec(root: Path, info: dict) -> ModelSpec:
-    """The record of an export made before model.json: its facts were in export.json (and those made before they
-    were recorded used the task's max_seq_len and a lowercasing tokenizer)."""
-    if "task" not in info:
-        raise ErnieDeployError(
-            f"{root / 'export.json'} does not say which task the model is for",
-            "export it again with `ernie-deploy export --task ...`",
+        info = json.loads(meta.read_text())  # the file names; the model's facts are its record, model.json
+        return cls(
+            root, root / info["model_file"], root / info["params_file"], root / "vocab.txt", ModelSpec.read(root)
         )
-    task = get_task(info["task"])
-    return ModelSpec(
-        name=task.ensemble,
-        task=task.name,
-        labels=tuple(info["labels"]),
-        max_seq_len=int(info.get("max_seq_len") or task.max_seq_len),
-        do_lower_case=bool(info.get("do_lower_case", True)),
-        max_positions=info.get("max_positions"),
-        ner_decoding=info.get("ner_decoding") if task.kind_facts.entities else None,
-    )
 
 
 def label_names_from_config(config: dict) -> list[str]:
@@ -102,25 +83,25 @@ def label_names_from_config(config: dict) -> list[str]:
     id2label = config.get("id2label") or {}
     num = config.get("num_labels") or config.get("num_classes") or len(id2label)
     if not num:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             "the checkpoint config has neither id2label nor num_labels",
             "add id2label to config.json, or pass --labels with a JSON list of names",
         )
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(int(num))]
 
 
-def choose_max_seq_len(requested: int | None, task: TaskSpec, max_positions: int | None) -> int:
-    """The longest input to serve, in tokens ([CLS] and [SEP] included): `requested`, else the task's default
+def choose_max_seq_len(requested: int | None, max_positions: int | None) -> int:
+    """The longest input to serve, in tokens ([CLS] and [SEP] included): `requested`, else the default
     (at most the model's positions). A request beyond the model's positions is refused: the position embedding
     has no row for them, and onnxruntime fails on such an input at run time."""
     if requested is None:
-        return min(task.max_seq_len, max_positions) if max_positions else task.max_seq_len
+        return min(DEFAULT_MAX_SEQ_LEN, max_positions) if max_positions else DEFAULT_MAX_SEQ_LEN
     if requested < 2:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"max_seq_len {requested} leaves no room for a token", "use --max-seq-len 2 or more ([CLS] and [SEP])"
         )
     if max_positions and requested > max_positions:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"max_seq_len {requested} is more than the model's {max_positions} positions (max_position_embeddings "
             "in its config.json)",
             f"export with --max-seq-len {max_positions} or less; longer texts are truncated to it",
@@ -135,7 +116,7 @@ def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
 
     if not task.kind_facts.entities:
         if ner_decoding is not None:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--ner-decoding sets how a token model decodes entities; {task.name} is a {task.kind} task",
                 "drop --ner-decoding",
             )
@@ -166,7 +147,7 @@ def export(
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}
     labels = labels or label_names_from_config(config)
     max_positions = int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None
-    max_seq_len = choose_max_seq_len(max_seq_len, task, max_positions)
+    max_seq_len = choose_max_seq_len(max_seq_len, max_positions)
     do_lower_case = checkpoint.do_lower_case
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
@@ -183,9 +164,9 @@ def export(
             tokenizer_config = json.loads(Path(checkpoint.tokenizer_config_file).read_text(encoding="utf-8"))
         write_json({**tokenizer_config, "do_lower_case": do_lower_case}, tmp / TOKENIZER_CONFIG)
         write_json({"model_file": model_name, "params_file": f"{PREFIX}.pdiparams"}, tmp / "export.json")
-        ModelSpec(
-            name=name or task.ensemble,
-            task=task.name,
+        ModelSpec.new(
+            task,
+            name,
             labels=tuple(labels),
             max_seq_len=max_seq_len,
             do_lower_case=do_lower_case,

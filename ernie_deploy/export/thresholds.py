@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError
 from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, sigmoid
 
 
@@ -44,13 +44,13 @@ def choose_thresholds(logits: np.ndarray, gold: list[list[str]], labels: list[st
     """{label: threshold} from the dev logits [texts, labels] and each text's gold label names."""
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape != (len(gold), len(labels)):
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"dev logits have shape {list(logits.shape)}, expected [{len(gold)}, {len(labels)}]",
             "convert a multi-label model (one logit per label)",
         )
     unknown = sorted({name for names in gold for name in names} - set(labels))
     if unknown:
-        raise ErnieDeployError(
+        raise BadDataError(
             f"the dev split has labels {unknown} the model does not know ({', '.join(labels)})",
             "choose thresholds on the split of the data the model was trained on",
         )
@@ -77,7 +77,7 @@ def dev_thresholds(
 
     texts, gold = read_split_file(dev_file)
     if not texts or not all(isinstance(g, list) for g in gold):
-        raise ErnieDeployError(
+        raise BadDataError(
             f"{dev_file} is not a multi-label split (a `labels<TAB>text` TSV with rows)",
             "run `ernie-deploy fetch-data`, or pass --dev a label-set TSV",
         )

@@ -12,7 +12,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, DownloadError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -28,7 +28,7 @@ def is_archive(path: str | Path) -> bool:
 
 
 def archive_format(path: str | Path) -> str:
-    """ "tar" or "zip", by name and, failing that, by content; ErnieDeployError for anything else."""
+    """ "tar" or "zip", by name and, failing that, by content; BadOptionsError for anything else."""
     path = Path(path)
     name = path.name.lower()
     if name.endswith(_ZIP_SUFFIXES):
@@ -40,7 +40,7 @@ def archive_format(path: str | Path) -> str:
             return "tar"
         if zipfile.is_zipfile(path):
             return "zip"
-    raise ErnieDeployError(
+    raise BadOptionsError(
         f"{path} is not a supported archive",
         f"use one of {', '.join(ARCHIVE_SUFFIXES)}, or pass the unpacked folder",
     )
@@ -51,7 +51,7 @@ def safe_extract(archive: str | Path, dest: str | Path) -> Path:
 
     Every member is checked before anything is written: absolute paths, `..` escapes, symlinks
     that are absolute or lead outside, hardlinks to outside, device/fifo/socket members are refused
-    with ErnieDeployError naming the member. While extracting, each target is checked again against
+    with DownloadError naming the member. While extracting, each target is checked again against
     the real (symlink-resolved) paths on disk, and the finished tree once more, so chains of
     symlinks cannot lead out either. Extraction goes into a temporary folder next to `dest` that is
     renamed into place only on success (an existing `dest` is replaced).
@@ -69,21 +69,21 @@ def safe_extract(archive: str | Path, dest: str | Path) -> Path:
                 _extract_tar(archive, tmp)
             _check_tree(archive, tmp)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
-        raise ErnieDeployError(
+        raise DownloadError(
             f"{archive} is not a readable {kind} archive: {exc}", "delete it and fetch it again"
         ) from None
     return dest
 
 
-def _unsafe(archive: Path, member: str, why: str) -> ErnieDeployError:
-    return ErnieDeployError(
+def _unsafe(archive: Path, member: str, why: str) -> DownloadError:
+    return DownloadError(
         f"unsafe member {member!r} in {archive}: {why}; nothing was extracted",
         "only extract archives from sources you trust; this one would write outside its folder",
     )
 
 
 def _member_path(archive: Path, name: str) -> str:
-    """Normalized relative path of a member, or ErnieDeployError if it is absolute or escapes."""
+    """Normalized relative path of a member, or DownloadError if it is absolute or escapes."""
     if not name or "\x00" in name:
         raise _unsafe(archive, name, "empty name or NUL byte in name")
     unified = name.replace("\\", "/")

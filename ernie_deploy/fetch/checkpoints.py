@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, DownloadError, ErnieDeployError
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.fetch.archives import archive_format, safe_extract
 from ernie_deploy.fetch.downloads import download, normalize_sha256, sha256_file
@@ -44,9 +44,11 @@ def _read_json(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ErnieDeployError(f"cannot read {path}: {exc}", "replace it with the file saved with the model") from None
+        raise BadCheckpointError(
+            f"cannot read {path}: {exc}", "replace it with the file saved with the model"
+        ) from None
     if not isinstance(data, dict):
-        raise ErnieDeployError(f"{path} holds no JSON object", "replace it with the file saved with the model")
+        raise BadCheckpointError(f"{path} holds no JSON object", "replace it with the file saved with the model")
     return data
 
 
@@ -84,7 +86,7 @@ def check_vocab_size(vocab: Path, config_file: Path | None) -> None:
         why = f"{size - tokens:,} rows of the embedding table would never be used: it is another model's vocabulary"
     else:
         return
-    raise ErnieDeployError(
+    raise BadCheckpointError(
         f"{vocab} has {tokens:,} tokens but {config_file.name} says vocab_size {size:,}: {why}",
         f"use the {VOCAB} saved with this model (save_pretrained writes both), or the config.json of the model "
         f"this {VOCAB} belongs to",
@@ -155,9 +157,9 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
     """
     path = Path(path)
     if not path.exists():
-        raise ErnieDeployError(f"no such checkpoint: {path}", _EXPECTED)
+        raise BadCheckpointError(f"no such checkpoint: {path}", _EXPECTED)
     if not path.is_dir():
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{path} is a file, not a checkpoint folder",
             "pass the folder; archives are unpacked by resolve_checkpoint (or the CLI's --checkpoint)",
         )
@@ -189,7 +191,7 @@ def _inspect_folder(root: Path, top: Path) -> Checkpoint:
     sharded = any(n.endswith(".safetensors") or re.match(r"model_state-.*\.pdparams$", n) for n in names)
     configs = [n for n in DYGRAPH_CONFIGS if n in names]
     if configs and not sharded:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{where} has {configs[0]} but no weights: no {DYGRAPH_PARAMS}, and no static model "
             f"(PREFIX.json or PREFIX.pdmodel with PREFIX.pdiparams){inner}",
             f"copy the {DYGRAPH_PARAMS} saved with this config into the folder (model.save_pretrained writes both), "
@@ -200,7 +202,7 @@ def _inspect_folder(root: Path, top: Path) -> Checkpoint:
             "; safetensors or sharded weights are not supported: re-save with "
             "save_pretrained(..., safe_serialization=False) into a single model_state.pdparams"
         )
-    raise ErnieDeployError(f"no checkpoint layout recognized in {where}; found: {listing}{inner}", fix)
+    raise BadCheckpointError(f"no checkpoint layout recognized in {where}; found: {listing}{inner}", fix)
 
 
 def _visible(folder: Path) -> list[Path]:
@@ -227,7 +229,7 @@ def _detect_dygraph(root: Path) -> Checkpoint | None:
     vocab = _first(root / VOCAB)
     missing = [label for label, got in (("model_config.json or config.json", config), (VOCAB, vocab)) if not got]
     if missing:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{root} has {DYGRAPH_PARAMS} but lacks {' and '.join(missing)}",
             "a PaddleNLP dygraph checkpoint needs model_config.json (or config.json), model_state.pdparams "
             "and vocab.txt in one folder (save both model and tokenizer with save_pretrained)",
@@ -255,7 +257,7 @@ def _detect_static(root: Path) -> Checkpoint | None:
     stem = next((p for p in STATIC_PREFIXES if p in pairs), None)
     if stem is None:
         if len(pairs) > 1:
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"{root} holds several static models ({', '.join(sorted(pairs))}); which one is meant is unclear",
                 f"keep one, or name it with the prefix {' or '.join(STATIC_PREFIXES)}",
             )
@@ -263,7 +265,7 @@ def _detect_static(root: Path) -> Checkpoint | None:
     model = pairs[stem]
     vocab = _first(root / VOCAB, root.parent / VOCAB)
     if vocab is None:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"static model {model.name} + {stem}.pdiparams found in {root}, but no {VOCAB} in it or in {root.parent}",
             f"place the tokenizer's {VOCAB} next to the model files (or in the folder above)",
         )
@@ -294,7 +296,7 @@ def resolve_checkpoint(source: str, *, sha256: str | None = None, workdir: str |
     parsed = urlparse(source)
     if parsed.scheme.lower() in ("http", "https"):
         if not sha256:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"the checkpoint URL {source} has no pinned sha256",
                 "pass its sha256 (--sha256 HEX; `sha256sum FILE` on a trusted copy): downloads are always verified",
             )
@@ -302,13 +304,13 @@ def resolve_checkpoint(source: str, *, sha256: str | None = None, workdir: str |
         archive = download(source, digest, cache_dir() / "downloads" / digest / _url_filename(parsed.path))
         return _inspect_archive(archive, cache_dir() / "extracted" / digest)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"unsupported checkpoint source {source!r}", "use an http(s) URL, a local folder or a local archive"
         )
     path = Path(source).expanduser()
     if path.is_dir():
         if sha256:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"a sha256 was given for the folder {path}; only URLs and archives can be verified",
                 "drop --sha256, or point at the archive instead of the unpacked folder",
             )
@@ -317,12 +319,12 @@ def resolve_checkpoint(source: str, *, sha256: str | None = None, workdir: str |
         archive_format(path)  # refuse non-archives with a clear message before hashing
         digest = sha256_file(path)
         if sha256 and digest != normalize_sha256(sha256):
-            raise ErnieDeployError(
+            raise DownloadError(
                 f"sha256 mismatch for {path}: expected {normalize_sha256(sha256)}, got {digest}",
                 "the archive is not the pinned release; fetch it again or fix the pinned sha256",
             )
         return _inspect_archive(path, Path(workdir) / "extracted" / digest)
-    raise ErnieDeployError(
+    raise BadCheckpointError(
         f"no such checkpoint: {source}",
         "pass an http(s) URL with --sha256, a local checkpoint folder, or a .tar.gz/.tgz/.tar/.zip archive",
     )

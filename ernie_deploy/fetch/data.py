@@ -11,7 +11,7 @@ import csv
 import json
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, BadOptionsError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import artifacts_dir
 
@@ -40,13 +40,13 @@ def read_tsv(path: str | Path) -> tuple[list, list]:
     tuple; each label a name, or for a `labels` file a sorted list of names."""
     path = Path(path)
     if not path.exists():
-        raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+        raise BadDataError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
     texts, labels = [], []
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
         header = next(reader, None)
         if header not in TSV_HEADERS:
-            raise ErnieDeployError(
+            raise BadDataError(
                 f"{path}: expected a `label<TAB>text`, `label<TAB>text<TAB>text_pair` or `labels<TAB>text` header, "
                 f"got {header}",
                 "give the file one of those header lines, fields separated by tabs; in a `labels` file, join a "
@@ -55,7 +55,7 @@ def read_tsv(path: str | Path) -> tuple[list, list]:
         sets = header[0] == "labels"
         for row in reader:
             if len(row) != len(header):
-                raise ErnieDeployError(
+                raise BadDataError(
                     f"{path}:{reader.line_num}: expected {len(header)} tab-separated fields, got {len(row)}"
                 )
             labels.append(sorted(set(filter(None, row[0].split(LABEL_SEPARATOR)))) if sets else row[0])
@@ -68,7 +68,7 @@ def write_label_sets(path: Path, rows: list[tuple[list[str], str]]) -> None:
     for labels, _ in rows:
         bad = [label for label in labels if not label or LABEL_SEPARATOR in label or "\t" in label]
         if bad:
-            raise ErnieDeployError(f"label names {bad} cannot be stored in a label-set TSV", "name labels without '|'")
+            raise BadDataError(f"label names {bad} cannot be stored in a label-set TSV", "name labels without '|'")
     write_tsv(path, [(LABEL_SEPARATOR.join(sorted(set(labels))), text) for labels, text in rows], header="labels")
 
 
@@ -84,7 +84,7 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
     """Read a file written by `write_jsonl`; returns (texts, labels), one label per character."""
     path = Path(path)
     if not path.exists():
-        raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+        raise BadDataError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
     texts, labels = [], []
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
@@ -93,13 +93,13 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ErnieDeployError(f"{path}:{number}: not JSON: {exc}") from None
+                raise BadDataError(f"{path}:{number}: not JSON: {exc}") from None
             text = row.get("text") if isinstance(row, dict) else None
             tags = row.get("labels") if isinstance(row, dict) else None
             if not isinstance(text, str) or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-                raise ErnieDeployError(f'{path}:{number}: expected {{"text": str, "labels": [str, ...]}}')
+                raise BadDataError(f'{path}:{number}: expected {{"text": str, "labels": [str, ...]}}')
             if len(tags) != len(text):
-                raise ErnieDeployError(
+                raise BadDataError(
                     f"{path}:{number}: {len(tags)} labels for a text of {len(text)} characters (one per character)",
                     "re-run `ernie-deploy fetch-data`, or fix the file so each character has one label",
                 )
@@ -111,7 +111,7 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
 def split_file(directory: str | Path, split: str, fmt: str) -> Path:
     """The file holding one split: `<directory>/<split>.<fmt>`."""
     if fmt not in FORMATS:
-        raise ErnieDeployError(f"unknown split format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise BadOptionsError(f"unknown split format {fmt!r}: expected one of {', '.join(FORMATS)}")
     return Path(directory) / f"{split}.{fmt}"
 
 
@@ -128,7 +128,7 @@ def read_split_file(path: str | Path) -> tuple[list[str], list]:
         return read_tsv(path)
     if path.suffix == ".jsonl":
         return read_jsonl(path)
-    raise ErnieDeployError(f"{path}: unknown split file type", "pass a .tsv or .jsonl file")
+    raise BadDataError(f"{path}: unknown split file type", "pass a .tsv or .jsonl file")
 
 
 def data_dir(dataset: str, root: Path | None = None) -> Path:

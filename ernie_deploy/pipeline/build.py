@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import AUTO
-from ernie_deploy.repository.build import TaskArtifacts, model_artifacts
+from ernie_deploy.repository.build import ModelArtifacts, model_artifacts
 from ernie_deploy.repository.layouts import AUTO as AUTO_LAYOUT
 from ernie_deploy.repository.layouts import check_build_options, get_layout
 from ernie_deploy.repository.options import BuildOptions
@@ -76,7 +76,7 @@ def _served_layout(repository: str | Path, name: str) -> str | None:
 
 
 def build_models(
-    models: Sequence[str | TaskArtifacts],
+    models: Sequence[str | ModelArtifacts],
     options: BuildOptions,
     repository: str | Path,
     version: int | None = None,
@@ -85,26 +85,26 @@ def build_models(
     tritonserver: str | Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Built:
-    """Add or replace `models` (model names, whose converted artifacts are read by name, or TaskArtifacts) in
+    """Add or replace `models` (model names, whose converted artifacts are read by name, or ModelArtifacts) in
     `repository`; with `version`, add that version of the one model beside the one serving. `thresholds`: a
     multi-label model's thresholds file instead of the ones `convert` chose (one such model only). `log` takes a
     line per file written."""
     from ernie_deploy.repository.build import build
 
     log = log or (lambda line: None)
-    names = [m if isinstance(m, str) else m.task.ensemble for m in models]
+    names = [m if isinstance(m, str) else m.name for m in models]
     if version is not None and len(names) != 1:
-        raise ErnieDeployError("--version adds a version of one model", "pass exactly one --name with it")
+        raise BadOptionsError("--version adds a version of one model", "pass exactly one --model with it")
     options = resolve_build_options(
         options, repository, version_of=names[0] if version is not None else None, tritonserver=tritonserver
     )
     entries = [_artifacts(m) if isinstance(m, str) else m for m in models]
     if thresholds:
-        if len(entries) != 1 or not entries[0].task.thresholds:
-            raise ErnieDeployError(
+        if len(entries) != 1 or not entries[0].model.task_spec.thresholds:
+            raise BadOptionsError(
                 "--thresholds replaces one multi-label model's thresholds; this build has "
-                + ", ".join(f"{e.task.ensemble} ({e.task.name})" for e in entries),
-                "build exactly one multi_label model with it (--task multi_label or --name N)",
+                + ", ".join(f"{e.name} ({e.model.task})" for e in entries),
+                "build exactly one multi_label model with it (--task multi_label or --model N)",
             )
         entries[0] = replace(entries[0], thresholds=Path(thresholds))
     if version is not None:
@@ -118,7 +118,7 @@ def build_models(
     return Built(written, options)
 
 
-def _artifacts(name: str) -> TaskArtifacts:
+def _artifacts(name: str) -> ModelArtifacts:
     """What the build reads of model `name`: its record as `convert` completed it, beside its converted model."""
     static = static_model(None, None, name)
     return model_artifacts(static, onnx_file(static, None, name), name)

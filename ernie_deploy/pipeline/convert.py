@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, BadOptionsError
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import ConvertOptions
@@ -43,7 +43,7 @@ def convert_model(
     return convert_checked(
         model,
         onnx_file(model, out, name),
-        max_seq_len=task.max_seq_len,
+        max_seq_len=model.max_seq_len,
         precision=options.precision,
         gates=gates,
         opset=options.opset,
@@ -69,7 +69,7 @@ def parity_texts(options: ConvertOptions, static: StaticModel) -> list[str]:
     else:
         texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
     if not texts or options.parity_n < 1:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "the parity check has no texts to run",
             "give --parity-data a split with texts and --parity-n >= 1, or --skip-parity",
         )
@@ -89,7 +89,7 @@ def calibration(options: ConvertOptions, static: StaticModel):
     given = options.calibration_data
     path = Path(given) if given else split_file(data_dir(task.dataset), "dev", task.split_format)
     if not path.exists():
-        raise ErnieDeployError(
+        raise BadDataError(
             "static INT8 fixes its activation scales on texts like those the model will serve: "
             + (
                 f"--calibration-data {path} does not exist"
@@ -105,11 +105,11 @@ def calibration(options: ConvertOptions, static: StaticModel):
     else:
         texts = read_split_file(path)[0]
     if not texts:
-        raise ErnieDeployError(f"{path} holds no texts to calibrate on", "give --calibration-data a file with texts")
+        raise BadDataError(f"{path} holds no texts to calibrate on", "give --calibration-data a file with texts")
     return Calibration(
         tuple(texts[: options.calibration_n]),
         static.vocab_file,
-        task.max_seq_len,
+        static.max_seq_len,
         lowercase=static.do_lower_case,
         source=str(path),
     )

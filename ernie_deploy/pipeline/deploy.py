@@ -14,13 +14,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import get_task
 from ernie_deploy.pipeline.build import build_models, resolve_build_options
 from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import (
     AUTO,
-    BUILD_DEFAULTS,
     ConvertOptions,
     ExportOptions,
     FetchOptions,
@@ -71,14 +71,14 @@ def _checked(where: str, check: Callable[[], Any]) -> Any:
     """check(), its error named with `where` (a place in the deployment file)."""
     try:
         return check()
-    except ErnieDeployError as exc:
-        raise ErnieDeployError(f"{where}: {exc.problem}", exc.fix) from None
+    except ErnieDeployError as exc:  # named with its place, and of its own type still
+        raise type(exc)(f"{where}: {exc.problem}", exc.fix) from None
 
 
 def _settable(where: str, options: Mapping[str, Any]) -> Mapping[str, Any]:
     for key in options:
         if key.replace("-", "_") in SET_BY_APPLY:
-            raise ErnieDeployError(f"{where}.{key}: is set by apply from the model's fields", f"remove {key}")
+            raise BadOptionsError(f"{where}.{key}: is set by apply from the model's fields", f"remove {key}")
     return options
 
 
@@ -113,7 +113,7 @@ def build_plan(deployment: Deployment) -> BuildOptions:
     if options.runtime != AUTO:  # with "auto" the server found when the build runs decides what fits
         _checked(where, lambda: resolve_build_options(options, deployment.repository))
     for m in deployment.models:
-        _checked(where, lambda m=m: ner_decoding(get_task(m.task).named(m.name), options))
+        _checked(where, lambda m=m: ner_decoding(ModelSpec.new(m.task, m.name), options))
     return options
 
 
@@ -179,7 +179,7 @@ def steps(plan: Plan, log: Log) -> list[Step]:
     out.append(
         Step(
             f"{file}: build",
-            f"build {', '.join(plan.names)} into {repository}: {_shown(plan.build, BUILD_DEFAULTS)}",
+            f"build {', '.join(plan.names)} into {repository}: {_shown(plan.build)}",
             partial(_build, plan, log),
         )
     )
@@ -208,8 +208,8 @@ def deploy(
             continue
         try:
             step.action()
-        except ErnieDeployError as exc:
-            raise ErnieDeployError(
+        except ErnieDeployError as exc:  # of its own type still: a caller tells a parity failure from a bad file
+            raise type(exc)(
                 f"{step.where}: {exc.problem}",
                 (f"{exc.fix}; then " if exc.fix else "fix what it names and ")
                 + f"run apply again ({step.after_failure})",

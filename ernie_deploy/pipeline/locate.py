@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import artifact_name as model_folder
 from ernie_deploy.core.tasks import check_model_name, get_task
@@ -24,13 +24,13 @@ def static_model(task: str | None, static: str | Path | None, name: str | None =
     `task` that contradicts it is refused rather than served with the wrong head."""
     path = Path(static or artifact_dir("static", artifact_name(task, name)))
     if name and not static and not path.exists():
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"no exported model named {name!r} (looked in {path})",
-            f"export it first: `ernie-deploy export --name {name} ...`, or pass --static DIR",
+            f"export it first: `ernie-deploy export --model {name} ...`, or pass --static DIR",
         )
     model = StaticModel.load(path)
     if task and get_task(task).name != model.task.name:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{model.root} was exported for task {model.task.name}, not {get_task(task).name}",
             f"drop --task (it is read from the export), or pass --task {model.task.name}",
         )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.export.drift import reduced
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
@@ -24,11 +24,18 @@ from ernie_deploy.export.gates import (
 from ernie_deploy.export.onnx import DEFAULT_OPSET
 from ernie_deploy.export.precision import DEFAULT_CALIBRATION_N
 from ernie_deploy.repository.layouts import LAYOUTS
-from ernie_deploy.repository.options import DEVICES, LONG_TEXT, ORT_GRAPH_LEVELS, RUNTIMES, SPIN_MODES, BuildOptions
+from ernie_deploy.repository.options import (
+    AUTO,
+    DEVICES,
+    LONG_TEXT,
+    ORT_GRAPH_LEVELS,
+    RUNTIMES,
+    SPIN_MODES,
+    BuildOptions,
+)
 from ernie_deploy.serving.entities import DECODINGS
 
 QUANTIZE = ("none", "int8", "int8-static", "int8-dynamic")
-AUTO = "auto"  # a build runtime resolved against the server's backends when the build runs
 DEFAULT_PARITY_N = 256
 
 
@@ -53,7 +60,7 @@ class FetchOptions(_StageOptions):
 
     def __post_init__(self):
         if self.budget is not None and not self.bootstrap:
-            raise ErnieDeployError("--budget is the training time of --bootstrap", "add --bootstrap, or drop --budget")
+            raise BadOptionsError("--budget is the training time of --bootstrap", "add --bootstrap, or drop --budget")
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class ConvertOptions(_StageOptions):
     def __post_init__(self):
         # Contradictions any model would refuse; what depends on the model is refused by `check`.
         if self.quantize != "none" and self.fp16:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--fp16 and --quantize {self.quantize} each turn model.onnx into a reduced-precision copy of "
                 "the FP32 model; they do not combine",
                 "choose one: --fp16 for GPU serving, --quantize int8 for CPU serving",
@@ -102,32 +109,30 @@ class ConvertOptions(_StageOptions):
     def check(self, task, name: str | None = None) -> None:
         """Refuse what does not fit model `name` of `task` (a core.tasks.TaskSpec), before any conversion work."""
         if self.dev and not task.thresholds:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--dev chooses a multi-label model's thresholds; {name or task.name} is a {task.name} model",
                 "drop --dev",
             )
         if not self.calibrated and self.calibration_data:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 "--calibration-data fixes a static INT8 model's scales; this run makes none",
                 "drop --calibration-data, or add --quantize int8",
             )
         if self.calibrated and self.calibration_n < 1:
-            raise ErnieDeployError(f"--calibration-n {self.calibration_n}: calibration needs at least one text")
+            raise BadOptionsError(f"--calibration-n {self.calibration_n}: calibration needs at least one text")
 
 
-# The build options a deployment file may set, beyond BuildOptions' own checks: the values each one takes, and the
-# defaults of `ernie-deploy build` where they differ from BuildOptions' (the runtime is chosen when the build runs;
-# no layout means the default one, or for a new version the model's own).
+# The build options a deployment file may set, beyond BuildOptions' own checks: the values each one takes. Their
+# defaults are BuildOptions', as `ernie-deploy build`'s are.
 BUILD_CHOICES = {
     "runtime": (AUTO, *RUNTIMES),
     "device": DEVICES,
     "ort_graph_level": tuple(ORT_GRAPH_LEVELS),
     "ort_spinning": SPIN_MODES,
-    "layout": ("auto", *LAYOUTS),
+    "layout": (AUTO, *LAYOUTS),
     "long_text": LONG_TEXT,
     "ner_decoding": DECODINGS,
 }
-BUILD_DEFAULTS = {"runtime": AUTO, "layout": None}
 
 
 def from_mapping(
@@ -150,16 +155,16 @@ def from_mapping(
     for key, value in mapping.items():
         name = key.replace("-", "_")
         if name in fixed:
-            raise ErnieDeployError(f"{where}.{key}: is set from the model's own fields, not here", f"remove {key}")
+            raise BadOptionsError(f"{where}.{key}: is set from the model's own fields, not here", f"remove {key}")
         if name not in known:
             settable = sorted(set(known) - set(fixed))
-            raise ErnieDeployError(f"{where}.{key}: unknown option", f"use one of: {', '.join(settable)}")
+            raise BadOptionsError(f"{where}.{key}: unknown option", f"use one of: {', '.join(settable)}")
         allowed = (choices or {}).get(name) or known[name].metadata.get("choices")
         values[name] = _checked(f"{where}.{key}", value, hints[name], allowed)
     try:
         return cls(**{**values, **fixed})
-    except ErnieDeployError as exc:
-        raise ErnieDeployError(f"{where}: {exc.problem}", exc.fix) from None
+    except ErnieDeployError as exc:  # named with its place, and of its own type still
+        raise type(exc)(f"{where}: {exc.problem}", exc.fix) from None
 
 
 def _checked(where: str, value: Any, hint, allowed: tuple | None) -> Any:
@@ -168,28 +173,28 @@ def _checked(where: str, value: Any, hint, allowed: tuple | None) -> Any:
     if value is None:
         if type(None) in kinds:
             return None
-        raise ErnieDeployError(f"{where}: needs a value", "give one, or remove the option for its default")
+        raise BadOptionsError(f"{where}: needs a value", "give one, or remove the option for its default")
     if bool in kinds:
         if not isinstance(value, bool):
-            raise ErnieDeployError(f"{where}: is a switch, got {value!r}", "write true or false")
+            raise BadOptionsError(f"{where}: is a switch, got {value!r}", "write true or false")
     elif int in kinds:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ErnieDeployError(f"{where}: needs a whole number, got {value!r}", "write e.g. 128")
+            raise BadOptionsError(f"{where}: needs a whole number, got {value!r}", "write e.g. 128")
     elif float in kinds:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ErnieDeployError(f"{where}: needs a number, got {value!r}", "write e.g. 0.5")
+            raise BadOptionsError(f"{where}: needs a number, got {value!r}", "write e.g. 0.5")
         value = float(value)
     elif str in kinds and not isinstance(value, str):
         # YAML reads on, off, yes and no as true and false: a mode named so must be quoted.
-        raise ErnieDeployError(f"{where}: needs text, got {value!r}", "write it as text, in quotes: e.g. 'off'")
+        raise BadOptionsError(f"{where}: needs text, got {value!r}", "write it as text, in quotes: e.g. 'off'")
     if allowed is not None and value not in allowed:
-        raise ErnieDeployError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}", "pick one of them")
+        raise BadOptionsError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}", "pick one of them")
     return value
 
 
 def build_options_from_mapping(mapping: Mapping[str, Any], where: str) -> BuildOptions:
     """BuildOptions from a deployment file's `build` section: what `ernie-deploy build` with those flags makes."""
-    return from_mapping(BuildOptions, mapping, where, defaults=BUILD_DEFAULTS, choices=BUILD_CHOICES)
+    return from_mapping(BuildOptions, mapping, where, choices=BUILD_CHOICES)
 
 
 def changed(options, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:

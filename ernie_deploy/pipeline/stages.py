@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import get_task
@@ -48,7 +48,7 @@ def fetch_model(
     elif options.source:
         checkpoint = resolve_checkpoint(options.source, sha256=options.sha256, workdir=out.parent)
     else:
-        raise ErnieDeployError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
+        raise BadOptionsError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
     with atomic_path(out) as tmp:
         shutil.copytree(checkpoint.root, tmp)
         # A static model may keep its vocabulary and configs in the folder above it: they travel with it

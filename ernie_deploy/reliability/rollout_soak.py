@@ -18,11 +18,11 @@ from pathlib import Path
 
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
-from ernie_deploy.core.tasks import TOKENIZER_STEP, TaskSpec
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.operate.rollout import canary_probe, rollout
-from ernie_deploy.repository.configs import parse
-from ernie_deploy.repository.served import served_specs
+from ernie_deploy.repository.served import served_model
 from ernie_deploy.repository.versions import VersionedModel
 
 
@@ -51,7 +51,7 @@ class RolloutSoakReport:
 def rollout_soak(
     url: str,
     repository,
-    task: TaskSpec,
+    model: ModelSpec,
     versions: tuple[int, int],
     references: dict[int, list],
     texts: Sequence[str],
@@ -61,9 +61,10 @@ def rollout_soak(
     settle_s: float = 2.0,
     tls: Tls | None = None,
 ) -> RolloutSoakReport:
-    """Traffic on `task.ensemble` throughout: `settle_s`, rollout to versions[1], `settle_s`, rollback to
+    """Traffic on served model `model` throughout: `settle_s`, rollout to versions[1], `settle_s`, rollback to
     versions[0], `settle_s`. `references[v][i]` is version v's offline prediction for texts[i]."""
     old, new = versions
+    task = model.task_spec
     report = RolloutSoakReport()
     records: list[tuple[float, float, int, object]] = []  # (sent, answered, text index, prediction or None)
     lock = threading.Lock()
@@ -72,7 +73,7 @@ def rollout_soak(
 
     def worker(seed: int) -> None:
         # No retries: a request the switch disturbs must show up as failed, not be hidden by a resend.
-        with Client(task, url, retry=NO_RETRY, tls=tls) as client:
+        with Client(task, url, model=model.name, retry=NO_RETRY, tls=tls) as client:
             i = seed
             while not stop.is_set():
                 i = (i + concurrency) % len(texts)
@@ -98,7 +99,7 @@ def rollout_soak(
     time.sleep(settle_s)
     windows.append((start, time.monotonic(), old))
     for target in (new, old):
-        report.switches.append(rollout(repository, task, target, admin, canary_probe(url, tls)).to_dict())
+        report.switches.append(rollout(repository, model.name, target, admin, canary_probe(url, tls)).to_dict())
         switched = time.monotonic()
         time.sleep(settle_s)
         windows.append((switched, time.monotonic(), target))
@@ -127,28 +128,26 @@ def rollout_soak(
     return report
 
 
-def version_predictions(repository: str | Path, task: TaskSpec, version: int, texts: Sequence[str]) -> list:
-    """What `version` of served model `task.ensemble` answers, computed in-process from the repository's own files
-    (its tokenizer, that version's model.onnx and labels.json) with the serving code."""
+def version_predictions(repository: str | Path, name: str, version: int, texts: Sequence[str]) -> list:
+    """What `version` of served model `name` answers, computed in-process with the serving code from the model's
+    record (how it reads a text: max_seq_len, windows, NER decoding) and that version's own files (tokenizer,
+    model.onnx, labels.json and thresholds, which a version may hold differently)."""
     from ernie_deploy.evaluate.offline import model_files, predictions
     from ernie_deploy.serving.encoding import encode_items
-    from ernie_deploy.serving.entities import DECODING_PARAMETER
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import load_tokenizer
 
     repository = Path(repository)
-    model = VersionedModel.read(repository, task.ensemble)
+    record = served_model(repository, name)
+    task = record.task_spec
+    model = VersionedModel.read(repository, name)
     layout = model.layout
     shared = model.entry.ensemble_scheduling.step[0].model_name if layout.shares_tokenizer else TOKENIZER_STEP
-    homes = layout.homes(task, shared)
+    homes = layout.homes(record, shared)
 
     def folder(home: str) -> Path:  # a versioned model's folder of that version, a shared one's only folder
         return repository / home / (str(version) if home in model.steps else "1")
 
-    def config(home: str):
-        return parse((repository / home / "config.pbtxt").read_text(encoding="utf-8"))
-
-    max_seq_len = int(config(homes["tokenizer"]).parameters["max_seq_len"].string_value)
     tokenizer = load_tokenizer(folder(homes["tokenizer"]) / "tokenizer.json")
     labels = json.loads((folder(homes["labels"]) / "labels.json").read_text("utf-8"))
     if layout.answers_in_graph:  # the served model.onnx answers the labels itself
@@ -157,16 +156,14 @@ def version_predictions(repository: str | Path, task: TaskSpec, version: int, te
         onnx = OnnxModel(folder(homes["model"]) / "model.onnx")
     # What else that version's postprocess reads: a multi-label model's thresholds, a token model's NER decoding.
     files = model_files(task, folder(homes["labels"]), labels)
-    post = config(homes["labels"])
-    if DECODING_PARAMETER in post.parameters:
-        files["decoding"] = post.parameters[DECODING_PARAMETER].string_value
-    record = served_specs(repository)[task.ensemble]
-    if (record.long_text or task.kind_facts.long_text_modes[0]) == "window":
+    if record.ner_decoding:
+        files["decoding"] = record.ner_decoding
+    if record.long_text == "window":
         return _in_windows(record, tokenizer, onnx, labels, list(texts), files)
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
-        enc = encode_items(tokenizer, batch, max_seq_len)
+        enc = encode_items(tokenizer, batch, record.max_seq_len)
         answer = onnx(enc.input_ids, enc.token_type_ids)
         if layout.answers_in_graph:
             out += [label.decode("utf-8") if isinstance(label, bytes) else str(label) for label in answer.reshape(-1)]
@@ -204,19 +201,18 @@ def run_rollout_soak(
 ) -> dict:
     """Serve `repository` on free loopback ports and run traffic on `name` through a rollout to `to_version` and a
     rollback; the report's `clean` says whether nothing failed, got lost or was answered by the wrong version."""
-    from ernie_deploy.repository.served import served_models
     from ernie_deploy.server.process import TritonServer
 
-    task = served_models(repository)[name]
+    model = served_model(repository, name)
     current = VersionedModel.read(repository, name).serving()
-    references = {v: version_predictions(repository, task, v, texts) for v in (current, to_version)}
+    references = {v: version_predictions(repository, name, v, texts) for v in (current, to_version)}
     differ = sum(a != b for a, b in zip(references[current], references[to_version]))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=grpc_tls) as server:
         with RepositoryAdmin(server.grpc_url, server.admin_key, tls=tls) as admin:
             report = rollout_soak(
                 server.grpc_url,
                 repository,
-                task,
+                model,
                 (current, to_version),
                 references,
                 texts,

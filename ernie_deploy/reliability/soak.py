@@ -20,12 +20,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ernie_deploy.bench.config import TaskInputs
-from ernie_deploy.bench.inprocess import reference_predictions
 from ernie_deploy.client.grpc_client import Client, Retry, decode_outputs
-from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, BadRequest
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import ServerTls, Tls
+from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
 from ernie_deploy.serving.limits import CUT
 
 BAD_TEXTS = [
@@ -40,11 +40,15 @@ BAD_TEXTS = [
 
 @dataclass
 class SoakCase:
-    """One task's texts and what the offline ONNX model predicts for each."""
+    """One served model's texts and what the offline ONNX model predicts for each."""
 
-    task: TaskSpec
+    model: ModelSpec
     texts: list[str]
     expected: list
+
+    @property
+    def task(self) -> TaskSpec:
+        return self.model.task_spec
 
 
 @dataclass
@@ -185,7 +189,10 @@ class _SoakRun:
                 self.report.examples.append(text[:300])
 
     def worker(self) -> None:
-        clients = {c.task.ensemble: Client(c.task, self.url, retry=self.retry, tls=self.tls) for c in self.cases}
+        clients = {
+            c.model.name: Client(c.task, self.url, model=c.model.name, retry=self.retry, tls=self.tls)
+            for c in self.cases
+        }
         try:
             while True:
                 with self.lock:
@@ -208,7 +215,7 @@ class _SoakRun:
         task = self.cases[c].task
         texts = [text for text, _ in rows]
         try:
-            out = clients[task.ensemble].infer(texts)
+            out = clients[self.cases[c].model.name].infer(texts)
         except BadRequest as exc:
             if bad and _check_refusal(str(exc), rows, bad):
                 with self.lock:
@@ -266,19 +273,18 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     """Serve a repository on free loopback ports and soak every model it serves, each text's answer expected to
     equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
-    from ernie_deploy.repository.served import served_models, served_specs
+    from ernie_deploy.repository.served import served_models
     from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)
-    tasks = list(served_models(repository).values())
-    records = served_specs(repository)
-    if not tasks:
-        raise ErnieDeployError(f"no served models in {repository}", "build it with `scripts/convert.sh`")
+    models = list(served_models(repository).values())
+    if not models:
+        raise BadRepositoryError(f"no served models in {repository}", "build it with `scripts/convert.sh`")
     cases = []
-    for task in tasks:
-        inputs = TaskInputs.load(task, max_texts=options.texts)
-        expected = reference_predictions(inputs, inputs.texts, records[task.ensemble])  # read as this repository serves
-        cases.append(SoakCase(task, inputs.texts, expected))
+    for model in models:
+        inputs = ModelInputs.load(model.name, max_texts=options.texts)
+        expected = reference_predictions(inputs, inputs.texts, model)  # read as this repository serves it
+        cases.append(SoakCase(model, inputs.texts, expected))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=options.grpc_tls) as server:
         report = soak(
             server.grpc_url,
@@ -294,8 +300,8 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
         )
     result = {
         **report.to_dict(),
-        "tasks": [t.name for t in tasks],
-        "models": [t.ensemble for t in tasks],
+        "tasks": [m.task for m in models],
+        "models": [m.name for m in models],
         "texts_per_task": options.texts,
         "bad_fraction": options.bad_fraction,
         "chaos_s": options.chaos_s,

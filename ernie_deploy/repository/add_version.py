@@ -1,4 +1,4 @@
-"""`build --name N --version V`: a new version of a served model beside the serving one, in the model's own layout.
+"""`build --model N --version V`: a new version of a served model beside the serving one, in the model's own layout.
 
 What serves does not change: the configs are rewritten to pin the serving version (so a restart keeps serving it
 too), and `ernie-deploy rollout` moves to the new one (operate/rollout.py). A version keeps its model's tokenizer and
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import staging_dir, write_json
 from ernie_deploy.core.tasks import TOKENIZER_STEP
-from ernie_deploy.repository.build import MODEL_PY, TaskArtifacts, pad_token_id
+from ernie_deploy.repository.build import MODEL_PY, ModelArtifacts, pad_token_id
 from ernie_deploy.repository.layouts import caches_answers, task_configs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
@@ -31,26 +31,24 @@ from ernie_deploy.repository.versions import (
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 
-def build_version(
-    entry: TaskArtifacts, repository: str | Path, options: BuildOptions = BuildOptions(), *, version: int
-) -> list[Path]:
-    """Add `version` of an existing model beside the one serving (`build --name N --version V`), in whatever layout
+def build_version(entry: ModelArtifacts, repository: str | Path, options: BuildOptions, *, version: int) -> list[Path]:
+    """Add `version` of an existing model beside the one serving (`build --model N --version V`), in whatever layout
     the model has; what serves does not change: the configs are rewritten to pin the serving version, so a restart
     keeps serving it too, and `ernie-deploy rollout` moves to the new one. Returns the version folders written."""
-    name = entry.task.ensemble
+    name = entry.name
     thresholds = entry.checked_thresholds()
     if version < 1:
-        raise ErnieDeployError(f"version {version} is not a version number", "use a whole number from 1")
+        raise BadOptionsError(f"version {version} is not a version number", "use a whole number from 1")
     repository = Path(repository).absolute()
     model = VersionedModel.read(repository, name)
     layout = model.layout
     if options.layout != layout.name:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{name!r} is served in the {layout.name} layout; this version was asked for in the {options.layout} one",
-            f"build the version with --layout {layout.name} (another layout is a new model: another --name)",
+            f"build the version with --layout {layout.name} (another layout is a new model: another --model)",
         )
     if options.response_cache != caches_answers(model.entry):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{name!r} was built {'with' if caches_answers(model.entry) else 'without'} --cache, this version "
             f"{'with' if options.response_cache else 'without'} it: whether answers are cached is the model's, not "
             "a version's",
@@ -58,32 +56,21 @@ def build_version(
         )
     serving = model.serving()
     if version == serving:
-        raise ErnieDeployError(f"version {version} of {name!r} is serving", "give the new version another number")
+        raise BadOptionsError(f"version {version} of {name!r} is serving", "give the new version another number")
     if caches_answers(model.entry) and version in model.on_disk():
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{name!r} caches its answers, keyed by model name and version, and version {version} is already on disk: "
             "a running server may hold answers cached for it, which the new files would not give",
             f"give the new version a number not used before (the next one: {max(model.on_disk()) + 1})",
         )
     options = entry.options(options)
     tokenizer, payload = _version_tokenizer(entry, options, model, serving)
-    configs = {
-        c.name: c
-        for c in task_configs(
-            entry.task,
-            entry.onnx,
-            options,
-            tokenizer,
-            pad_token_id(entry.vocab_file),
-            labels=entry.labels,
-            recorded_decoding=entry.ner_decoding,
-        )
-    }
+    record = entry.served_record(options, thresholds, tokenizer_sha256=None)
+    configs = {c.name: c for c in task_configs(record, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file))}
     _check_version_fits(name, version, configs, model)
     written = []
-    task = entry.task
-    homes = layout.homes(task, tokenizer)
-    python_steps = layout.python_steps(task, tokenizer, options.runtime)
+    homes = layout.homes(record, tokenizer)
+    python_steps = layout.python_steps(record, tokenizer, options.runtime)
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         for step in model.steps:
             folder = staging / step / str(version)
@@ -91,9 +78,9 @@ def build_version(
             if homes["tokenizer"] == step:
                 (folder / "tokenizer.json").write_bytes(payload)
             if homes["model"] == step:
-                layout.write_model_file(task, entry.onnx, entry.labels, options, folder / "model.onnx")
+                layout.write_model_file(record, entry.onnx, options, folder / "model.onnx")
             if homes["labels"] == step:
-                write_json(entry.labels, folder / "labels.json")
+                write_json(list(record.labels), folder / "labels.json")
                 if thresholds is not None:
                     write_json(thresholds, folder / THRESHOLDS_FILE)
             if step in python_steps:
@@ -140,14 +127,14 @@ def _version_settings(model: VersionedModel, configs: dict[str, mc.ModelConfig])
     return settings
 
 
-def _version_tokenizer(entry: TaskArtifacts, options: BuildOptions, model, serving: int) -> tuple[str, bytes]:
+def _version_tokenizer(entry: ModelArtifacts, options: BuildOptions, model, serving: int) -> tuple[str, bytes]:
     """The tokenizer step a new version of `model` uses and its tokenizer.json, refused when the version would
     tokenize differently from the model (a version keeps its model's tokenizer)."""
     payload = tokenizer_json(entry.vocab_file)
     refusal = ErnieDeployError(
         f"the new version of {model.name!r} tokenizes differently (vocabulary, lowercasing, max_seq_len or build "
         "options): a version keeps its model's tokenizer",
-        f"build it as a new model with another --name, or use the options {model.name!r} was built with",
+        f"build it as a new model with another --model, or use the options {model.name!r} was built with",
     )
     if model.layout.shares_tokenizer:
         tokenizer = model.entry.ensemble_scheduling.step[0].model_name
@@ -166,7 +153,7 @@ def _version_tokenizer(entry: TaskArtifacts, options: BuildOptions, model, servi
         return tokenizer, payload
     # The tokenizer is in the model's own version folders: the new one must hold the same file (its settings are in
     # the config, compared with the rest of it).
-    home = model.layout.homes(entry.task, TOKENIZER_STEP)["tokenizer"]
+    home = model.layout.homes(entry.model, TOKENIZER_STEP)["tokenizer"]
     if (model.repository / home / str(serving) / "tokenizer.json").read_bytes() != payload:
         raise refusal
     return TOKENIZER_STEP, payload
@@ -174,21 +161,9 @@ def _version_tokenizer(entry: TaskArtifacts, options: BuildOptions, model, servi
 
 def _check_version_fits(name: str, version: int, configs: dict[str, mc.ModelConfig], model) -> None:
     for step, current in model.steps.items():
-        _unrecorded_default_decoding(configs[step], current)
         if without_settings(without_versions(configs[step])) != without_settings(without_versions(current)):
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"version {version} of {name!r} does not fit {step}'s config (another signature, label count or "
                 "build options other than its serving settings: instances, batching, queueing, threads)",
-                f"build it as a new model with another --name, or use the options {name!r} was built with",
+                f"build it as a new model with another --model, or use the options {name!r} was built with",
             )
-
-
-def _unrecorded_default_decoding(new: mc.ModelConfig, current: mc.ModelConfig) -> None:
-    """A postprocess built before the NER decoding was recorded runs the default one: a new version that decodes
-    the same way fits it, so the parameter it would add is left out of the comparison."""
-    from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING
-
-    if DECODING_PARAMETER in current.parameters or DECODING_PARAMETER not in new.parameters:
-        return
-    if new.parameters[DECODING_PARAMETER].string_value == DEFAULT_DECODING:
-        del new.parameters[DECODING_PARAMETER]

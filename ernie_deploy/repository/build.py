@@ -22,10 +22,9 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.spec import SPEC_FILE, SPEC_PARAMETER, ModelSpec
-from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.repository.configs import render, warmup_files
 from ernie_deploy.repository.layouts import get_layout, task_configs
 from ernie_deploy.repository.options import (
@@ -44,50 +43,36 @@ VERSION = "1"
 
 
 @dataclass(frozen=True)
-class TaskArtifacts:
-    """What `build` needs of one model: its task under the model's name (`task.ensemble`; see TaskSpec.named),
-    the converted model, the vocabulary and the label names; for a task with per-label thresholds, the thresholds
-    file (default: those `convert` recorded, else thresholds.json beside the ONNX model); for a token model, the NER
-    decoding its export recorded (None: the default), which `--ner-decoding` overrides. `spec`: the model's record
-    (core.spec), whose facts (the token length it was trained on, the thresholds) the build reads and then records,
-    completed, on the served model; `from_spec` fills the rest from it."""
+class ModelArtifacts:
+    """One model as `build` takes it: its record (core.spec: name, task, labels, decoding, the token length it was
+    trained on, the thresholds `convert` chose), and the files beside it: the converted model, the vocabulary and, for
+    a model with per-label thresholds, a thresholds file that overrides the recorded ones (default: those `convert`
+    recorded, else thresholds.json beside the ONNX model). The build reads the record and records it, completed, on
+    the served model; every served parameter is generated from that completed record."""
 
-    task: TaskSpec
+    model: ModelSpec
     onnx: Path
     vocab_file: Path
-    labels: list[str]
     thresholds: Path | None = None
-    ner_decoding: str | None = None
-    spec: ModelSpec | None = None
 
-    @classmethod
-    def from_spec(cls, spec: ModelSpec, onnx: str | Path, vocab_file: str | Path) -> TaskArtifacts:
-        return cls(
-            spec.task_spec, Path(onnx), Path(vocab_file), list(spec.labels), ner_decoding=spec.ner_decoding, spec=spec
-        )
+    def __post_init__(self):
+        object.__setattr__(self, "onnx", Path(self.onnx))
+        object.__setattr__(self, "vocab_file", Path(self.vocab_file))
 
     @property
-    def record(self) -> ModelSpec:
-        """The model's record: the one given, else what these artifacts say."""
-        if self.spec is not None:
-            return replace(self.spec, name=self.task.ensemble, labels=tuple(self.labels))
-        return ModelSpec(
-            name=self.task.ensemble,
-            task=self.task.name,
-            labels=tuple(self.labels),
-            max_seq_len=self.task.max_seq_len,
-            ner_decoding=self.ner_decoding,
-        )
+    def name(self) -> str:
+        return self.model.name
 
     def checked_thresholds(self) -> dict[str, float] | None:
         """The model's thresholds, checked against its labels (None: its task has none)."""
-        if not self.task.thresholds:
+        if not self.model.task_spec.thresholds:
             return None
         from ernie_deploy.serving.multi_label import check_thresholds, read_thresholds
 
-        if self.thresholds is None and self.spec is not None and self.spec.thresholds is not None:
-            return check_thresholds(self.spec.thresholds, self.labels, "the thresholds `convert` recorded")
-        return read_thresholds(self.thresholds or Path(self.onnx).parent / THRESHOLDS_FILE, self.labels)
+        labels = list(self.model.labels)
+        if self.thresholds is None and self.model.thresholds is not None:
+            return check_thresholds(self.model.thresholds, labels, "the thresholds `convert` recorded")
+        return read_thresholds(self.thresholds or self.onnx.parent / THRESHOLDS_FILE, labels)
 
     def options(self, options: BuildOptions) -> BuildOptions:
         """The build options for this model: `options`, with what its record says where no option was given (a model
@@ -95,23 +80,48 @@ class TaskArtifacts:
         default one that fits its kind)."""
         from ernie_deploy.repository.layouts import settle_layout
 
-        options = settle_layout(self.task, options)
-        if options.window_size is None and long_text_mode(self.task, options) == "window":
-            window = self.record.window_default
+        options = settle_layout(self.model, options)
+        if options.window_size is None and long_text_mode(self.model, options) == "window":
+            window = self.model.window_default
             # a --window-stride too long for these windows was chosen for windows of max_seq_len: it keeps them
             if options.window_stride is None or options.window_stride <= window - 2:
                 return replace(options, window_size=window)
         return options
 
+    def served_record(self, options: BuildOptions, thresholds, tokenizer_sha256: str | None) -> ModelSpec:
+        """The record as served: this model's, completed with what the build decided (`options`, settled by
+        `self.options`). The served configs are generated from it."""
+        model = self.model
+        mode = long_text_mode(model, options)
+        limits = options.limits.reading(mode == "window")
+        return replace(
+            model,
+            ner_decoding=ner_decoding(model, options),
+            thresholds=thresholds,
+            long_text=mode,
+            window_size=window_size(options, model.max_seq_len) if mode == "window" else None,
+            window_stride=window_stride(options, model.max_seq_len) if mode == "window" else None,
+            head_tokens=head_tokens(options, model.max_seq_len),
+            max_text_chars=limits.max_text_chars,
+            max_request_chars=limits.max_request_chars,
+            layout=options.layout,
+            serving={
+                k: v
+                for k, v in asdict(options).items()
+                if k not in _RECORDED_APART and (v or k not in _RECORDED_WHEN_ON)
+            },
+            tokenizer_sha256=tokenizer_sha256,
+        )
 
-def model_artifacts(static, onnx: str | Path, name: str | None = None) -> TaskArtifacts:
+
+def model_artifacts(static, onnx: str | Path, name: str | None = None) -> ModelArtifacts:
     """What `build` reads of a converted model (an export.static.StaticModel and its model.onnx): the record as
     `convert` completed it (model.json beside model.onnx), else as `export` wrote it; under `name` if given."""
     onnx = Path(onnx)
     spec = ModelSpec.read(onnx.parent) if (onnx.parent / SPEC_FILE).is_file() else static.spec
     if name is not None:
         spec = replace(spec, name=name)
-    return TaskArtifacts.from_spec(spec, onnx, static.vocab_file)
+    return ModelArtifacts(spec, onnx, static.vocab_file)
 
 
 def pad_token_id(vocab_file: str | Path) -> int:
@@ -139,9 +149,7 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def build(
-    entries: list[TaskArtifacts] | TaskArtifacts, repository: str | Path, options: BuildOptions = BuildOptions()
-) -> list[Path]:
+def build(entries: list[ModelArtifacts] | ModelArtifacts, repository: str | Path, options: BuildOptions) -> list[Path]:
     """Add or replace the given models in `repository`; returns the configs written.
 
     Every model is generated whole in a staging folder next to the repository and only then moved in, one
@@ -149,45 +157,32 @@ def build(
     no model folder ever mixes files of two builds. Other models in the repository are left alone, byte for
     byte; a model's former steps that the new build no longer uses (and a tokenizer no model uses any more)
     are removed with it."""
-    entries = [entries] if isinstance(entries, TaskArtifacts) else list(entries)
-    names = [e.task.ensemble for e in entries]
+    entries = [entries] if isinstance(entries, ModelArtifacts) else list(entries)
+    names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ErnieDeployError(f"model {', '.join(twice)} is listed twice", "give each model its own --name")
-    thresholds = {e.task.ensemble: e.checked_thresholds() for e in entries}  # a bad file fails before any write
+        raise BadOptionsError(f"model {', '.join(twice)} is listed twice", "give each model its own --model")
+    thresholds = {e.name: e.checked_thresholds() for e in entries}  # a bad file fails before any write
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
     existing = Existing.read(repository)
-    per_model = {e.task.ensemble: e.options(options) for e in entries}
+    per_model = {e.name: e.options(options) for e in entries}
     tokenizers = tokenizer_steps(entries, per_model, existing)
-    plans = [
-        _Plan(
-            e,
-            per_model[e.task.ensemble],
-            tokenizers[e.task.ensemble],
-            task_configs(
-                e.task,
-                e.onnx,
-                per_model[e.task.ensemble],
-                tokenizers[e.task.ensemble].name,
-                pad_token_id(e.vocab_file),
-                labels=e.labels,
-                recorded_decoding=e.ner_decoding,
-            ),
-            thresholds[e.task.ensemble],
-        )
-        for e in entries
-    ]
+    plans = []
+    for e in entries:
+        opts, tokenizer = per_model[e.name], tokenizers[e.name]
+        record = e.served_record(opts, thresholds[e.name], tokenizer.fingerprint)
+        configs = task_configs(record, e.onnx, opts, tokenizer.name, pad_token_id(e.vocab_file))
+        plans.append(_Plan(e, record, opts, tokenizer, configs))
     replaced = set(names)
     kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
     shared = {tokenizers[n].name for n in names} & kept  # a tokenizer kept models use: identical, left as it is
     for plan in plans:
         clash = sorted({c.name for c in plan.configs} & kept - shared)
         if clash:
-            raise ErnieDeployError(
-                f"model {plan.entry.task.ensemble!r} would overwrite {', '.join(clash)}, part of another model in "
-                f"{repository}",
-                "give the model another --name",
+            raise BadOptionsError(
+                f"model {plan.record.name!r} would overwrite {', '.join(clash)}, part of another model in {repository}",
+                "give the model another --model",
             )
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         written = _write_models(plans, staging / "new", skip=shared)
@@ -208,37 +203,14 @@ def build(
 
 @dataclass
 class _Plan:
-    """One model of a build: its artifacts, its own build options, its tokenizer step, its configs and thresholds."""
+    """One model of a build: its files, its record as served, its own build options, its tokenizer step and its
+    configs (generated from that record)."""
 
-    entry: TaskArtifacts
+    entry: ModelArtifacts
+    record: ModelSpec
     options: BuildOptions
     tokenizer: TokenizerStep
     configs: list[mc.ModelConfig]
-    thresholds: dict[str, float] | None
-
-    def record(self) -> ModelSpec:
-        """The model's record as served: what its artifacts say, completed with what this build decided."""
-        task, options = self.entry.task, self.options
-        mode = long_text_mode(task, options)
-        limits = options.limits.reading(mode == "window")
-        return replace(
-            self.entry.record,
-            ner_decoding=ner_decoding(task, options, self.entry.ner_decoding),
-            thresholds=self.thresholds,
-            long_text=mode,
-            window_size=window_size(options, task.max_seq_len) if mode == "window" else None,
-            window_stride=window_stride(options, task.max_seq_len) if mode == "window" else None,
-            head_tokens=head_tokens(options, task.max_seq_len),
-            max_text_chars=limits.max_text_chars,
-            max_request_chars=limits.max_request_chars,
-            layout=options.layout,
-            serving={
-                k: v
-                for k, v in asdict(options).items()
-                if k not in _RECORDED_APART and (v or k not in _RECORDED_WHEN_ON)
-            },
-            tokenizer_sha256=self.tokenizer.fingerprint,
-        )
 
 
 # BuildOptions fields the record holds as fields of its own.
@@ -255,16 +227,16 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
     written = []
     repository.mkdir(parents=True, exist_ok=True)
     for plan in plans:
-        task, options, tokenizer = plan.entry.task, plan.options, plan.tokenizer
+        model, options, tokenizer = plan.record, plan.options, plan.tokenizer
         layout = get_layout(options.layout)
-        python_steps = layout.python_steps(task, tokenizer.name, options.runtime)
+        python_steps = layout.python_steps(model, tokenizer.name, options.runtime)
         for config in plan.configs:
             if config.name in skip or (config.name == tokenizer.name and not tokenizer.owner):
                 continue
             if config.name == tokenizer.name:
                 config.parameters[SETTINGS_PARAMETER].string_value = tokenizer.fingerprint
-            if config.name == task.ensemble:
-                config.parameters[SPEC_PARAMETER].string_value = plan.record().to_json()
+            if config.name == model.name:
+                config.parameters[SPEC_PARAMETER].string_value = model.to_json()
             model_dir = repository / config.name
             version_dir = model_dir / VERSION
             version_dir.mkdir(parents=True, exist_ok=True)
@@ -277,15 +249,15 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
             step = python_steps.get(config.name)
             if step:
                 write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
-        homes = layout.homes(task, tokenizer.name)
+        homes = layout.homes(model, tokenizer.name)
         if homes["tokenizer"] not in skip and (homes["tokenizer"] != tokenizer.name or tokenizer.owner):
             with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
                 tmp.write_bytes(tokenizer.payload)
-        entry, version_dir = plan.entry, repository / homes["model"] / VERSION
-        layout.write_model_file(task, entry.onnx, entry.labels, options, version_dir / "model.onnx")
-        write_json(entry.labels, repository / homes["labels"] / VERSION / "labels.json")
-        if plan.thresholds is not None:
-            write_json(plan.thresholds, repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
+        version_dir = repository / homes["model"] / VERSION
+        layout.write_model_file(model, plan.entry.onnx, options, version_dir / "model.onnx")
+        write_json(list(model.labels), repository / homes["labels"] / VERSION / "labels.json")
+        if model.thresholds is not None:
+            write_json(model.thresholds, repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
     for version_dir in repository.glob(f"*/{VERSION}"):
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()
@@ -299,7 +271,7 @@ def remove(repository: str | Path, names: list[str]) -> None:
     existing = Existing.read(repository)
     unknown = sorted(set(names) - set(existing.served()))
     if unknown:
-        raise ErnieDeployError(f"{repository} serves no model {', '.join(unknown)}", "check the names")
+        raise BadRepositoryError(f"{repository} serves no model {', '.join(unknown)}", "check the names")
     kept = set().union(*(existing.members(m) for m in existing.served() if m not in names))
     gone = set().union(*(existing.members(m) for m in names)) - kept
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:

@@ -8,7 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.host import gpu_count
 from ernie_deploy.repository.check_onnx import check_onnx, graph_serving_models, onnx_file
 from ernie_deploy.repository.configs import parse
@@ -189,21 +189,35 @@ def _check_ner_decoding(name: str, config: mc.ModelConfig) -> list[Problem]:
 
 def ner_decodings(path: str | Path) -> dict[str, str]:
     """Each token model served from the repository at `path` -> the NER decoding its postprocess runs (the step that
-    answers the entities: the ensemble's last step, or a fused model itself). A model built before the decoding was
-    recorded runs the default."""
+    answers the entities: the ensemble's last step, or a fused model itself), as its config says."""
     from ernie_deploy.repository.served import served_models, served_steps
-    from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING
+    from ernie_deploy.serving.entities import DECODING_PARAMETER
 
     root, out = Path(path), {}
     steps = served_steps(root)
-    for name, task in served_models(root).items():
-        if not task.kind_facts.entities:
+    for name, model in served_models(root).items():
+        if not model.kind_facts.entities:
             continue
         config, _ = _load(root / steps[name][-1])
         parameters = config.parameters if config is not None else {}
-        recorded = DECODING_PARAMETER in parameters
-        out[name] = parameters[DECODING_PARAMETER].string_value if recorded else f"{DEFAULT_DECODING} (not recorded)"
+        out[name] = parameters[DECODING_PARAMETER].string_value if DECODING_PARAMETER in parameters else "(none)"
     return out
+
+
+def _check_record(name: str, config: mc.ModelConfig) -> list[Problem]:
+    """A model users call carries its record in this version's format (an older repository is rebuilt, not read
+    through fallbacks)."""
+    from ernie_deploy.core.spec import REBUILD
+    from ernie_deploy.core.tasks import TASK_PARAMETER
+    from ernie_deploy.repository.layouts import entry_record
+
+    if config.platform == "ensemble" and TASK_PARAMETER not in config.parameters:
+        return [Problem(name, "an ensemble that names no task: built by an older ernie-deploy", REBUILD)]
+    try:
+        entry_record(name, config)
+    except ErnieDeployError as exc:
+        return [Problem(name, exc.problem, exc.fix or REBUILD)]
+    return []
 
 
 def _check_model(
@@ -230,7 +244,7 @@ def _check_model(
             Problem(
                 name,
                 f"version_policy loads versions {missing}, which have no folder",
-                f"build them (`ernie-deploy build --name NAME --version {missing[0]}`) or take them out of the policy",
+                f"build them (`ernie-deploy build --model NAME --version {missing[0]}`) or take them out of the policy",
             )
         )
     file_name = onnx_file(config, graph_models)
@@ -252,6 +266,7 @@ def _check_model(
         )
     problems.extend(_check_ort_options(name, config))
     problems.extend(_check_ner_decoding(name, config))
+    problems.extend(_check_record(name, config))
     for warmup in config.model_warmup:
         for input_name, item in warmup.inputs.items():
             if item.input_data_file and not (model_dir / "warmup" / item.input_data_file).is_file():
@@ -274,7 +289,7 @@ def check_repository(path: str | Path) -> list[Problem]:
     """Every problem found in the model repository at `path`, one Problem each; an empty list when clean."""
     root = Path(path)
     if not root.is_dir():
-        raise ErnieDeployError(f"{root} is not a directory", "pass the model repository folder")
+        raise BadRepositoryError(f"{root} is not a directory", "pass the model repository folder")
     dirs = model_dirs(root)
     if not dirs:
         return [Problem(str(root), "no model folders", "build the repository with `ernie-deploy build`")]

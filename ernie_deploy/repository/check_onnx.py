@@ -32,14 +32,14 @@ def onnx_file(config: mc.ModelConfig, graph_models: set[str]) -> str | None:
 def graph_serving_models(configs: dict[str, mc.ModelConfig]) -> set[str]:
     """The models whose layouts say they serve their ONNX file as it is (Layout.graph_models), over every served
     task in the repository."""
-    from ernie_deploy.repository.layouts import layout_of, served_task
+    from ernie_deploy.repository.layouts import entry_record, layout_of
 
     out = set()
     for name, config in configs.items():
         try:
-            task = served_task(name, config)
-            if task is not None:
-                out.update(layout_of(name, configs).graph_models(task))
+            model = entry_record(name, config)
+            if model is not None:
+                out.update(layout_of(name, configs).graph_models(model))
         except ErnieDeployError:  # an unknown task or layout is reported where that config is checked
             continue
     return out

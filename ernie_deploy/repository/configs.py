@@ -7,12 +7,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import (
     TASK_PARAMETER,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     WINDOW_OUTPUTS,
-    TaskSpec,
     TensorSpec,
 )
 from ernie_deploy.repository.options import (
@@ -103,16 +103,24 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     }
 
 
-def tokenizer_config(
-    name: str, max_seq_len: int, options: BuildOptions, inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
-) -> mc.ModelConfig:
-    """The tokenizer model of the tasks that take `inputs` (a text, or a text and its pair)."""
+# The tokenizer config parameters that only a model reading windows uses.
+WINDOW_PARAMETERS = ("window_size", "window_stride")
+
+
+def tokenizer_config(name: str, model: ModelSpec, options: BuildOptions) -> mc.ModelConfig:
+    """The tokenizer model of `model` (one text, or a text and its pair), as `options` settle its reading. Each
+    parameter is one of the model's record under the same name and value, or a tokenizer setting of a name no record
+    field has (the limits of both readings a shared tokenizer enforces: serving.limits)."""
+    max_seq_len, inputs = model.max_seq_len, model.task_spec.inputs
     multiple = max_seq_len if options.classic else options.pad_to_multiple_of
     # The request limits live with the tokenizer that enforces them (and so in its fingerprint).
     params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len, **options.limits.parameters()}
     outputs = list(TOKENIZER_OUTPUTS)
     if len(inputs) == 1:
         # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
+        # A tokenizer step holds the windows it cuts for whichever model asks for them, so that a classifier's and a
+        # token model's can be one shared step; a layout that merges it into the model's own config keeps them only
+        # where the model reads windows (layouts.base.Parts.own_parameters), as its record says.
         params["window_stride"] = window_stride(options, max_seq_len)
         if window_size(options, max_seq_len) != max_seq_len:
             params["window_size"] = window_size(options, max_seq_len)
@@ -127,7 +135,7 @@ def tokenizer_config(
     return base_config(name, list(inputs), outputs, options, backend="python", params=params)
 
 
-def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
+def model_config(model: ModelSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
     if options.runtime == "onnxruntime":
         # The ORT backend's own parameter names; 0 leaves onnxruntime's default.
         params = {}
@@ -136,7 +144,7 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
         if options.ort_inter_op_threads:
             params["inter_op_thread_count"] = options.ort_inter_op_threads
             params["execution_mode"] = 1  # parallel; the sequential default ignores inter_op_thread_count
-        config = base_config(task.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
+        config = base_config(model.model_step, inputs, outputs, options, platform="onnxruntime_onnx", params=params)
         config.default_model_filename = "model.onnx"
         if ORT_GRAPH_LEVELS[options.ort_graph_level]:
             config.optimization.graph.level = ORT_GRAPH_LEVELS[options.ort_graph_level]
@@ -152,57 +160,55 @@ def model_config(task: TaskSpec, inputs, outputs, options: BuildOptions, pad_tok
         params["intra_op_threads"] = options.ort_threads
     if options.ort_spinning != "off":
         params["ort_spinning"] = options.ort_spinning
-    return base_config(task.model_step, inputs, outputs, options, backend="python", params=params)
+    return base_config(model.model_step, inputs, outputs, options, backend="python", params=params)
 
 
-def postprocess_config(
-    task: TaskSpec, logits: TensorSpec, options: BuildOptions, recorded_decoding: str | None = None
-) -> mc.ModelConfig:
-    """recorded_decoding: a token model's NER decoding as its export recorded it (options.ner_decoding overrides)."""
+def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
+    """The postprocess step: its NER decoding is the record's, unless options.ner_decoding overrides it."""
     from ernie_deploy.serving.entities import DECODING_PARAMETER
 
-    inputs = [logits, *task.postprocess_extra_inputs]
-    outputs = [o for o in task.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
+    inputs = [logits, *model.task_spec.postprocess_extra_inputs]
+    outputs = [o for o in model.task_spec.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
     params = {"labels_file": "labels.json"}
-    decoding = ner_decoding(task, options, recorded_decoding)
+    decoding = ner_decoding(model, options)
     if decoding is not None:
         params[DECODING_PARAMETER] = decoding  # written always, so `check` and a reader of the config see it
-    if long_text_mode(task, options) == "window":
+    if long_text_mode(model, options) == "window":
         # The windows' logits and where each window starts in the whole text; the postprocess merges them and
         # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
         tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
         inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in ("text_offsets", "text_lengths", "window_starts"))]
-        outputs = [o for o in task.outputs if o.name not in set(tokenized) - {"truncated"}]
+        outputs = [o for o in model.task_spec.outputs if o.name not in set(tokenized) - {"truncated"}]
         params["long_text"] = "window"
-    return base_config(task.postprocess_step, inputs, outputs, options, backend="python", params=params)
+    return base_config(model.postprocess_step, inputs, outputs, options, backend="python", params=params)
 
 
-def ensemble_config(task: TaskSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
+def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
     """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
     output of that name. A step output is mapped only where a later step or the caller reads it: Triton
     rejects ensemble tensors that lead nowhere."""
-    produced: dict[str, TensorSpec] = {t.name: t for t in task.inputs}
+    produced: dict[str, TensorSpec] = {t.name: t for t in model.task_spec.inputs}
     for step in steps:
         for tensor in step.input:
             if tensor.name not in produced:
                 raise ErnieDeployError(
-                    f"ensemble {task.ensemble}: step {step.name} reads {tensor.name!r}, which no earlier step produces"
+                    f"ensemble {model.name}: step {step.name} reads {tensor.name!r}, which no earlier step produces"
                 )
         produced.update({o.name: spec_of(o) for o in step.output})
-    missing = [o.name for o in task.outputs if o.name not in produced]
+    missing = [o.name for o in model.task_spec.outputs if o.name not in produced]
     if missing:
-        raise ErnieDeployError(f"ensemble {task.ensemble}: no step produces {missing}")
-    read = {t.name for step in steps for t in step.input} | {o.name for o in task.outputs}
+        raise ErnieDeployError(f"ensemble {model.name}: no step produces {missing}")
+    read = {t.name for step in steps for t in step.input} | {o.name for o in model.task_spec.outputs}
     # A tensor two steps produce (`truncated`, from a windowed postprocess) is taken from the later one.
     source = {o.name: step.name for step in steps for o in step.output}
     config = base_config(
-        task.ensemble,
-        list(task.inputs),
-        [produced[o.name] for o in task.outputs],
+        model.name,
+        list(model.task_spec.inputs),
+        [produced[o.name] for o in model.task_spec.outputs],
         options,
         platform="ensemble",
         batching=False,
-        params={TASK_PARAMETER: task.name},
+        params={TASK_PARAMETER: model.task},
     )
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)

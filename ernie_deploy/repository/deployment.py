@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.tasks import TASKS, check_model_name
 
 STAGES = ("fetch", "export", "convert")  # per-model options; build options apply to the whole repository
@@ -60,8 +60,8 @@ class Deployment:
     models: list[ModelEntry]
 
 
-def _fail(where: str, problem: str, fix: str) -> ErnieDeployError:
-    return ErnieDeployError(f"{where}: {problem}", fix)
+def _fail(where: str, problem: str, fix: str) -> BadOptionsError:
+    return BadOptionsError(f"{where}: {problem}", fix)
 
 
 def _options(where: str, value: Any) -> dict[str, Any]:
@@ -118,9 +118,9 @@ def load_deployment(path: str | Path) -> Deployment:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ErnieDeployError(f"no deployment file at {path}", "pass the path of your deploy.yaml") from None
+        raise BadOptionsError(f"no deployment file at {path}", "pass the path of your deploy.yaml") from None
     except yaml.YAMLError as exc:
-        raise ErnieDeployError(f"{path} is not valid YAML: {exc}", "fix the line it names") from None
+        raise BadOptionsError(f"{path} is not valid YAML: {exc}", "fix the line it names") from None
     where = path.name
     if not isinstance(raw, dict):
         raise _fail(where, "must be a mapping with a `models` list", "see `ernie-deploy apply --help`")

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.runtime import SPIN_MODES
 
 RUNTIMES = ("onnxruntime", "python")
+# The runtime and layout of a BuildOptions that names neither: settled when the build runs (pipeline.build): the ORT
+# backend where the server has it, else the python model step; each model the fastest layout that fits it there.
+AUTO = "auto"
 DEVICES = ("cpu", "gpu")
 # --ort-graph-level name -> the ORT backend's `optimization { graph { level } }` value. The backend maps -1 to
 # ORT_ENABLE_BASIC, 1 to ORT_ENABLE_EXTENDED, 2 to ORT_DISABLE_ALL and anything else (0, or no block) to
@@ -24,7 +27,11 @@ LONG_TEXT = ("auto", "window", "head", "head_tail")
 
 @dataclass(frozen=True)
 class BuildOptions:
-    runtime: str = "python"  # how the model step runs: "onnxruntime" (ORT backend) or "python"
+    """How models are built: BuildOptions() is what `ernie-deploy build` does with no flags, and a flag left out
+    keeps its field's default."""
+
+    # How the model step runs: "onnxruntime" (ORT backend) or "python"; "auto": settled when the build runs.
+    runtime: str = AUTO
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     instances: int = 1
     max_queue_delay_us: int = 0  # no added latency for a lone request; batching still merges queued work
@@ -42,10 +49,10 @@ class BuildOptions:
     ragged: bool = True
     pad_to_multiple_of: int = 1  # tokenizer length buckets, for model steps that cannot take ragged batches
     # How the pipeline is split into Triton models: a key of ernie_deploy.repository.layouts.LAYOUTS (ensemble,
-    # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits. "auto", what
-    # `ernie-deploy build` and deployment files default to: each model the fastest layout that fits it on its runtime
-    # (layouts.DEFAULT_LAYOUTS, measured). Built from code, a BuildOptions names its layout: the ensemble, unless told.
-    layout: str = "ensemble"
+    # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits. "auto": each
+    # model the fastest layout that fits it on its runtime (layouts.DEFAULT_LAYOUTS, measured); for a new version of a
+    # served model, the layout it is served in.
+    layout: str = AUTO
     # The fixed-shape layout of the classic PaddleNLP Triton pipeline, kept as a baseline for benchmarks:
     # every text padded to max_seq_len, no dynamic batching, one instance per step.
     classic: bool = False
@@ -90,32 +97,66 @@ class BuildOptions:
 
 
 def check_options(options: BuildOptions) -> None:
-    """Refuse option combinations that Triton would reject at load time, or silently ignore."""
-    if options.runtime not in RUNTIMES:
-        raise ErnieDeployError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+    """Refuse option combinations that Triton would reject at load time, or silently ignore. The runtime must be
+    settled: what depends on it is checked last, after what any runtime refuses."""
+    if options.runtime not in (AUTO, *RUNTIMES):
+        raise BadOptionsError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join((AUTO, *RUNTIMES))}")
     if options.device not in DEVICES:
-        raise ErnieDeployError(f"unknown device {options.device!r}", f"use one of {', '.join(DEVICES)}")
+        raise BadOptionsError(f"unknown device {options.device!r}", f"use one of {', '.join(DEVICES)}")
     if options.ort_graph_level not in ORT_GRAPH_LEVELS:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"unknown ORT graph optimization level {options.ort_graph_level!r}",
             f"use one of {', '.join(ORT_GRAPH_LEVELS)}",
         )
     if options.max_queue_size < 0 or options.queue_timeout_us < 0:
-        raise ErnieDeployError(
-            "--max-queue-size and --queue-timeout-us cannot be negative", "pass 0 (no bound) or more"
-        )
+        raise BadOptionsError("--max-queue-size and --queue-timeout-us cannot be negative", "pass 0 (no bound) or more")
     if options.classic and (options.max_queue_size or options.queue_timeout_us):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "--max-queue-size and --queue-timeout-us bound the dynamic batcher's queue; --classic has no dynamic "
             "batcher",
             "drop --classic, or drop the queue options",
         )
     if options.ort_spinning not in SPIN_MODES:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"unknown --ort-spinning mode {options.ort_spinning!r}", f"use one of {', '.join(SPIN_MODES)}"
         )
     if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
-        raise ErnieDeployError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
+        raise BadOptionsError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
+    if options.long_text not in LONG_TEXT:
+        raise BadOptionsError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
+    for flag, value in (("--window-size", options.window_size), ("--window-stride", options.window_stride)):
+        if value is not None and options.long_text not in ("auto", "window"):
+            raise BadOptionsError(
+                f"{flag} sets the windows of --long-text window; --long-text {options.long_text} has none",
+                f"drop {flag}, or build with --long-text window (or auto)",
+            )
+    if options.window_stride is not None and options.window_stride < 1:
+        raise BadOptionsError(
+            f"--window-stride {options.window_stride}: windows that do not move never reach the text's end",
+            "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
+        )
+    _check_limits(options)
+    if options.ner_decoding is not None:
+        from ernie_deploy.serving.entities import check_decoding
+
+        check_decoding(options.ner_decoding)
+    if options.head_tokens is not None and options.long_text != "head_tail":
+        raise BadOptionsError(
+            "--head-tokens sets how --long-text head_tail splits a text",
+            "drop --head-tokens, or add --long-text head_tail",
+        )
+    _check_runtime(options)
+
+
+def _check_runtime(options: BuildOptions) -> None:
+    """What the model step's runtime refuses; "auto" has to be settled first (against the server, which this layer
+    does not look at)."""
+    if options.runtime == AUTO:
+        raise BadOptionsError(
+            "runtime 'auto' is settled against the server when the build runs, and this build was not settled",
+            "build through ernie_deploy.pipeline.build.build_models (or settle the options with its "
+            "resolve_build_options first), or name the runtime: runtime='python' or runtime='onnxruntime'",
+        )
     ort_backend = options.runtime == "onnxruntime"
     backend_only = [
         flag
@@ -126,7 +167,7 @@ def check_options(options: BuildOptions) -> None:
         if used
     ]
     if backend_only and not ort_backend:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{' and '.join(backend_only)} configure Triton's ONNX Runtime backend, but the model "
             f"step runs on the {options.runtime} backend",
             "build with --runtime onnxruntime, or drop the option",
@@ -134,39 +175,16 @@ def check_options(options: BuildOptions) -> None:
     if options.device == "gpu" and not ort_backend:
         # The python model step runs the CPU onnxruntime wheel (setup.cfg); a KIND_GPU python instance would
         # only reserve a GPU it never uses.
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--device gpu needs the ONNX Runtime backend; the {options.runtime} model step "
             "runs onnxruntime on the CPU",
             "build with --runtime onnxruntime --device gpu (the NGC tritonserver container has "
             "the backend), or with --device cpu",
         )
     if options.trt_fp16 and not (ort_backend and options.device == "gpu"):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "--trt-fp16 is a GPU execution accelerator of the ONNX Runtime backend",
             "build with --runtime onnxruntime --device gpu --trt-fp16, or drop --trt-fp16",
-        )
-    if options.long_text not in LONG_TEXT:
-        raise ErnieDeployError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
-    for flag, value in (("--window-size", options.window_size), ("--window-stride", options.window_stride)):
-        if value is not None and options.long_text not in ("auto", "window"):
-            raise ErnieDeployError(
-                f"{flag} sets the windows of --long-text window; --long-text {options.long_text} has none",
-                f"drop {flag}, or build with --long-text window (or auto)",
-            )
-    if options.window_stride is not None and options.window_stride < 1:
-        raise ErnieDeployError(
-            f"--window-stride {options.window_stride}: windows that do not move never reach the text's end",
-            "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
-        )
-    _check_limits(options)
-    if options.ner_decoding is not None:
-        from ernie_deploy.serving.entities import check_decoding
-
-        check_decoding(options.ner_decoding)
-    if options.head_tokens is not None and options.long_text != "head_tail":
-        raise ErnieDeployError(
-            "--head-tokens sets how --long-text head_tail splits a text",
-            "drop --head-tokens, or add --long-text head_tail",
         )
 
 
@@ -175,7 +193,7 @@ def _check_limits(options: BuildOptions) -> None:
     given = [v for v in (options.max_text_chars, options.max_request_chars) if v is not None]
     limits = options.limits
     if any(v < 1 for v in given) or any(r.max_request_chars < r.max_text_chars for r in (limits.cut, limits.windows)):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--max-text-chars {options.max_text_chars} and --max-request-chars {options.max_request_chars}: a text "
             f"needs at least one character, and a request must be able to carry one text of the longest length (the "
             f"defaults: {limits.cut.max_text_chars:,} and {limits.cut.max_request_chars:,} for a cut text, "
@@ -184,61 +202,61 @@ def _check_limits(options: BuildOptions) -> None:
         )
 
 
-def check_task_options(task: TaskSpec, options: BuildOptions) -> None:
+def check_task_options(model: ModelSpec, options: BuildOptions) -> None:
     """Refuse what does not fit this model (its kind), beyond what `check_options` refuses for any model (what does
     not fit its layout, the layout refuses: repository/layouts)."""
-    long_text_mode(task, options)
-    ner_decoding(task, options)
+    long_text_mode(model, options)
+    ner_decoding(model, options)
 
 
-def ner_decoding(task: TaskSpec, options: BuildOptions, recorded: str | None = None) -> str | None:
-    """How `task`'s model turns logits into entities: --ner-decoding, else `recorded` (what its export.json says),
-    else the default; None for a model of another kind, which has no entities (a --ner-decoding for it is refused)."""
+def ner_decoding(model: ModelSpec, options: BuildOptions) -> str | None:
+    """How `model` turns logits into entities: --ner-decoding, else what its record says, else the default; None
+    for a model of another kind, which has no entities (a --ner-decoding for it is refused)."""
     from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
 
-    if not task.kind_facts.entities:
+    if not model.kind_facts.entities:
         if options.ner_decoding is not None:
-            raise ErnieDeployError(
-                f"--ner-decoding sets how a token model decodes entities; {task.ensemble!r} is a {task.kind} model",
-                "build token models separately with it (--task token_cls or --name N), or record it per model "
+            raise BadOptionsError(
+                f"--ner-decoding sets how a token model decodes entities; {model.name!r} is a {model.kind} model",
+                "build token models separately with it (--task token_cls or --model N), or record it per model "
                 "with `ernie-deploy export --ner-decoding` (a deployment file's export: {ner_decoding: ...})",
             )
         return None
-    return check_decoding(options.ner_decoding or recorded or DEFAULT_DECODING)
+    return check_decoding(options.ner_decoding or model.ner_decoding or DEFAULT_DECODING)
 
 
-def long_text_mode(task: TaskSpec, options: BuildOptions) -> str:
-    """What `task`'s model does with a text longer than max_seq_len under `options`, or a clear refusal."""
+def long_text_mode(model: ModelSpec, options: BuildOptions) -> str:
+    """What `model` does with a text longer than max_seq_len under `options`, or a clear refusal."""
     from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
-    modes = task.kind_facts.long_text_modes
+    modes = model.kind_facts.long_text_modes
     mode = modes[0] if options.long_text == "auto" else options.long_text
     if mode not in modes:
         why = {
             "window": "a window decides each token, but a label per text needs the text in one model input",
             "head_tail": "cutting out a text's middle leaves no labels for the tokens there",
         }.get(mode, "")
-        raise ErnieDeployError(
-            f"--long-text {mode} does not fit {task.kind} model {task.ensemble!r}{': ' + why if why else ''}",
+        raise BadOptionsError(
+            f"--long-text {mode} does not fit {model.kind} model {model.name!r}{': ' + why if why else ''}",
             f"build it with --long-text {' or '.join(('auto', *modes))} (build models of other kinds separately, "
-            "with --task or --name)",
+            "with --task or --model)",
         )
-    if mode == "head_tail" and len(task.inputs) != 1:
-        raise ErnieDeployError(
-            f"--long-text head_tail cuts one text; {task.ensemble!r} takes {len(task.inputs)}",
+    if mode == "head_tail" and len(model.task_spec.inputs) != 1:
+        raise BadOptionsError(
+            f"--long-text head_tail cuts one text; {model.name!r} takes {len(model.task_spec.inputs)}",
             "build it with --long-text head (pairs are cut the longer text first)",
         )
     if options.head_tokens is not None:
-        check_head_tokens(options.head_tokens, task.max_seq_len)
+        check_head_tokens(options.head_tokens, model.max_seq_len)
     if options.long_text in ("auto", "window"):
-        window = window_size(options, task.max_seq_len)
-        if not 3 <= window <= task.max_seq_len:
-            raise ErnieDeployError(
-                f"--window-size {window} does not fit model {task.ensemble!r}: a window holds [CLS], [SEP] and at "
-                f"least one token, and at most the model's max_seq_len ({task.max_seq_len}) tokens",
-                f"pass --window-size from 3 to {task.max_seq_len}, or leave it out for {task.max_seq_len}",
+        window = window_size(options, model.max_seq_len)
+        if not 3 <= window <= model.max_seq_len:
+            raise BadOptionsError(
+                f"--window-size {window} does not fit model {model.name!r}: a window holds [CLS], [SEP] and at "
+                f"least one token, and at most the model's max_seq_len ({model.max_seq_len}) tokens",
+                f"pass --window-size from 3 to {model.max_seq_len}, or leave it out for {model.max_seq_len}",
             )
-        check_stride(window_stride(options, task.max_seq_len), window)
+        check_stride(window_stride(options, model.max_seq_len), window)
     return mode
 
 

@@ -4,7 +4,7 @@ A kind whose python postprocess is graph operations (a label per text: softmax, 
 name; ernie_deploy/kinds/<kind>/repository.py) has them appended as ONNX nodes, so that the model step answers
 `label_id`, `label` and `confidence` itself and the ensemble loses a python hop: tokenizer -> model.
 
-The appended nodes are built as a small graph of their own (logits in, the task's outputs out), so that `build` can
+The appended nodes are built as a small graph of their own (logits in, the model's outputs out), so that `build` can
 read its signature for the Triton config without loading the weights, and joined to the converted model with
 `onnx.compose.merge_models` when the model file is written. The converted graph is not changed.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import LOGITS, TaskSpec
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.kinds import KINDS, table
 
 # Kind.graph_postprocess -> the function (the `graph` of the kind's repository module) that builds its nodes and
@@ -34,7 +35,7 @@ def _converted_facts(onnx_path: str | Path):
     model = onnx.load(str(onnx_path), load_external_data=False)
     outputs = {o.name: o for o in model.graph.output}
     if LOGITS not in outputs:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{onnx_path} has outputs {sorted(outputs)}; the postprocess graph reads {LOGITS!r}",
             "convert the model with `ernie-deploy convert`, which names the tensors",
         )
@@ -42,44 +43,46 @@ def _converted_facts(onnx_path: str | Path):
     return outputs[LOGITS], model.ir_version, opset
 
 
-def postprocess_graph(task: TaskSpec, onnx_path: str | Path, labels: list[str]):
-    """The ModelProto of `task`'s postprocess alone: `logits` in, the task's outputs out, at the converted model's
+def postprocess_graph(model: ModelSpec, onnx_path: str | Path):
+    """The ModelProto of `model`'s postprocess alone: `logits` in, the model's outputs out, at the converted model's
     IR version and opset (merge_models joins only models that agree on both)."""
     import onnx
     from onnx import helper
 
-    if not task.graph_postprocess:
-        raise ErnieDeployError(
-            f"{task.name} model {task.ensemble!r} has no postprocess that an ONNX graph expresses",
-            "build it without --graph-postprocess (build models of other kinds separately, with --task or --name)",
+    labels = list(model.labels)
+
+    if not model.task_spec.graph_postprocess:
+        raise BadOptionsError(
+            f"{model.task} model {model.name!r} has no postprocess that an ONNX graph expresses",
+            "build it without --graph-postprocess (build models of other kinds separately, with --task or --model)",
         )
     logits, ir_version, opset = _converted_facts(onnx_path)
     classes = logits.type.tensor_type.shape.dim[-1]
     if classes.HasField("dim_value") and classes.dim_value != len(labels):
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{onnx_path} has {classes.dim_value} classes but the model's labels name {len(labels)}",
             "export the model again so its labels come from the same checkpoint",
         )
-    nodes, outputs, opsets = GRAPHS[task.graph_postprocess](logits, labels, opset)
-    graph = helper.make_graph(nodes, f"{task.ensemble}_postprocess", [logits], outputs)
-    model = helper.make_model(
+    nodes, outputs, opsets = GRAPHS[model.task_spec.graph_postprocess](logits, labels, opset)
+    graph = helper.make_graph(nodes, f"{model.name}_postprocess", [logits], outputs)
+    proto = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", opset), *(helper.make_opsetid(d, v) for d, v in opsets.items())],
     )
-    model.ir_version = ir_version
-    onnx.checker.check_model(model)
-    return model
+    proto.ir_version = ir_version
+    onnx.checker.check_model(proto)
+    return proto
 
 
-def write_with_postprocess(task: TaskSpec, onnx_path: str | Path, labels: list[str], out_path: str | Path) -> Path:
-    """Write the converted model with `task`'s postprocess appended, atomically, to `out_path`: same inputs, the
-    task's outputs instead of the logits."""
+def write_with_postprocess(model: ModelSpec, onnx_path: str | Path, out_path: str | Path) -> Path:
+    """Write the converted model with `model`'s postprocess appended, atomically, to `out_path`: same inputs, the
+    model's outputs instead of the logits."""
     import onnx
     from onnx import compose
 
     from ernie_deploy.core.files import atomic_path
 
-    post = postprocess_graph(task, onnx_path, labels)
+    post = postprocess_graph(model, onnx_path)
     converted = onnx.load(str(onnx_path))
     for extra in post.opset_import:  # the operator sets the appended nodes use, which the converted graph lacks
         if extra.domain not in ("", "ai.onnx") and not any(o.domain == extra.domain for o in converted.opset_import):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
-from ernie_deploy.core.tasks import TASK_PARAMETER, WINDOW_OUTPUTS, TaskSpec
+from ernie_deploy.core.errors import BadRepositoryError
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import TASK_PARAMETER, WINDOW_OUTPUTS
 from ernie_deploy.repository.configs import parse
-from ernie_deploy.repository.layouts import Layout, layout_of, served_task
+from ernie_deploy.repository.layouts import Layout, entry_record, layout_of
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 # A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
@@ -58,39 +58,15 @@ class Existing:
         return [step.model_name for step in self.configs[name].ensemble_scheduling.step] or [name]
 
     def served(self) -> list[str]:
-        """Names of the models users call: ensembles, and fused models (python models that name a task)."""
-        return [
-            name
-            for name, config in self.configs.items()
-            if config.platform == "ensemble" or TASK_PARAMETER in config.parameters
-        ]
+        """Names of the models users call: the entries that name their task (ensembles and fused models)."""
+        return [name for name, config in self.configs.items() if TASK_PARAMETER in config.parameters]
 
 
-def served_models(repository: str | Path) -> dict[str, TaskSpec]:
-    """The models users can call in `repository`, by name, each with its task (recorded on the entry; a
-    repository built before models were named has only the demo ensembles, known by their default names)."""
+def served_models(repository: str | Path) -> dict[str, ModelSpec]:
+    """The models users can call in `repository`, by name, each with the record `build` left on it (core.spec). A
+    model without one (built by an older version) is refused with the command that rebuilds it."""
     existing = Existing.read(Path(repository))
-    out = {}
-    for name in sorted(existing.served()):
-        task = served_task(name, existing.configs[name])
-        if task is not None:
-            out[name] = task
-    return out
-
-
-def served_specs(repository: str | Path) -> dict[str, ModelSpec]:
-    """The models users can call in `repository`, each with the record `build` left on it (core.spec); a model
-    built before records were kept gets one from what its configs say."""
-    existing = Existing.read(Path(repository))
-    out = {}
-    for name, task in served_models(repository).items():
-        entry = existing.configs[name]
-        if SPEC_PARAMETER in entry.parameters:
-            out[name] = ModelSpec.from_json(entry.parameters[SPEC_PARAMETER].string_value, f"{name}'s record")
-        else:
-            layout = layout_of(name, existing.configs)
-            out[name] = ModelSpec(name, task.name, (), task.max_seq_len, layout=layout.name)
-    return out
+    return {name: entry_record(name, existing.configs[name]) for name in sorted(existing.served())}
 
 
 def served_layouts(repository: str | Path) -> dict[str, Layout]:
@@ -108,8 +84,7 @@ def served_steps(repository: str | Path) -> dict[str, list[str]]:
 
 def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
     """The models users can call in `repository`, each with the step that tokenizes its texts and the request limits
-    that step holds it to (serving.limits: those of the reading it asks for, windows or the cut text; a tokenizer
-    built before the limits were recorded enforces the defaults)."""
+    that step holds it to (serving.limits: those of the reading it asks for, windows or the cut text)."""
     existing = Existing.read(Path(repository))
     out = {}
     for name in sorted(existing.served()):
@@ -129,11 +104,11 @@ def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
     return out
 
 
-def served_model(repository: str | Path, name: str) -> TaskSpec:
-    """The task of served model `name`, or a clear refusal naming the models there are."""
+def served_model(repository: str | Path, name: str) -> ModelSpec:
+    """The record of served model `name`, or a clear refusal naming the models there are."""
     models = served_models(repository)
     if name not in models:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"{repository} serves no model {name!r}",
             f"use one of: {', '.join(models) or '(none: build one first)'}",
         )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.tasks import TensorSpec
 
 # ONNX TensorProto element type -> Triton's data type name (without the TYPE_ prefix)
@@ -28,10 +28,10 @@ def model_signature(model, path: str | Path = "<graph>") -> tuple[list[TensorSpe
     def spec(value) -> TensorSpec:
         tensor = value.type.tensor_type
         if tensor.elem_type not in _ONNX_TO_TRITON:
-            raise ErnieDeployError(f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}")
+            raise BadCheckpointError(f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}")
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
         if not dims or dims[0] not in (-1,):
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"{path}: tensor {value.name!r} has no dynamic batch axis (dims {dims})",
                 "export with a dynamic batch dimension",
             )

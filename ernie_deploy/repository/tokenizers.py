@@ -13,12 +13,10 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.tasks import TOKENIZER_STEP
-from ernie_deploy.repository.configs import render, tokenizer_config
+from ernie_deploy.repository.configs import WINDOW_PARAMETERS, render, tokenizer_config
 from ernie_deploy.repository.options import BuildOptions, long_text_mode
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 
-# The tokenizer config parameters that only a model reading windows uses.
-WINDOW_PARAMETERS = ("window_size", "window_stride")
 VERSION = "1"
 
 
@@ -50,9 +48,9 @@ def digest(config: mc.ModelConfig, payload: bytes, *, windows: bool = True) -> s
 
 
 def model_tokenizer(entry, options: BuildOptions, payload: bytes) -> tuple[mc.ModelConfig, bool]:
-    """The tokenizer config model `entry` (a build.TaskArtifacts) would have, and whether it reads windows."""
-    config = tokenizer_config("tokenizer", entry.task.max_seq_len, options, entry.task.inputs)
-    return config, long_text_mode(entry.task, options) == "window"
+    """The tokenizer config model `entry` (a build.ModelArtifacts) would have, and whether it reads windows."""
+    config = tokenizer_config("tokenizer", entry.model, options)
+    return config, long_text_mode(entry.model, options) == "window"
 
 
 def kept_digest(existing: Existing, name: str) -> str | None:
@@ -64,12 +62,12 @@ def kept_digest(existing: Existing, name: str) -> str | None:
 
 
 def tokenizer_steps(entries: list, options: dict[str, BuildOptions], existing: Existing | None = None) -> dict:
-    """model name -> TokenizerStep, for `entries` (build.TaskArtifacts) built with `options` (per model name). A
+    """model name -> TokenizerStep, for `entries` (build.ModelArtifacts) built with `options` (per model name). A
     tokenizer the repository already has keeps its name; a new one is `ernie_tokenizer` while that name is free,
     else `ernie_tokenizer_<fingerprint>`. Models that read windows are placed first, so that a model reading cut
     texts joins their tokenizer."""
     existing = existing or Existing({})
-    replaced = {e.task.ensemble for e in entries}
+    replaced = {e.name for e in entries}
     kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
     full = {fp: name for fp, name in existing.tokenizers().items() if name in kept}
     base = {kept_digest(existing, name): name for name in full.values()}
@@ -79,8 +77,8 @@ def tokenizer_steps(entries: list, options: dict[str, BuildOptions], existing: E
     prepared = []
     for entry in entries:
         payload = tokenizer_json(entry.vocab_file)
-        config, windows = model_tokenizer(entry, options[entry.task.ensemble], payload)
-        prepared.append((not windows, entry.task.ensemble, entry, payload, config, windows))
+        config, windows = model_tokenizer(entry, options[entry.name], payload)
+        prepared.append((not windows, entry.name, entry, payload, config, windows))
     for _, model, _, payload, config, windows in sorted(prepared, key=lambda p: p[:2]):
         own, shared = digest(config, payload), digest(config, payload, windows=False)
         name = full.get(own) or (None if windows else base.get(shared))

@@ -19,11 +19,11 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.spec import SPEC_PARAMETER
 from ernie_deploy.repository.configs import parse, render
-from ernie_deploy.repository.layouts import Layout, caches_answers, layout_of, served_task
+from ernie_deploy.repository.layouts import Layout, caches_answers, entry_record, layout_of
 
 CANARY_SUFFIX = "_canary"
 # A version may carry its own serving settings (`ernie-deploy tune` writes its winner so): how many instances, how
@@ -57,20 +57,20 @@ class VersionedModel:
     def read(cls, repository: str | Path, name: str) -> VersionedModel:
         repository = Path(repository)
         if not (repository / name / "config.pbtxt").exists():
-            raise ErnieDeployError(f"{repository} has no model {name!r}", "check the name, or build it first")
+            raise BadRepositoryError(f"{repository} has no model {name!r}", "check the name, or build it first")
         entry = _read(repository, name)
         configs = {name: entry}
         for step in entry.ensemble_scheduling.step:
             if (repository / step.model_name / "config.pbtxt").exists():
                 configs[step.model_name] = _read(repository, step.model_name)
-        task = served_task(name, entry)
-        if task is None:
+        model = entry_record(name, entry)
+        if model is None:
             raise ErnieDeployError(f"{name!r} in {repository} is not a model users call", "name a served model")
         layout = layout_of(name, configs)
         steps = {}
-        for step_name in layout.versioned(task):
+        for step_name in layout.versioned(model):
             if step_name not in configs:
-                raise ErnieDeployError(f"{repository} has no {step_name} for model {name!r}", "rebuild the model")
+                raise BadRepositoryError(f"{repository} has no {step_name} for model {name!r}", "rebuild the model")
             steps[step_name] = configs[step_name]
         return cls(repository, name, layout, entry, steps)
 
@@ -100,13 +100,15 @@ class VersionedModel:
         else:
             pins = set(self.entry.version_policy.specific.versions) or {-1}
         if len(pins) != 1:
-            raise ErnieDeployError(f"{self.name}: its versioned models are pinned to different versions {sorted(pins)}")
+            raise BadRepositoryError(
+                f"{self.name}: its versioned models are pinned to different versions {sorted(pins)}"
+            )
         pin = pins.pop()
         if pin > 0:
             return pin
         versions = self.on_disk()
         if not versions:
-            raise ErnieDeployError(f"{self.name} has no version on disk", "rebuild it")
+            raise BadRepositoryError(f"{self.name} has no version on disk", "rebuild it")
         return versions[-1]
 
     def pinned(self, version: int, name: str | None = None) -> mc.ModelConfig:
@@ -250,7 +252,7 @@ def read_settings(path: Path) -> dict[str, mc.ModelConfig]:
             try:
                 config = text_format.Parse(block, mc.ModelConfig())
             except text_format.ParseError as exc:
-                raise ErnieDeployError(
+                raise BadRepositoryError(
                     f"{path} is not a settings file ({exc})",
                     "restore it, or delete it to let that version keep the model's settings",
                 ) from None

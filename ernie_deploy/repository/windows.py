@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, WINDOW_INPUTS
 
 
@@ -28,7 +28,7 @@ def window_model(onnx_path: str | Path, out_path: str | Path) -> Path:
     inputs = {i.name: i for i in graph.input}
     outputs = {o.name: o for o in graph.output}
     if sorted(inputs) != sorted(MODEL_INPUTS) or LOGITS not in outputs:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{onnx_path} has inputs {sorted(inputs)} and outputs {sorted(outputs)}; a windowed model wraps "
             f"{list(MODEL_INPUTS)} -> {LOGITS!r}",
             "convert the model with `ernie-deploy convert`, which names the tensors",

@@ -1,5 +1,6 @@
 """The tritonserver process: finding the binary, preflight (shared memory, ports), its lifecycle and logs, the
-stub watchdog, the liveness probe, the Kubernetes and KServe manifests and the Grafana dashboard over its metrics.
+stub watchdog, serving a repository with the admin key its addresses need, the environment's `tritonserver`
+launcher, the liveness probe, and what a running server serves and its statistics.
 
 Imports: ernie_deploy.core.
 """

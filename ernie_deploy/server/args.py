@@ -38,8 +38,8 @@ def server_args(
         f"--backend-config=python,shm-growth-byte-size={shm_growth_byte_size}",
         # The response cache that models built with --cache answer from; on for every deployment (server/cache.py).
         *cache_config_args(cache_bytes),
-        # Latency quantiles for the Grafana dashboard (server/dashboard.py): Triton 2.51 then exports a summary per
-        # model beside each duration counter, nv_inference_{request,queue,compute_*}_summary_us, quantiles 0.5 to
+        # Latency quantiles for the Grafana dashboard (deployfiles/dashboard.py): Triton 2.51 then exports a summary
+        # per model beside each duration counter, nv_inference_{request,queue,compute_*}_summary_us, quantiles 0.5 to
         # 0.999 over the last minute; without it Prometheus gets only cumulative sums, i.e. means. Measured on the pip
         # server with 11 models: /metrics grew from 14,726 to 49,581 bytes per scrape.
         "--metrics-config=summary_latencies=true",

@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.server.binary import TritonBinary
 
 # 64 MiB: one answer of the demo classifier took 288 bytes of the local cache (8 answers used 0.22% of 1 MiB), so
@@ -33,7 +33,7 @@ _ASKS = re.compile(r"^response_cache\s*\{\s*enable:\s*true\s*\}", re.MULTILINE)
 def cache_config_args(cache_bytes: int) -> list[str]:
     """The flag that gives the server a local response cache of `cache_bytes` (none for 0)."""
     if cache_bytes < 0:
-        raise ErnieDeployError(f"--cache-size {cache_bytes} is negative", "pass a size in bytes, or 0 for no cache")
+        raise BadOptionsError(f"--cache-size {cache_bytes} is negative", "pass a size in bytes, or 0 for no cache")
     return [f"--cache-config=local,size={cache_bytes}"] if cache_bytes else []
 
 
@@ -81,7 +81,7 @@ def check_cache(repository: str | os.PathLike, cache_bytes: int, binary: TritonB
         )
     asking = models_asking_for_cache(repository) if not cache_bytes else []
     if asking:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{', '.join(asking)} in {repository} asks for Triton's response cache, and this server is started "
             "without one (--cache-size 0): it would answer every request uncached",
             "start it with a cache (leave --cache-size out for the default, or pass a size in bytes), or rebuild "

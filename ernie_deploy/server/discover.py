@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, AdminKey
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import ErnieDeployError, ServerNotReadyError
 from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.probe import ProbeFailed, http_json, takes_texts
@@ -111,7 +111,7 @@ def served_on_server(
         configs = _answers(url, names, "/config", timeout, headers=headers, tls=tls)
     except ProbeFailed as exc:
         if _RESTRICTED not in str(exc):
-            raise ErnieDeployError(
+            raise ServerNotReadyError(
                 f"cannot read {url}'s repository index: {exc}", "check that the server is up and serves Triton's API"
             ) from None
         if key is not None:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 
 NGC_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
 # The text pip writes into the entry point's script: a `tritonserver` holding it is this launcher (of this or another
@@ -95,7 +95,7 @@ def _int(name: str, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ErnieDeployError(f"--{name}={value!r} is not an integer", f"give --{name} a whole number") from None
+        raise BadOptionsError(f"--{name}={value!r} is not an integer", f"give --{name} a whole number") from None
 
 
 def _split(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -104,16 +104,16 @@ def _split(argv: list[str]) -> list[tuple[str, str | None]]:
     while i < len(argv):
         arg = argv[i]
         if not arg.startswith("--") or arg == "--":
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"unexpected argument {arg!r}: tritonserver takes options only",
                 "give the repository as --model-repository=PATH (see tritonserver --help)",
             )
         name, eq, value = arg[2:].partition("=")
         if name not in TRITON_OPTIONS:
-            raise ErnieDeployError(f"tritonserver has no option --{name}", "see tritonserver --help for its options")
+            raise BadOptionsError(f"tritonserver has no option --{name}", "see tritonserver --help for its options")
         if not TRITON_OPTIONS[name]:
             if eq:
-                raise ErnieDeployError(f"--{name} takes no value (got {value!r})", f"give it as --{name}")
+                raise BadOptionsError(f"--{name} takes no value (got {value!r})", f"give it as --{name}")
             pairs.append((name, None))
         elif eq:
             pairs.append((name, value))
@@ -121,24 +121,24 @@ def _split(argv: list[str]) -> list[tuple[str, str | None]]:
             pairs.append((name, argv[i + 1]))
             i += 1
         else:
-            raise ErnieDeployError(f"--{name} needs a value", f"give it as --{name}=VALUE")
+            raise BadOptionsError(f"--{name} needs a value", f"give it as --{name}=VALUE")
         i += 1
     return pairs
 
 
 def parse_triton_args(argv: list[str]) -> LaunchRequest:
-    """Triton's arguments -> a LaunchRequest; ErnieDeployError naming any option this server cannot honour."""
+    """Triton's arguments -> a LaunchRequest; BadOptionsError naming any option this server cannot honour."""
     request = LaunchRequest()
     for name, value in _split(list(argv)):
         if name in REFUSED:
-            raise ErnieDeployError(f"--{name} is not supported by the pip server", REFUSED[name])
+            raise BadOptionsError(f"--{name} is not supported by the pip server", REFUSED[name])
         if name == "help":
             request.help = True
         elif name in ("model-repository", "model-store"):
             if request.repository is not None:
-                raise ErnieDeployError(
+                raise BadOptionsError(
                     "more than one --model-repository: this server serves one repository",
-                    "build every model into one repository (ernie-deploy build --name / apply), or run a full "
+                    "build every model into one repository (ernie-deploy build --model / apply), or run a full "
                     "tritonserver (NVIDIA's container), which takes several",
                 )
             request.repository = value
@@ -151,7 +151,7 @@ def parse_triton_args(argv: list[str]) -> LaunchRequest:
         elif name == "log-file":
             request.log_file = value  # the launcher's log file is the server's: its path is printed at start
         elif name == "allow-http" and value.lower() in ("false", "0", "no", "off"):
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 "--allow-http=false is not supported by the pip server: it checks readiness and restarts dead "
                 "python stubs over HTTP",
                 "keep HTTP on 127.0.0.1 (the default: --http-address) and expose gRPC alone with --grpc-address",
@@ -163,12 +163,12 @@ def parse_triton_args(argv: list[str]) -> LaunchRequest:
         else:
             request.extra.append(f"--{name}" if value is None else f"--{name}={value}")
     if request.repository is None and not request.help:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "no --model-repository given", "tritonserver --model-repository=models (the folder convert.sh built)"
         )
     http, metrics = request.addresses.get("http"), request.addresses.get("metrics")
     if http and metrics and http != metrics:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--http-address {http} and --metrics-address {metrics} differ: the pip server binds HTTP and metrics on "
             "one address",
             "give them the same address (or leave --metrics-address out)",
@@ -181,7 +181,7 @@ def _python_backend_setting(request: LaunchRequest, value: str) -> None:
     if setting in ("shm-default-byte-size", "shm-growth-byte-size"):
         request.shm[setting.replace("-", "_")] = _int(f"backend-config=python,{setting}", number)
     elif setting == "shm-region-prefix-name":
-        raise ErnieDeployError(
+        raise BadOptionsError(
             "--backend-config=python,shm-region-prefix-name is not supported by the pip server",
             "leave it out: the server names its shared-memory regions itself, so it can remove what a killed server "
             "leaves in /dev/shm",
@@ -194,7 +194,7 @@ def _cache_bytes(value: str) -> int:
     cache, _, setting = value.partition(",")
     key, _, number = setting.partition("=")
     if cache != "local" or key != "size":
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--cache-config={value} is not supported by the pip server: it has Triton's local cache only",
             "size it with --cache-config=local,size=BYTES (0: no cache)",
         )

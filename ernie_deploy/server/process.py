@@ -1,6 +1,6 @@
 """A real `tritonserver` process on a model repository: start it, wait until it is ready, stop it with every
-model stub it started; the servers still running are stopped when Python exits. `serve_forever` is the
-blocking entry point of `ernie-deploy serve`.
+model stub it started; the servers still running are stopped when Python exits. Serving until a signal, with
+the admin key a host needs, is server/serve.py's.
 
 Imports stay cheap: nothing here imports paddle or tritonclient at module load.
 """
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 
 from ernie_deploy.core.admin_key import AdminKey, check_admin_key, read_admin_key_file
 from ernie_deploy.core.endpoints import PORTS
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError, ServerNotReadyError
 from ernie_deploy.core.tls import ServerTls
 from ernie_deploy.server.args import grpc_tls_args, restricted_args, server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
@@ -64,7 +62,7 @@ class TritonServer:
     admin_key / admin_key_file: with a key (the value, or a file holding it, e.g. a mounted secret), the
     model-repository and model-config APIs answer only requests carrying it in the header
     ernie_deploy.core.admin_key.ADMIN_KEY_HEADER (see args.restricted_args); without one they are open, as
-    Triton's are. `ernie-deploy serve` always passes one (see ernie_deploy/cli/serve.py).
+    Triton's are. `ernie-deploy serve` always passes one (see ernie_deploy/server/serve.py).
 
     grpc_tls: serve gRPC over TLS (mutual TLS when it has a CA). HTTP and metrics stay plain (Triton has no TLS
     for them): http_host binds those two elsewhere than `host`, e.g. gRPC on 0.0.0.0 and HTTP on 127.0.0.1. The
@@ -96,7 +94,7 @@ class TritonServer:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ):
         if shm_default_byte_size <= 0:
-            raise ErnieDeployError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
+            raise BadOptionsError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
         if isinstance(admin_key, str):
             admin_key = check_admin_key(admin_key, "the admin_key argument")
         self.admin_key: AdminKey | None = admin_key or (read_admin_key_file(admin_key_file) if admin_key_file else None)
@@ -217,7 +215,7 @@ class TritonServer:
     def preflight(self) -> None:
         """The checks start() makes before it spawns anything."""
         if not self.model_repository.is_dir():
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"model repository {self.model_repository} does not exist",
                 "build it first (ernie-deploy build) or pass the right path",
             )
@@ -242,7 +240,7 @@ class TritonServer:
         picked = iter(free_ports(sum(1 for v in self.ports.values() if not v), self.host))
         self.ports = {k: (v or next(picked)) for k, v in self.ports.items()}
         if len(set(self.ports.values())) != len(self.ports):
-            raise ErnieDeployError(f"the http, grpc and metrics ports must differ, got {self.ports}")
+            raise BadOptionsError(f"the http, grpc and metrics ports must differ, got {self.ports}")
         argv = self.command()
         self._log_path = self._log_file or Path(tempfile.mkdtemp(prefix="ernie-deploy-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,7 +251,7 @@ class TritonServer:
                 # its own process group: stop() reaches the model stubs too
                 self._proc = start_group(argv, log, server_env(self.binary), die_with_parent=self.die_with_parent)
             except OSError as exc:
-                raise ErnieDeployError(
+                raise ServerNotReadyError(
                     f"cannot run {self.binary.path}: {exc}", "check the file is an executable tritonserver"
                 ) from None
         self._stopped = False
@@ -301,6 +299,11 @@ class TritonServer:
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
+    def check_running(self) -> None:
+        """Raise ServerNotReadyError, with the log's errors and the likely fix, if the server has exited."""
+        if not self.is_running():
+            self._fail(f"tritonserver exited on its own with code {self.returncode}")
+
     def _fail(self, what: str, timed_out: bool = False) -> None:
         if self._proc.poll() is None:
             self.stop(timeout=10)
@@ -309,7 +312,7 @@ class TritonServer:
         shown = errors or tail
         label = "server errors" if errors else "last log lines"
         body = "\n".join("    " + line for line in shown)
-        raise ErnieDeployError(
+        raise ServerNotReadyError(
             f"{what} (log: {self._log_path})\n  {label}:\n{body}",
             likely_fix(text, self._log_path, timed_out),
         )
@@ -357,50 +360,3 @@ class TritonServer:
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
         return f"TritonServer({str(self.model_repository)!r}, grpc={self.grpc_url}, {state})"
-
-
-# --------------------------------------------------------------------------------------------
-# Blocking entry point for the CLI
-
-
-def _report_stub_restart(event) -> None:
-    how = f"reloaded in {event.seconds:.1f} s" if event.ok else f"could not be reloaded: {event.message}"
-    print(f"the python stub of model {event.model!r} died; {how}", file=sys.stderr, flush=True)
-
-
-def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float = 120, **kw) -> int:
-    """Start the server, print where it listens, and block until SIGINT/SIGTERM; then stop cleanly.
-
-    Keyword arguments go to TritonServer. Returns 0 after a requested stop; raises ErnieDeployError
-    if the server fails to start or dies on its own.
-    """
-    kw.setdefault("on_stub_restart", _report_stub_restart)
-    server = TritonServer(model_repository, **kw)
-    stop_requested = threading.Event()
-    previous: dict[int, object] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda signum, frame: stop_requested.set())
-    try:
-        server.start(timeout=start_timeout)
-        grpc_tls = f" ({server.grpc_tls.describe()})" if server.grpc_tls is not None else ""
-        print(
-            f"Triton is ready in {server.start_seconds:.1f} s (pid {server.pid}, {server.binary.kind})\n"
-            f"  grpc:    {server.grpc_url}{grpc_tls}\n"
-            f"  http:    {server.http_url}\n"
-            f"  metrics: {server.metrics_url}\n"
-            f"  log:     {server.log_path}\n"
-            "Press Ctrl-C to stop.",
-            flush=True,
-        )
-        while not stop_requested.wait(0.5):
-            if not server.is_running():
-                server._fail(f"tritonserver exited on its own with code {server.returncode}")
-        print("Stopping tritonserver ...", flush=True)
-        code = server.stop()
-        print(f"tritonserver stopped in {server.stop_seconds:.1f} s (exit code {code})", flush=True)
-        return 0
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.probe import ProbeFailed, http_json
 
@@ -99,7 +99,7 @@ def loaded_stats(url: str, timeout: float = 5.0, tls: Tls | None = None) -> list
     try:
         return http_json(f"{url}/v2/models/stats", timeout, tls=tls).get("model_stats", [])
     except ProbeFailed as exc:
-        raise ErnieDeployError(
+        raise ServerNotReadyError(
             f"cannot read statistics from {url}: {exc}", "check that the server is up and the URL is its HTTP port"
         ) from None
 

@@ -24,7 +24,7 @@ from itertools import chain
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
 from ernie_deploy.serving.windows import Windowed, check_head_tokens, check_stride, head_tail_ids, windows_from_tokens
 
@@ -143,7 +143,7 @@ def encode_batch(
     batches of different texts get the same shape: Triton's dynamic batcher merges only requests whose
     shapes match, unless the model takes ragged inputs."""
     if max_seq_len < 2:
-        raise ErnieDeployError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
+        raise BadOptionsError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
     keep = max_seq_len - 2
     head = keep if head_tokens is None else head_tokens
     check_head_tokens(head, max_seq_len)
@@ -191,7 +191,7 @@ def encode_pairs(
     Offsets are into each token's own text (the pair's tokens into the pair); `truncated` says either text was cut.
     """
     if max_seq_len < 3:
-        raise ErnieDeployError(f"max_seq_len must be at least 3 for a pair ([CLS] and two [SEP]), got {max_seq_len}")
+        raise BadOptionsError(f"max_seq_len must be at least 3 for a pair ([CLS] and two [SEP]), got {max_seq_len}")
     if len(texts) != len(pairs):
         raise ErnieDeployError(f"{len(texts)} texts but {len(pairs)} pairs", "send one text_pair per text")
     encodings = tokenize_whole(tokenizer, [*texts, *pairs])

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 
 ENTITY_KEYS = frozenset({"type", "start", "end", "text"})
 
 # How a token model's logits become entities, a setting of each model (`export --ner-decoding`, recorded in
-# export.json; `build --ner-decoding` overrides it; the postprocess reads it from its config parameter
+# model.json; `build --ner-decoding` overrides it; the postprocess reads it from its config parameter
 # DECODING_PARAMETER):
 #   constrained  the most likely valid IOB2 sequence (Viterbi over the logits), read strictly: what this project's
 #                models are scored with (bootstrap model, MSRA test split: entity F1 0.664, against 0.564 for
@@ -76,7 +76,7 @@ def spans_to_bio(spans: Iterable[tuple[str, int, int]], length: int) -> list[str
 def check_decoding(decoding: str) -> str:
     """`decoding` when it is one of DECODINGS, else a clear error."""
     if decoding not in DECODINGS:
-        raise ErnieDeployError(f"unknown NER decoding {decoding!r}", f"use one of {', '.join(DECODINGS)}")
+        raise BadOptionsError(f"unknown NER decoding {decoding!r}", f"use one of {', '.join(DECODINGS)}")
     return decoding
 
 

@@ -16,12 +16,14 @@ the model about twice (windows overlap by half): measured with the demo NER mode
 6 us for the classifier (docs/RELIABILITY.md, "Bounded cost per request"). A tokenizer shared by models of both
 readings holds both, and holds each request to the limits of what it asks for (the window tensors, or the cut).
 
-Standard library only: runs inside Triton's python backend.
+Standard library and core only: runs inside Triton's python backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ernie_deploy.core.errors import BadRepositoryError
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class TextLimits:
 _UTF8_MAX_BYTES_PER_CHAR = 4
 
 # The defaults per reading: the longest text answered within a budget of about a second and a few hundred MB of server
-# memory on 2 CPU cores with the demo models (bench.input_cost; the figures are in docs/RELIABILITY.md), and a request
+# memory on 2 CPU cores with the demo models (benchmarks/input_cost.py; figures in docs/RELIABILITY.md), and a request
 # of at most four such texts (a few seconds: a batch client sends many texts at once, most of them short).
 CUT = TextLimits(max_text_chars=100_000, max_request_chars=400_000)
 WINDOWS = TextLimits(max_text_chars=4_000, max_request_chars=16_000)
@@ -86,10 +88,11 @@ class ReadingLimits:
     cut: TextLimits = CUT
     windows: TextLimits = WINDOWS
 
-    # config parameter -> (reading, field)
+    # config parameter -> (reading, field). Each names its reading: a model's record has `max_text_chars` and
+    # `max_request_chars` for the one reading it does, and a parameter never shares a record field's name.
     PARAMETERS = {
-        "max_text_chars": ("cut", "max_text_chars"),
-        "max_request_chars": ("cut", "max_request_chars"),
+        "cut_max_text_chars": ("cut", "max_text_chars"),
+        "cut_max_request_chars": ("cut", "max_request_chars"),
         "window_max_text_chars": ("windows", "max_text_chars"),
         "window_max_request_chars": ("windows", "max_request_chars"),
     }
@@ -114,11 +117,15 @@ class ReadingLimits:
 
     @classmethod
     def from_parameters(cls, read) -> ReadingLimits:
-        """From a model config's parameters (`read(key)` -> str, or None where absent); absent ones take the defaults,
-        so a repository built before the limits existed is bounded too."""
-        values = {"cut": CUT.__dict__.copy(), "windows": WINDOWS.__dict__.copy()}
+        """From a model config's parameters (`read(key)` -> str, or None where absent). `build` writes all four; a
+        config without them is refused (a model never runs unbounded)."""
+        missing = [key for key in cls.PARAMETERS if read(key) is None]
+        if missing:
+            raise BadRepositoryError(
+                f"the tokenizer config has no {', '.join(missing)}: it was built by an older ernie-deploy",
+                "rebuild the repository with `ernie-deploy build`, which writes the limits",
+            )
+        values = {"cut": {}, "windows": {}}
         for key, (reading, field) in cls.PARAMETERS.items():
-            value = read(key)
-            if value is not None:
-                values[reading][field] = int(value)
+            values[reading][field] = int(read(key))
         return cls(TextLimits(**values["cut"]), TextLimits(**values["windows"]))

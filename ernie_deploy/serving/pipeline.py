@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.tasks import MODEL_INPUTS, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
@@ -24,7 +24,7 @@ class PipelineStep(Step):
         self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
         postprocess = parameter(config, "postprocess")
         if postprocess not in POSTPROCESS_STEPS:
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"model {config.get('name')!r} names postprocess {postprocess!r}, which is none of "
                 f"{', '.join(POSTPROCESS_STEPS)}",
                 "rebuild the repository with `ernie-deploy build`",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 
 # How onnxruntime's intra-op threads wait for work: never busy ("off"), busy inside a run only ("run"), or busy
@@ -42,14 +42,14 @@ class OnnxModel:
 
         path = Path(path)
         if not path.exists():
-            raise ErnieDeployError(f"no ONNX model at {path}", "run `ernie-deploy convert` and `ernie-deploy build`")
+            raise BadCheckpointError(f"no ONNX model at {path}", "run `ernie-deploy convert` and `ernie-deploy build`")
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         threads = intra_op_threads or int(os.environ.get("ERNIE_DEPLOY_ORT_THREADS", "0"))
         if threads:
             options.intra_op_num_threads = threads
         if spinning not in SPIN_MODES:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"unknown onnxruntime spinning mode {spinning!r}", f"use one of {', '.join(SPIN_MODES)}"
             )
         if spinning == "off":
@@ -61,7 +61,7 @@ class OnnxModel:
         found = [o.name for o in self.session.get_outputs()]
         self.outputs = list(outputs)
         if sorted(inputs) != sorted(MODEL_INPUTS) or set(self.outputs) - set(found):
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"{path} has inputs {inputs} and outputs {found}; "
                 f"expected inputs {list(MODEL_INPUTS)} and outputs {self.outputs}",
                 "convert the model with `ernie-deploy convert`, which names the tensors",

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
 
 
 def parameter(config: dict, key: str, default: str | None = None) -> str:
     value = config.get("parameters", {}).get(key, {}).get("string_value", default)
     if value is None:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"model {config.get('name')!r} has no parameter {key!r}", "rebuild the repository with `ernie-deploy build`"
         )
     return value
@@ -24,7 +24,7 @@ def parameter(config: dict, key: str, default: str | None = None) -> str:
 def read_labels(labels_file: Path) -> list[str]:
     """The label names a step's version folder holds (labels.json), in id order."""
     if not labels_file.exists():
-        raise ErnieDeployError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
+        raise BadRepositoryError(f"no label names at {labels_file}", "rebuild the repository with `ernie-deploy build`")
     return json.loads(labels_file.read_text(encoding="utf-8"))
 
 

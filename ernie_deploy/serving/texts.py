@@ -8,7 +8,7 @@ import unicodedata
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.errors import BadRequest, InputLimitError
 from ernie_deploy.serving.limits import TextLimits
 
 
@@ -54,7 +54,9 @@ def decode_texts(array: np.ndarray, name: str = "text", limits: TextLimits | Non
             fixes[fix] = None
         texts.append(text)
     if problems:
-        raise BadRequest("; ".join(problems), "; ".join(fixes))
+        # Only texts over the length limit: the caller can split them; any other problem makes it a plain BadRequest.
+        over = limits is not None and set(fixes) == {limits.text_fix}
+        raise (InputLimitError if over else BadRequest)("; ".join(problems), "; ".join(fixes))
     return texts
 
 
@@ -88,11 +90,14 @@ def decode_inputs(inputs: dict[str, np.ndarray], names: list[str], limits: TextL
         except BadRequest as exc:
             problems.append(exc)
     if problems:
-        raise BadRequest("; ".join(e.problem for e in problems), "; ".join(dict.fromkeys(e.fix for e in problems)))
+        over = all(isinstance(e, InputLimitError) for e in problems)
+        raise (InputLimitError if over else BadRequest)(
+            "; ".join(e.problem for e in problems), "; ".join(dict.fromkeys(e.fix for e in problems))
+        )
     if limits is not None:
         problem = limits.request_problem(sum(map(len, (t for c in columns for t in c))), sum(map(len, columns)))
         if problem:
-            raise BadRequest(problem, limits.request_fix)
+            raise InputLimitError(problem, limits.request_fix)
     if len(columns) == 1:
         return columns[0]
     if len({len(c) for c in columns}) != 1:

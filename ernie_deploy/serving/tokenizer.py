@@ -41,7 +41,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.files import atomic_path
 
 UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
@@ -128,14 +128,14 @@ def read_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
     (a repeated token keeps its last line)."""
     path = Path(vocab_file)
     if not path.is_file():
-        raise ErnieDeployError(f"no vocabulary file at {path}", "pass the vocab.txt saved with the model")
+        raise BadCheckpointError(f"no vocabulary file at {path}", "pass the vocab.txt saved with the model")
     vocab: dict[str, int] = {}
     with open(path, encoding="utf-8") as fh:
         for index, line in enumerate(fh):
             vocab[line.rstrip("\n")] = index
     missing = [t for t in REQUIRED_SPECIALS if t not in vocab]
     if missing:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{path} is not an ERNIE vocabulary: it lacks {', '.join(missing)}",
             "pass the vocab.txt that came with the model (one token per line, with [PAD] [CLS] [SEP] [UNK])",
         )
@@ -179,11 +179,11 @@ def vocab_lowercase(vocab_file: str | os.PathLike) -> bool:
     try:
         value = json.loads(config.read_text(encoding="utf-8")).get("do_lower_case", True)
     except (ValueError, AttributeError):
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{config} is not a JSON object", "replace it with the tokenizer_config.json saved with the model"
         ) from None
     if not isinstance(value, bool):
-        raise ErnieDeployError(f"{config}: do_lower_case is {value!r}, not true or false", "set it to true or false")
+        raise BadCheckpointError(f"{config}: do_lower_case is {value!r}, not true or false", "set it to true or false")
     return value
 
 
@@ -242,14 +242,14 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
         for name in ("tokenizer.json", "vocab.txt"):
             if (path / name).is_file():
                 return load_tokenizer(path / name)
-        raise ErnieDeployError(f"{path} holds neither tokenizer.json nor vocab.txt", "pass the model's vocab.txt")
+        raise BadCheckpointError(f"{path} holds neither tokenizer.json nor vocab.txt", "pass the model's vocab.txt")
     if not path.is_file():
-        raise ErnieDeployError(f"no tokenizer at {path}", "pass tokenizer.json or the model's vocab.txt")
+        raise BadCheckpointError(f"no tokenizer at {path}", "pass tokenizer.json or the model's vocab.txt")
     if path.suffix == ".json":
         try:
             return Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"cannot read {path} as a tokenizer: {exc}", "rewrite it with `save_tokenizer(vocab.txt, path)`"
             ) from None
     return build_tokenizer(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.model_steps import OnnxStep
@@ -45,7 +45,7 @@ class TokenizerStep(Step):
         self.outputs = [o["name"] for o in config.get("output", [])] or able
         unknown = set(self.outputs) - set(able)
         if unknown:
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"model {config.get('name')!r} declares outputs {sorted(unknown)} the tokenizer cannot produce",
                 "rebuild the repository with `ernie-deploy build`",
             )

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 
 
 def default_stride(max_seq_len: int) -> int:
@@ -35,7 +35,7 @@ def default_head_tokens(max_seq_len: int) -> int:
 def check_stride(stride: int, max_seq_len: int) -> None:
     size = max_seq_len - 2
     if not 1 <= stride <= size:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"a window stride of {stride} tokens does not fit windows of {size} real tokens (max_seq_len "
             f"{max_seq_len} less [CLS] and [SEP]): 0 would never move and more than {size} would skip tokens",
             f"pass --window-stride from 1 to {size}, or leave it out for half a window ({default_stride(max_seq_len)})",
@@ -45,7 +45,7 @@ def check_stride(stride: int, max_seq_len: int) -> None:
 def check_head_tokens(head: int, max_seq_len: int) -> None:
     size = max_seq_len - 2
     if not 0 <= head <= size:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--head-tokens {head} does not fit the {size} real tokens a text keeps (max_seq_len {max_seq_len})",
             f"pass 0 (the tail alone) to {size} (the head alone), or leave it out for "
             f"{default_head_tokens(max_seq_len)}",

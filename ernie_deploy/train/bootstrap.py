@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
@@ -49,7 +49,7 @@ def cache_key(data_dir: Path, recipe: dict[str, Any]) -> str:
     for role, path in files.items():
         path = Path(path)
         if not path.exists():
-            raise ErnieDeployError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
+            raise BadDataError(f"no such data file: {path}", "run `ernie-deploy fetch-data` first")
         content = path.read_bytes()
         digest.update(f"{role} {len(content)}\n".encode())
         digest.update(content)
@@ -143,7 +143,7 @@ def _exclusive(lock_file: Path):
 def load_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META_FILE
     if not path.exists():
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{ckpt} is not a bootstrap checkpoint (no {META_FILE})", "pass a folder made by `fetch --bootstrap`"
         )
     return json.loads(path.read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
@@ -81,7 +81,7 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
     splits = {split: data_mod.read_split(Path(data_dir), split, recipe["split_format"]) for split in data_mod.SPLITS}
     train_texts, train_labels = splits["train"]
     if not train_texts:
-        raise ErnieDeployError(f"{data_dir}/train has no rows", "re-run data preparation")
+        raise BadDataError(f"{data_dir}/train has no rows", "re-run data preparation")
     labels = kind.label_list(train_labels)
     label2id = {name: i for i, name in enumerate(labels)}
     vocab = _vocabulary(data_dir, recipe, base, train_texts)
@@ -151,7 +151,7 @@ def _load_encoder(model, base: Path) -> None:
     own = model.state_dict()
     wrong = sorted(k for k, v in encoder.items() if k not in own or list(own[k].shape) != list(v.shape))
     if wrong or not encoder:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"the base checkpoint {base} does not fit this model's encoder ({', '.join(wrong[:3]) or 'no weights'})",
             "give the recipe the base task's model shape (hidden_size, layers, heads), or drop init_from",
         )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TaskSpec
 from ernie_deploy.kinds import table
 from ernie_deploy.train.kind_recipe import KindRecipe
 
@@ -108,7 +108,7 @@ BUDGETED: dict[str, Any] = {"max_train_rows": None, "epochs": 30}
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The full recipe for a task: defaults, then the task's changes, then the caller's."""
     if task.name not in TASK_RECIPES:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"no bootstrap recipe for task {task.name!r}",
             f"add one to TASK_RECIPES in {__name__} (known: {', '.join(sorted(TASK_RECIPES))})",
         )
@@ -116,7 +116,7 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
     recipe.update(TASK_RECIPES[task.name])
     unknown = sorted(set(overrides or {}) - set(recipe))
     if unknown:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"unknown bootstrap recipe keys: {', '.join(unknown)}", f"use keys of {__name__}.DEFAULT_RECIPE"
         )
     if (overrides or {}).get("budget_minutes"):
@@ -128,7 +128,7 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
         dataset=task.dataset,
         split_format=task.split_format,
         paddle_class=task.paddle_class,
-        max_seq_len=task.max_seq_len,
+        max_seq_len=DEFAULT_MAX_SEQ_LEN,  # the length every bootstrap trains and exports with
     )
     return recipe
 

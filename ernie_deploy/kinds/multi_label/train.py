@@ -3,7 +3,7 @@ at the untuned threshold on dev."""
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import KindRecipe
 
@@ -12,7 +12,7 @@ def _multi_hot_encode(tokenizer, text: str, labels: list[str], label2id: dict[st
     ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
     unknown = sorted(set(labels) - set(label2id))
     if unknown:
-        raise ErnieDeployError(f"labels {unknown} are not among the train labels", "re-run data preparation")
+        raise BadDataError(f"labels {unknown} are not among the train labels", "re-run data preparation")
     hot = [0.0] * len(label2id)
     for label in labels:
         hot[label2id[label]] = 1.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import KindRecipe
 
@@ -13,7 +13,7 @@ def _sequence_encode(tokenizer, text, label: str, label2id: dict[str, int], max_
         "input_ids"
     ]
     if label not in label2id:
-        raise ErnieDeployError(f"label {label!r} is not among the train labels", "re-run data preparation")
+        raise BadDataError(f"label {label!r} is not among the train labels", "re-run data preparation")
     return ids, label2id[label]
 
 

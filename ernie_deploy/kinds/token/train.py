@@ -3,7 +3,7 @@ entity F1 over word pieces on dev."""
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import IGNORE_INDEX, KindRecipe
 
@@ -18,7 +18,7 @@ def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int
     ids = enc["input_ids"]
     unknown = set(tags) - set(label2id)
     if unknown:
-        raise ErnieDeployError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
+        raise BadDataError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     return ids, char_labels_to_token_labels(tags, offsets, len(ids), label2id).tolist()
 

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TASK_PARAMETER, TASKS, TOKENIZER_STEP, TaskSpec, get_task
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.spec import REBUILD, SPEC_PARAMETER, ModelSpec, OldRecord
+from ernie_deploy.core.tasks import TASK_PARAMETER, TOKENIZER_STEP
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
 from ernie_deploy.repository.options import BuildOptions, check_options, check_task_options
 
-# A repository built before layouts were recorded has ensembles: the one layout there was.
-LEGACY_LAYOUT = "ensemble"
+# The layout listed first (and the one a model whose layout cannot fit falls back to naming in its refusal).
+ENSEMBLE = "ensemble"
 # `build` with no layout named (BuildOptions.layout "auto"): each model takes the first of these that fits it and
 # the options, by the runtime of its model step. The order is measured (docs/BENCHMARKS.md, "The default layout"):
 # on the python runtime one fused process answered a lone request 0.8-2.7 ms sooner than the three-step ensemble
@@ -34,7 +35,7 @@ def _discover() -> dict[str, Layout]:
         if module.name != "base":
             importlib.import_module(f"{__name__}.{module.name}")
     found = {cls.name: cls() for cls in _subclasses(Layout)}
-    return dict(sorted(found.items(), key=lambda item: (item[0] != LEGACY_LAYOUT, item[0])))
+    return dict(sorted(found.items(), key=lambda item: (item[0] != ENSEMBLE, item[0])))
 
 
 def _subclasses(cls):
@@ -48,7 +49,7 @@ LAYOUTS: dict[str, Layout] = _discover()
 
 def get_layout(name: str) -> Layout:
     if name not in LAYOUTS:
-        raise ErnieDeployError(f"unknown layout {name!r}", f"use one of {', '.join(LAYOUTS)}")
+        raise BadOptionsError(f"unknown layout {name!r}", f"use one of {', '.join(LAYOUTS)}")
     return LAYOUTS[name]
 
 
@@ -69,7 +70,7 @@ def _default_candidates(options: BuildOptions) -> list[Layout]:
     """The default layouts that can honour `options` on their runtime, in order; a refusal when none can."""
     order = DEFAULT_LAYOUTS.get(options.runtime)
     if order is None:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--layout auto needs the model step's runtime settled, got {options.runtime!r}",
             f"pass --runtime {' or '.join(DEFAULT_LAYOUTS)}, or name a --layout",
         )
@@ -86,40 +87,37 @@ def _default_candidates(options: BuildOptions) -> list[Layout]:
     return fitting
 
 
-def default_layout(task: TaskSpec, options: BuildOptions) -> Layout:
-    """The layout `task`'s model gets when none is named: the first of DEFAULT_LAYOUTS[runtime] that fits it."""
+def default_layout(model: ModelSpec, options: BuildOptions) -> Layout:
+    """The layout `model` gets when none is named: the first of DEFAULT_LAYOUTS[runtime] that fits it."""
     candidates = _default_candidates(options)
     for layout in candidates:
-        if layout.fits(task, options) is None:
+        if layout.fits(model, options) is None:
             return layout
     return candidates[-1]  # its refusal names the problem and the fix (layout.check)
 
 
-def settle_layout(task: TaskSpec, options: BuildOptions) -> BuildOptions:
-    """`options` with the layout `task`'s model is built in: the named one, or for "auto" its default."""
+def settle_layout(model: ModelSpec, options: BuildOptions) -> BuildOptions:
+    """`options` with the layout `model` is built in: the named one, or for "auto" its default."""
     if options.layout != AUTO:
         return options
-    return replace(options, layout=default_layout(task, options).name)
+    return replace(options, layout=default_layout(model, options).name)
 
 
 def task_configs(
-    task: TaskSpec,
+    model: ModelSpec,
     onnx_path: str | Path,
     options: BuildOptions,
     tokenizer_step: str = TOKENIZER_STEP,
     pad_token_id: int = 0,
-    labels: list[str] | None = None,
-    recorded_decoding: str | None = None,
 ) -> list[mc.ModelConfig]:
-    """Every Triton model config of one model in `options.layout`, derived from the ONNX file (names and dims are
-    checked, not assumed), the entry (the model users call) last. `labels` are needed by the graph-postprocess
-    layout, whose model step outputs are those of the postprocess graph built from them. `recorded_decoding`: a token
-    model's NER decoding as its export recorded it (options.ner_decoding overrides it)."""
-    options = settle_layout(task, options)
+    """Every Triton model config of `model` in `options.layout`, derived from its record and the ONNX file (names and
+    dims are checked, not assumed), the entry (the model users call) last. The record's labels make the
+    graph-postprocess layout's graph; its NER decoding is the postprocess's (options.ner_decoding overrides it)."""
+    options = settle_layout(model, options)
     layout = check_build_options(options)
-    check_task_options(task, options)
-    layout.check(task, options)
-    parts = Parts(task, Path(onnx_path), options, tokenizer_step, pad_token_id, labels, recorded_decoding)
+    check_task_options(model, options)
+    layout.check(model, options)
+    parts = Parts(model, Path(onnx_path), options, tokenizer_step, pad_token_id)
     configs = layout.configs(parts)
     if options.response_cache:
         cache_answers(configs[-1])
@@ -143,35 +141,33 @@ def caches_answers(entry: mc.ModelConfig) -> bool:
 
 
 def layout_of(name: str, configs: dict[str, mc.ModelConfig]) -> Layout:
-    """The layout of served model `name` in a repository whose configs are `configs`: the one its entry records;
-    a model built before layouts were recorded is recognised by its shape, here and nowhere else."""
+    """The layout of served model `name` in a repository whose configs are `configs`: the one its entry records."""
     entry = configs[name]
-    if LAYOUT_PARAMETER in entry.parameters:
-        return get_layout(entry.parameters[LAYOUT_PARAMETER].string_value)
-    if entry.platform != "ensemble":
-        return LAYOUTS["fused"] if TASK_PARAMETER in entry.parameters else LAYOUTS[LEGACY_LAYOUT]
-    steps = [s.model_name for s in entry.ensemble_scheduling.step]
-    if len(steps) == 2:
-        first = configs.get(steps[0])
-        tokenizes_in_model = first is not None and "model_file" in first.parameters
-        return LAYOUTS["tokenizer-in-model" if tokenizes_in_model else "graph-postprocess"]
-    return LAYOUTS[LEGACY_LAYOUT]
+    if LAYOUT_PARAMETER not in entry.parameters:
+        raise BadRepositoryError(
+            f"served model {name!r} records no layout: it was built by an older ernie-deploy",
+            "rebuild the repository with this version (`ernie-deploy check` names the command)",
+        )
+    return get_layout(entry.parameters[LAYOUT_PARAMETER].string_value)
 
 
-def served_task(name: str, entry: mc.ModelConfig) -> TaskSpec | None:
-    """The task of served model `name` as its entry records it (a repository built before models were named has only
-    the demo ensembles, known by their default names); None for a Triton model users do not call."""
-    if TASK_PARAMETER in entry.parameters:
-        return get_task(entry.parameters[TASK_PARAMETER].string_value).named(name)
-    if entry.platform != "ensemble":
+def entry_record(name: str, entry: mc.ModelConfig) -> ModelSpec | None:
+    """The record (core.spec) the entry of served model `name` carries; None for a Triton model users do not call (a
+    step). An entry without one, built by an older version, is refused with the command that rebuilds it."""
+    if TASK_PARAMETER not in entry.parameters:
         return None
-    return {task.ensemble: task for task in TASKS.values()}.get(name)
+    if SPEC_PARAMETER not in entry.parameters:
+        raise OldRecord(
+            f"served model {name!r} carries no model record: it was built by an older ernie-deploy",
+            f"rebuild the repository with this version: {REBUILD}",
+        )
+    return ModelSpec.from_json(entry.parameters[SPEC_PARAMETER].string_value, f"{name}'s record")
 
 
 __all__ = [
     "AUTO",
     "DEFAULT_LAYOUTS",
-    "LEGACY_LAYOUT",
+    "ENSEMBLE",
     "LAYOUTS",
     "Layout",
     "Parts",
@@ -181,6 +177,6 @@ __all__ = [
     "default_layout",
     "get_layout",
     "layout_of",
-    "served_task",
+    "entry_record",
     "settle_layout",
 ]

@@ -16,10 +16,12 @@ from typing import ClassVar
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS, TOKENIZER_STEP, TaskSpec
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS, TOKENIZER_STEP
 from ernie_deploy.repository.configs import (
+    WINDOW_PARAMETERS,
     ensemble_config,
     model_config,
     postprocess_config,
@@ -36,23 +38,22 @@ LAYOUT_PARAMETER = "layout"
 
 @dataclass
 class Parts:
-    """The pieces every layout composes, for one model: the checked ONNX signature and the typed configs of the
-    tokenizer, model and postprocess steps as the default ensemble would have them."""
+    """The pieces every layout composes, for one model (its record: name, labels, decoding, windows, limits): the
+    checked ONNX signature and the typed configs of the tokenizer, model and postprocess steps as the default
+    ensemble would have them."""
 
-    task: TaskSpec
+    model: ModelSpec
     onnx: Path
     options: BuildOptions
     tokenizer_step: str = TOKENIZER_STEP
     pad_token_id: int = 0
-    labels: list[str] | None = None
-    recorded_decoding: str | None = None
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
 
     def __post_init__(self):
         self.onnx = Path(self.onnx)
-        self.inputs, self.outputs = checked_signature(self.task, self.onnx)
-        if long_text_mode(self.task, self.options) == "window":
+        self.inputs, self.outputs = checked_signature(self.model, self.onnx)
+        if long_text_mode(self.model, self.options) == "window":
             # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
             # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
             from ernie_deploy.repository.windows import windowed_signature
@@ -60,27 +61,37 @@ class Parts:
             self.inputs, self.outputs = windowed_signature(self.inputs, self.outputs)
 
     def tokenizer(self) -> mc.ModelConfig:
-        return tokenizer_config(self.tokenizer_step, self.task.max_seq_len, self.options, self.task.inputs)
+        return tokenizer_config(self.tokenizer_step, self.model, self.options)
 
-    def model(self, outputs=None) -> mc.ModelConfig:
-        return model_config(self.task, self.inputs, outputs or self.outputs, self.options, self.pad_token_id)
+    def model_step(self, outputs=None) -> mc.ModelConfig:
+        return model_config(self.model, self.inputs, outputs or self.outputs, self.options, self.pad_token_id)
 
     def postprocess(self) -> mc.ModelConfig:
-        return postprocess_config(self.task, self.outputs[0], self.options, self.recorded_decoding)
+        return postprocess_config(self.model, self.outputs[0], self.options)
+
+    def own_parameters(self, *steps: mc.ModelConfig) -> dict[str, str]:
+        """The parameters of `steps` merged into one config of the model's own (a fused model, the tokenizer inside
+        the model step): every parameter its record has a field of, with that field's value; a shared tokenizer's
+        windows stay out where the model reads no windows (its record has none)."""
+        params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
+        if long_text_mode(self.model, self.options) != "window":
+            for key in WINDOW_PARAMETERS:
+                params.pop(key, None)
+        return params
 
     def ensemble(self, steps: list[mc.ModelConfig], layout: str) -> mc.ModelConfig:
-        config = ensemble_config(self.task, steps, self.options)
+        config = ensemble_config(self.model, steps, self.options)
         config.parameters[LAYOUT_PARAMETER].string_value = layout
         return config
 
 
-def checked_signature(task: TaskSpec, onnx_path: Path) -> tuple[list, list]:
+def checked_signature(model: ModelSpec, onnx_path: Path) -> tuple[list, list]:
     """The converted model's inputs (in the order the pipeline feeds them) and outputs; names, types and ranks are
     checked against what the pipeline feeds and reads, not assumed."""
     inputs, outputs = onnx_signature(onnx_path)
     names = sorted(s.name for s in inputs)
     if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
             f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
             "convert with `ernie-deploy convert`, which names the tensors",
@@ -89,16 +100,16 @@ def checked_signature(task: TaskSpec, onnx_path: Path) -> tuple[list, list]:
     tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
     for name in MODEL_INPUTS:
         if by_name[name].data_type != tokenized[name].data_type or len(by_name[name].dims) != 1:
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"{onnx_path}: input {name!r} is {by_name[name].data_type} with dims {list(by_name[name].dims)} "
                 f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
                 "export with int64 [batch, sequence] inputs (`ernie-deploy export`)",
             )
-    if len(outputs[0].dims) != task.logits_rank:
-        raise ErnieDeployError(
+    if len(outputs[0].dims) != model.task_spec.logits_rank:
+        raise BadCheckpointError(
             f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
-            f"{task.name} ({'[classes]' if task.logits_rank == 1 else '[tokens, classes]'})",
-            f"export the checkpoint with --task {task.name}, or pick the task the model was trained for",
+            f"{model.task} ({'[classes]' if model.task_spec.logits_rank == 1 else '[tokens, classes]'})",
+            f"export the checkpoint with --task {model.task}, or pick the task the model was trained for",
         )
     return [by_name[n] for n in MODEL_INPUTS], outputs
 
@@ -119,28 +130,28 @@ class Layout:
         return f"Layout({self.name!r})"
 
     # What fits -----------------------------------------------------------------------------------------------------
-    def fits(self, task: TaskSpec, options: BuildOptions) -> str | None:
-        """Why `task`'s model cannot be laid out this way with `options`, or None."""
+    def fits(self, model: ModelSpec, options: BuildOptions) -> str | None:
+        """Why `model` cannot be laid out this way with `options`, or None."""
         return None
 
-    def check(self, task: TaskSpec, options: BuildOptions) -> None:
-        problem = self.fits(task, options)
+    def check(self, model: ModelSpec, options: BuildOptions) -> None:
+        problem = self.fits(model, options)
         if problem:
-            raise ErnieDeployError(
-                problem, f"build {task.ensemble!r} with another --layout (build models of other kinds separately)"
+            raise BadOptionsError(
+                problem, f"build {model.name!r} with another --layout (build models of other kinds separately)"
             )
 
     def check_options(self, options: BuildOptions) -> None:
         """Refuse options this layout cannot honour for any model."""
         if options.runtime not in self.runtimes:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--layout {self.name} runs onnxruntime inside a python model, but the model step was asked to run "
                 f"on the {options.runtime} backend",
                 f"build it with --runtime python, or pick a layout that runs on {options.runtime} "
                 "(ensemble, graph-postprocess)",
             )
         if options.classic and self.name != "ensemble":
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--classic is the fixed-shape baseline of the ensemble layout; --layout {self.name} is another one",
                 "drop --classic, or build with --layout ensemble",
             )
@@ -150,32 +161,32 @@ class Layout:
         """Every Triton model of this layout for one model, the entry (the model users call) last."""
         raise NotImplementedError
 
-    def homes(self, task: TaskSpec, tokenizer: str) -> dict[str, str]:
+    def homes(self, model: ModelSpec, tokenizer: str) -> dict[str, str]:
         """Each of FILES -> the Triton model whose version folder holds it."""
         raise NotImplementedError
 
-    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str) -> dict[str, str]:
+    def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str) -> dict[str, str]:
         """Triton model -> the serving step (a key of ernie_deploy.serving.steps.STEPS) its model.py runs."""
         raise NotImplementedError
 
-    def versioned(self, task: TaskSpec) -> tuple[str, ...]:
+    def versioned(self, model: ModelSpec) -> tuple[str, ...]:
         """The Triton models whose version folders hold one version of the model (the rest are shared or have no
         files: a shared tokenizer, an ensemble)."""
         raise NotImplementedError
 
-    def stages(self, task: TaskSpec, tokenizer: str) -> list[str]:
+    def stages(self, model: ModelSpec, tokenizer: str) -> list[str]:
         """The Triton models a request runs through, in order (what `stats` reports per stage)."""
         raise NotImplementedError
 
-    def graph_models(self, task: TaskSpec) -> tuple[str, ...]:
+    def graph_models(self, model: ModelSpec) -> tuple[str, ...]:
         """The Triton models whose tensors are those of the model.onnx they hold (what `check` compares)."""
         return ()
 
     # Its files ---------------------------------------------------------------------------------------------------
-    def write_model_file(self, task: TaskSpec, onnx: Path, labels: list[str], options: BuildOptions, path: Path):
+    def write_model_file(self, model: ModelSpec, onnx: Path, options: BuildOptions, path: Path):
         """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens]
         (repository/windows.py)."""
-        if options.runtime == "onnxruntime" and long_text_mode(task, options) == "window":
+        if options.runtime == "onnxruntime" and long_text_mode(model, options) == "window":
             from ernie_deploy.repository.windows import window_model
 
             window_model(onnx, path)

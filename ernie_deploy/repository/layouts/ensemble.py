@@ -5,7 +5,7 @@ Three processes work on different requests at once, and the tokenizer is shared 
 
 from __future__ import annotations
 
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.layouts.base import Layout, Parts
 
 
@@ -16,23 +16,23 @@ class Ensemble(Layout):
     )
 
     def configs(self, parts: Parts):
-        steps = [parts.tokenizer(), parts.model(), parts.postprocess()]
+        steps = [parts.tokenizer(), parts.model_step(), parts.postprocess()]
         return [*steps, parts.ensemble(steps, self.name)]
 
-    def homes(self, task: TaskSpec, tokenizer: str):
-        return {"tokenizer": tokenizer, "model": task.model_step, "labels": task.postprocess_step}
+    def homes(self, model: ModelSpec, tokenizer: str):
+        return {"tokenizer": tokenizer, "model": model.model_step, "labels": model.postprocess_step}
 
-    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
-        steps = {tokenizer: "tokenizer", task.postprocess_step: task.postprocess}
+    def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str):
+        steps = {tokenizer: "tokenizer", model.postprocess_step: model.task_spec.postprocess}
         if runtime == "python":
-            steps[task.model_step] = "onnx"
+            steps[model.model_step] = "onnx"
         return steps
 
-    def versioned(self, task: TaskSpec):
-        return (task.model_step, task.postprocess_step)
+    def versioned(self, model: ModelSpec):
+        return (model.model_step, model.postprocess_step)
 
-    def stages(self, task: TaskSpec, tokenizer: str):
-        return [tokenizer, task.model_step, task.postprocess_step]
+    def stages(self, model: ModelSpec, tokenizer: str):
+        return [tokenizer, model.model_step, model.postprocess_step]
 
-    def graph_models(self, task: TaskSpec):
-        return (task.model_step,)
+    def graph_models(self, model: ModelSpec):
+        return (model.model_step,)

@@ -3,8 +3,9 @@ name: the same tensors for clients, no hops. Its versions are version folders of
 
 from __future__ import annotations
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TASK_PARAMETER, TaskSpec
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
 from ernie_deploy.repository.options import BuildOptions
@@ -23,7 +24,7 @@ class Fused(Layout):
             # Measured on Triton 2.51: a python model's refused request (an empty text) went into the response cache
             # as an answer with no outputs, and the same request asked again came back "successful" and empty. An
             # ensemble caches only the answers its steps gave, so the other layouts cache correctly.
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--cache with --layout {self.name}: Triton would cache a refused request as an empty answer and give "
                 "it back as a success the next time",
                 "build with --cache in another layout (ensemble, graph-postprocess, tokenizer-in-model), or drop "
@@ -31,24 +32,28 @@ class Fused(Layout):
             )
 
     def configs(self, parts: Parts):
-        steps = [parts.tokenizer(), parts.model(), parts.postprocess()]
+        steps = [parts.tokenizer(), parts.model_step(), parts.postprocess()]
         ensemble = parts.ensemble(steps, self.name)  # the interface it answers with
-        params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
-        params["postprocess"] = parts.task.postprocess
-        params[TASK_PARAMETER] = parts.task.name
+        params = parts.own_parameters(*steps)
+        params["postprocess"] = parts.model.task_spec.postprocess
+        params[TASK_PARAMETER] = parts.model.task
         params[LAYOUT_PARAMETER] = self.name
         outputs = [spec_of(o) for o in ensemble.output]
-        task = parts.task
-        return [base_config(task.ensemble, list(task.inputs), outputs, parts.options, backend="python", params=params)]
+        model = parts.model
+        return [
+            base_config(
+                model.name, list(model.task_spec.inputs), outputs, parts.options, backend="python", params=params
+            )
+        ]
 
-    def homes(self, task: TaskSpec, tokenizer: str):
-        return dict.fromkeys(("tokenizer", "model", "labels"), task.ensemble)
+    def homes(self, model: ModelSpec, tokenizer: str):
+        return dict.fromkeys(("tokenizer", "model", "labels"), model.name)
 
-    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
-        return {task.ensemble: "pipeline"}
+    def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str):
+        return {model.name: "pipeline"}
 
-    def versioned(self, task: TaskSpec):
-        return (task.ensemble,)
+    def versioned(self, model: ModelSpec):
+        return (model.name,)
 
-    def stages(self, task: TaskSpec, tokenizer: str):
-        return [task.ensemble]
+    def stages(self, model: ModelSpec, tokenizer: str):
+        return [model.name]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.options import BuildOptions
 
@@ -16,11 +16,11 @@ class GraphPostprocess(Layout):
     summary = "tokenizer -> model with the postprocess in its graph (classifiers; the ORT backend runs it too)"
     answers_in_graph = True
 
-    def fits(self, task: TaskSpec, options: BuildOptions):
-        if not task.graph_postprocess:
+    def fits(self, model: ModelSpec, options: BuildOptions):
+        if not model.task_spec.graph_postprocess:
             return (
-                f"--layout {self.name}: the postprocess of {task.kind} model {task.ensemble!r} ({task.postprocess}) "
-                "is not expressed as an ONNX graph"
+                f"--layout {self.name}: the postprocess of {model.kind} model {model.name!r} "
+                f"({model.task_spec.postprocess}) is not expressed as an ONNX graph"
             )
         if options.long_text not in ("auto", "head", "head_tail"):
             return f"--layout {self.name} reads one logits row per text; --long-text {options.long_text} gives windows"
@@ -30,30 +30,30 @@ class GraphPostprocess(Layout):
         from ernie_deploy.repository.postprocess_graph import postprocess_graph
         from ernie_deploy.repository.signature import model_signature
 
-        if parts.labels is None:
-            raise ErnieDeployError(f"--layout {self.name} needs the label names of {parts.task.ensemble!r}")
+        if not parts.model.labels:
+            raise ErnieDeployError(f"--layout {self.name} needs the label names of {parts.model.name!r}")
         # The model step answers what the postprocess would: its outputs are the appended graph's.
-        _, outputs = model_signature(postprocess_graph(parts.task, parts.onnx, parts.labels), parts.onnx)
-        steps = [parts.tokenizer(), parts.model(outputs)]
+        _, outputs = model_signature(postprocess_graph(parts.model, parts.onnx), parts.onnx)
+        steps = [parts.tokenizer(), parts.model_step(outputs)]
         return [*steps, parts.ensemble(steps, self.name)]
 
-    def homes(self, task: TaskSpec, tokenizer: str):
+    def homes(self, model: ModelSpec, tokenizer: str):
         # labels.json beside the graph that holds them: the file says which labels it was built with
-        return {"tokenizer": tokenizer, "model": task.model_step, "labels": task.model_step}
+        return {"tokenizer": tokenizer, "model": model.model_step, "labels": model.model_step}
 
-    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
-        return {tokenizer: "tokenizer", **({task.model_step: "onnx"} if runtime == "python" else {})}
+    def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str):
+        return {tokenizer: "tokenizer", **({model.model_step: "onnx"} if runtime == "python" else {})}
 
-    def versioned(self, task: TaskSpec):
-        return (task.model_step,)
+    def versioned(self, model: ModelSpec):
+        return (model.model_step,)
 
-    def stages(self, task: TaskSpec, tokenizer: str):
-        return [tokenizer, task.model_step]
+    def stages(self, model: ModelSpec, tokenizer: str):
+        return [tokenizer, model.model_step]
 
-    def graph_models(self, task: TaskSpec):
-        return (task.model_step,)
+    def graph_models(self, model: ModelSpec):
+        return (model.model_step,)
 
-    def write_model_file(self, task, onnx: Path, labels, options, path: Path):
+    def write_model_file(self, model, onnx: Path, options, path: Path):
         from ernie_deploy.repository.postprocess_graph import write_with_postprocess
 
-        write_with_postprocess(task, onnx, labels, path)
+        write_with_postprocess(model, onnx, path)

@@ -3,7 +3,8 @@ one hop fewer than the ensemble, one more than the fused layout."""
 
 from __future__ import annotations
 
-from ernie_deploy.core.tasks import MODEL_INPUTS, TaskSpec
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import MODEL_INPUTS
 from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.signature import spec_of
@@ -16,29 +17,29 @@ class TokenizerInModel(Layout):
     shares_tokenizer = False
 
     def configs(self, parts: Parts):
-        tokenizer, model, post = parts.tokenizer(), parts.model(), parts.postprocess()
-        task = parts.task
+        tokenizer, step, post = parts.tokenizer(), parts.model_step(), parts.postprocess()
+        model = parts.model
         # It takes the ensemble's inputs and returns the logits and whatever tokenizer outputs the postprocess or the
         # caller reads (offsets, lengths, truncated; the windows' positions), so the postprocess step stays as it is.
-        read = {t.name for t in post.input} | {o.name for o in task.outputs}
-        outputs = [spec_of(o) for o in model.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
-        params = {key: value.string_value for step in (tokenizer, model) for key, value in step.parameters.items()}
-        if [t.name for t in model.input] != list(MODEL_INPUTS):
+        read = {t.name for t in post.input} | {o.name for o in model.task_spec.outputs}
+        outputs = [spec_of(o) for o in step.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
+        params = parts.own_parameters(tokenizer, step)
+        if [t.name for t in step.input] != list(MODEL_INPUTS):
             params["long_text"] = "window"  # the model reads the windows (window_ids, window_type_ids)
         merged = base_config(
-            task.model_step, list(task.inputs), outputs, parts.options, backend="python", params=params
+            model.model_step, list(model.task_spec.inputs), outputs, parts.options, backend="python", params=params
         )
         steps = [merged, post]
         return [*steps, parts.ensemble(steps, self.name)]
 
-    def homes(self, task: TaskSpec, tokenizer: str):
-        return {"tokenizer": task.model_step, "model": task.model_step, "labels": task.postprocess_step}
+    def homes(self, model: ModelSpec, tokenizer: str):
+        return {"tokenizer": model.model_step, "model": model.model_step, "labels": model.postprocess_step}
 
-    def python_steps(self, task: TaskSpec, tokenizer: str, runtime: str):
-        return {task.model_step: "tokenizer_onnx", task.postprocess_step: task.postprocess}
+    def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str):
+        return {model.model_step: "tokenizer_onnx", model.postprocess_step: model.task_spec.postprocess}
 
-    def versioned(self, task: TaskSpec):
-        return (task.model_step, task.postprocess_step)
+    def versioned(self, model: ModelSpec):
+        return (model.model_step, model.postprocess_step)
 
-    def stages(self, task: TaskSpec, tokenizer: str):
-        return [task.model_step, task.postprocess_step]
+    def stages(self, model: ModelSpec, tokenizer: str):
+        return [model.model_step, model.postprocess_step]

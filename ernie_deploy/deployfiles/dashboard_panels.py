@@ -1,21 +1,15 @@
-"""The Grafana dashboard for ernie-deploy's Triton servers (`ernie-deploy dashboard`): per model and version, requests,
-failures and refusals, latency p50 and p99 end to end and per step, queue time, compute input/infer/output, and the
-response cache's hits and misses, read from the Prometheus job that deploy/prometheus/ scrapes.
-
-The panels are data here (ROWS: each panel's PromQL, its unit and which served models it has series for); dashboard()
-turns them into Grafana's dashboard JSON with Grafana's foundation SDK (grafana-foundation-sdk, in the dev extra,
-imported only when a dashboard is built). The committed deploy/grafana/ernie-deploy.json is this module's output with
-the defaults; tests/test_dashboard.py checks that, and runs every panel's query on a real Prometheus scraping a real
-server.
+"""What the Grafana dashboard shows (deployfiles/dashboard.py builds it): its rows of panels as data (ROWS: each
+panel's PromQL, its unit and which served models it has series for), the template variables every query filters on,
+and the metric names Triton exports, which a query must stay within.
 
 What Triton 2.51 exports on its metrics port, read from /metrics of the pip server serving an ensemble with and
 without the response cache, a tokenizer-in-model model with it and a fused model, after a few requests each:
 - per model and version, every step and every ensemble: the counters and gauge deploy/prometheus/alerts.yml lists
   (nv_inference_request_success, nv_inference_request_failure by `reason`, the cumulative microseconds
   nv_inference_{request,queue,compute_input,compute_infer,compute_output}_duration_us, ...);
-- with `--metrics-config=summary_latencies=true` (args.server_args), a summary beside each of those five durations,
-  nv_inference_<x>_summary_us, with quantile labels "0.5", "0.9", "0.95", "0.99" and "0.999" (plus _count, _sum),
-  over the last minute's requests: a p99 read 971 us 55 s after the last request and NaN 65 s after it;
+- with `--metrics-config=summary_latencies=true` (server.args.server_args), a summary beside each of those five
+  durations, nv_inference_<x>_summary_us, with quantile labels "0.5", "0.9", "0.95", "0.99" and "0.999" (plus _count,
+  _sum), over the last minute's requests: a p99 read 971 us 55 s after the last request and NaN 65 s after it;
 - a model that enables the response cache has no nv_inference_request_summary_us at all (its queue and compute
   summaries and its nv_inference_request_duration_us counter are there), so the end-to-end panel also draws the
   mean from the counters, which every model has;
@@ -23,26 +17,12 @@ without the response cache, a tokenizer-in-model model with it and a fused model
   the microseconds nv_cache_hit_duration_per_model and nv_cache_miss_duration_per_model, and the summaries
   nv_cache_{hit,miss}_summary_per_model; the server's whole cache, without a model label: nv_cache_num_entries,
   nv_cache_util, nv_cache_num_{hits,misses,lookups,evictions}, nv_cache_{lookup,insertion}_duration.
-
-Imports: ernie_deploy.core, and the SDK lazily.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import string
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
-
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.files import atomic_path
-
-DEFAULT_TITLE = "ernie-deploy: Triton models"
-DEFAULT_UID = "ernie-deploy-triton"
-DEFAULT_OUT = Path("deploy") / "grafana" / "ernie-deploy.json"
 
 # Which served models a query has a series for, per (model, version): every model Triton serves (ensembles, their
 # steps, fused models); those without the response cache (Triton has no request summary for the others); or only the
@@ -52,7 +32,7 @@ UNCACHED = "uncached"
 CACHED = "cached"
 
 # The per-model metric names the pip server (Triton 2.51) exported with the summaries and the cache on (see above).
-# A query naming anything else draws nothing: dashboard() refuses it.
+# A query naming anything else draws nothing: dashboard.dashboard() refuses it.
 TRITON_METRICS = frozenset(
     {
         "nv_inference_request_success",
@@ -279,144 +259,3 @@ def resolve(expr: str, rate_interval: str = "1m", **variables: str) -> str:
     values = {name: variables.get(name, ".+") for name, _, _ in VARIABLES}
     expr = expr.replace("$__rate_interval", rate_interval)
     return re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), m.group(0)), expr)
-
-
-def _check(title: str, uid: str, datasource: str | None, rows) -> None:
-    if not title.strip():
-        raise ErnieDeployError("--title is empty", "give the dashboard a title, or leave --title out for the default")
-    # Grafana's rule for a dashboard uid: at most 40 letters, digits, '-' and '_'.
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid):
-        raise ErnieDeployError(
-            f"--uid {uid!r} is not a Grafana dashboard uid", "use at most 40 letters, digits, '-' and '_'"
-        )
-    if datasource is not None and not datasource.strip():
-        raise ErnieDeployError(
-            "--datasource is empty", "give the uid or name of a Prometheus data source, or leave it out for the default"
-        )
-    crowded = [panel.title for panel in panels(rows) if len(panel.queries) > len(string.ascii_uppercase)]
-    if crowded:  # each query needs its own reference letter
-        raise ErnieDeployError(
-            f"panels with more than {len(string.ascii_uppercase)} queries: {', '.join(crowded)}",
-            "split them into several panels",
-        )
-    unknown = unknown_metrics(rows)
-    if unknown:
-        listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
-        raise ErnieDeployError(
-            f"panels query metrics that Triton 2.51 does not export ({listed})",
-            f"use the names Triton exports (ernie_deploy.server.dashboard.TRITON_METRICS, read from a live server's "
-            f"metrics port): {', '.join(sorted(TRITON_METRICS))}",
-        )
-
-
-def _sdk():
-    try:
-        # The SDK's classic-dashboard classes warn at import that its v2 schema is preferred. That schema is the
-        # resource of Grafana 12's new dashboard API; the classic JSON built here is what the Import page and file
-        # provisioning read, in older Grafana too, so the warning is not for us.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Prefer using dashboardv2", DeprecationWarning)
-            from grafana_foundation_sdk.builders import common, dashboard, prometheus, timeseries
-            from grafana_foundation_sdk.cog.encoder import JSONEncoder
-            from grafana_foundation_sdk.models import common as common_models
-            from grafana_foundation_sdk.models import dashboard as dashboard_models
-    except ImportError:
-        raise ErnieDeployError(
-            "grafana-foundation-sdk is not installed",
-            "pip install -e '.[dev]' (it is pinned there; the SDK needs Python 3.11 or later)",
-        ) from None
-    return common, dashboard, prometheus, timeseries, JSONEncoder, common_models, dashboard_models
-
-
-def dashboard(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: str | None = None, rows=ROWS) -> dict:
-    """Grafana's JSON model of the dashboard (what its Import page and provisioning read), as a dict.
-
-    datasource: the uid or name of the Prometheus data source it opens on; None: Grafana's default one. Either way the
-    data-source variable at the top switches every panel.
-    """
-    _check(title, uid, datasource, rows)
-    common, builders, prometheus, timeseries, JSONEncoder, common_models, models = _sdk()
-    source = common_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
-    every = models.VariableOption(selected=True, text="All", value="$__all")
-
-    board = (
-        builders.Dashboard(title)
-        .uid(uid)
-        .description("Triton serving ernie-deploy's models, per model and version, from Prometheus (job triton).")
-        .tags(["ernie-deploy", "triton"])
-        .time("now-1h", "now")
-        .refresh("30s")
-        .tooltip(models.DashboardCursorSync.CROSSHAIR)
-    )
-    variable = builders.DatasourceVariable("datasource").label("Data source").type("prometheus")
-    if datasource is not None:
-        variable = variable.current(models.VariableOption(selected=True, text=datasource, value=datasource))
-    board = board.with_variable(variable)
-    for name, label, query in VARIABLES:
-        board = board.with_variable(
-            builders.QueryVariable(name)
-            .label(label)
-            .datasource(source)
-            .query(query)
-            .definition(query)
-            .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(models.VariableSort.NATURAL_ASC)
-            .multi(True)
-            .include_all(True)
-            .all_value(".+")
-            .current(every)
-        )
-
-    ids = iter(range(1, 1000))
-    for row_title, row in rows:
-        board = board.with_row(builders.Row(row_title).id(next(ids)))
-        for spec in row:
-            legend = (
-                common.VizLegendOptions()
-                .show_legend(True)
-                .display_mode(common_models.LegendDisplayMode.TABLE)
-                .placement(common_models.LegendPlacement.BOTTOM)
-                .calcs(["mean", "max", "lastNotNull"])
-            )
-            panel = (
-                timeseries.Panel()
-                .id(next(ids))
-                .title(spec.title)
-                .description(spec.description)
-                .datasource(source)
-                .unit(spec.unit)
-                .min(0)
-                .span(12)
-                .height(9)
-                .legend(legend)
-                .tooltip(
-                    common.VizTooltipOptions()
-                    .mode(common_models.TooltipDisplayMode.MULTI)
-                    .sort(common_models.SortOrder.DESCENDING)
-                )
-            )
-            for ref, query in zip(string.ascii_uppercase, spec.queries, strict=False):
-                panel = panel.with_target(
-                    prometheus.Dataquery().ref_id(ref).datasource(source).expr(query.expr).legend_format(query.legend)
-                )
-            board = board.with_panel(panel)
-    return json.loads(JSONEncoder(sort_keys=True).encode(board.build()))
-
-
-def render(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: str | None = None) -> str:
-    """The dashboard as the JSON text `write` writes."""
-    return json.dumps(dashboard(title, uid, datasource), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-
-
-def write(
-    out: str | os.PathLike = DEFAULT_OUT,
-    title: str = DEFAULT_TITLE,
-    uid: str = DEFAULT_UID,
-    datasource: str | None = None,
-) -> Path:
-    """Write the dashboard's JSON to `out` atomically; returns the path."""
-    text = render(title, uid, datasource)  # built and checked before anything is written
-    path = Path(out)
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return path

@@ -1,8 +1,8 @@
 """The peer's server side: PaddleNLP's SimpleServing (`paddlenlp.server.SimpleServer`, FastAPI under uvicorn,
-Paddle Inference) serving an exported static model, as a Paddle user would run it. `ernie_deploy.peer.server`
+Paddle Inference) serving an exported static model, as a Paddle user would run it. `benchmarks.peer.server`
 starts this as its own process:
 
-    python -m ernie_deploy.peer.app --model artifacts/static/seq_cls --route models/ernie_seqcls --kind sequence \
+    python -m benchmarks.peer.app --model artifacts/static/seq_cls --route models/ernie_seqcls --kind sequence \
         --port 8189
 
 What is PaddleNLP's own and left as it ships: the app (SimpleServer), its router and request model, the
@@ -29,11 +29,10 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from ernie_deploy.kinds import table
-
-# The PaddleNLP handlers (names in paddlenlp.server.handlers) that serve each task kind: model handler, post
-# handler (ernie_deploy/kinds/<kind>/peer.py). Kinds without them get no peer row.
-HANDLERS = table("peer", "HANDLERS", optional=True)
+# The PaddleNLP handlers (names in paddlenlp.server.handlers) that serve each task kind (a name in ernie_deploy.kinds):
+# model handler, post handler. A kind without them gets no peer row: a token model's handler (TokenClsModelHandler)
+# returns raw logits with no post handler to turn them into entities, so its answers could not be compared with ours.
+HANDLERS = {"sequence": ("CustomModelHandler", "MultiClassificationPostHandler")}
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import prepare_requests, run_load, run_open_loop
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.perf_analyzer import (
@@ -32,12 +32,13 @@ from ernie_deploy.bench.perf_analyzer import (
     perf_analyzer_input,
     perf_analyzer_version,
     run_perf_analyzer,
-    run_perf_analyzer_rate,
 )
+from ernie_deploy.bench.perf_analyzer_rate import run_perf_analyzer_rate
 from ernie_deploy.bench.rows import percentile
-from ernie_deploy.bench.served import _checked_config, build_layout
+from ernie_deploy.bench.run import build_layout, checked_config
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 # name -> the `ernie-deploy build` options of that layout: the default, then the candidates for a default bound.
 POLICIES = {
@@ -65,7 +66,7 @@ class _HandOver(Exception):
 
 
 def measure_overload(
-    inputs: list[TaskInputs],
+    inputs: list[ModelInputs],
     config: BenchConfig,
     workdir: Path,
     policies: dict[str, dict] | None = None,
@@ -76,25 +77,26 @@ def measure_overload(
     from ernie_deploy.repository.served import served_steps
     from ernie_deploy.server.process import TritonServer
 
-    config = _checked_config(inputs, config)
+    config = checked_config(inputs, config)
     tool = PERF_ANALYZER if config.load_generators[0] == PERF_ANALYZER else PYTHON
     rows, capacity = [], {}
     for n, (name, options) in enumerate((policies or POLICIES).items()):
-        repo = build_layout(inputs, workdir / f"policy{n}", **options)
+        # the queue policies of the ensemble, whose three steps each hold a queue
+        repo = build_layout(inputs, workdir / f"policy{n}", **{"layout": "ensemble", **options})
         steps = served_steps(repo)
         log = workdir / f"policy{n}.log"
         with TritonServer(
             repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, grpc_tls=config.grpc_tls
         ) as srv:
             for item in inputs:
-                cell = _Cell(srv, item, config, workdir, steps[item.task.ensemble] != [item.task.ensemble])
-                key = item.task.artifact_name
+                cell = _Cell(srv, item, config, workdir, steps[item.name] != [item.name])
+                key = item.model.artifact_name
                 # Not measured: a fresh server's first requests are slower, and the p99 at 1x is what every ratio
                 # divides by. With a tight bound some of these are refused, which is fine here.
                 if config.warmup_s > 0:
                     run_load(
                         srv.grpc_url,
-                        item.task,
+                        item.model,
                         cell.requests,
                         CAPACITY_CONCURRENCY,
                         warmup_s=0,
@@ -122,22 +124,22 @@ def measure_overload(
 class _Cell:
     """One task on one policy's server: its capacity, and its rows at each offered rate."""
 
-    def __init__(self, srv, item: TaskInputs, config: BenchConfig, workdir: Path, ensemble: bool) -> None:
+    def __init__(self, srv, item: ModelInputs, config: BenchConfig, workdir: Path, ensemble: bool) -> None:
         self.srv, self.item, self.config, self.workdir, self.ensemble = srv, item, config, workdir, ensemble
         self.requests = prepare_requests(item.task, item.texts, 1)
         self.input_file = None
         if config.perf_analyzer:
             self.input_file = perf_analyzer_input(
-                item.task, item.texts, workdir / f"{item.task.artifact_name}_overload_input.json"
+                item.task, item.texts, workdir / f"{item.model.artifact_name}_overload_input.json"
             )
 
     def capacity(self, tool: str) -> float:
         """Sequences a second answered by CAPACITY_CONCURRENCY clients sending back to back."""
-        key, config = self.item.task.artifact_name, self.config
+        key, config = self.item.model.artifact_name, self.config
         if tool == PERF_ANALYZER:
             row = run_perf_analyzer(
                 config.perf_analyzer,
-                self.item.task,
+                self.item.model,
                 self.srv.grpc_url,
                 self.srv.http_url,
                 self.input_file,
@@ -157,7 +159,7 @@ class _Cell:
             return row.throughput
         closed = run_load(
             self.srv.grpc_url,
-            self.item.task,
+            self.item.model,
             self.requests,
             CAPACITY_CONCURRENCY,
             warmup_s=0,
@@ -175,12 +177,12 @@ class _Cell:
         """One row: `rate` requests a second offered for the run's duration, counted by the server."""
         from ernie_deploy.server.stats import ModelTimes, failed_requests
 
-        model, config = self.item.task.ensemble, self.config
+        model, config = self.item.name, self.config
         before = _settled(self.srv.http_url, model)
         if tool == PERF_ANALYZER:
             run = run_perf_analyzer_rate(
                 config.perf_analyzer,
-                self.item.task,
+                self.item.model,
                 self.srv.grpc_url,
                 self.input_file,
                 rate,
@@ -193,14 +195,14 @@ class _Cell:
             if run.outran:
                 raise _HandOver(f"at {multiple:g}x, {run.message}")
         else:
-            got = run_open_loop(self.srv.grpc_url, self.item.task, self.requests, rate, config.duration_s, config.tls)
+            got = run_open_loop(self.srv.grpc_url, self.item.model, self.requests, rate, config.duration_s, config.tls)
         after = _settled(self.srv.http_url, model)
         window = after.get(model, ModelTimes()) - before.get(model, ModelTimes())
         failed = failed_requests(window, self.ensemble)
         row = {
             "policy": policy,
             "options": options,
-            "task": self.item.task.artifact_name,
+            "task": self.item.model.artifact_name,
             "multiple": multiple,
             "offered_per_s": rate,
             "tool": tool,
@@ -311,8 +313,8 @@ def render_overload(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_overload(inputs: list[TaskInputs], config: BenchConfig, out: Path) -> list[dict]:
-    """`ernie-deploy bench --overload`: write overload.json in `out`, print the table and the best policy. Errors
+def run_overload(inputs: list[ModelInputs], config: BenchConfig, out: Path) -> list[dict]:
+    """`bash scripts/bench.sh overload`: write overload.json in `out`, print the table and the best policy. Errors
     other than refusals raise, after overload.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-overload-") as work:
         rows = measure_overload(inputs, config, Path(work))

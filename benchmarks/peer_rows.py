@@ -1,4 +1,4 @@
-"""The peer rows: PaddleNLP's SimpleServing (ernie_deploy.peer) on each model it can serve, its answers checked
+"""The peer rows: PaddleNLP's SimpleServing (benchmarks/peer) on each model it can serve, its answers checked
 against in-process ONNX and the split's labels, then loaded like the served rows: the same texts, concurrency cells,
 duration and closed loop (bench.load.closed_loop), over aiohttp keep-alive connections."""
 
@@ -9,12 +9,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from benchmarks.peer.server import PeerServer, peer_predictions, peer_serves, request_body
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import LoadResult, closed_loop, load_row
 from ernie_deploy.bench.rows import PEER, PEER_BATCH, Row, chunks, tick
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.peer.server import PeerServer, peer_predictions, peer_serves, request_body
+from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
 
 
 @dataclass
@@ -23,8 +25,9 @@ class PeerRequest:
     size: int  # texts in it
 
 
-def prepare_peer_requests(task: TaskSpec, texts: list, batch: int) -> list[PeerRequest]:
-    return [PeerRequest(request_body(task, chunk, task.max_seq_len), len(chunk)) for chunk in chunks(texts, batch)]
+def prepare_peer_requests(model: ModelSpec, texts: list, batch: int) -> list[PeerRequest]:
+    task, length = model.task_spec, model.max_seq_len
+    return [PeerRequest(request_body(task, chunk, length), len(chunk)) for chunk in chunks(texts, batch)]
 
 
 def gold_labels(task: TaskSpec, items: list) -> list | None:
@@ -83,42 +86,40 @@ def run_peer_load(
     return asyncio.run(_peer_load(url, requests, concurrency, warmup_s, duration_s, count, server_pgid))
 
 
-def bench_peer(inputs: list[TaskInputs], config: BenchConfig, workdir: Path, progress=None) -> tuple[dict, list[Row]]:
+def bench_peer(inputs: list[ModelInputs], config: BenchConfig, workdir: Path, progress=None) -> tuple[dict, list[Row]]:
     """For each model SimpleServing can serve: start it, check its answers on every text of the run against
     in-process ONNX (what the served rows answer) and against the split's labels, load it at every concurrency
     with 1 and `client_batch` texts per request, stop it. Returns (server facts, rows)."""
     from importlib import metadata
 
-    from ernie_deploy.bench.inprocess import reference_predictions
-
     source = f"PaddleNLP SimpleServing, paddlenlp {metadata.version('paddlenlp')}, one process per model"
     info: dict = {"source": source, "start_seconds": None, "tasks": {}}
     rows: list[Row] = []
     for item in inputs:
-        task = item.task
-        if not peer_serves(task):
-            info["tasks"][task.artifact_name] = {"skipped": f"no SimpleServing handler for a {task.kind!r} model"}
+        model, name = item.model, item.model.artifact_name
+        if not peer_serves(model):
+            info["tasks"][name] = {"skipped": f"no SimpleServing handler for a {model.kind!r} model"}
             continue
-        server = PeerServer(item.static.root, task, log_file=workdir / f"peer_{task.artifact_name}.log")
+        server = PeerServer(item.static.root, model, log_file=workdir / f"peer_{name}.log")
         server.start(timeout=config.server_timeout_s)
         try:
             t0 = time.perf_counter()
-            peer_predictions(server.url, task, item.static.labels, item.texts[:1])
+            peer_predictions(server.url, model, item.texts[:1])
             facts = {"start_seconds": server.start_seconds, "cold_ms": 1000 * (time.perf_counter() - t0)}
             facts["log"] = str(server.log_path)
-            answers = peer_predictions(server.url, task, item.static.labels, item.texts)
+            answers = peer_predictions(server.url, model, item.texts)
             expected = reference_predictions(item, item.texts)
             facts["checked"] = len(answers)
             facts["agree"] = sum(a == b for a, b in zip(answers, expected))
-            gold = gold_labels(task, item.texts)
+            gold = gold_labels(item.task, item.texts)
             if gold is not None:
                 facts["accuracy"] = sum(a == g for a, g in zip(answers, gold)) / len(gold)
                 facts["onnx_accuracy"] = sum(e == g for e, g in zip(expected, gold)) / len(gold)
-            info["tasks"][task.artifact_name] = facts
+            info["tasks"][name] = facts
             info["start_seconds"] = max(info["start_seconds"] or 0.0, server.start_seconds)
             variants = [(PEER, 1)] + ([(PEER_BATCH, config.client_batch)] if config.client_batch > 1 else [])
             for kind, batch in variants:
-                requests = prepare_peer_requests(task, item.texts, batch)
+                requests = prepare_peer_requests(model, item.texts, batch)
                 for concurrency in config.concurrency:
                     result = run_peer_load(
                         server.url,
@@ -129,7 +130,7 @@ def bench_peer(inputs: list[TaskInputs], config: BenchConfig, workdir: Path, pro
                         count=config.requests,
                         server_pgid=server.pid,
                     )
-                    row = load_row(task, kind, batch, concurrency, result)
+                    row = load_row(model, kind, batch, concurrency, result)
                     rows.append(row)
                     tick(progress, row)
             if not server.is_running():

@@ -9,26 +9,41 @@ artifacts/sizes/<name>/ and remade only when the shape, the demo vocabulary or i
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ernie_deploy.bench.config import TaskInputs
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.paths import artifacts_dir
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 PARITY_TEXTS = 32  # texts the conversion of each size is gated on
+
+
+@dataclass
+class SizedInputs(ModelInputs):
+    """A model remade in a real shape for the size rows, with its shape's facts: its size, parameters, layers and
+    hidden size. Such a model gets the rows that say what a size costs (in-process limits, served, ensemble), not
+    the others."""
+
+    shape: dict | None = None
+
+
+def shape_of(item: ModelInputs) -> dict | None:
+    """The shape's facts of a sized model; None for any other model."""
+    return item.shape if isinstance(item, SizedInputs) else None
 
 
 def sizes_dir() -> Path:
     return artifacts_dir() / "sizes"
 
 
-def sized_name(base: TaskInputs, size: str) -> str:
-    return f"{base.task.ensemble}_{size}"
+def sized_name(base: ModelInputs, size: str) -> str:
+    return f"{base.name}_{size}"
 
 
-def prepare_size(base: TaskInputs, size: str, root: Path | None = None, log=print) -> TaskInputs:
+def prepare_size(base: ModelInputs, size: str, root: Path | None = None, log=print) -> SizedInputs:
     """`base`'s model remade in the shape `size`: checkpoint, static model and ONNX (parity-gated), reused when
-    already made from the same inputs. Its TaskInputs carry the shape's facts (`shape`)."""
+    already made from the same inputs, with the shape's facts (`shape`)."""
     from ernie_deploy.export.gates import Gates
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.static import StaticModel, export
@@ -60,10 +75,11 @@ def prepare_size(base: TaskInputs, size: str, root: Path | None = None, log=prin
         "layers": facts["num_hidden_layers"],
         "hidden": facts["hidden_size"],
     }
-    return TaskInputs(base.task.named(name), onnx, StaticModel.load(static_dir), base.texts, shape=shape_facts)
+    static = StaticModel.load(static_dir)
+    return SizedInputs(replace(static.spec, name=name), onnx, static, base.texts, shape=shape_facts)
 
 
-def prepare_sizes(inputs: list[TaskInputs], sizes: tuple[str, ...], root: Path | None = None, log=print) -> list:
+def prepare_sizes(inputs: list[ModelInputs], sizes: tuple[str, ...], root: Path | None = None, log=print) -> list:
     """The sized models of the first demo model in `inputs` (sizes are timed on one task: the classifier, by
     default), in the order given."""
     if not sizes or not inputs:

@@ -1,16 +1,16 @@
-"""What a run's results become: BENCHMARKS.md's generated part and the plots written (bench.markdown, bench.plot),
-and the report printed at the end (failures loudly)."""
+"""What a run's results become: BENCHMARKS.md's generated part and the plots written (benchmarks.markdown,
+benchmarks.plot), and the report printed at the end (failures loudly)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
-from ernie_deploy.bench.markdown import update_markdown
-from ernie_deploy.bench.plot import SIZES_PLOT, plot, plot_sizes
-from ernie_deploy.bench.results import load_json, mismatches, ratio_table, sanity_notes
-from ernie_deploy.bench.rows import ROW_KINDS, at_concurrency, best_row, rows_of, sized_models, total_errors
-from ernie_deploy.bench.targets import compute_ratios
+from benchmarks.config import REFERENCE_CONCURRENCY
+from benchmarks.markdown import update_markdown
+from benchmarks.plot import SIZES_PLOT, plot, plot_sizes
+from benchmarks.results import load_json, mismatches, ratio_table, sanity_notes, sized_models
+from benchmarks.targets import compute_ratios
+from ernie_deploy.bench.rows import ROW_KINDS, at_concurrency, best_row, rows_of, total_errors
 
 
 def write_outputs(results: dict, out: Path, plot_png: bool = True) -> list[Path]:

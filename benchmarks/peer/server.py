@@ -1,7 +1,7 @@
 """The peer a Paddle user would pick: PaddleNLP's SimpleServing on the same static model, started as its own
-process (ernie_deploy.peer.app) and asked over HTTP JSON as SimpleServing's clients ask it,
+process (benchmarks.peer.app) and asked over HTTP JSON as SimpleServing's clients ask it,
 `{"data": {"text": [...]}, "parameters": {"max_seq_len": ..., "batch_size": ...}}`. The benchmark checks its answers
-and loads it like the served rows (ernie_deploy.bench.peer_rows).
+and loads it like the served rows (benchmarks/peer_rows.py).
 
 How it differs from the served pipeline, as shipped in paddlenlp 2.8.1 (read from its source, measured here):
 - one predictor behind a lock (ModelManager.predict): requests are answered one at a time, nothing is batched
@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.peer.app import HANDLERS
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.peer.app import HANDLERS
 from ernie_deploy.server.procs import start_group, stop_group
 
 CHECK_BATCH = 32  # texts per request when checking answers (the handler runs them one by one anyway)
@@ -40,14 +41,14 @@ def peer_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("paddlenlp", "fastapi", "uvicorn", "aiohttp"))
 
 
-def peer_serves(task: TaskSpec) -> bool:
+def peer_serves(model: ModelSpec | TaskSpec) -> bool:
     """SimpleServing has handlers for this kind of model (a label per text, one text or a pair)."""
-    return task.kind in HANDLERS
+    return model.kind in HANDLERS
 
 
-def route(task: TaskSpec) -> str:
+def route(model: ModelSpec) -> str:
     """Where SimpleServing answers for this model: `models/<name>`, as in PaddleNLP's own serving examples."""
-    return f"models/{task.ensemble}"
+    return f"models/{model.name}"
 
 
 def request_body(task: TaskSpec, items: list, max_seq_len: int) -> bytes:
@@ -66,19 +67,19 @@ class PeerServer:
     def __init__(
         self,
         static_root: str | Path,
-        task: TaskSpec,
+        model: ModelSpec,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         log_file: str | Path | None = None,
     ):
-        if not peer_serves(task):
+        if not peer_serves(model):
             raise ErnieDeployError(
-                f"PaddleNLP SimpleServing has no handler here for {task.ensemble} (a {task.kind!r} model)",
+                f"PaddleNLP SimpleServing has no handler here for {model.name} (a {model.kind!r} model)",
                 f"bench it with --no-peer; the peer serves {', '.join(HANDLERS)} models",
             )
         self.static_root = Path(static_root).absolute()
-        self.task = task
+        self.model = model
         self.host = host
         self.port = port
         self.log_path = Path(log_file).absolute() if log_file else None
@@ -87,7 +88,7 @@ class PeerServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/{route(self.task)}"
+        return f"http://{self.host}:{self.port}/{route(self.model)}"
 
     @property
     def pid(self) -> int | None:
@@ -110,8 +111,8 @@ class PeerServer:
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="ernie-deploy-peer-")) / "simple_serving.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "ernie_deploy.peer.app", "--model", str(self.static_root)]
-        argv += ["--route", route(self.task), "--kind", self.task.kind, "--host", self.host, "--port", str(self.port)]
+        argv = [sys.executable, "-m", "benchmarks.peer.app", "--model", str(self.static_root)]
+        argv += ["--route", route(self.model), "--kind", self.model.kind, "--host", self.host, "--port", str(self.port)]
         path = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
         with open(self.log_path, "wb") as log:
@@ -168,12 +169,13 @@ class PeerServer:
 
 
 def _package_root() -> str:
-    """The folder holding the ernie_deploy package, so the server process imports this very copy."""
+    """The checkout's root, which holds benchmarks/ (and ernie_deploy), so the server process imports this very
+    copy."""
     return str(Path(__file__).resolve().parents[2])
 
 
-def peer_predictions(url: str, task: TaskSpec, labels: list[str], items: list, batch: int = CHECK_BATCH) -> list:
-    """The peer's label for each text (or pair), over HTTP, `batch` texts a request."""
+def peer_predictions(url: str, model: ModelSpec, items: list, batch: int = CHECK_BATCH) -> list:
+    """The peer's label (a name of `model`'s labels) for each text (or pair), over HTTP, `batch` texts a request."""
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -181,11 +183,11 @@ def peer_predictions(url: str, task: TaskSpec, labels: list[str], items: list, b
     for start in range(0, len(items), batch):
         chunk = list(items[start : start + batch])
         request = urllib.request.Request(
-            url, request_body(task, chunk, task.max_seq_len), {"Content-Type": "application/json"}
+            url, request_body(model.task_spec, chunk, model.max_seq_len), {"Content-Type": "application/json"}
         )
         with opener.open(request, timeout=120) as response:
             ids = json.loads(response.read())["result"]["label"]
         if len(ids) != len(chunk):
             raise ErnieDeployError(f"SimpleServing answered {len(ids)} labels for {len(chunk)} texts")
-        found += [labels[i] for i in ids]
+        found += [model.labels[i] for i in ids]
     return found

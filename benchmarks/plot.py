@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.config import REFERENCE_CONCURRENCY
+from benchmarks.results import size_facts, sized_models
 from ernie_deploy.bench.rows import (
     CLASSIC,
     ENSEMBLE,
@@ -16,8 +18,6 @@ from ernie_deploy.bench.rows import (
     SERVED_BATCH,
     best_row,
     rows_of,
-    size_facts,
-    sized_models,
 )
 from ernie_deploy.core.files import atomic_path
 
@@ -79,7 +79,7 @@ def plot(results: dict, path: str | Path) -> Path:
         if concurrency:
             for ax in (ax_tp, ax_lat):
                 ax.set_xticks(concurrency, [str(c) for c in concurrency])
-    return _save(fig, "ernie-deploy bench", results, path)
+    return _save(fig, "ernie-deploy benchmarks", results, path)
 
 
 def plot_sizes(results: dict, path: str | Path) -> Path:
@@ -90,8 +90,6 @@ def plot_sizes(results: dict, path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
 
     sized = sized_models(results)
     params = [shape["params"] / 1e6 for _, shape in sized]

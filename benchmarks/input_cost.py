@@ -1,5 +1,5 @@
 """What one text costs a served model, by its length: the answer's time and the server's memory, measured from outside
-the server, up to each model's limit and past it (`ernie-deploy bench --input-cost`).
+the server, up to each model's limit and past it (`bash scripts/bench.sh input-cost`).
 
 The server runs with its request limits raised past the longest text measured, so the cost of every length is seen;
 then the default limits are checked: the text at the limit is answered, one character more is refused by name, and
@@ -19,10 +19,12 @@ import threading
 import time
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.machine import run_record
-from ernie_deploy.bench.served import build_layout
+from ernie_deploy.bench.run import build_layout
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 LENGTHS = (1_000, 5_000, 10_000, 20_000, 40_000)
@@ -72,10 +74,10 @@ class RssSampler:
         self._thread.join()
 
 
-def timed_request(client, task, text: str, pgid: int, timeout: float = 120.0) -> dict:
-    """One request of one text: {"seconds", "peak_mb" (growth over the level before it; a stub keeps memory it freed
-    for later requests, so a request after a larger one can grow it less), "server_mb" (the server's peak while it
-    ran), "error" (None, or the server's message)}."""
+def timed_request(client, model: ModelSpec, text: str, pgid: int, timeout: float = 120.0) -> dict:
+    """One request of one text to `model`: {"seconds", "peak_mb" (growth over the level before it; a stub keeps
+    memory it freed for later requests, so a request after a larger one can grow it less), "server_mb" (the server's
+    peak while it ran), "error" (None, or the server's message)}."""
     import numpy as np
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
@@ -84,13 +86,13 @@ def timed_request(client, task, text: str, pgid: int, timeout: float = 120.0) ->
 
     tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-    outputs = [grpcclient.InferRequestedOutput(o.name) for o in task.outputs]
+    outputs = [grpcclient.InferRequestedOutput(o.name) for o in model.task_spec.outputs]
     before = group_rss_bytes(pgid)
     error = None
     with RssSampler(pgid) as sampler:
         t0 = time.perf_counter()
         try:
-            client.infer(task.ensemble, [tensor], outputs=outputs, client_timeout=timeout)
+            client.infer(model.name, [tensor], outputs=outputs, client_timeout=timeout)
         except InferenceServerException as exc:
             error = exc.message()
         seconds = time.perf_counter() - t0
@@ -99,7 +101,7 @@ def timed_request(client, task, text: str, pgid: int, timeout: float = 120.0) ->
 
 
 def measure(
-    url: str, pgid: int, inputs: list[TaskInputs], lengths: tuple[int, ...], repeats: int, tls=None
+    url: str, pgid: int, inputs: list[ModelInputs], lengths: tuple[int, ...], repeats: int, tls=None
 ) -> list[dict]:
     """A row per model and length: median seconds of `repeats` requests, the largest memory growth, errors."""
     from ernie_deploy.client.grpc_client import grpc_client
@@ -108,13 +110,13 @@ def measure(
     client = grpc_client(url, tls)
     try:
         for item in inputs:
-            timed_request(client, item.task, item.texts[0], pgid)  # warm: the first request loads what is lazy
+            timed_request(client, item.model, item.texts[0], pgid)  # warm: the first request loads what is lazy
             for length in lengths:
                 text = joined_text(item.texts, length)
-                runs = [timed_request(client, item.task, text, pgid) for _ in range(repeats)]
+                runs = [timed_request(client, item.model, text, pgid) for _ in range(repeats)]
                 rows.append(
                     {
-                        "model": item.task.ensemble,
+                        "model": item.name,
                         "chars": length,
                         "seconds": statistics.median(r["seconds"] for r in runs),
                         "peak_mb": max(r["peak_mb"] for r in runs),
@@ -129,7 +131,7 @@ def measure(
     return rows
 
 
-def check_limits(url: str, pgid: int, inputs: list[TaskInputs], limits: dict[str, TextLimits], tls=None) -> list[dict]:
+def check_limits(url: str, pgid: int, inputs: list[ModelInputs], limits: dict[str, TextLimits], tls=None) -> list[dict]:
     """At each model's limit (`limits`, by model name), one past it, and a small text after each: what a server with
     these limits answers."""
     from ernie_deploy.client.grpc_client import grpc_client
@@ -138,11 +140,11 @@ def check_limits(url: str, pgid: int, inputs: list[TaskInputs], limits: dict[str
     client = grpc_client(url, tls)
     try:
         for item in inputs:
-            own = limits[item.task.ensemble]
+            own = limits[item.name]
             for length in (own.max_text_chars, own.max_text_chars + 1):
-                run = timed_request(client, item.task, joined_text(item.texts, length), pgid)
-                after = timed_request(client, item.task, item.texts[0], pgid)
-                rows.append({"model": item.task.ensemble, "chars": length, **run, "small_after": after["error"]})
+                run = timed_request(client, item.model, joined_text(item.texts, length), pgid)
+                after = timed_request(client, item.model, item.texts[0], pgid)
+                rows.append({"model": item.name, "chars": length, **run, "small_after": after["error"]})
                 print(_line(rows[-1]), flush=True)
     finally:
         client.close()
@@ -155,7 +157,7 @@ def _line(row: dict) -> str:
     return f"{row['model']:>16} {row['chars']:>8,} chars  {cost}  {answer}"
 
 
-def run_input_cost(inputs: list[TaskInputs], config: BenchConfig, out: Path, smoke: bool = False) -> dict:
+def run_input_cost(inputs: list[ModelInputs], config: BenchConfig, out: Path, smoke: bool = False) -> dict:
     """Every length on a server whose limits let it through, then the default limits on one that has them; writes
     `out`/input_cost.json."""
     from ernie_deploy.repository.served import served_limits
@@ -167,7 +169,8 @@ def run_input_cost(inputs: list[TaskInputs], config: BenchConfig, out: Path, smo
         work = Path(work)
         runs = {}
         for key, options in (("raised", {"max_text_chars": raised, "max_request_chars": raised}), ("defaults", {})):
-            repo = build_layout(inputs, work / key, **options)
+            # the ensemble layout, as the figures in docs/input_cost.json were measured
+            repo = build_layout(inputs, work / key, layout="ensemble", **options)
             log = work / f"{key}.log"
             with TritonServer(
                 repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, grpc_tls=config.grpc_tls

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from ernie_deploy.bench.config import REFERENCE_CONCURRENCY
+from benchmarks.config import REFERENCE_CONCURRENCY
+from benchmarks.peer.app import HANDLERS
 from ernie_deploy.bench.rows import (
     CLASSIC,
     ENSEMBLE,
@@ -25,7 +26,6 @@ from ernie_deploy.bench.rows import (
     rows_of,
 )
 from ernie_deploy.core.tasks import SEQ_CLS, TASKS
-from ernie_deploy.peer.app import HANDLERS
 
 Measured = tuple[float | None, str]  # (value, detail)
 
@@ -77,7 +77,7 @@ class Target:
     unit: str = ""
     per_task: bool = True  # False: one value for the whole run
     task_kinds: tuple[str, ...] | None = None  # the task kinds it holds for; None: every task
-    sizes: bool = True  # whether it holds for the models remade in real shapes (bench.sizes), too
+    sizes: bool = True  # whether it holds for the models remade in real shapes (benchmarks.sizes), too
     # A further condition for "met" besides the value against the threshold (e.g. "at equal p99 or better");
     # None where the run cannot tell.
     also: Callable[[RunRows], bool | None] | None = None

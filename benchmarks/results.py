@@ -1,12 +1,14 @@
-"""A run's results read back and checked: the results file of this version's schema, signs that the machine was not
-quiet, answers that differ from in-process ONNX, and the ratio table as text."""
+"""A run's results read back and checked: the results file of this version's schema, the sized models' numbers, signs
+that the machine was not quiet, answers that differ from in-process ONNX, and the ratio table as text."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from benchmarks.config import REFERENCE_CONCURRENCY
 from ernie_deploy.bench.config import SCHEMA
+from ernie_deploy.bench.rows import ENSEMBLE, LIMIT_TOK, SERVED, SERVED_BATCH, best_row, rows_of
 from ernie_deploy.core.errors import ErnieDeployError
 
 # -- results file ----------------------------------------------------------------------------------
@@ -22,9 +24,33 @@ def load_json(path: str | Path) -> dict:
     if results.get("schema") != SCHEMA:
         raise ErnieDeployError(
             f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
-            "rerun `ernie-deploy bench`",
+            "rerun `bash scripts/bench.sh`",
         )
     return results
+
+
+# -- the sized models ------------------------------------------------------------------------------
+
+
+def sized_models(results: dict) -> list[tuple[str, dict]]:
+    """The models remade in real shapes (benchmarks.sizes), smallest first, each with its shape's facts."""
+    sized = [(name, facts["shape"]) for name, facts in results.get("tasks", {}).items() if facts.get("shape")]
+    return sorted(sized, key=lambda item: item[1]["params"])
+
+
+def size_facts(results: dict, name: str) -> dict:
+    """One model's numbers for the size table: the in-process limit with tokenization (best batch), the lone
+    request's extra ms over it (extra_ms), and the served layouts at concurrency 1, 8 and 16 as shares of the limit."""
+    limit = best_row(results, name, LIMIT_TOK)
+    alone = next((r for r in rows_of(results, name, LIMIT_TOK) if r.batch == 1), None)
+    facts = {"limit": limit, "alone": alone}
+    for kind in (SERVED, SERVED_BATCH, ENSEMBLE):
+        for c in (1, REFERENCE_CONCURRENCY, 16):
+            row = next((r for r in rows_of(results, name, kind) if r.concurrency == c), None)
+            facts[kind, c] = row
+    one = facts[SERVED, 1]
+    facts["extra_ms"] = one.p50_ms - alone.p50_ms if one and alone and one.p50_ms and alone.p50_ms else None
+    return facts
 
 
 # -- checks on a run -------------------------------------------------------------------------------

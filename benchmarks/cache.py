@@ -1,4 +1,5 @@
-"""`bench --cache`: what Triton's response cache (`build --cache`) gives and costs, on one server in one run.
+"""`bash scripts/bench.sh cache`: what Triton's response cache (`build --cache`) gives and costs, on one server in
+one run.
 
 The model is built twice in one repository, as the default ensemble without the cache and with it, and both are
 driven the same way (closed loop, the same concurrency, each request one text, every request sent once). Two
@@ -19,16 +20,19 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 ZIPF_S = 1.1
 REQUESTS = 4000  # per model and workload
@@ -61,18 +65,21 @@ def workloads(texts: list[str], n: int) -> dict[str, list[str]]:
     return {"repeated": zipf_draw(distinct[:half], n), "unique": unique, "half repeated": mixed}
 
 
-def _build(item: TaskInputs, repo: Path) -> None:
-    from ernie_deploy.repository.build import TaskArtifacts, build
+def _model(item: ModelInputs, label: str) -> ModelSpec:
+    """The model built for one row label: the same record under the name `cache_<label>`."""
+    return replace(item.model, name=f"cache_{label}")
+
+
+def _build(item: ModelInputs, repo: Path) -> None:
+    from ernie_deploy.repository.build import ModelArtifacts, build
     from ernie_deploy.repository.options import BuildOptions
 
     for label, cache in MODELS.items():
-        entry = TaskArtifacts(
-            item.task.named(f"cache_{label}"), Path(item.onnx), item.static.vocab_file, item.static.labels
-        )
+        entry = ModelArtifacts(_model(item, label), Path(item.onnx), item.static.vocab_file)
         build(entry, repo, BuildOptions(runtime="python", layout="auto", response_cache=cache))
 
 
-def measure_cache(item: TaskInputs, config: BenchConfig, workdir: Path, n: int, concurrency: int) -> list[dict]:
+def measure_cache(item: ModelInputs, config: BenchConfig, workdir: Path, n: int, concurrency: int) -> list[dict]:
     """One row per workload and model: throughput, latency and the cache's hits and misses."""
     from ernie_deploy.server.process import TritonServer
     from ernie_deploy.server.stats import snapshot
@@ -83,14 +90,13 @@ def measure_cache(item: TaskInputs, config: BenchConfig, workdir: Path, n: int, 
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "server.log") as srv:
         for workload, texts in workloads(item.texts, n).items():
             for label in MODELS:
-                task = item.task.named(f"cache_{label}")
-                before = snapshot(srv.http_url)[task.ensemble]
-                got = run_load(
-                    srv.grpc_url, task, prepare_requests(task, texts, 1), concurrency, warmup_s=0, count=len(texts)
-                )
-                after = snapshot(srv.http_url)[task.ensemble] - before
+                model = _model(item, label)
+                before = snapshot(srv.http_url)[model.name]
+                requests = prepare_requests(item.task, texts, 1)
+                got = run_load(srv.grpc_url, model, requests, concurrency, warmup_s=0, count=len(texts))
+                after = snapshot(srv.http_url)[model.name] - before
                 if got.errors:
-                    raise ErnieDeployError(f"{task.ensemble}: requests failed: {got.error_messages}", "read the log")
+                    raise ErnieDeployError(f"{model.name}: requests failed: {got.error_messages}", "read the log")
                 rows.append(_row(workload, label, texts, concurrency, got, after))
                 if config.progress:
                     r = rows[-1]
@@ -154,13 +160,13 @@ def render_cache(rows: list[dict]) -> str:
 
 
 def run_cache(
-    inputs: list[TaskInputs], config: BenchConfig, out: Path, n: int = REQUESTS, concurrency: int = CONCURRENCY
+    inputs: list[ModelInputs], config: BenchConfig, out: Path, n: int = REQUESTS, concurrency: int = CONCURRENCY
 ) -> dict:
-    """`ernie-deploy bench --cache`: the first model's rows, printed, and written to `out`/cache.json."""
+    """`bash scripts/bench.sh cache`: the first model's rows, printed, and written to `out`/cache.json."""
     item = inputs[0]
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-cache-") as work:
         rows = measure_cache(item, config, Path(work), n, concurrency)
-    record = {**run_record(rows), "model": item.task.artifact_name, "zipf_s": ZIPF_S, "ratios": ratios(rows)}
+    record = {**run_record(rows), "model": item.model.artifact_name, "zipf_s": ZIPF_S, "ratios": ratios(rows)}
     write_json(record, out / "cache.json")
     print(render_cache(rows))
     return record

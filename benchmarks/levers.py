@@ -6,15 +6,16 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ernie_deploy.bench.config import BenchConfig, TaskInputs
+from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import prepare_requests
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
 from ernie_deploy.bench.rows import SERVED
-from ernie_deploy.bench.served import build_layout
+from ernie_deploy.bench.run import build_layout
 from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 # name -> the `ernie-deploy build` options of that layout (everything else at its default).
 LEVERS = {
@@ -37,7 +38,7 @@ LEVERS = {
 
 
 def measure_levers(
-    inputs: list[TaskInputs], config: BenchConfig, workdir: Path, levers: dict[str, dict] | None = None
+    inputs: list[ModelInputs], config: BenchConfig, workdir: Path, levers: dict[str, dict] | None = None
 ) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
@@ -48,12 +49,14 @@ def measure_levers(
     out = []
     tool = config.load_generators[0]  # perf_analyzer where installed (`--load-generator auto`)
     for n, (name, options) in enumerate((levers or LEVERS).items()):
+        # Each lever changes the ensemble unless it names another layout (the rows' names say so).
+        built = {"layout": "ensemble", **options}
         # A lever that only some kinds have (--graph-postprocess: classifiers) is measured on those; no row else.
-        layout = get_layout(BuildOptions(**options).layout)
-        fitting = [i for i in inputs if layout.fits(i.task, BuildOptions(**options)) is None]
+        layout = get_layout(built["layout"])
+        fitting = [i for i in inputs if layout.fits(i.model, BuildOptions(**built)) is None]
         if not fitting:
             continue
-        repo = build_layout(fitting, workdir / f"lever{n}", **options)
+        repo = build_layout(fitting, workdir / f"lever{n}", **built)
         log = workdir / f"lever{n}.log"
         with TritonServer(
             repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log, grpc_tls=config.grpc_tls
@@ -62,9 +65,7 @@ def measure_levers(
                 requests = prepare_requests(item.task, item.texts, 1)
                 input_file = None
                 if tool == PERF_ANALYZER:
-                    input_file = perf_analyzer_input(
-                        item.task, item.texts, workdir / f"lever{n}_{item.task.ensemble}.json"
-                    )
+                    input_file = perf_analyzer_input(item.task, item.texts, workdir / f"lever{n}_{item.name}.json")
                 for concurrency in config.concurrency:
                     if tool == PERF_ANALYZER:
                         row = perf_analyzer_row(
@@ -76,7 +77,7 @@ def measure_levers(
                         {
                             "lever": name,
                             "options": options,
-                            "task": item.task.artifact_name,
+                            "task": item.model.artifact_name,
                             "concurrency": concurrency,
                             "throughput": row.throughput,
                             "p50_ms": row.p50_ms,
@@ -88,7 +89,7 @@ def measure_levers(
                     )
                     if config.progress:
                         print(
-                            f"{name} | {item.task.artifact_name} c{concurrency}: {row.throughput:.1f} seq/s, "
+                            f"{name} | {item.model.artifact_name} c{concurrency}: {row.throughput:.1f} seq/s, "
                             f"p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms, errors {row.errors}"
                         )
     return out
@@ -136,9 +137,9 @@ def _layouts() -> set[str]:
 
 
 def run_levers(
-    inputs: list[TaskInputs], config: BenchConfig, out: Path, levers: dict[str, dict] | None = None
+    inputs: list[ModelInputs], config: BenchConfig, out: Path, levers: dict[str, dict] | None = None
 ) -> list[dict]:
-    """`ernie-deploy bench --levers`: measure every lever (or `levers`) in a temporary folder, write levers.json in
+    """`bash scripts/bench.sh levers`: measure every lever (or `levers`) in a temporary folder, write levers.json in
     `out`, print the table. Failed requests raise, after levers.json is written."""
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-levers-") as work:
         rows = measure_levers(inputs, config, Path(work), levers)
