@@ -1086,7 +1086,7 @@ def test_perf_analyzer_and_the_python_generator_drive_the_same_served_cells(tiny
 
     binary = _installed_perf_analyzer()
     inputs = [ModelInputs(tiny_pipeline.static.spec, tiny_pipeline.onnx, tiny_pipeline.static, TINY_TEXTS * 3)]
-    config = BenchConfig.smoke(
+    config = ResearchConfig.smoke(
         concurrency=(2,),
         duration_s=0.6,
         warmup_s=0.1,

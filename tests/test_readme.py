@@ -33,8 +33,11 @@ GAP = "..."
 PROBABILITY_TOL = 0.02  # a `--text` answer's probability
 SCORE_TOL = 0.01  # the last line of a split run, `accuracy: 0.8280 (n=1000)` or `f1: 0.6727 (n=5000)`
 # A per-class or per-type row rests on ~100 titles or 1,400-3,000 entities, so a few changed answers move it more
-# than the aggregate: twice the largest difference measured.
-ROW_TOL = 0.03
+# than the aggregate: at equal accuracy 0.8280, one machine's science precision was 0.6810 and another's 0.7117,
+# past any tolerance taken from two machines. A row's numbers are what a retrain moves, so a row is compared by what
+# is stable (its class or entity type, its support, its place among the rows) and its decimals are not; the split's
+# final score, which the gates rest on, keeps SCORE_TOL.
+ROW_TOL = float("inf")
 SCORE_LINE = re.compile(r"^\w+: \d+\.\d+ \(n=\d+\)$")
 DECIMAL = re.compile(r"(-?\d+\.\d+)")
 
