@@ -1,6 +1,7 @@
-"""Every layout is operable: one real tritonserver serves a model in each layout, each with two versions, and every
-operation works on every one of them: check, probe, stats, the Prometheus series, soak, and a rollout and a rollback
-with a canary under load that loses nothing and answers every request with one of the two versions.
+"""Every layout is operable, in each wire (core.io): one real tritonserver serves a model in each layout and wire,
+each with two versions, and every operation works on every one of them: check, probe, stats, the Prometheus series,
+soak, and a rollout and a rollback with a canary under load that loses nothing and answers every request with one
+of the two versions.
 
 The layouts are read from the registry, so a layout added as a new module joins this matrix by itself."""
 
@@ -11,19 +12,23 @@ import urllib.request
 
 import pytest
 
+from ernie_deploy.core.io import IOS, NATIVE
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
-from tests.conftest import NEWS_TEXTS, artifacts
+from tests.conftest import NEWS_TEXTS, THUCNEWS_LABELS, artifacts
 
 TEXTS = NEWS_TEXTS
-NAMES = {layout: f"news_{layout.replace('-', '_')}" for layout in LAYOUTS}
+# Every layout, with its model answering in each wire (core.io: ernie-deploy's own tensors, PaddleNLP's).
+CASES = [(layout, io) for layout in LAYOUTS for io in IOS]
+IDS = [f"{layout}-{io}" for layout, io in CASES]
+NAMES = {(layout, io): f"news_{layout.replace('-', '_')}{'' if io == NATIVE else '_' + io}" for layout, io in CASES}
 
 pytestmark = pytest.mark.integration
 
 
-def _model(layout: str) -> ModelSpec:
-    return ModelSpec.new(SEQ_CLS, NAMES[layout])
+def _model(layout: str, io: str) -> ModelSpec:
+    return ModelSpec.new(SEQ_CLS, NAMES[layout, io], io=io, labels=THUCNEWS_LABELS)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +41,10 @@ def matrix(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2):
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("matrix") / "models"
-    for layout in LAYOUTS:
-        options = BuildOptions(runtime="python", layout=layout)
+    for layout, io in CASES:
+        options = BuildOptions(runtime="python", layout=layout, io=io)
         for version, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2)):
-            entry = artifacts(p, NAMES[layout])
+            entry = artifacts(p, NAMES[layout, io])
             if version == 1:
                 build(entry, repo, options)
             else:
@@ -57,54 +62,58 @@ def test_the_registry_holds_the_four_layouts():
     assert set(LAYOUTS) == {"ensemble", "fused", "graph-postprocess", "tokenizer-in-model"}
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_check_and_the_repository_know_each_layout(layout, matrix):
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_check_and_the_repository_know_each_layout(layout, io, matrix):
     from ernie_deploy.repository.check import check_repository
     from ernie_deploy.repository.served import served_layouts, served_models
     from ernie_deploy.repository.versions import VersionedModel
 
     _, repo, _ = matrix
     assert check_repository(repo) == []
-    name = NAMES[layout]
+    name = NAMES[layout, io]
     assert served_layouts(repo)[name].name == layout
     assert served_models(repo)[name].layout == layout
     model = VersionedModel.read(repo, name)
     assert model.on_disk() == [1, 2] and model.serving() == 1
-    assert set(model.steps) == set(LAYOUTS[layout].versioned(_model(layout)))
+    assert set(model.steps) == set(LAYOUTS[layout].versioned(_model(layout, io)))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_probe_answers(layout, matrix):
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_probe_answers(layout, io, matrix):
     from ernie_deploy.server.probe import probe
 
     server, _, _ = matrix
-    (result,) = probe(server.http_url, [NAMES[layout]])
+    (result,) = probe(server.http_url, [NAMES[layout, io]])
     assert result.ok, result.message
-    assert NAMES[layout] in [r.model for r in probe(server.http_url)], "probe finds every layout's model by itself"
+    assert NAMES[layout, io] in [r.model for r in probe(server.http_url)], "probe finds every layout's model by itself"
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_soak_answers_every_good_text_and_refuses_every_bad_one(layout, matrix):
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_soak_answers_every_good_text_and_refuses_every_bad_one(layout, io, matrix):
     from ernie_deploy.reliability.soak import SoakCase, soak
 
     server, _, references = matrix
     report = soak(
-        server.grpc_url, [SoakCase(_model(layout), TEXTS, references[1])], requests=60, concurrency=4, progress=False
+        server.grpc_url,
+        [SoakCase(_model(layout, io), TEXTS, references[1])],
+        requests=60,
+        concurrency=4,
+        progress=False,
     )
     assert report.clean, report.to_dict()
     assert report.answered > 0 and report.refused > 0
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_stats_and_prometheus_report_each_stage(layout, matrix):
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_stats_and_prometheus_report_each_stage(layout, io, matrix):
     from ernie_deploy.client.grpc_client import Client
     from ernie_deploy.repository.served import served_steps
     from ernie_deploy.server.stats import served_times, snapshot
 
     server, repo, _ = matrix
-    name, model = NAMES[layout], _model(layout)
+    name, model = NAMES[layout, io], _model(layout, io)
     before = snapshot(server.http_url)
-    with Client(model.task_spec, server.grpc_url, model=name) as client:
+    with Client(model.task_spec, server.grpc_url, model=model) as client:
         for text in TEXTS:
             client.infer([text])
     (row,) = [r for r in served_times(served_steps(repo), snapshot(server.http_url), before) if r.model == name]
@@ -117,14 +126,14 @@ def test_stats_and_prometheus_report_each_stage(layout, matrix):
         assert found and sum(map(int, found)) >= len(TEXTS), f"{step}: no success series in {server.metrics_url}"
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_rollout_and_rollback_under_load_lose_nothing(layout, matrix):
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_rollout_and_rollback_under_load_lose_nothing(layout, io, matrix):
     from ernie_deploy.client.admin import RepositoryAdmin
     from ernie_deploy.reliability.rollout_soak import rollout_soak, version_predictions
     from ernie_deploy.repository.versions import VersionedModel
 
     server, repo, references = matrix
-    name, model = NAMES[layout], _model(layout)
+    name, model = NAMES[layout, io], _model(layout, io)
     for version in (1, 2):  # the references a rollout soak computes from the repository's own files
         assert version_predictions(repo, name, version, TEXTS) == references[version]
     with RepositoryAdmin(server.grpc_url) as admin:

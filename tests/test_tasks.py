@@ -15,6 +15,7 @@ import pytest
 from ernie_deploy import kinds
 from ernie_deploy.cli.inputs import static_model
 from ernie_deploy.client.grpc_client import DECODERS
+from ernie_deploy.client.wire import READERS
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS, TASKS, TOKEN_CLS, TaskSpec
@@ -23,6 +24,7 @@ from ernie_deploy.evaluate.offline import PREDICTORS
 from ernie_deploy.evaluate.served import PRINTERS
 from ernie_deploy.kinds import KINDS, Kind
 from ernie_deploy.repository.postprocess_graph import GRAPHS
+from ernie_deploy.serving import postprocess_steps
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
 from ernie_deploy.serving.steps import STEPS
 from ernie_deploy.train.recipes import KIND_RECIPES
@@ -33,6 +35,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ernie_deploy"
 # None: the kind is not in the table). test_every_kind_table_is_checked_here finds them all in the source.
 TABLES = {
     "serving/postprocess_steps.py:POSTPROCESS_STEPS": (POSTPROCESS_STEPS, lambda k: k.postprocess),
+    "serving/postprocess_steps.py:_STEPS": (postprocess_steps._STEPS, lambda k: k.postprocess),
+    "serving/postprocess_steps.py:_FORMATS": (postprocess_steps._FORMATS, lambda k: k.postprocess),
+    "client/wire.py:READERS": (READERS, lambda k: k.name),
     "client/grpc_client.py:DECODERS": (DECODERS, lambda k: k.name),
     "evaluate/metrics.py:SCORERS": (SCORERS, lambda k: k.name),
     "evaluate/metrics.py:FORMATTERS": (FORMATTERS, lambda k: k.metric),

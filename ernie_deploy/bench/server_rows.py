@@ -49,7 +49,7 @@ def _check_served(server, item: ModelInputs, config: BenchConfig, references: di
 
     task = item.task
     facts: dict = {}
-    with Client(task, server.grpc_url, model=item.name, tls=config.tls) as client:
+    with Client(task, server.grpc_url, model=item.model, tls=config.tls) as client:
         client.check_ready()
         # The first request after ready: the cost a cold server puts on its first caller.
         t0 = time.perf_counter()

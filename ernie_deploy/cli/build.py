@@ -7,6 +7,7 @@ import argparse
 from ernie_deploy.cli.arguments import MODEL_HELP, add_model, add_repository
 from ernie_deploy.cli.inputs import onnx_file, options_from, static_model
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.io import IOS
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
 from ernie_deploy.repository.layouts import DEFAULT_LAYOUTS, LAYOUTS
 from ernie_deploy.repository.options import (
@@ -234,6 +235,14 @@ def _reading_arguments(p) -> None:
         help="token models only: how logits become entities, over what `export --ner-decoding` recorded (default: "
         "that, else constrained): constrained (the best valid IOB2 sequence) or argmax (as PaddleNLP's own pipeline "
         "decodes: the same entities as PaddleNLP)",
+    )
+    p.add_argument(
+        "--io",
+        choices=IOS,
+        help="the tensors clients send and read: ernie-deploy's own (default: `text` in; `label`, `confidence`, "
+        "`entities`...), or paddlenlp: those of PaddleNLP's ERNIE 3.0 Triton pipeline (`INPUT` in; `label` as the "
+        "class id and `confidence`, or `OUTPUT` holding a Python list of {'pos': [start, end], 'label'}, end "
+        "inclusive), so its clients run unchanged (docs/FROM_PADDLENLP.md); for a new --version, its model's",
     )
     p.add_argument(
         "--max-text-chars",

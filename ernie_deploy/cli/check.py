@@ -26,7 +26,16 @@ def run(args) -> None:
     for name, spec in ({} if problems else served_models(args.repository)).items():
         reading = f", long texts: {spec.long_text}" if spec.long_text else ""
         window = f" of {spec.window_size} tokens (stride {spec.window_stride})" if spec.window_size else ""
-        print(f"{name}: {spec.task} model, layout {spec.layout}{reading}{window}")
+        wire = spec.wire
+        speaks = (
+            ""
+            if wire.native
+            else (
+                f", {wire.name} tensors: {', '.join(t.name for t in wire.input_specs())} in, "
+                f"{', '.join(t.name for t in wire.output_specs())} out"
+            )
+        )
+        print(f"{name}: {spec.task} model, layout {spec.layout}{reading}{window}{speaks}")
     for name, decoding in ner_decodings(args.repository).items():
         print(f"{name}: NER decoding {decoding}")
     for name, (step, limits) in served_limits(args.repository).items():

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ernie_deploy.client.wire import native_answers
 from ernie_deploy.core.endpoints import GRPC_URL
 from ernie_deploy.core.errors import BadOptionsError, BadRequest, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.io import wire
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.kinds import table
@@ -90,14 +93,16 @@ class TextError:
 
 
 class Client:
-    """Calls served model `model` (default: the task's demo model), a model of `task`, whose outputs it reads."""
+    """Calls served model `model` (default: the task's demo model), a model of `task`, whose outputs it reads. Given
+    the model's record (a ModelSpec) it speaks the model's wire (core.io: `build --io`) and reads its answers back as
+    the task's own tensors; given a name, the task's own tensors."""
 
     def __init__(
         self,
         task: TaskSpec,
         url: str = DEFAULT_URL,
         *,
-        model: str | None = None,
+        model: str | ModelSpec | None = None,
         timeout_s: float = 60.0,
         retry: Retry = Retry(),
         tls: Tls | None = None,
@@ -105,7 +110,10 @@ class Client:
         import tritonclient.grpc as grpcclient
 
         self.task = task
-        self.model = model or DEMO_MODELS[task.name]
+        record = model if isinstance(model, ModelSpec) else None
+        self.model = record.name if record is not None else model or DEMO_MODELS[task.name]
+        self.wire = record.wire if record is not None else wire(task)
+        self.labels = record.labels if record is not None else ()
         self.url = url
         self.timeout_s = timeout_s
         self.retry = retry
@@ -136,12 +144,13 @@ class Client:
         # A model of another task would be read wrongly, not fail: its outputs say which it is. (Metadata, not the
         # config: the model-config API may be restricted to the admin key, the metadata never is.)
         served = {o.name for o in self.client.get_model_metadata(model).outputs}
-        wanted = {o.name for o in self.task.outputs}
+        wanted = {o.name for o in self.wire.output_specs()}
         if not wanted <= served:
             raise BadOptionsError(
                 f"model {model!r} on {self.url} answers with {sorted(served)}; this client reads {self.task.name} "
                 f"answers ({sorted(wanted)})",
-                f"use the client of that model's task, or pass the name of a {self.task.name} model",
+                f"use the client of that model's task and wire (a model built with --io paddlenlp answers PaddleNLP's "
+                f"tensors: clients/paddlenlp_client.py), or pass the name of a {self.task.name} model",
             )
 
     def infer(self, texts: list) -> dict[str, np.ndarray]:
@@ -152,18 +161,21 @@ class Client:
         from tritonclient.utils import InferenceServerException
 
         tensors = []
-        for spec, column in zip(self.task.inputs, input_columns(self.task, texts)):
+        columns = input_columns(self.task, texts)
+        for spec, column in zip(self.wire.input_specs(), columns):
             data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in column], dtype=np.object_)
             tensor = self._grpc.InferInput(spec.name, [len(column), 1], "BYTES")
             tensor.set_data_from_numpy(data.reshape(-1, 1))
             tensors.append(tensor)
-        outputs = [self._grpc.InferRequestedOutput(o.name) for o in self.task.outputs]
+        answered = self.wire.output_specs()
+        outputs = [self._grpc.InferRequestedOutput(o.name) for o in answered]
         t0, tries, delays = time.monotonic(), 0, self.retry.delays()
         while True:
             tries += 1
             try:
                 result = self.client.infer(self.model, tensors, outputs=outputs, client_timeout=self.timeout_s)
-                return {o.name: result.as_numpy(o.name) for o in self.task.outputs}
+                answers = {o.name: result.as_numpy(o.name) for o in answered}
+                return native_answers(self.wire, answers, _as_text(columns[0]), self.labels)
             except InferenceServerException as exc:
                 status, message = str(exc.status()), exc.message() or str(exc)
                 if status == "StatusCode.INVALID_ARGUMENT":
@@ -195,11 +207,11 @@ class Client:
     def infer_all(self, texts: list[str], batch_size: int = 32, progress: bool = True) -> dict[str, np.ndarray]:
         from tqdm import tqdm
 
-        parts: dict[str, list[np.ndarray]] = {o.name: [] for o in self.task.outputs}
+        parts: dict[str, list[np.ndarray]] = {}
         starts = range(0, len(texts), batch_size)
         for start in tqdm(starts, desc=f"{self.model} over gRPC", unit="batch", disable=not progress):
             for name, value in self.infer(texts[start : start + batch_size]).items():
-                parts[name].append(value)
+                parts.setdefault(name, []).append(value)
         return {name: np.concatenate(values) for name, values in parts.items()}
 
     def predict(
@@ -239,6 +251,10 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _as_text(column: list) -> list[str]:
+    return [t.decode("utf-8", "replace") if isinstance(t, bytes | bytearray) else str(t) for t in column]
 
 
 def input_columns(task: TaskSpec, items: list) -> list[list]:

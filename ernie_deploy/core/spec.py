@@ -73,6 +73,8 @@ class ModelSpec:
     max_text_chars: int | None = None
     max_request_chars: int | None = None
     layout: str | None = None  # repository.layouts.LAYOUTS
+    # The names and formats clients send and read (core.io: ernie-deploy or paddlenlp); None: ernie-deploy's own.
+    io: str | None = None
     # The build options the served model was built with, beyond the fields above (runtime, instances, batching...).
     serving: dict[str, Any] = field(default_factory=dict)
     tokenizer_sha256: str | None = None  # the fingerprint of the tokenizer step that serves it
@@ -119,6 +121,13 @@ class ModelSpec:
     def artifact_name(self) -> str:
         """The folder of this model's files under each stage (core.tasks.artifact_name)."""
         return artifact_name(self.name)
+
+    @property
+    def wire(self):
+        """The tensors this model's clients send and read (core.io.Wire), as its record says."""
+        from ernie_deploy.core.io import wire
+
+        return wire(self.task_spec, self.io, self.name)
 
     @property
     def window_default(self) -> int:

@@ -29,6 +29,12 @@ class Kind:
     # `graph` of its repository module), or "" where the postprocess stays a python step (entity decoding and
     # per-label thresholds with JSON answers are not graph operations).
     graph_postprocess: str = ""
+    # What PaddleNLP's ERNIE 3.0 Triton pipeline answers for this kind (`build --io paddlenlp`, core.io): (its output
+    # name, the task's output it holds) pairs, in its order; empty where that pipeline had no such models.
+    paddlenlp_outputs: tuple[tuple[str, str], ...] = ()
+    # The task's outputs that wire writes in another format, by the kind's serving step (PADDLENLP_FORMATS in
+    # kinds/<kind>/serving.py) and read back by its client (PADDLENLP_READERS in kinds/<kind>/client.py).
+    paddlenlp_formats: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.logits_rank not in (1, 2):

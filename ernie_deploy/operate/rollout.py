@@ -168,7 +168,7 @@ def canary_probe(url: str, tls: Tls | None = None) -> Callable[[ModelSpec, Seque
 
     def probe(canary: ModelSpec, texts: Sequence[str]) -> None:
         task = canary.task_spec
-        with Client(task, url, model=canary.name, tls=tls) as client:
+        with Client(task, url, model=canary, tls=tls) as client:
             _wait_model_ready(client, canary.name)
             # A pair model gets each text paired with itself, as `ernie-deploy probe` sends it.
             items = [t if len(task.inputs) == 1 else (t,) * len(task.inputs) for t in texts]

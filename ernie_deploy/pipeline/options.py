@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.io import IOS
 from ernie_deploy.export.drift import reduced
 from ernie_deploy.export.gates import (
     DEFAULT_FP16_MIN_AGREE,
@@ -132,6 +133,7 @@ BUILD_CHOICES = {
     "layout": (AUTO, *LAYOUTS),
     "long_text": LONG_TEXT,
     "ner_decoding": DECODINGS,
+    "io": IOS,
 }
 
 

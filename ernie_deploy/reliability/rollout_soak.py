@@ -73,7 +73,7 @@ def rollout_soak(
 
     def worker(seed: int) -> None:
         # No retries: a request the switch disturbs must show up as failed, not be hidden by a resend.
-        with Client(task, url, model=model.name, retry=NO_RETRY, tls=tls) as client:
+        with Client(task, url, model=model, retry=NO_RETRY, tls=tls) as client:
             i = seed
             while not stop.is_set():
                 i = (i + concurrency) % len(texts)

@@ -190,8 +190,7 @@ class _SoakRun:
 
     def worker(self) -> None:
         clients = {
-            c.model.name: Client(c.task, self.url, model=c.model.name, retry=self.retry, tls=self.tls)
-            for c in self.cases
+            c.model.name: Client(c.task, self.url, model=c.model, retry=self.retry, tls=self.tls) for c in self.cases
         }
         try:
             while True:

@@ -8,6 +8,7 @@ tensor signature (repository/versions.py).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -54,6 +55,7 @@ def build_version(entry: ModelArtifacts, repository: str | Path, options: BuildO
             "a version's",
             f"build the version {'with' if caches_answers(model.entry) else 'without'} --cache",
         )
+    options = _served_wire(name, model, options)
     serving = model.serving()
     if version == serving:
         raise BadOptionsError(f"version {version} of {name!r} is serving", "give the new version another number")
@@ -167,3 +169,19 @@ def _check_version_fits(name: str, version: int, configs: dict[str, mc.ModelConf
                 "build options other than its serving settings: instances, batching, queueing, threads)",
                 f"build it as a new model with another --model, or use the options {name!r} was built with",
             )
+
+
+def _served_wire(name: str, model: VersionedModel, options: BuildOptions) -> BuildOptions:
+    """`options` answering in the wire the model's clients already speak (core.io): a version keeps its model's."""
+    from ernie_deploy.core.io import NATIVE
+    from ernie_deploy.repository.layouts import entry_record
+
+    record = entry_record(name, model.entry)
+    served = (record.io if record is not None else None) or NATIVE
+    if options.io is not None and options.io != served:
+        raise BadOptionsError(
+            f"{name!r} answers its clients in the {served} wire, this version was asked for in {options.io}: the "
+            "tensors clients send and read are the model's, not a version's",
+            f"build the version with --io {served} (or leave --io out); another wire is a new model: another --model",
+        )
+    return replace(options, io=served)

@@ -31,6 +31,7 @@ from ernie_deploy.repository.options import (
     BuildOptions,
     head_tokens,
     long_text_mode,
+    model_io,
     ner_decoding,
     window_size,
     window_stride,
@@ -97,6 +98,7 @@ class ModelArtifacts:
         return replace(
             model,
             ner_decoding=ner_decoding(model, options),
+            io=model_io(model, options),
             thresholds=thresholds,
             long_text=mode,
             window_size=window_size(options, model.max_seq_len) if mode == "window" else None,
@@ -216,7 +218,7 @@ class _Plan:
 # BuildOptions fields the record holds as fields of its own.
 _RECORDED_APART = {
     "layout", "long_text", "window_size", "window_stride", "head_tokens", "ner_decoding", "max_text_chars",
-    "max_request_chars",
+    "max_request_chars", "io",
 }  # fmt: skip
 # BuildOptions switches the record holds only when on, so that a model built without them keeps the configs it had
 # before they existed, byte for byte (models/ is checked in).

@@ -7,6 +7,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.io import IO_PARAMETER
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import (
     TASK_PARAMETER,
@@ -20,6 +21,7 @@ from ernie_deploy.repository.options import (
     BuildOptions,
     head_tokens,
     long_text_mode,
+    model_io,
     ner_decoding,
     window_size,
     window_stride,
@@ -173,6 +175,9 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptio
     decoding = ner_decoding(model, options)
     if decoding is not None:
         params[DECODING_PARAMETER] = decoding  # written always, so `check` and a reader of the config see it
+    if not model_wire(model, options).native:
+        # It writes the answers the wire formats otherwise (serving.wire); the entry renames them.
+        params[IO_PARAMETER] = model_wire(model, options).name
     if long_text_mode(model, options) == "window":
         # The windows' logits and where each window starts in the whole text; the postprocess merges them and
         # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
@@ -186,7 +191,9 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptio
 def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
     """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
     output of that name. A step output is mapped only where a later step or the caller reads it: Triton
-    rejects ensemble tensors that lead nowhere."""
+    rejects ensemble tensors that lead nowhere. The ensemble's own inputs and answers carry the names of the model's
+    wire (core.io: `build --io`); inside it every tensor keeps the task's own name."""
+    wire = model_wire(model, options)
     produced: dict[str, TensorSpec] = {t.name: t for t in model.task_spec.inputs}
     for step in steps:
         for tensor in step.input:
@@ -195,16 +202,17 @@ def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: Buil
                     f"ensemble {model.name}: step {step.name} reads {tensor.name!r}, which no earlier step produces"
                 )
         produced.update({o.name: spec_of(o) for o in step.output})
-    missing = [o.name for o in model.task_spec.outputs if o.name not in produced]
+    missing = [name for name in wire.outputs if name not in produced]
     if missing:
         raise ErnieDeployError(f"ensemble {model.name}: no step produces {missing}")
-    read = {t.name for step in steps for t in step.input} | {o.name for o in model.task_spec.outputs}
+    read = {t.name for step in steps for t in step.input} | set(wire.outputs)
     # A tensor two steps produce (`truncated`, from a windowed postprocess) is taken from the later one.
     source = {o.name: step.name for step in steps for o in step.output}
+    answers = [TensorSpec(wire.outputs[name], produced[name].data_type, produced[name].dims) for name in wire.outputs]
     config = base_config(
         model.name,
-        list(model.task_spec.inputs),
-        [produced[o.name] for o in model.task_spec.outputs],
+        wire.input_specs(),
+        answers,
         options,
         platform="ensemble",
         batching=False,
@@ -213,11 +221,18 @@ def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: Buil
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
         for tensor in step.input:
-            entry.input_map[tensor.name] = tensor.name
+            entry.input_map[tensor.name] = wire.inputs.get(tensor.name, tensor.name)
         for tensor in step.output:
             if tensor.name in read and source[tensor.name] == step.name:
-                entry.output_map[tensor.name] = tensor.name
+                entry.output_map[tensor.name] = wire.outputs.get(tensor.name, tensor.name)
     return config
+
+
+def model_wire(model: ModelSpec, options: BuildOptions):
+    """The wire (core.io) `model` answers in under `options`."""
+    from ernie_deploy.core.io import wire
+
+    return wire(model.task_spec, model_io(model, options), model.name)
 
 
 def render(config: mc.ModelConfig) -> str:

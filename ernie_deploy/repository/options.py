@@ -86,6 +86,10 @@ class BuildOptions:
     # again is answered from the server's cache without running any step. The server needs a cache (`serve
     # --cache-size`, on by default); layouts/__init__.py says why the entry and how a rollout stays correct.
     response_cache: bool = False
+    # The names and formats clients send and read (core.io.IOS): ernie-deploy's own, or PaddleNLP's Triton
+    # pipeline's tensors (`INPUT`; `label` ids and `confidence`, or `OUTPUT`), so that its clients run unchanged.
+    # None: what the model's record says (a new version: its model's), else ernie-deploy's own.
+    io: str | None = None
 
     @property
     def batching(self) -> bool:
@@ -140,6 +144,10 @@ def check_options(options: BuildOptions) -> None:
         from ernie_deploy.serving.entities import check_decoding
 
         check_decoding(options.ner_decoding)
+    if options.io is not None:
+        from ernie_deploy.core.io import check_io
+
+        check_io(options.io)
     if options.head_tokens is not None and options.long_text != "head_tail":
         raise BadOptionsError(
             "--head-tokens sets how --long-text head_tail splits a text",
@@ -207,6 +215,17 @@ def check_task_options(model: ModelSpec, options: BuildOptions) -> None:
     not fit its layout, the layout refuses: repository/layouts)."""
     long_text_mode(model, options)
     ner_decoding(model, options)
+    model_io(model, options)
+
+
+def model_io(model: ModelSpec, options: BuildOptions) -> str:
+    """The wire `model` answers in (core.io): --io, else what its record says, else ernie-deploy's own; a refusal
+    where its kind has no such wire."""
+    from ernie_deploy.core.io import NATIVE, wire
+
+    io = options.io or model.io or NATIVE
+    wire(model.task_spec, io, model.name)
+    return io
 
 
 def ner_decoding(model: ModelSpec, options: BuildOptions) -> str | None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadRepositoryError
-from ernie_deploy.core.tasks import MODEL_INPUTS, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
+from ernie_deploy.core.io import IO_PARAMETER, NATIVE, wire
+from ernie_deploy.core.tasks import (
+    MODEL_INPUTS,
+    TASK_PARAMETER,
+    TOKENIZER_OUTPUTS,
+    WINDOW_INPUTS,
+    WINDOW_OUTPUTS,
+    get_task,
+)
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
 from ernie_deploy.serving.step import Step, parameter
@@ -20,7 +28,11 @@ class PipelineStep(Step):
     docs/BENCHMARKS.md); it needs onnxruntime inside the python backend, so it is a pip-only layout."""
 
     def __init__(self, config: dict, version_dir: Path):
-        self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the pipeline's inputs
+        # Its own inputs and outputs carry the names of the model's wire (core.io); its steps work under the task's.
+        task = get_task(parameter(config, TASK_PARAMETER))
+        self.wire = wire(task, parameter(config, IO_PARAMETER, NATIVE))
+        native_inputs = [{"name": t.name} for t in task.inputs]
+        self.tokenizer = TokenizerStep({**config, "input": native_inputs, "output": []}, version_dir)
         self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
         postprocess = parameter(config, "postprocess")
         if postprocess not in POSTPROCESS_STEPS:
@@ -30,13 +42,16 @@ class PipelineStep(Step):
                 "rebuild the repository with `ernie-deploy build`",
             )
         self.post = POSTPROCESS_STEPS[postprocess](config, version_dir)
-        self.outputs = [o["name"] for o in config.get("output", [])]
+        answered = {w: name for name, w in self.wire.outputs.items()}
+        # Each output it answers: the task's own tensor of that meaning.
+        self.outputs = {o["name"]: answered.get(o["name"], o["name"]) for o in config.get("output", [])}
         # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
         windowed = parameter(config, "long_text", "") == "window"
         self.inputs = WINDOW_INPUTS if windowed else MODEL_INPUTS
         self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
 
     def check(self, inputs):
+        inputs = {name: inputs.get(w) for name, w in self.wire.inputs.items()}
         return self.tokenizer.check_request(inputs, set(self.inputs)), inputs["text"]
 
     def run(self, items, requested=None):
@@ -45,5 +60,6 @@ class PipelineStep(Step):
         post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
         # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
         return [
-            {name: {**t, **out}[name] for name in self.outputs} for t, out in zip(tokens, self.post.run(post_items))
+            {name: {**t, **out}[own] for name, own in self.outputs.items()}
+            for t, out in zip(tokens, self.post.run(post_items))
         ]

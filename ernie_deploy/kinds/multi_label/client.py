@@ -7,3 +7,7 @@ def decode(item: bytes) -> list[dict]:
     from ernie_deploy.serving.multi_label import predictions_from_json
 
     return predictions_from_json(item)
+
+
+# Nothing of this kind is written otherwise under PaddleNLP's wire (Kind.paddlenlp_formats).
+PADDLENLP_READERS: dict = {}

@@ -47,3 +47,11 @@ class MultiLabelPostprocess(Step):
 
 # The step serving.steps.STEPS holds under this kind's `postprocess` key.
 POSTPROCESS = MultiLabelPostprocess
+
+
+# A set of labels per text has no PaddleNLP wire (core.io refuses it): nothing to write otherwise.
+PADDLENLP_FORMATS: dict = {}
+
+
+# A set of labels per text has no PaddleNLP wire (core.io refuses it): nothing to write otherwise.
+PADDLENLP_FORMATS: dict = {}

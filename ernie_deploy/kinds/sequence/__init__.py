@@ -12,4 +12,6 @@ KIND = Kind(
     postprocess="seq_cls_postprocess",
     split_format="tsv",
     graph_postprocess="softmax_argmax_label",
+    # PaddleNLP's `label` is the class id (INT64), its `confidence` the top class's softmax probability.
+    paddlenlp_outputs=(("label", "label_id"), ("confidence", "confidence")),
 )

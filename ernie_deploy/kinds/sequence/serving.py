@@ -47,3 +47,11 @@ class SeqClsPostprocess(Step):
 
 # The step serving.steps.STEPS holds under this kind's `postprocess` key.
 POSTPROCESS = SeqClsPostprocess
+
+
+# Under PaddleNLP's wire a label per text is renamed only (Kind.paddlenlp_outputs): nothing is written otherwise.
+PADDLENLP_FORMATS: dict = {}
+
+
+# Under PaddleNLP's wire a label per text is renamed only (Kind.paddlenlp_outputs): nothing is written otherwise.
+PADDLENLP_FORMATS: dict = {}

@@ -12,4 +12,7 @@ KIND = Kind(
     postprocess="token_cls_postprocess",
     split_format="jsonl",
     entities=True,
+    # PaddleNLP's `OUTPUT`: per text, a Python list literal of {"pos": [start, end], "label"}, `end` inclusive.
+    paddlenlp_outputs=(("OUTPUT", "entities"),),
+    paddlenlp_formats=("entities",),
 )

@@ -7,3 +7,34 @@ def decode(item: bytes) -> list[dict]:
     from ernie_deploy.serving.entities import entities_from_json
 
     return entities_from_json(item)
+
+
+def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
+    """PaddleNLP's `OUTPUT` for one text (a Python list literal of {"pos": [start, end], "label"}, end inclusive)
+    back as the native `entities` JSON, each entity's text cut from the text sent."""
+    import ast
+
+    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.serving.entities import entities_to_json
+
+    try:
+        spans = ast.literal_eval(item.decode("utf-8"))
+        entities = [
+            {
+                "type": s["label"],
+                "start": s["pos"][0],
+                "end": s["pos"][1] + 1,
+                "text": text[s["pos"][0] : s["pos"][1] + 1],
+            }
+            for s in spans
+        ]
+    except (ValueError, SyntaxError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        raise ErnieDeployError(
+            f"OUTPUT {item[:200]!r} is not a list of {{'pos': [start, end], 'label': ...}}: {exc}",
+            "call a model built with --io paddlenlp, or read its answers as its wire says (ernie-deploy check)",
+        ) from None
+    return entities_to_json(entities)
+
+
+# The task's outputs PaddleNLP's wire writes otherwise (Kind.paddlenlp_formats), read back with the text they answer.
+PADDLENLP_READERS = {"entities": read_paddlenlp_entities}

@@ -108,3 +108,17 @@ class TokenClsPostprocess(Step):
 
 # The step serving.steps.STEPS holds under this kind's `postprocess` key.
 POSTPROCESS = TokenClsPostprocess
+
+
+def paddlenlp_entities(item: bytes) -> bytes:
+    """One text's entities as PaddleNLP's pipeline wrote them (`build --io paddlenlp`): the text of a Python list of
+    {"pos": [start, end], "label"}, `end` inclusive, in characters of the text as sent (what its clients read with
+    `ast.literal_eval`)."""
+    from ernie_deploy.serving.entities import entities_from_json
+
+    spans = [{"pos": [e["start"], e["end"] - 1], "label": e["type"]} for e in entities_from_json(item)]
+    return repr(spans).encode("utf-8")
+
+
+# The outputs this kind writes otherwise under PaddleNLP's wire (Kind.paddlenlp_formats): one element in, one out.
+PADDLENLP_FORMATS = {"entities": paddlenlp_entities}

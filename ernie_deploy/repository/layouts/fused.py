@@ -6,7 +6,7 @@ from __future__ import annotations
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TASK_PARAMETER
-from ernie_deploy.repository.configs import base_config
+from ernie_deploy.repository.configs import base_config, model_wire
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import spec_of
@@ -42,7 +42,12 @@ class Fused(Layout):
         model = parts.model
         return [
             base_config(
-                model.name, list(model.task_spec.inputs), outputs, parts.options, backend="python", params=params
+                model.name,
+                model_wire(model, parts.options).input_specs(),
+                outputs,
+                parts.options,
+                backend="python",
+                params=params,
             )
         ]
 

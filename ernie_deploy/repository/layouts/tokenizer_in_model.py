@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import MODEL_INPUTS
-from ernie_deploy.repository.configs import base_config
+from ernie_deploy.repository.configs import base_config, model_wire
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.signature import spec_of
 
@@ -21,7 +21,7 @@ class TokenizerInModel(Layout):
         model = parts.model
         # It takes the ensemble's inputs and returns the logits and whatever tokenizer outputs the postprocess or the
         # caller reads (offsets, lengths, truncated; the windows' positions), so the postprocess step stays as it is.
-        read = {t.name for t in post.input} | {o.name for o in model.task_spec.outputs}
+        read = {t.name for t in post.input} | set(model_wire(model, parts.options).outputs)
         outputs = [spec_of(o) for o in step.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
         params = parts.own_parameters(tokenizer, step)
         if [t.name for t in step.input] != list(MODEL_INPUTS):

@@ -1,0 +1,59 @@
+"""Answers in the model's wire (core.io, `build --io`): the python step that answers the caller writes the outputs
+its wire formats otherwise (kinds/<kind>/serving.py PADDLENLP_FORMATS), under the task's own names; the entry renames
+them (the ensemble's maps, or the fused model's own names: serving.pipeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.io import IO_PARAMETER, NATIVE, PADDLENLP, check_io
+from ernie_deploy.serving.step import Step, parameter
+
+
+class WireAnswers(Step):
+    """`step`, with each answered output in `formats` written element by element in the wire's format."""
+
+    def __init__(self, step: Step, formats: dict[str, Callable[[bytes], bytes]]):
+        self.step, self.formats = step, formats
+
+    def check_request(self, inputs, wanted):
+        return self.step.check_request(inputs, wanted)
+
+    def check(self, inputs):
+        return self.step.check(inputs)
+
+    def run(self, items, requested=None):
+        results = self.step.run(items, requested)
+        return [r if isinstance(r, ErnieDeployError) else self._format(r) for r in results]
+
+    def _format(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = dict(outputs)
+        for name, write in self.formats.items():
+            if name in out:
+                column = out[name]
+                written = [write(bytes(item)) for item in column.reshape(-1)]
+                out[name] = np.array(written, dtype=np.object_).reshape(column.shape)
+        return out
+
+
+def in_wire(step_class, formats: dict[str, Callable[[bytes], bytes]]):
+    """A factory of `step_class` (config, version_dir) that answers in the wire its config names: as it is for
+    ernie-deploy's own, wrapped in WireAnswers for PaddleNLP's."""
+
+    def make(config: dict, version_dir) -> Step:
+        step = step_class(config, version_dir)
+        io = parameter(config, IO_PARAMETER, NATIVE)
+        try:
+            check_io(io)
+        except ErnieDeployError as exc:
+            raise BadRepositoryError(
+                f"model {config.get('name')!r}: {exc.problem}", "rebuild the repository with `ernie-deploy build`"
+            ) from None
+        return WireAnswers(step, formats) if io == PADDLENLP and formats else step
+
+    make.__name__ = step_class.__name__
+    make.step_class = step_class
+    return make
