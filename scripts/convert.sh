@@ -10,11 +10,13 @@
 #   scripts/convert.sh --quantize int8                   # serve INT8 models (FP32 kept as model.fp32.onnx)
 #   scripts/convert.sh --fp16                            # FP16 models for GPUs (FP32 kept; slower on CPU); then
 #                                                        #   ernie-deploy build --runtime onnxruntime --device gpu
+#   scripts/convert.sh --io paddlenlp                    # answer in PaddleNLP's Triton pipeline tensors, so its
+#                                                        #   clients run unchanged (docs/FROM_PADDLENLP.md)
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 
 build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
-budget_arg=()
+budget_arg=() io_arg=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --task) tasks+=("$2"); shift 2 ;;
@@ -25,7 +27,8 @@ while [ $# -gt 0 ]; do
     --quantize) quantize="$2"; shift 2 ;;
     --fp16) fp16_arg=(--fp16); shift ;;
     --budget) budget_arg=(--budget "$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --io) io_arg=(--io "$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,4 +48,4 @@ for task in "${tasks[@]}"; do
   ernie-deploy convert --task "$task" --quantize "$quantize" "${fp16_arg[@]}"
   build_tasks+=(--task "$task")
 done
-ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime"
+ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime" "${io_arg[@]}"

@@ -30,6 +30,7 @@ ALLOWED = {
     "client": {"core", "serving"},
     "evaluate": {"core", "serving", "fetch", "export", "client"},
     "operate": {"core", "repository", "client"},
+    "gateway": {"core", "repository", "server", "client"},
     "bench": {"core", "serving", "repository", "server", "client", "evaluate"},
     "reliability": {"core", "serving", "repository", "server", "client", "evaluate", "operate"},
     "pipeline": {"core", "serving", "fetch", "train", "export", "repository", "server"},
@@ -46,6 +47,7 @@ ALLOWED = {
         "bench",
         "reliability",
         "pipeline",
+        "gateway",
     },
 }
 # Code outside the package, by the files it is (relative to the repository root) -> the packages it may import: the

@@ -22,6 +22,7 @@ from ernie_deploy.core.tasks import SEQ_CLS, TASKS, TOKEN_CLS, TaskSpec
 from ernie_deploy.evaluate.metrics import FORMATTERS, SCORERS
 from ernie_deploy.evaluate.offline import PREDICTORS
 from ernie_deploy.evaluate.served import PRINTERS
+from ernie_deploy.gateway.app import KIND_JSON
 from ernie_deploy.kinds import KINDS, Kind
 from ernie_deploy.repository.postprocess_graph import GRAPHS
 from ernie_deploy.serving import postprocess_steps
@@ -34,11 +35,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ernie_deploy"
 # Every table built from the kinds (`kinds.table`), by where it lives -> (the table, the key each kind has in it;
 # None: the kind is not in the table). test_every_kind_table_is_checked_here finds them all in the source.
 TABLES = {
-    "serving/postprocess_steps.py:POSTPROCESS_STEPS": (POSTPROCESS_STEPS, lambda k: k.postprocess),
     "serving/postprocess_steps.py:_STEPS": (postprocess_steps._STEPS, lambda k: k.postprocess),
     "serving/postprocess_steps.py:_FORMATS": (postprocess_steps._FORMATS, lambda k: k.postprocess),
     "client/wire.py:READERS": (READERS, lambda k: k.name),
     "client/grpc_client.py:DECODERS": (DECODERS, lambda k: k.name),
+    "gateway/app.py:KIND_JSON": (KIND_JSON, lambda k: k.name),
     "evaluate/metrics.py:SCORERS": (SCORERS, lambda k: k.name),
     "evaluate/metrics.py:FORMATTERS": (FORMATTERS, lambda k: k.metric),
     "evaluate/offline.py:PREDICTORS": (PREDICTORS, lambda k: k.name),
@@ -75,6 +76,7 @@ def test_every_kind_table_is_checked_here():
 
 
 def test_the_postprocess_steps_are_served_under_their_keys():
+    assert set(POSTPROCESS_STEPS) == {kind.postprocess for kind in KINDS.values()}
     assert all(STEPS[kind.postprocess] is POSTPROCESS_STEPS[kind.postprocess] for kind in KINDS.values())
 
 

@@ -1,0 +1,30 @@
+"""An HTTP gateway in front of tritonserver: PaddleNLP SimpleServing's JSON and Hugging Face's (the Inference API
+that huggingface_hub's InferenceClient calls, and text-embeddings-inference's /predict) for every served model, over
+one asyncio gRPC connection to Triton (`ernie-deploy gateway`; docs/GATEWAY.md).
+
+Imports: ernie_deploy.core, client (the gRPC client and reading a model's wire), repository (the served models'
+records, read from the repository folder), server (free ports and process groups, for the process wrapper), the
+kinds' `gateway` modules; Starlette, uvicorn, tritonclient and prometheus_client. Never paddle: the gateway runs
+beside Triton on a machine that may hold nothing else of the pipeline. Nothing imports the gateway but the CLI.
+
+Modules: app (the routes, create_app, serve), bodies (reading requests), errors (each contract's error shape),
+models (what is served), triton (the gRPC side), metrics, parameters (checks the kinds share), process
+(GatewayProcess).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Gateway", "GatewayProcess", "GatewaySettings", "create_app", "serve"]
+
+
+def __getattr__(name: str):
+    # Lazily, so that a kind's gateway module can import gateway.parameters without loading the app.
+    if name in ("Gateway", "GatewaySettings", "create_app", "serve"):
+        from ernie_deploy.gateway import app
+
+        return getattr(app, name)
+    if name == "GatewayProcess":
+        from ernie_deploy.gateway.process import GatewayProcess
+
+        return GatewayProcess
+    raise AttributeError(name)

@@ -1,0 +1,196 @@
+"""Reading a request body: its bytes, bounded before they are read, its JSON, and the texts each contract sends.
+
+- SimpleServing: `{"data": {"text": str | [str], "text_pair": str | [str]}, "parameters": {...}}`; no other
+  top-level key (its request model forbids extra fields).
+- Hugging Face / TEI: `{"inputs": ..., "parameters": {...}}`. For a one-text model `inputs` is a text, a list of
+  texts, or TEI's batch of one-text lists ([["a"], ["b"]]); for a pair model `[text, text_pair]` or a list of them.
+  TEI's `truncate` and `truncation_direction` are accepted (the model reads a long text as it was built to:
+  docs/LONG_TEXTS.md); `raw_scores: true` is refused (logits are not served)."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.gateway.errors import GatewayError
+
+BODY_FIX = (
+    "send at most --max-body-bytes bytes (fewer or shorter texts per request), or start the gateway with a "
+    "larger --max-body-bytes"
+)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to be over `limit` bytes: by its Content-Length before a
+    byte is read, or while a body without one (chunked) is streamed in."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise GatewayError(
+                400,
+                "validation",
+                f"Content-Length {declared!r} is not a number of bytes; fix: send the body's length in bytes",
+            )
+        if int(declared) > limit:
+            raise too_large(f"{int(declared):,}", limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"more than {limit:,}", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(size: str, limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        "validation",
+        f"the request body is {size} bytes, over this gateway's limit of {limit:,} (--max-body-bytes); fix: "
+        + BODY_FIX,
+        headers={"Connection": "close"},  # what is left of the body is not read
+    )
+
+
+def parse_json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError as exc:
+        raise GatewayError.invalid(
+            f"the body is not UTF-8 ({exc.reason})", "send UTF-8 JSON", ["body"], "json_invalid"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise GatewayError.invalid(
+            f"the body is not JSON: {exc.msg} at character {exc.pos}",
+            "send a JSON object",
+            ["body", exc.pos],
+            "json_invalid",
+        ) from None
+
+
+def _parameters(body: dict) -> dict:
+    parameters = body.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise GatewayError.invalid(
+            f"parameters is {type(parameters).__name__}",
+            "send an object, or leave it out",
+            ["body", "parameters"],
+            "dict_type",
+        )
+    return parameters
+
+
+def _texts(value, loc: list) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list):
+        raise GatewayError.invalid(
+            f"{loc[-1]} is {type(value).__name__}", "send a string or a list of strings", loc, "string_type"
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise GatewayError.invalid(
+                f"{loc[-1]}[{i}] is {type(text).__name__}", "send strings only", [*loc, i], "string_type"
+            )
+    return texts
+
+
+def simple_serving(body: object, model: ModelSpec) -> tuple[list, dict]:
+    """(items, parameters) of a SimpleServing request to `model`: texts, or (text, text_pair) pairs."""
+    if not isinstance(body, dict):
+        raise GatewayError.invalid(
+            f"the body is a JSON {type(body).__name__}",
+            'send {"data": {"text": [...]}, "parameters": {...}}',
+            ["body"],
+            "model_attributes_type",
+        )
+    extra = sorted(set(body) - {"data", "parameters"})
+    if extra:
+        raise GatewayError.invalid(
+            f"unknown field {extra[0]!r}", "send only data and parameters", ["body", extra[0]], "extra_forbidden"
+        )
+    parameters = _parameters(body)
+    data = body.get("data")
+    if not isinstance(data, dict) or "text" not in data:
+        raise GatewayError.invalid(
+            "data holds no text" if isinstance(data, dict) else f"data is {type(data).__name__}",
+            'send "data": {"text": [...]}',
+            ["body", "data"],
+            "missing",
+        )
+    texts = _texts(data["text"], ["body", "data", "text"])
+    pairs = data.get("text_pair")
+    takes_pairs = len(model.task_spec.inputs) > 1
+    if pairs is None:
+        if takes_pairs:
+            raise GatewayError.invalid(
+                f"data holds no text_pair, and {model.name} is a pair model",
+                "send data.text_pair, a text per text",
+                ["body", "data", "text_pair"],
+                "missing",
+            )
+        return texts, parameters
+    if not takes_pairs:
+        raise GatewayError.invalid(
+            f"data holds text_pair, but {model.name} takes one text",
+            "leave text_pair out",
+            ["body", "data", "text_pair"],
+            "extra_forbidden",
+        )
+    pairs = _texts(pairs, ["body", "data", "text_pair"])
+    if len(pairs) != len(texts):
+        raise GatewayError.invalid(
+            f"data holds {len(texts)} texts and {len(pairs)} text_pair",
+            "send a text_pair per text",
+            ["body", "data", "text_pair"],
+        )
+    return list(zip(texts, pairs)), parameters
+
+
+def hugging_face(body: object, model: ModelSpec) -> tuple[list, bool, dict]:
+    """(items, whether `inputs` was one input (not a batch), parameters) of a Hugging Face / TEI request."""
+    if not isinstance(body, dict) or "inputs" not in body:
+        raise GatewayError.invalid(
+            "the body has no inputs", 'send {"inputs": "text", "parameters": {...}}', ["body", "inputs"], "missing"
+        )
+    parameters = _parameters(body)
+    if body.get("raw_scores") is True:
+        raise GatewayError.invalid(
+            "raw_scores is true, but this model's logits are not served", "leave raw_scores out", ["body", "raw_scores"]
+        )
+    inputs = body["inputs"]
+    pair = len(model.task_spec.inputs) > 1
+
+    def one(value) -> bool:
+        return (not pair and isinstance(value, str)) or (
+            pair and isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+        )
+
+    if one(inputs):
+        return [tuple(inputs) if pair else inputs], True, parameters
+    if isinstance(inputs, list) and inputs:
+        items = []
+        for i, value in enumerate(inputs):
+            if not pair and isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+                value = value[0]  # TEI's batch of one-text sequences
+            if not one(value):
+                raise GatewayError.invalid(
+                    f"inputs[{i}] is {json.dumps(value, ensure_ascii=False)[:80]}",
+                    "send [text, text_pair] pairs" if pair else "send strings",
+                    ["body", "inputs", i],
+                    "string_type",
+                )
+            items.append(tuple(value) if pair else value)
+        return items, False, parameters
+    if isinstance(inputs, list):
+        raise GatewayError(400, "empty", "inputs is an empty list; fix: send at least one text")
+    shape = "a [text, text_pair] pair or a list of them" if pair else "a text or a list of texts"
+    raise GatewayError.invalid(
+        f"inputs is {type(inputs).__name__}, and {model.name} takes {shape}",
+        f"send {shape}",
+        ["body", "inputs"],
+        "string_type",
+    )

@@ -1,0 +1,15 @@
+"""The gateway's defaults, and why (standard library only: the CLI reads them to build its parser)."""
+
+# The largest body a default-limits model can be sent: its request limit for the cut text, 400,000 characters
+# (serving.limits.CUT), written as JSON clients write it by default (Python's json and requests, huggingface_hub:
+# ASCII with \uXXXX escapes, 6 bytes a CJK character; 3 as raw UTF-8). Measured: 400,000 CJK characters as one text
+# are 2,400,077 bytes of SimpleServing JSON; as 400,000 one-character texts, 4,000,078 (the worst case: quotes and
+# ", " per text). 4 MiB holds both, so no request the models take is refused for its size.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+# Inference requests answered at once, beyond which a request gets 503 + Retry-After. Measured through one gateway to
+# a tiny classifier on a shared 2-core host (gateway, tritonserver and load generator together; docs/GATEWAY.md):
+# 574 req/s at 8 concurrent, 751 at 64, 891 at 128, 933 at 256 (Triton's dynamic batching merges more as more wait),
+# while the p99 latency grows nearly as fast as the concurrency (104 ms at 32, 147 at 64, 287 at 128, 506 at 256):
+# past 64 a request mostly waits in a queue. 64 also bounds the bodies held in memory to 64 x 4 MiB = 256 MiB.
+DEFAULT_MAX_CONCURRENT = 64
+DEFAULT_PORT = 8080

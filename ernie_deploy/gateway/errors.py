@@ -1,0 +1,64 @@
+"""What the gateway answers when a request cannot be answered: one GatewayError, written in the error shape of the
+contract whose route was called.
+
+- SimpleServing's route answers as that server does (FastAPI): a problem with the body's JSON or its fields is a 422
+  `{"detail": [{"type", "loc", "msg"}]}`, any other `{"detail": "<message>"}`.
+- Hugging Face's routes answer as text-embeddings-inference does: `{"error": "<message>", "error_type": "<type>"}`,
+  error_type one of TEI's (validation, empty, tokenizer, backend, overloaded, unhealthy) or not_found.
+
+Every message names the problem and the fix (core.errors' rule), never a stack trace."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+from ernie_deploy.core.errors import ErnieDeployError
+
+
+class GatewayError(Exception):
+    """A request the gateway refuses or cannot answer: its HTTP status, TEI's error type, the message, and for a
+    problem in the body's JSON where it is (`loc`, FastAPI's path into the body)."""
+
+    def __init__(
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        *,
+        loc: list | None = None,
+        kind: str = "value_error",
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.loc = loc
+        self.kind = kind
+        self.headers = headers or {}
+
+    @classmethod
+    def invalid(cls, problem: str, fix: str, loc: list, kind: str = "value_error") -> GatewayError:
+        """A body whose JSON or fields are not what the route takes (422)."""
+        return cls(422, "validation", f"{problem}; fix: {fix}", loc=loc, kind=kind)
+
+    @classmethod
+    def from_error(cls, error: ErnieDeployError, status: int = 422, error_type: str = "validation") -> GatewayError:
+        return cls(status, error_type, message(error))
+
+
+def message(error: ErnieDeployError) -> str:
+    """An ErnieDeployError on one line: the problem, then the fix."""
+    return f"{error.problem}; fix: {error.fix}" if error.fix else error.problem
+
+
+def simple_serving_response(error: GatewayError) -> JSONResponse:
+    if error.loc is not None:
+        detail = [{"type": error.kind, "loc": error.loc, "msg": error.message}]
+    else:
+        detail = error.message
+    return JSONResponse({"detail": detail}, error.status, headers=error.headers)
+
+
+def hugging_face_response(error: GatewayError) -> JSONResponse:
+    return JSONResponse({"error": error.message, "error_type": error.error_type}, error.status, headers=error.headers)

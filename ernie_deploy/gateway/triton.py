@@ -1,0 +1,120 @@
+"""The gateway's side of gRPC: one asyncio tritonclient per process (client.grpc_client(aio=True)), whose channel
+carries every request as its own HTTP/2 stream, so concurrent requests share one connection instead of opening one
+each; a request's texts go out in the model's wire (core.io) and its answers come back as the task's own tensors
+(client.wire.native_answers).
+
+A request of more texts than the model's max_batch_size goes out as several Triton requests at once; the request's
+character limit (max_request_chars), which Triton checks per Triton request, is then checked here for the whole
+request, in the tokenizer's own words."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from ernie_deploy.client.grpc_client import grpc_client, input_columns
+from ernie_deploy.client.wire import native_answers
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.tls import Tls
+from ernie_deploy.gateway.errors import GatewayError, message
+from ernie_deploy.gateway.models import ServedModel
+
+# The Triton statuses that say the server or the model is not there to answer now (503: ask again later).
+UNAVAILABLE = {"StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
+# The words of a Triton refusal that name a request limit (serving.limits): a body over what the model takes.
+LIMIT_WORDS = ("max_text_chars", "max_request_chars")
+
+
+class Triton:
+    """One tritonserver's gRPC endpoint, reached with one asyncio client (made on the serving loop by `open`)."""
+
+    def __init__(self, url: str, tls: Tls | None = None, timeout_s: float = 60.0):
+        self.url = url
+        self.tls = tls
+        self.timeout_s = timeout_s
+        self.client = None
+
+    def open(self) -> None:
+        self.client = grpc_client(self.url, self.tls, aio=True)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    async def ready(self, names: list[str], timeout_s: float = 2.0) -> dict[str, bool | str]:
+        """Whether the server is ready, and each model: {"server": ..., name: ...}; a problem as its text."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            server = await self.client.is_server_ready(client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            return {"server": f"no Triton server answers at {self.url}: {exc.message()}"}
+        out: dict[str, bool | str] = {"server": bool(server)}
+        for name in names:
+            try:
+                out[name] = bool(await self.client.is_model_ready(name, client_timeout=timeout_s))
+            except InferenceServerException as exc:
+                out[name] = exc.message() or str(exc)
+        return out
+
+    async def infer(self, model: ServedModel, items: list) -> dict[str, np.ndarray]:
+        """`items` (texts, or (text, text_pair) pairs) answered by `model`, as the task's own outputs."""
+        size = model.max_batch_size if model.max_batch_size > 0 else len(items)
+        if len(items) > size and model.limits is not None:
+            columns = input_columns(model.record.task_spec, items)
+            total = sum(len(text) for column in columns for text in column)
+            problem = model.limits.request_problem(total, len(items))
+            if problem:
+                raise GatewayError(413, "validation", f"{problem}; fix: {model.limits.request_fix}")
+        parts = await asyncio.gather(*(self._infer(model, items[i : i + size]) for i in range(0, len(items), size)))
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    async def _infer(self, model: ServedModel, items: list) -> dict[str, np.ndarray]:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        record = model.record
+        wire = record.wire
+        columns = input_columns(record.task_spec, items)
+        tensors = []
+        for spec, column in zip(wire.input_specs(), columns):
+            tensor = grpcclient.InferInput(spec.name, [len(column), 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in column], dtype=np.object_).reshape(-1, 1))
+            tensors.append(tensor)
+        answered = wire.output_specs()
+        outputs = [grpcclient.InferRequestedOutput(o.name) for o in answered]
+        try:
+            result = await self.client.infer(record.name, tensors, outputs=outputs, client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            raise refusal(record.name, self.url, exc) from None
+        try:
+            answers = {o.name: result.as_numpy(o.name) for o in answered}
+            return native_answers(wire, answers, columns[0], record.labels)
+        except ErnieDeployError as exc:
+            raise GatewayError(424, "backend", message(exc)) from None
+
+
+def refusal(model: str, url: str, exc) -> GatewayError:
+    """Triton's refusal of a request as the gateway answers it: the request's fault (4xx, Triton's own message), the
+    model or server not there now (503), or a failure of the model (424, TEI's backend error)."""
+    status, text = str(exc.status()), exc.message() or str(exc)
+    if status == "StatusCode.INVALID_ARGUMENT":
+        over = any(word in text for word in LIMIT_WORDS)
+        return GatewayError(413 if over else 422, "validation", text)
+    if status in UNAVAILABLE:
+        return GatewayError(
+            503,
+            "unhealthy",
+            f"model {model!r} is not ready at {url} ({text}); fix: wait for the server to load it, or check the "
+            "server's log",
+            headers={"Retry-After": "1"},
+        )
+    if status == "StatusCode.DEADLINE_EXCEEDED":
+        return GatewayError(
+            504, "backend", f"model {model!r} did not answer in time ({text}); fix: send fewer or shorter texts"
+        )
+    return GatewayError(
+        424, "backend", f"model {model!r} failed: {text} ({status.split('.')[-1]}); fix: check the server's log"
+    )
