@@ -8,6 +8,7 @@ measurement, which exclude each other:
     overload    1x, 2x and 4x the served capacity in an open loop, per queue policy (overload.json)
     cache       the response cache on repeated, half-repeated and unique texts (cache.json)
     input-cost  one text's time and server memory by its length, up to each limit and past it (input_cost.json)
+    gateway     the HTTP gateway against direct gRPC, and its SimpleServing route against SimpleServing (gateway.json)
     render      BENCHMARKS.md and the plots rewritten from a results file, nothing measured
     long-texts  NER on documents longer than the model's window: cut and in windows, scored and timed
 
@@ -30,7 +31,7 @@ from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import TASKS
 
 PROG = "python -m benchmarks"
-MODES = ("run", "levers", "overload", "cache", "input-cost", "render", "long-texts")
+MODES = ("run", "levers", "overload", "cache", "input-cost", "gateway", "render", "long-texts")
 # The flags that chose a mode before the modes were subcommands -> the subcommand.
 MODE_FLAGS = {
     "--levers": "levers",
@@ -130,6 +131,16 @@ def _add_measurements(sub) -> None:
         add_arguments(p, sorted(TASKS))
         _add_out(p, what)
         p.set_defaults(func=func)
+    p = sub.add_parser(
+        "gateway",
+        help="the classifier through the HTTP gateway (SimpleServing's and Hugging Face's routes) against direct "
+        "gRPC on one server, and the SimpleServing route against SimpleServing itself; writes gateway.json",
+    )
+    add_arguments(p, sorted(TASKS))
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating (default %(default)s)")
+    p.add_argument("--no-peer", action="store_true", help="leave out SimpleServing itself")
+    _add_out(p, "gateway.json")
+    p.set_defaults(func=_gateway)
 
 
 def _add_render(sub) -> None:
@@ -270,6 +281,17 @@ def _input_cost(args) -> None:
 
     config = research_config(args)
     run_input_cost(inputs_from_args(args, config), config, _out(args), smoke=args.smoke)
+
+
+def _gateway(args) -> None:
+    from benchmarks.gateway import run_gateway
+
+    config = research_config(args)
+    rounds = 1 if args.smoke else args.rounds
+    duration = 1.0 if args.smoke else config.duration_s
+    run_gateway(
+        inputs_from_args(args, config), _out(args), rounds=rounds, duration_s=duration, warmup_s=config.warmup_s
+    )
 
 
 def _render(args) -> None:

@@ -8,7 +8,7 @@
 #   scripts/bench.sh --smoke                  # every row in about a minute (what CI runs; timings mean nothing)
 #   scripts/bench.sh run --task seq_cls --duration 5 --repository models
 #   scripts/bench.sh render docs/bench.json   # rewrite BENCHMARKS.md and bench.png only
-#   scripts/bench.sh levers --task seq_cls --concurrency 1,8   # also: overload, cache, input-cost, long-texts
+#   scripts/bench.sh levers --task seq_cls --concurrency 1,8   # also: overload, cache, input-cost, gateway, long-texts
 #
 # To time your own served model against its in-process limit, run `ernie-deploy bench` (the installed package).
 set -euo pipefail

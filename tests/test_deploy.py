@@ -4,9 +4,10 @@
   wrapper and server_args("/models"), the arguments the pip launcher runs with (and a real pip server
   runs with exactly them below). The key itself is in neither the image nor the manifests (tests/test_admin_key.py).
 - docker/compose.yaml is parsed with PyYAML: shared memory, loopback ports, the key from a secret file, client
-  after a healthy server.
+  and gateway after a healthy server.
 - deploy/k8s/ is what `ernie-deploy manifests --repository models` writes, validated against the Kubernetes
-  JSON schemas shipped inside kubernetes-validate (offline), strict mode (unknown fields fail).
+  JSON schemas shipped inside kubernetes-validate (offline), strict mode (unknown fields fail). The pod holds the
+  HTTP gateway as a second container, on the Service's gateway port.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ernie_deploy.cli import build_parser, main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.deployfiles import kubernetes, manifests
 from ernie_deploy.deployfiles.options import ManifestOptions, memory_bytes
-from ernie_deploy.deployfiles.pod import KEY_WRAPPER, LIVENESS_COMMAND, PORTS
+from ernie_deploy.deployfiles.pod import GATEWAY_COMMAND, KEY_WRAPPER, LIVENESS_COMMAND, PORTS
+from ernie_deploy.gateway.defaults import DEFAULT_PORT as GATEWAY_PORT
 from ernie_deploy.server import preflight
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.binary import SYSTEM, TritonBinary
@@ -92,13 +94,25 @@ def test_dockerfile_cmd_is_exec_form_and_equals_server_args(dockerfile):
     assert not [i for i in dockerfile.structure if i["instruction"] in ("ENV", "ARG") and "ADMIN_KEY" in i["value"]]
 
 
-def test_dockerfile_installs_the_package_and_exposes_the_three_ports(dockerfile):
+def test_dockerfile_installs_the_package_and_exposes_its_ports(dockerfile):
     runs = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "RUN")
     assert "pip install" in runs and "import ernie_deploy.serving.steps" in runs
     assert "ernie-deploy build --repository /models" in runs
     assert " ".join(LIVENESS_COMMAND[:2]) in runs  # the liveness command runs in the image
+    # The gateway's server libraries go in with the package's [gateway] extra, pinned at the versions the tests run
+    # with, and its app imports in the image.
+    import configparser
+    from importlib.metadata import version
+
+    assert '".[gateway]"' in runs
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    pinned = extras["options.extras_require"]["gateway"]
+    for package in ("starlette", "uvicorn", "prometheus_client"):
+        assert f"{package}=={version(package)}" in pinned
+    assert "import ernie_deploy.gateway.app" in runs
     exposed = {i["value"] for i in dockerfile.structure if i["instruction"] == "EXPOSE"}
-    assert exposed == {"8000 8001 8002"}
+    assert exposed == {f"8000 8001 8002 {GATEWAY_PORT}"}
     copied = " ".join(i["value"] for i in dockerfile.structure if i["instruction"] == "COPY")
     for path in ("setup.cfg", "pyproject.toml", "ernie_deploy", "clients"):
         assert path in copied and (ROOT / path).exists()
@@ -195,6 +209,21 @@ def test_compose_client_runs_after_triton_is_healthy(compose):
     assert "ports" not in client
 
 
+def test_compose_gateway_runs_after_triton_is_healthy_on_loopback(compose):
+    gateway, triton = compose["services"]["gateway"], compose["services"]["triton"]
+    assert gateway["image"] == triton["image"] and gateway["build"] == triton["build"]  # one image
+    assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"
+    command = gateway["command"]
+    assert command[:2] == ["ernie-deploy", "gateway"]
+    args = build_parser().parse_args(command[1:])
+    assert (args.repository, args.url, args.host, args.port) == ("/models", "triton:8001", "0.0.0.0", GATEWAY_PORT)
+    assert gateway["ports"] == [f"127.0.0.1:{GATEWAY_PORT}:{GATEWAY_PORT}"], "published on the host's loopback only"
+    check = " ".join(gateway["healthcheck"]["test"])
+    assert check.startswith("CMD python3 -c") and f"127.0.0.1:{GATEWAY_PORT}/ready" in check
+    assert "ProxyHandler({})" in check
+    assert "secrets" not in gateway, "the gateway needs no admin key"
+
+
 def test_compose_size_parser():
     assert compose_bytes("1gb") == 1 << 30 and compose_bytes("256m") == 256 << 20 and compose_bytes(1024) == 1024
 
@@ -233,7 +262,8 @@ def test_committed_manifests_are_what_the_generator_writes_for_models(tmp_path):
 def test_deployment_shm_probes_resources_and_command():
     deployment = load_k8s("deployment.yaml")
     pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container, _gateway = pod["containers"]
+    assert container["name"] == "triton"
     assert container["args"] == container_command()
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
@@ -275,12 +305,75 @@ def test_service_and_autoscaler_point_at_the_deployment():
         "http": (8000, "http"),
         "grpc": (8001, "grpc"),
         "metrics": (8002, "metrics"),
+        "gateway": (GATEWAY_PORT, "gateway"),
     }
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu" and metric["resource"]["target"]["type"] == "Utilization"
     assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_the_gateway_is_a_second_container_of_the_pod():
+    """Same image and /models as Triton, Triton on the pod's loopback, its own port, resources and probes."""
+    from ernie_deploy.deployfiles import pod as pod_module
+
+    assert pod_module.GATEWAY_PORT == GATEWAY_PORT, "the manifests' gateway port is the gateway's default"
+    pod = load_k8s("deployment.yaml")["spec"]["template"]["spec"]
+    triton, gateway = pod["containers"]
+    assert gateway["name"] == "gateway" and gateway["image"] == triton["image"]
+    # The command parses as the CLI's and calls Triton's gRPC inside the pod, on the repository baked in the image.
+    assert gateway["args"] == GATEWAY_COMMAND and gateway["args"][:2] == ["ernie-deploy", "gateway"]
+    args = build_parser().parse_args(gateway["args"][1:])
+    assert args.url == f"127.0.0.1:{dict(PORTS)['grpc']}" and args.repository == "/models"
+    assert (args.host, args.port) == ("0.0.0.0", GATEWAY_PORT)  # the kubelet and the Service reach it on the pod IP
+    assert args.tls_ca is None  # plain gRPC on loopback: no TLS hop
+    assert gateway["ports"] == [{"name": "gateway", "containerPort": GATEWAY_PORT, "protocol": "TCP"}]
+    assert {p["containerPort"] for p in gateway["ports"]}.isdisjoint(p["containerPort"] for p in triton["ports"])
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "gateway"}
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/health", "port": "gateway"}
+    resources = gateway["resources"]
+    assert memory_bytes(resources["limits"]["memory"]) >= memory_bytes(resources["requests"]["memory"]) > 0
+    assert resources["requests"]["cpu"]  # counted in the pod's CPU request, which the autoscaler's target is of
+    # Neither the admin key nor /dev/shm: it only infers and asks readiness.
+    assert "env" not in gateway and "volumeMounts" not in gateway
+    text = (K8S / "deployment.yaml").read_text()
+    assert "# The gateway container" in text and f"port gateway ({GATEWAY_PORT})" in text
+
+
+def test_the_gateway_switch_and_its_options(tmp_path, capsys):
+    out = tmp_path / "k8s"
+    argv = ["manifests", "-r", str(MODELS), "--out", str(out), "--no-gateway"]
+    assert main([*argv, "--gateway-cpu", "1"]) == 0
+    capsys.readouterr()
+    pod = yaml.safe_load((out / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["triton"]
+    service = yaml.safe_load((out / "service.yaml").read_text())
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http", "grpc", "metrics"]
+    assert "gateway" not in (out / "deployment.yaml").read_text()
+    # Its resources are options, checked.
+    objects = kubernetes.manifests(MODELS, ManifestOptions(gateway_cpu="2", gateway_memory_limit="2Gi"))
+    _, gateway = objects["deployment.yaml"]["spec"]["template"]["spec"]["containers"]
+    assert gateway["resources"] == {"requests": {"cpu": "2", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+    for obj in objects.values():
+        kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+    for options, message in (
+        (["--gateway-cpu", "lots"], "--gateway-cpu 'lots' is not a Kubernetes CPU quantity"),
+        (["--gateway-memory", "2Gi", "--gateway-memory-limit", "1Gi"], "--gateway-memory-limit 1Gi is under"),
+        (["--gateway-memory", "much"], "--gateway-memory 'much' is not a Kubernetes memory quantity"),
+    ):
+        assert main(["manifests", "-r", str(MODELS), "--out", str(tmp_path / "bad"), *options]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "fix:" in err, err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_gateway_is_refused_with_grpc_tls_and_says_why(tmp_path, capsys):
+    for flag in ("--grpc-tls", "--grpc-tls-mutual"):
+        assert main(["manifests", "-r", str(MODELS), "--out", str(tmp_path / "k8s"), flag]) == 2
+        err = capsys.readouterr().err
+        assert "reaches Triton on 127.0.0.1" in err and "not 127.0.0.1" in err and "fix: add --no-gateway" in err
+    assert not (tmp_path / "k8s").exists()  # refused before anything is written
 
 
 def test_shm_limit_follows_the_repository_and_options(tmp_path):
@@ -324,7 +417,8 @@ def test_grpc_tls_manifests_pass_the_kubernetes_schemas(tmp_path, capsys, versio
     """`manifests --grpc-tls-mutual`: the TLS Secret's mount and variables are valid Kubernetes (what they mean:
     tests/test_tls.py), and the command says how to create that Secret."""
     out = tmp_path / "k8s"
-    assert main(["manifests", "-r", str(MODELS), "--out", str(out), "--app-name", "nlp", "--grpc-tls-mutual"]) == 0
+    argv = ["manifests", "-r", str(MODELS), "--out", str(out), "--app-name", "nlp", "--grpc-tls-mutual", "--no-gateway"]
+    assert main(argv) == 0
     assert "kubectl create secret generic nlp-grpc-tls --type=kubernetes.io/tls" in capsys.readouterr().out
     for name in kubernetes.FILES:
         assert kubernetes_validate.validate(yaml.safe_load((out / name).read_text()), version, strict=True) == version

@@ -350,3 +350,19 @@ def test_a_set_of_labels_as_each_contracts_json():
         json_.hugging_face(answers, model, {"function_to_apply": "softmax"})
     with pytest.raises(BadRequest, match="top_k"):
         json_.hugging_face(answers, model, {"top_k": 0})
+
+
+@pytest.mark.integration
+def test_the_gateway_bench_smoke_runs(tiny_pipeline, tmp_path, capsys):
+    """`bash scripts/bench.sh gateway` in miniature: every variant measured, answers checked, ratios written."""
+    from benchmarks.gateway import run_gateway
+    from ernie_deploy.evaluate.inputs import ModelInputs
+
+    p = tiny_pipeline
+    item = ModelInputs(p.static.spec, p.onnx, p.static, ["国足公布世预赛名单", "股市大涨", "新闻 game"] * 20)
+    record = run_gateway([item], tmp_path, rounds=1, duration_s=0.3, warmup_s=0.1, peer=False)
+    cells = {(r["variant"], r["batch"], r["concurrency"]) for r in record["best"]}
+    assert {("grpc", 1, 8), ("gateway simple", 1, 8), ("gateway hf", 1, 1), ("gateway simple", 32, 8)} <= cells
+    assert all(r["requests"] > 0 for r in record["best"]) and (tmp_path / "gateway.json").exists()
+    assert record["ratios"]["c8_throughput_ratio"] > 0
+    assert "gateway over gRPC: c1 p50" in capsys.readouterr().out

@@ -6,7 +6,8 @@
 - The predictor's pod (its containers, volumes, grace period) passes the Kubernetes schemas shipped in
   kubernetes-validate, strict mode, as the Deployment does.
 - Its container is the Deployment's, field for field, but for the three differences KServe needs (the container's
-  name, the protocol variable, a CPU limit), so the two files cannot drift apart.
+  name, the protocol variable, a CPU limit), so the two files cannot drift apart; the gateway sidecar beside it is the
+  Deployment's unchanged.
 """
 
 from __future__ import annotations
@@ -134,8 +135,11 @@ def test_the_predictor_runs_the_deployments_pod():
     isvc = load_isvc()
     predictor = isvc["spec"]["predictor"]
     pod = load_k8s("deployment.yaml")["spec"]["template"]["spec"]
-    (container,) = predictor["containers"]
-    (expected,) = copy.deepcopy(pod["containers"])
+    container, gateway = predictor["containers"]
+    expected, expected_gateway = copy.deepcopy(pod["containers"])
+    # The gateway sidecar: the Deployment's, unchanged (KServe serves kserve-container and leaves a sidecar as written).
+    assert gateway == expected_gateway and gateway["name"] == "gateway"
+    assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"
     expected["name"] = KSERVE_CONTAINER
     expected["env"].append(KSERVE_PROTOCOL_ENV)
     # KServe would otherwise add its default CPU limit (1), below the request.
@@ -176,6 +180,12 @@ def test_the_header_says_how_to_create_the_secret():
     text = (KSERVE / KSERVE_FILE).read_text()
     assert f"#   {secret_command()}\n" in text
     assert "# /dev/shm: " in text and "Standard mode" in text
+    # Where KServe routes, and how the gateway is reached: the command's port name is the gateway container's.
+    assert "routes port 80, and its ingress, to Triton's HTTP port (8000)" in text
+    command = "kubectl expose deployment ernie-deploy-predictor --name ernie-deploy-gateway --port 8080 --target-port "
+    assert f"#   {command}gateway\n" in text
+    (gateway,) = [c for c in load_isvc()["spec"]["predictor"]["containers"] if c["name"] == "gateway"]
+    assert gateway["ports"][0]["name"] == "gateway" and gateway["ports"][0]["containerPort"] == 8080
 
 
 # -- options and the command line ---------------------------------------------------------------------
@@ -184,6 +194,9 @@ def test_the_header_says_how_to_create_the_secret():
 def test_grpc_tls_and_gpus_reach_the_predictor(tmp_path, capsys):
     out = tmp_path / "kserve"
     argv = ["manifests", "-r", str(MODELS), "--kserve", "--out", str(out), "--app-name", "nlp", "--grpc-tls-mutual"]
+    assert main([*argv, "--gpus", "1", "--image", "r.example/ernie:2"]) == 2  # the gateway cannot reach TLS gRPC
+    assert "fix: add --no-gateway" in capsys.readouterr().err and not out.exists()
+    argv.append("--no-gateway")
     assert main([*argv, "--gpus", "1", "--image", "r.example/ernie:2"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [KSERVE_FILE]  # no temporary files left
     printed = capsys.readouterr().out
@@ -197,7 +210,10 @@ def test_grpc_tls_and_gpus_reach_the_predictor(tmp_path, capsys):
     assert round_trip == isvc
     # The same TLS mount and variables as the Deployment written with the same options.
     deployment = kubernetes.manifests(
-        MODELS, ManifestOptions(name="nlp", grpc_tls=True, grpc_tls_mutual=True, gpus=1, image="r.example/ernie:2")
+        MODELS,
+        ManifestOptions(
+            name="nlp", grpc_tls=True, grpc_tls_mutual=True, gpus=1, image="r.example/ernie:2", gateway=False
+        ),
     )["deployment.yaml"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = isvc["spec"]["predictor"]["containers"]

@@ -88,8 +88,11 @@ def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path)
     k8s = yaml.safe_load((DEPLOY / "prometheus-kubernetes.yml").read_text())
     local = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     assert k8s["rule_files"] == local["rule_files"]
-    assert [j["job_name"] for j in k8s["scrape_configs"]] == [j["job_name"] for j in local["scrape_configs"]]
+    # The local config's jobs, and in the cluster the gateway sidecar's too (locally it is scraped where it runs).
+    jobs = [j["job_name"] for j in k8s["scrape_configs"]]
+    assert jobs == [j["job_name"] for j in local["scrape_configs"]] + ["gateway"]
     job = k8s["scrape_configs"][0]
+    gateway = k8s["scrape_configs"][1]
 
     deployment = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
     pod = deployment["spec"]["template"]
@@ -106,14 +109,19 @@ def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path)
         components.add(labels["app.kubernetes.io/component"])
         ports = {p["name"]: p["containerPort"] for c in containers for p in c["ports"]}
         assert keep_port["regex"] in ports and ports[keep_port["regex"]] == 8002
+        gateway_port = next(
+            r for r in gateway["relabel_configs"] if "__meta_kubernetes_pod_container_port_name" in str(r)
+        )
+        assert ports[gateway_port["regex"]] == 8080, "the gateway sidecar's port, scraped for its own series"
     assert components == {"triton-server", "kserve-predictor"}  # told apart by the `component` label
     assert {
         "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
         "target_label": "component",
     } in job["relabel_configs"]
 
-    del job["kubernetes_sd_configs"]
-    job["static_configs"] = [{"targets": ["127.0.0.1:8002"]}]
+    for one, target in ((job, "127.0.0.1:8002"), (gateway, "127.0.0.1:8080")):
+        del one["kubernetes_sd_configs"]
+        one["static_configs"] = [{"targets": [target]}]
     k8s["rule_files"] = [str(DEPLOY / "alerts.yml")]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(k8s))
     assert "SUCCESS" in _promtool("check", "config", "prometheus.yml", cwd=tmp_path)

@@ -272,11 +272,11 @@ def test_the_images_wrapper_adds_the_same_tls_flags_from_the_environment(pki):
 def test_the_deployment_mounts_the_tls_secret_and_keeps_its_http_probes():
     plain = kubernetes.manifests(ROOT / "models")["deployment.yaml"]
     for mutual in (False, True):
-        options = ManifestOptions(grpc_tls=True, grpc_tls_mutual=mutual)
+        options = ManifestOptions(grpc_tls=True, grpc_tls_mutual=mutual, gateway=False)
         deployment = kubernetes.manifests(ROOT / "models", options)["deployment.yaml"]
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        (was,) = plain["spec"]["template"]["spec"]["containers"]
+        was = plain["spec"]["template"]["spec"]["containers"][0]
         # The image's command line and the probes are the plain Deployment's: the wrapper adds the flags.
         assert container["args"] == was["args"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -72,6 +72,18 @@ def register(sub) -> None:
         action="store_true",
         help="--grpc-tls, and serve only clients with a certificate signed by the Secret's ca.crt",
     )
+    p.add_argument(
+        "--no-gateway",
+        dest="gateway",
+        action="store_false",
+        help="leave out the HTTP gateway container (`ernie-deploy gateway` beside Triton in the pod, calling it on "
+        "127.0.0.1; its port on the Service). Needed with --grpc-tls, which the gateway cannot reach on 127.0.0.1",
+    )
+    p.add_argument("--gateway-cpu", default=defaults.gateway_cpu, help="the gateway container's CPU request")
+    p.add_argument("--gateway-memory", default=defaults.gateway_memory, help="the gateway container's memory request")
+    p.add_argument(
+        "--gateway-memory-limit", default=defaults.gateway_memory_limit, help="the gateway container's memory limit"
+    )
     p.set_defaults(func=run)
 
 
@@ -89,6 +101,10 @@ def options(args) -> ManifestOptions:
         shm_default_byte_size=args.shm_default_byte_size,
         grpc_tls=args.grpc_tls or args.grpc_tls_mutual,
         grpc_tls_mutual=args.grpc_tls_mutual,
+        gateway=args.gateway,
+        gateway_cpu=args.gateway_cpu,
+        gateway_memory=args.gateway_memory,
+        gateway_memory_limit=args.gateway_memory_limit,
     )
 
 

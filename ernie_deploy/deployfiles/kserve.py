@@ -2,7 +2,8 @@
 --kserve`, committed as deploy/kserve/inferenceservice.yaml; tests/test_kserve.py validates it with the KServe SDK's
 own types and checks its container against the Deployment's). Both are built from one pod spec (pod.pod_spec) and
 one container (pod.container), so the image, command line, Secrets, probes, resources and /dev/shm differ only where
-KServe needs it: the container's name, its protocol variable and a CPU limit (kserve_container).
+KServe needs it: the container's name, its protocol variable and a CPU limit (kserve_container). The gateway sidecar
+(pod.gateway_container) is the Deployment's, unchanged, second in the predictor's containers.
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ def _inference_service(options: ManifestOptions, pod: dict) -> dict:
     on their own numbers, as the Deployment's Service does. The probes name the port http, which is 8000 here as
     well. autoscalerClass hpa asks for the HPA that scaleMetric and scaleTarget configure; KServe's validator accepts
     scaleMetric cpu only for that class.
+
+    The gateway is a second container of the predictor, as in the Deployment's pod: KServe serves the predictor from
+    the container named kserve-container and leaves another container as it is written, a sidecar. Its Service
+    takes its ports from kserve-container alone, so port 80 and the ingress stay on Triton's HTTP, and the gateway's
+    port 8080 is reached through a Service of its own (the file's header gives the `kubectl expose` command). The
+    name KServe would route to instead, transformer-container, is not used: KServe gives a transformer its own
+    arguments and environment, which `ernie-deploy gateway` does not take.
     """
     return {
         "apiVersion": "serving.kserve.io/v1beta1",

@@ -1,6 +1,9 @@
-"""Kubernetes objects for Triton serving a model repository: a Deployment, a Service and a HorizontalPodAutoscaler,
-sized from the repository. The committed deploy/k8s/ files are their output for models/ (tests/test_deploy.py checks
-that, and validates them against the Kubernetes schemas)."""
+"""Kubernetes objects for Triton serving a model repository: a Deployment (Triton, and the HTTP gateway beside it in
+the same pod), a Service and a HorizontalPodAutoscaler, sized from the repository. The committed deploy/k8s/ files
+are their output for models/ (tests/test_deploy.py checks that, and validates them against the Kubernetes schemas).
+
+The autoscaler's CPU target is a percentage of the pod's request, Triton's and the gateway's added up (a Resource
+metric averages the pod's containers), which both grow with the requests served."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import os
 from pathlib import Path
 
 from ernie_deploy.deployfiles.options import ManifestOptions, check_options, shm_limit
-from ernie_deploy.deployfiles.pod import PORTS, GrpcTls, container, pod_spec
+from ernie_deploy.deployfiles.pod import GATEWAY, GATEWAY_PORT, PORTS, GrpcTls, container, pod_spec
 
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
 
@@ -45,7 +48,10 @@ def _service(options: ManifestOptions, labels: dict) -> dict:
         "spec": {
             "type": "ClusterIP",  # inside the cluster only; expose it deliberately (Ingress, LoadBalancer)
             "selector": labels,
-            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in PORTS],
+            "ports": [
+                {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                for name, port in (*PORTS, *([(GATEWAY, GATEWAY_PORT)] if options.gateway else []))
+            ],
         },
     }
 

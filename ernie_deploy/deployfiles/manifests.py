@@ -13,10 +13,18 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.deployfiles.kserve import KSERVE_FILE, inference_service
+from ernie_deploy.deployfiles.kserve import KSERVE_CONTAINER, KSERVE_FILE, inference_service
 from ernie_deploy.deployfiles.kubernetes import FILES, manifests
 from ernie_deploy.deployfiles.options import ManifestOptions, mebibytes
-from ernie_deploy.deployfiles.pod import secret_command, secret_name, tls_secret_command, tls_secret_name
+from ernie_deploy.deployfiles.pod import (
+    GATEWAY,
+    GATEWAY_PORT,
+    PORTS,
+    secret_command,
+    secret_name,
+    tls_secret_command,
+    tls_secret_name,
+)
 from ernie_deploy.server.preflight import python_instance_count, shm_needed, shm_size_for
 
 
@@ -48,6 +56,21 @@ def _header(name: str, repository: Path, options: ManifestOptions) -> str:
         text += (
             "# For KServe 0.16 or later (Standard mode): it makes the Deployment, Service and autoscaler "
             f"{options.name}-predictor; `kubectl apply -f` this file instead of deploy/k8s/.\n"
+        )
+    if options.gateway and name == "deployment.yaml":
+        text += (
+            f"# The {GATEWAY} container (SimpleServing's and Hugging Face's JSON) calls Triton on 127.0.0.1:"
+            f"{dict(PORTS)['grpc']} inside the pod; the Service serves it on its port {GATEWAY} ({GATEWAY_PORT}).\n"
+        )
+    if options.gateway and name == KSERVE_FILE:
+        predictor = f"{options.name}-predictor"
+        text += (
+            f"# KServe's Service {predictor} routes port 80, and its ingress, to Triton's HTTP port "
+            f"({dict(PORTS)['http']}): it takes its ports from {KSERVE_CONTAINER} alone.\n"
+            f"# The {GATEWAY} container (SimpleServing's and Hugging Face's JSON, port {GATEWAY_PORT}) calls Triton on "
+            f"127.0.0.1:{dict(PORTS)['grpc']} inside the pod; reach it through a Service of its own:\n"
+            f"#   kubectl expose deployment {predictor} --name {options.name}-{GATEWAY} --port {GATEWAY_PORT} "
+            f"--target-port {GATEWAY}\n"
         )
     return text
 

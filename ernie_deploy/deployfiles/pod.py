@@ -11,6 +11,12 @@ placeholder as its key.
 gRPC over TLS (`grpc_tls`, `grpc_tls_mutual`): the pod mounts a kubernetes.io/tls Secret (tls.crt, tls.key, and
 ca.crt for mutual TLS: what cert-manager writes) and points the image's wrapper at its files (args.GRPC_TLS_*_ENV).
 The probes are HTTP, which stays plain, and keep working unchanged.
+
+The HTTP gateway (`ernie-deploy gateway`, SimpleServing's and Hugging Face's JSON) runs as a second container of the
+same pod (`options.gateway`, on by default): the same image, so the same package and the same /models, whose records
+it reads; it calls Triton's gRPC on 127.0.0.1, inside the pod's network namespace, so no extra network hop and no
+TLS hop; and it has its own resources, probes and restarts, so a gateway that crashes or runs out of memory is
+restarted alone while Triton keeps its loaded models. Under gRPC TLS it is refused (options._check_gateway says why).
 """
 
 from __future__ import annotations
@@ -34,6 +40,17 @@ TLS_MOUNT = "/run/secrets/ernie-deploy-grpc-tls"
 PORTS = tuple(endpoints.PORTS.items())
 # Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
 LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
+# The gateway container's name, and its port's (on the container and the Service).
+GATEWAY = "gateway"
+# The gateway's own default port (gateway.defaults.DEFAULT_PORT, a layer above this one: tests/test_deploy.py checks
+# the two are equal).
+GATEWAY_PORT = 8080
+# Run by the image's entrypoint in the gateway container: Triton's gRPC on the pod's loopback, the repository the
+# image holds, listening on every interface of the pod (the Service and the kubelet's probes reach it there).
+GATEWAY_COMMAND = [
+    "ernie-deploy", "gateway", "--repository", CONTAINER_REPOSITORY, "--url", f"127.0.0.1:{dict(PORTS)['grpc']}",
+    "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),
+]  # fmt: skip
 
 
 def secret_name(name: str) -> str:
@@ -132,12 +149,47 @@ def container(options: ManifestOptions, tls: GrpcTls) -> dict:
     }
 
 
-def pod_spec(options: ManifestOptions, server: dict, shm_limit: int, tls: GrpcTls) -> dict:
-    """The pod both the Deployment and the InferenceService run: the container, /dev/shm, the admin key, TLS."""
+def gateway_container(options: ManifestOptions) -> dict:
+    """The gateway sidecar: the image's `ernie-deploy gateway` on Triton's loopback gRPC, its port, resources, probes.
+    It needs neither the admin key (it only infers and asks readiness) nor /dev/shm."""
     return {
-        # On SIGTERM Triton drains in-flight requests and unloads the models before it exits.
+        "name": GATEWAY,
+        "image": options.image,
+        "args": GATEWAY_COMMAND,  # the image's ENTRYPOINT stays, as for the triton container
+        "ports": [{"name": GATEWAY, "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        # No CPU limit, as Triton's: one event loop bursts to its core under load.
+        "resources": {
+            "requests": {"cpu": options.gateway_cpu, "memory": options.gateway_memory},
+            "limits": {"memory": options.gateway_memory_limit},
+        },
+        # /ready is 200 only while Triton and every served model are: out of the Service's gateway port otherwise,
+        # as Triton's own readiness takes the pod out of its ports.
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": GATEWAY},
+            "timeoutSeconds": 2,
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        # /health is 200 while the gateway's event loop answers, whatever Triton does: a restart for a stuck gateway
+        # alone, never for a Triton that is loading or restarting (readiness covers that). It answers within 2-3 s of
+        # the start, well inside the 30 s the first failures take.
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": GATEWAY},
+            "timeoutSeconds": 5,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def pod_spec(options: ManifestOptions, server: dict, shm_limit: int, tls: GrpcTls) -> dict:
+    """The pod both the Deployment and the InferenceService run: the container, the gateway beside it unless
+    options.gateway is off, /dev/shm, the admin key, TLS."""
+    return {
+        # On SIGTERM Triton drains in-flight requests and unloads the models before it exits; the gateway finishes
+        # its requests in flight within the same 30 s.
         "terminationGracePeriodSeconds": 30,
-        "containers": [server],
+        "containers": [server, gateway_container(options)] if options.gateway else [server],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": mebibytes(shm_limit)}},
             {"name": "admin-key", "secret": {"secretName": secret_name(options.name)}},

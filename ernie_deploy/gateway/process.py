@@ -47,7 +47,8 @@ class GatewayProcess:
     @property
     def url(self) -> str:
         scheme = "https" if "--http-tls-cert" in self.args else "http"
-        return f"{scheme}://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address in a URL
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def pid(self) -> int | None:

@@ -12,6 +12,13 @@ mounted secret), else the file named by ERNIE_DEPLOY_ADMIN_KEY_FILE, else ERNIE_
 
 gRPC over TLS (`grpc_tls`) leaves Triton's HTTP and metrics endpoints plain, as Triton has no TLS for them:
 `http_host` keeps them on another address (127.0.0.1) than `host`, e.g. behind a TLS proxy.
+
+A second process can run beside the server (`gateway`: `ernie-deploy serve --gateway` passes a factory that makes the
+HTTP gateway, ernie_deploy.gateway.GatewayProcess, which this layer does not import): started once Triton is ready,
+watched as Triton is, and stopped before it, so that the requests it has in flight still reach Triton. If it exits on
+its own, everything stops with its log's last lines, as when Triton dies: one process to supervise, restarted whole
+by whatever restarts `serve` (systemd, a container runtime), with that supervisor's backoff, rather than a restart
+loop here that would hide a gateway that cannot start (a taken port, a bad certificate).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from ernie_deploy.core.admin_key import (
     ADMIN_KEY_ENV,
@@ -34,7 +43,7 @@ from ernie_deploy.core.admin_key import (
     write_new_admin_key,
 )
 from ernie_deploy.core.endpoints import PORTS
-from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.errors import BadOptionsError, ServerNotReadyError
 from ernie_deploy.core.tls import ServerTls
 from ernie_deploy.server.process import TritonServer
 
@@ -77,10 +86,11 @@ def serve(
     http_host: str,
     admin_key_file: str | None = None,
     grpc_tls: ServerTls | None = None,
+    gateway: Callable[[TritonServer], SideProcess] | None = None,
     **server_kw,
 ) -> None:
-    """Serve `repository` until SIGINT/SIGTERM with the admin key this host needs. `server_kw` goes to
-    TritonServer."""
+    """Serve `repository` until SIGINT/SIGTERM with the admin key this host needs, and `gateway` beside it if given
+    (serve_forever). `server_kw` goes to TritonServer."""
     if grpc_tls is not None and not is_loopback(http_host):
         print(
             f"note: gRPC is encrypted; HTTP (port {server_kw.get('http_port', PORTS['http'])}) and metrics (port "
@@ -105,10 +115,44 @@ def serve(
     else:
         print(f"admin key: from {key.source}", file=sys.stderr, flush=True)
     try:
-        serve_forever(repository, host=host, http_host=http_host, admin_key=key, grpc_tls=grpc_tls, **server_kw)
+        serve_forever(
+            repository, host=host, http_host=http_host, admin_key=key, grpc_tls=grpc_tls, gateway=gateway, **server_kw
+        )
     finally:
         if generated is not None:
             shutil.rmtree(generated.parent, ignore_errors=True)
+
+
+class SideProcess(Protocol):
+    """What serve_forever needs of a process run beside Triton (GatewayProcess is one)."""
+
+    url: str
+    pid: int | None
+    log_path: Path | None
+
+    def start(self, timeout: float) -> object: ...
+
+    def is_running(self) -> bool: ...
+
+    def log_text(self) -> str: ...
+
+    def stop(self, timeout: float) -> int | None: ...
+
+
+# The gateway finishes its requests in flight for up to 30 s on SIGTERM (uvicorn's graceful shutdown): a little more
+# before the SIGKILL, so a drain that uses its whole time is not cut short.
+SIDE_STOP_TIMEOUT = 35
+
+
+def _side_died(side: SideProcess) -> None:
+    code = side.stop(timeout=0)  # already gone: collects its exit code and anything left in its process group
+    tail = "\n".join("    " + line for line in side.log_text().strip().splitlines()[-12:])
+    raise ServerNotReadyError(
+        f"the gateway ({side.url}) exited on its own with code {code}, so tritonserver was stopped too "
+        f"(log: {side.log_path})\n  last log lines:\n{tail}",
+        "read its log; then start `ernie-deploy serve --gateway` again (a supervisor that restarts `serve` restarts "
+        "both), or run the gateway on its own with `ernie-deploy gateway`",
+    )
 
 
 def _report_stub_restart(event) -> None:
@@ -116,11 +160,19 @@ def _report_stub_restart(event) -> None:
     print(f"the python stub of model {event.model!r} died; {how}", file=sys.stderr, flush=True)
 
 
-def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float = 120, **kw) -> int:
+def serve_forever(
+    model_repository: str | os.PathLike,
+    *,
+    start_timeout: float = 120,
+    gateway: Callable[[TritonServer], SideProcess] | None = None,
+    **kw,
+) -> int:
     """Start the server, print where it listens, and block until SIGINT/SIGTERM; then stop cleanly.
 
-    Keyword arguments go to TritonServer (as given: no admin key is chosen here). Returns 0 after a requested stop;
-    raises ServerNotReadyError if the server fails to start or dies on its own.
+    `gateway`, given the ready server, makes the process to run beside it (not yet started): it is started and
+    waited for, watched, and stopped first. Other keyword arguments go to TritonServer (as given: no admin key is
+    chosen here). Returns 0 after a requested stop; raises ServerNotReadyError if the server or the gateway fails to
+    start or dies on its own (the other is stopped then).
     """
     kw.setdefault("on_stub_restart", _report_stub_restart)
     server = TritonServer(model_repository, **kw)
@@ -129,8 +181,18 @@ def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float =
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop_requested.set())
+    side: SideProcess | None = None
     try:
         server.start(timeout=start_timeout)
+        shown = ""
+        if gateway is not None:
+            side = gateway(server)
+            side.start(timeout=start_timeout)  # returns once its /ready answers 200: Triton and every model
+            shown = (
+                f"  gateway: {side.url} (pid {side.pid}: SimpleServing POST /models/<model>, Hugging Face POST "
+                f"/hf/<model>, readiness /ready)\n"
+                f"  gateway log: {side.log_path}\n"
+            )
         grpc_tls = f" ({server.grpc_tls.describe()})" if server.grpc_tls is not None else ""
         print(
             f"Triton is ready in {server.start_seconds:.1f} s (pid {server.pid}, {server.binary.kind})\n"
@@ -138,16 +200,25 @@ def serve_forever(model_repository: str | os.PathLike, *, start_timeout: float =
             f"  http:    {server.http_url}\n"
             f"  metrics: {server.metrics_url}\n"
             f"  log:     {server.log_path}\n"
+            f"{shown}"
             "Press Ctrl-C to stop.",
             flush=True,
         )
         while not stop_requested.wait(0.5):
             server.check_running()
+            if side is not None and not side.is_running():
+                _side_died(side)
+        if side is not None:  # first: what it has in flight still reaches Triton while it drains
+            print("Stopping the gateway ...", flush=True)
+            code = side.stop(timeout=SIDE_STOP_TIMEOUT)
+            print(f"gateway stopped (exit code {code})", flush=True)
         print("Stopping tritonserver ...", flush=True)
         code = server.stop()
         print(f"tritonserver stopped in {server.stop_seconds:.1f} s (exit code {code})", flush=True)
         return 0
     finally:
+        if side is not None:
+            side.stop(timeout=SIDE_STOP_TIMEOUT)
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,0 +1,343 @@
+"""`bash scripts/bench.sh gateway`: what the HTTP gateway (`ernie-deploy gateway`) costs over calling Triton's gRPC
+directly, and what its SimpleServing route gives over SimpleServing itself, measured in one run on one machine.
+
+The classifier is built once (the default build) and served by one tritonserver. In rounds, each variant is driven
+the same way (the closed loop of bench.load: `concurrency` workers sending back to back, every request serialized
+once up front, one text per request unless a row says otherwise):
+- grpc: the asyncio gRPC load generator straight to Triton (what `ernie-deploy bench` measures);
+- gateway simple: SimpleServing's body (`{"data": {"text": [...]}}`) to the gateway's `/models/<name>`;
+- gateway hf: Hugging Face's body (`{"inputs": text}`) to the gateway's `/hf/<name>`.
+The variants alternate within each round and each cell keeps its best round (the least disturbed by other work on a
+shared host); the ratios are read from those. Then the gateway and Triton stop and PaddleNLP's SimpleServing serves
+the same static model, loaded with the same SimpleServing bodies (benchmarks/peer).
+
+The load generator runs in this process, an event loop on the machine's cores beside the server and the gateway:
+the CPU seconds of each (the server's process group, the gateway's, this process) are in the rows. Every HTTP row
+(the gateway's routes and SimpleServing) is sent by one generator: prebuilt request bytes on one keep-alive HTTP/1.1
+connection per worker, as wrk sends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.peer_rows import PeerRequest, prepare_peer_requests
+from ernie_deploy.bench.load import LoadResult, closed_loop, prepare_requests, run_load
+from ernie_deploy.bench.machine import run_record
+from ernie_deploy.bench.rows import percentile
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.files import write_json
+from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.server.procs import group_cpu_seconds
+
+NAME = "gw_news"
+CONCURRENCY = (1, 8)
+ROUNDS = 3
+BATCH = 32  # the texts per request of the batched SimpleServing rows (what its clients send as a list)
+# The targets the rows are read against: p50 at c1 over gRPC, throughput at c8 against gRPC, and the SimpleServing
+# route against SimpleServing itself.
+TARGETS = {"c1_p50_added_ms": 0.5, "c8_throughput_ratio": 0.9, "simple_over_peer": 5.0}
+
+
+def _hf_requests(texts: list[str]) -> list[PeerRequest]:
+    return [PeerRequest(json.dumps({"inputs": t}, ensure_ascii=False).encode("utf-8"), 1) for t in texts]
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection that posts prebuilt request bytes and reads the answer by its
+    Content-Length: what a C load generator (wrk) does per connection, so that the client's own cost is as small
+    for the HTTP rows as the asyncio gRPC client's is for the gRPC rows (an aiohttp session was measured to add about
+    1 ms a request on this machine)."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader = self.writer = None
+
+    async def post(self, request: bytes) -> tuple[int, bytes]:
+        import asyncio
+
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        body = await self.reader.readexactly(length)
+        if b"connection: close" in head.lower():
+            self.writer.close()
+            self.reader = self.writer = None
+        return status, body
+
+
+def _request_bytes(url: str, body: bytes) -> tuple[str, int, bytes]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return parts.hostname, parts.port, head.encode("ascii") + body
+
+
+def run_http_load(url: str, requests: list[PeerRequest], concurrency: int, check, **kw) -> LoadResult:
+    """`requests` (their JSON bodies) posted to `url` back to back by `concurrency` workers (bench.load.closed_loop),
+    each on its own keep-alive connection; `check(answer, request)` says what is wrong with a 200 answer, or None."""
+    import asyncio
+
+    host, port, _ = _request_bytes(url, b"")
+    prepared = [_Prepared(_request_bytes(url, r.body)[2], r.size) for r in requests]
+    return asyncio.run(_drive(host, port, prepared, concurrency, check, kw))
+
+
+class _Prepared:
+    """A request's bytes on the wire, and the texts in it."""
+
+    def __init__(self, raw: bytes, size: int):
+        self.raw, self.size = raw, size
+
+
+async def _drive(host: str, port: int, requests: list, concurrency: int, check, kw: dict) -> LoadResult:
+    import asyncio
+
+    free = [_Connection(host, port) for _ in range(concurrency)]
+
+    async def send(request: _Prepared) -> str | None:
+        connection = free.pop()
+        try:
+            status, payload = await connection.post(request.raw)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            connection.reader = connection.writer = None
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            free.append(connection)
+        if status != 200:
+            return f"HTTP {status}: {payload[:160].decode(errors='replace')}"
+        return check(json.loads(payload), request)
+
+    result = await closed_loop(
+        send,
+        requests,
+        concurrency,
+        kw.get("warmup_s", 1.0),
+        kw.get("duration_s", 10.0),
+        kw.get("count"),
+        kw.get("server_pgid"),
+    )
+    for connection in free:
+        if connection.writer is not None:
+            connection.writer.close()
+    return result
+
+
+def simple_serving_answer(answer, request) -> str | None:
+    labels = answer.get("result", {}).get("label") if isinstance(answer, dict) else None
+    return None if isinstance(labels, list) and len(labels) == request.size else f"malformed answer: {answer!r:.160}"
+
+
+def hugging_face_answer(answer, request) -> str | None:
+    first = answer[0][0] if answer and isinstance(answer[0], list) else (answer[0] if answer else {})
+    return None if "label" in first and "score" in first else f"malformed answer: {answer!r:.160}"
+
+
+def _row(variant: str, batch: int, concurrency: int, got: LoadResult, gateway_cpu_s: float | None) -> dict:
+    if got.errors:
+        raise ErnieDeployError(f"{variant} c{concurrency}: requests failed: {got.error_messages}", "read the logs")
+    latencies_ms = sorted(1000 * s for s in got.latencies_s)
+    return {
+        "variant": variant,
+        "batch": batch,
+        "concurrency": concurrency,
+        "requests": len(latencies_ms),
+        "texts_per_s": got.sequences / got.seconds,
+        "p50_ms": percentile(latencies_ms, 50),
+        "p99_ms": percentile(latencies_ms, 99),
+        "server_cpu_s": got.server_cpu_s,
+        "gateway_cpu_s": gateway_cpu_s,
+        "client_cpu_s": got.client_cpu_s,
+        "seconds": got.seconds,
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def _best(rows: list[dict]) -> list[dict]:
+    """Per (variant, batch, concurrency), the round with the highest throughput."""
+    best: dict = {}
+    for r in rows:
+        key = (r["variant"], r["batch"], r["concurrency"])
+        if key not in best or r["texts_per_s"] > best[key]["texts_per_s"]:
+            best[key] = r
+    return list(best.values())
+
+
+def measure_gateway(
+    item: ModelInputs, workdir: Path, *, rounds: int, duration_s: float, warmup_s: float, peer: bool = True
+) -> dict:
+    from ernie_deploy.gateway.process import GatewayProcess
+    from ernie_deploy.repository.build import ModelArtifacts, build
+    from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.served import served_model
+    from ernie_deploy.server.process import TritonServer
+
+    repo = workdir / "models"
+    build(
+        ModelArtifacts(replace(item.model, name=NAME), Path(item.onnx), item.static.vocab_file),
+        repo,
+        BuildOptions(runtime="python"),
+    )
+    model = served_model(repo, NAME)
+    texts = item.texts
+    grpc_requests = prepare_requests(item.task, texts, 1)
+    simple = {1: prepare_peer_requests(model, texts, 1), BATCH: prepare_peer_requests(model, texts, BATCH)}
+    hf = _hf_requests(texts)
+    timing = {"warmup_s": warmup_s, "duration_s": duration_s}
+    rows: list[dict] = []
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "server.log") as server:
+        with GatewayProcess(repo, server.grpc_url, log_file=workdir / "gateway.log") as gateway:
+            drivers = {
+                "grpc": lambda c: run_load(server.grpc_url, model, grpc_requests, c, server_pgid=server.pid, **timing),
+                "gateway simple": lambda c: run_http_load(
+                    f"{gateway.url}/models/{NAME}",
+                    simple[1],
+                    c,
+                    simple_serving_answer,
+                    server_pgid=server.pid,
+                    **timing,
+                ),
+                "gateway hf": lambda c: run_http_load(
+                    f"{gateway.url}/hf/{NAME}", hf, c, hugging_face_answer, server_pgid=server.pid, **timing
+                ),
+            }
+            for round_ in range(rounds):
+                for concurrency in CONCURRENCY:
+                    for variant, drive in drivers.items():
+                        gateway0 = group_cpu_seconds(gateway.pid)
+                        got = drive(concurrency)
+                        gateway1 = group_cpu_seconds(gateway.pid)
+                        spent = gateway1 - gateway0 if gateway0 is not None and gateway1 is not None else None
+                        rows.append({**_row(variant, 1, concurrency, got, spent), "round": round_})
+                        _print(rows[-1])
+                url = f"{gateway.url}/models/{NAME}"
+                got = run_http_load(url, simple[BATCH], 8, simple_serving_answer, server_pgid=server.pid, **timing)
+                rows.append({**_row("gateway simple", BATCH, 8, got, None), "round": round_})
+                _print(rows[-1])
+    if peer:
+        rows += measure_peer(item, workdir, rounds=rounds, timing=timing)
+    return {"rows": rows, "best": _best(rows)}
+
+
+def measure_peer(item: ModelInputs, workdir: Path, *, rounds: int, timing: dict) -> list[dict]:
+    """SimpleServing itself on the same static model, the same bodies."""
+    from benchmarks.peer.server import PeerServer
+
+    rows = []
+    server = PeerServer(item.static.root, item.model, log_file=workdir / "peer.log").start(timeout=300)
+    try:
+        for round_ in range(rounds):
+            for batch, concurrency in [(1, c) for c in CONCURRENCY] + [(BATCH, 8)]:
+                requests = prepare_peer_requests(item.model, item.texts, batch)
+                got = run_http_load(
+                    server.url, requests, concurrency, simple_serving_answer, server_pgid=server.pid, **timing
+                )
+                rows.append({**_row("simpleserving", batch, concurrency, got, None), "round": round_})
+                _print(rows[-1])
+    finally:
+        server.stop()
+    return rows
+
+
+def _print(r: dict) -> None:
+    print(
+        f"round {r['round']} {r['variant']:<15} batch {r['batch']:>2} c{r['concurrency']}: "
+        f"{r['texts_per_s']:8.1f} texts/s, p50 {r['p50_ms']:6.2f} ms, p99 {r['p99_ms']:6.2f} ms, "
+        f"load average {r['load_average']}",
+        flush=True,
+    )
+
+
+def ratios(best: list[dict]) -> dict:
+    by = {(r["variant"], r["batch"], r["concurrency"]): r for r in best}
+    out = {
+        "c1_p50_added_ms": by[("gateway simple", 1, 1)]["p50_ms"] - by[("grpc", 1, 1)]["p50_ms"],
+        "c1_p50_added_ms_hf": by[("gateway hf", 1, 1)]["p50_ms"] - by[("grpc", 1, 1)]["p50_ms"],
+        "c8_throughput_ratio": by[("gateway simple", 1, 8)]["texts_per_s"] / by[("grpc", 1, 8)]["texts_per_s"],
+        "c8_throughput_ratio_hf": by[("gateway hf", 1, 8)]["texts_per_s"] / by[("grpc", 1, 8)]["texts_per_s"],
+    }
+    if ("simpleserving", 1, 8) in by:
+        out["simple_over_peer"] = (
+            by[("gateway simple", 1, 8)]["texts_per_s"] / by[("simpleserving", 1, 8)]["texts_per_s"]
+        )
+        out["simple_over_peer_c1"] = (
+            by[("gateway simple", 1, 1)]["texts_per_s"] / by[("simpleserving", 1, 1)]["texts_per_s"]
+        )
+        out["simple_over_peer_batch"] = (
+            by[("gateway simple", BATCH, 8)]["texts_per_s"] / by[("simpleserving", BATCH, 8)]["texts_per_s"]
+        )
+    return out
+
+
+def render(best: list[dict], ratio: dict) -> str:
+    lines = [
+        "| variant | texts/request | concurrency | texts/s | p50 ms | p99 ms | server CPU s | gateway CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(best, key=lambda r: (r["batch"], r["concurrency"], r["variant"])):
+        cpu = "" if r["gateway_cpu_s"] is None else f"{r['gateway_cpu_s']:.1f}"
+        server = "" if r["server_cpu_s"] is None else f"{r['server_cpu_s']:.1f}"
+        lines.append(
+            f"| {r['variant']} | {r['batch']} | {r['concurrency']} | {r['texts_per_s']:.1f} | {r['p50_ms']:.2f} | "
+            f"{r['p99_ms']:.2f} | {server} | {cpu} |"
+        )
+    lines.append("")
+    lines.append(
+        f"gateway over gRPC: c1 p50 {ratio['c1_p50_added_ms']:+.2f} ms (SimpleServing route; Hugging Face route "
+        f"{ratio['c1_p50_added_ms_hf']:+.2f} ms; target at most +{TARGETS['c1_p50_added_ms']} ms), c8 throughput "
+        f"x{ratio['c8_throughput_ratio']:.2f} (Hugging Face route x{ratio['c8_throughput_ratio_hf']:.2f}; target at "
+        f"least x{TARGETS['c8_throughput_ratio']})"
+    )
+    if "simple_over_peer" in ratio:
+        lines.append(
+            f"SimpleServing route over SimpleServing itself: x{ratio['simple_over_peer']:.1f} at c8, "
+            f"x{ratio['simple_over_peer_c1']:.1f} at c1, x{ratio['simple_over_peer_batch']:.1f} with {BATCH} texts "
+            f"a request at c8 (target at least x{TARGETS['simple_over_peer']})"
+        )
+    return "\n".join(lines)
+
+
+def run_gateway(
+    inputs: list[ModelInputs],
+    out: Path,
+    *,
+    rounds: int = ROUNDS,
+    duration_s: float = 10.0,
+    warmup_s: float = 1.0,
+    peer: bool = True,
+) -> dict:
+    """`bash scripts/bench.sh gateway`: the classifier's rows, printed, and written to `out`/gateway.json."""
+    item = next((i for i in inputs if i.task.name == "seq_cls"), None)
+    if item is None:
+        raise ErnieDeployError("the gateway bench measures the classifier", "run it with --task seq_cls")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ernie-deploy-gateway-") as work:
+        measured = measure_gateway(item, Path(work), rounds=rounds, duration_s=duration_s, warmup_s=warmup_s, peer=peer)
+    ratio = ratios(measured["best"])
+    record = {
+        **run_record(measured["rows"]),
+        "model": item.model.artifact_name,
+        "best": measured["best"],
+        "ratios": ratio,
+        "targets": TARGETS,
+        "seconds": time.perf_counter() - t0,
+    }
+    write_json(record, out / "gateway.json")
+    print(render(measured["best"], ratio))
+    return record
