@@ -53,8 +53,10 @@ def test_entities_go_out_with_an_inclusive_end_and_come_back_whole():
 
     assert ast.literal_eval(written.decode()) == [{"pos": [0, 1], "label": "PER"}, {"pos": [3, 4], "label": "LOC"}]
     assert entities_from_json(read_paddlenlp_entities(written, text)) == native
-    with pytest.raises(ErnieDeployError, match="is not a list of"):
+    with pytest.raises(ErnieDeployError, match="is not a JSON list of"):
         read_paddlenlp_entities(b"{'pos': 1}", text)
+    with pytest.raises(ErnieDeployError, match="is not a JSON list of"):
+        read_paddlenlp_entities(b"[__import__('os').system('true')]", text)  # never evaluated
 
 
 @pytest.mark.parametrize("layout", [name for name in LAYOUTS if name != "graph-postprocess"])

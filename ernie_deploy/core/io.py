@@ -4,9 +4,10 @@ Every model computes the same answers; its wire says how they are named and writ
 written for another server run unchanged:
 - `ernie-deploy` (the default): the task's own tensors (core.tasks: `text` in; `label`, `confidence`, `entities`...).
 - `paddlenlp`: the tensors of PaddleNLP's ERNIE 3.0 Triton pipeline (`INPUT` in; `label` as the class id and
-  `confidence` for a label per text, `OUTPUT` holding a Python list literal of {"pos": [start, end], "label"} with
-  `end` inclusive for entities). What each kind answers under it is the kind's (Kind.paddlenlp_outputs); a kind
-  that pipeline never served (a set of labels per text) has no PaddleNLP wire and is refused by name.
+  `confidence` for a label per text, `OUTPUT` holding a list of {"pos": [start, end], "label"} with `end` inclusive
+  for entities, as JSON: the Python literal that pipeline's clients read). What each kind answers under it is the
+  kind's (Kind.paddlenlp_outputs); a kind that pipeline never served (a set of labels per text) has no PaddleNLP wire
+  and is refused by name.
 
 The wire is a fact of the model (ModelSpec.io), recorded by `build`; the repository, the serving steps and the client
 all read it from here.

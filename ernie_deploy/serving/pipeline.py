@@ -9,6 +9,7 @@ from ernie_deploy.core.io import IO_PARAMETER, NATIVE, wire
 from ernie_deploy.core.tasks import (
     MODEL_INPUTS,
     TASK_PARAMETER,
+    TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     WINDOW_INPUTS,
     WINDOW_OUTPUTS,
@@ -29,9 +30,14 @@ class PipelineStep(Step):
 
     def __init__(self, config: dict, version_dir: Path):
         # Its own inputs and outputs carry the names of the model's wire (core.io); its steps work under the task's.
-        task = get_task(parameter(config, TASK_PARAMETER))
-        self.wire = wire(task, parameter(config, IO_PARAMETER, NATIVE))
-        native_inputs = [{"name": t.name} for t in task.inputs]
+        io = parameter(config, IO_PARAMETER, NATIVE)
+        if io == NATIVE:
+            self.wire_inputs = {i["name"]: i["name"] for i in config.get("input") or [{"name": TEXT_INPUT.name}]}
+            answered = {}
+        else:
+            wired = wire(get_task(parameter(config, TASK_PARAMETER)), io)
+            self.wire_inputs, answered = wired.inputs, {w: name for name, w in wired.outputs.items()}
+        native_inputs = [{"name": name} for name in self.wire_inputs]
         self.tokenizer = TokenizerStep({**config, "input": native_inputs, "output": []}, version_dir)
         self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
         postprocess = parameter(config, "postprocess")
@@ -42,7 +48,6 @@ class PipelineStep(Step):
                 "rebuild the repository with `ernie-deploy build`",
             )
         self.post = POSTPROCESS_STEPS[postprocess](config, version_dir)
-        answered = {w: name for name, w in self.wire.outputs.items()}
         # Each output it answers: the task's own tensor of that meaning.
         self.outputs = {o["name"]: answered.get(o["name"], o["name"]) for o in config.get("output", [])}
         # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
@@ -51,7 +56,7 @@ class PipelineStep(Step):
         self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
 
     def check(self, inputs):
-        inputs = {name: inputs.get(w) for name, w in self.wire.inputs.items()}
+        inputs = {name: inputs.get(w) for name, w in self.wire_inputs.items()}
         return self.tokenizer.check_request(inputs, set(self.inputs)), inputs["text"]
 
     def run(self, items, requested=None):

@@ -12,7 +12,8 @@ KIND = Kind(
     postprocess="token_cls_postprocess",
     split_format="jsonl",
     entities=True,
-    # PaddleNLP's `OUTPUT`: per text, a Python list literal of {"pos": [start, end], "label"}, `end` inclusive.
+    # PaddleNLP's `OUTPUT`: per text, a list of {"pos": [start, end], "label"}, `end` inclusive (as JSON, which its
+    # clients read as the Python literal it also is).
     paddlenlp_outputs=(("OUTPUT", "entities"),),
     paddlenlp_formats=("entities",),
 )

@@ -10,27 +10,20 @@ def decode(item: bytes) -> list[dict]:
 
 
 def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
-    """PaddleNLP's `OUTPUT` for one text (a Python list literal of {"pos": [start, end], "label"}, end inclusive)
-    back as the native `entities` JSON, each entity's text cut from the text sent."""
-    import ast
+    """PaddleNLP's `OUTPUT` for one text (a list of {"pos": [start, end], "label"}, end inclusive, written as JSON by
+    kinds/token/serving.py) back as the native `entities` JSON, each entity's text cut from the text sent."""
+    import json
 
     from ernie_deploy.core.errors import ErnieDeployError
     from ernie_deploy.serving.entities import entities_to_json
 
     try:
-        spans = ast.literal_eval(item.decode("utf-8"))
-        entities = [
-            {
-                "type": s["label"],
-                "start": s["pos"][0],
-                "end": s["pos"][1] + 1,
-                "text": text[s["pos"][0] : s["pos"][1] + 1],
-            }
-            for s in spans
-        ]
-    except (ValueError, SyntaxError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        spans = json.loads(item.decode("utf-8"))
+        bounds = [(s["label"], int(s["pos"][0]), int(s["pos"][1]) + 1) for s in spans]
+        entities = [{"type": kind, "start": a, "end": b, "text": text[a:b]} for kind, a, b in bounds]
+    except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
         raise ErnieDeployError(
-            f"OUTPUT {item[:200]!r} is not a list of {{'pos': [start, end], 'label': ...}}: {exc}",
+            f'OUTPUT {item[:200]!r} is not a JSON list of {{"pos": [start, end], "label": ...}}: {exc}',
             "call a model built with --io paddlenlp, or read its answers as its wire says (ernie-deploy check)",
         ) from None
     return entities_to_json(entities)

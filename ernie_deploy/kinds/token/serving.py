@@ -111,13 +111,16 @@ POSTPROCESS = TokenClsPostprocess
 
 
 def paddlenlp_entities(item: bytes) -> bytes:
-    """One text's entities as PaddleNLP's pipeline wrote them (`build --io paddlenlp`): the text of a Python list of
-    {"pos": [start, end], "label"}, `end` inclusive, in characters of the text as sent (what its clients read with
-    `ast.literal_eval`)."""
+    """One text's entities as PaddleNLP's pipeline answers them (`build --io paddlenlp`): a list of
+    {"pos": [start, end], "label"}, `end` inclusive, in characters of the text as sent. Written as JSON, which is also
+    the Python list literal that pipeline's clients read with `ast.literal_eval`, and which a client of this project
+    reads with json (kinds/token/client.py): nothing received is ever evaluated."""
+    import json
+
     from ernie_deploy.serving.entities import entities_from_json
 
     spans = [{"pos": [e["start"], e["end"] - 1], "label": e["type"]} for e in entities_from_json(item)]
-    return repr(spans).encode("utf-8")
+    return json.dumps(spans, ensure_ascii=False).encode("utf-8")
 
 
 # The outputs this kind writes otherwise under PaddleNLP's wire (Kind.paddlenlp_formats): one element in, one out.
