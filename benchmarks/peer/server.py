@@ -128,28 +128,16 @@ class PeerServer:
 
     def _wait_ready(self, timeout: float) -> None:
         """Until uvicorn answers: it listens only once the app module has built the predictor and tokenizer."""
-        import urllib.error
-        import urllib.request
+        from ernie_deploy.server.procs import wait_http_ok
 
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.poll() is not None:
-                self._fail(f"SimpleServing exited with code {self._proc.returncode} before it was ready")
-            try:
-                with opener.open(f"http://{self.host}:{self.port}/docs", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self._fail(f"SimpleServing was not ready after {timeout:g} s")
-            time.sleep(0.2)
+        url = f"http://{self.host}:{self.port}/docs"
+        wait_http_ok(self._proc, url, timeout, self._fail, name="SimpleServing", interval=0.2)
 
-    def _fail(self, what: str) -> None:
-        tail = "\n".join("    " + line for line in self.log_text().strip().splitlines()[-12:])
+    def _fail(self, what: str, timed_out: bool = False) -> None:
+        from ernie_deploy.server.procs import log_tail
+
         raise ErnieDeployError(
-            f"{what} (log: {self.log_path})\n  last log lines:\n{tail}",
+            f"{what} (log: {self.log_path})\n  last log lines:\n{log_tail(self.log_path)}",
             "read the log; bench without the peer with --no-peer",
         )
 

@@ -160,13 +160,8 @@ class Client:
         Transient failures are retried with backoff (see `Retry`); a bad request raises `BadRequest` at once."""
         from tritonclient.utils import InferenceServerException
 
-        tensors = []
         columns = input_columns(self.task, texts)
-        for spec, column in zip(self.wire.input_specs(), columns):
-            data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in column], dtype=np.object_)
-            tensor = self._grpc.InferInput(spec.name, [len(column), 1], "BYTES")
-            tensor.set_data_from_numpy(data.reshape(-1, 1))
-            tensors.append(tensor)
+        tensors = wire_inputs(self.wire, columns)
         answered = self.wire.output_specs()
         outputs = [self._grpc.InferRequestedOutput(o.name) for o in answered]
         t0, tries, delays = time.monotonic(), 0, self.retry.delays()
@@ -251,6 +246,20 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def wire_inputs(wire, columns: list[list]) -> list:
+    """The request tensors of `columns` (input_columns) under the names of the model's wire (core.io): BYTES [n, 1]
+    each, str texts UTF-8 encoded. tritonclient's InferInput, which its blocking and asyncio clients both send."""
+    from tritonclient.grpc import InferInput
+
+    tensors = []
+    for spec, column in zip(wire.input_specs(), columns):
+        data = np.array([t.encode("utf-8") if isinstance(t, str) else t for t in column], dtype=np.object_)
+        tensor = InferInput(spec.name, [len(column), 1], "BYTES")
+        tensor.set_data_from_numpy(data.reshape(-1, 1))
+        tensors.append(tensor)
+    return tensors
 
 
 def _as_text(column: list) -> list[str]:

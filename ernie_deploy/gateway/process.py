@@ -8,15 +8,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.server.preflight import free_ports
-from ernie_deploy.server.procs import start_group, stop_group
+from ernie_deploy.server.procs import log_tail, start_group, stop_group, wait_http_ok
 
 
 class GatewayProcess:
@@ -91,28 +88,11 @@ class GatewayProcess:
         if context is None:
             context = ssl.create_default_context()
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        # loopback: never via a proxy
-        opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.poll() is not None:
-                self._fail(f"the gateway exited with code {self._proc.returncode}")
-            try:
-                with opener.open(self.url + path, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self._fail(f"the gateway's {path} did not answer 200 within {timeout:g} s")
-            time.sleep(0.1)
+        wait_http_ok(self._proc, self.url + path, timeout, self._fail, name="the gateway", context=context)
 
-    def _fail(self, what: str) -> None:
-        tail = "\n".join("    " + line for line in self.log_text().strip().splitlines()[-12:])
+    def _fail(self, what: str, timed_out: bool = False) -> None:
         raise ServerNotReadyError(
-            f"{what} (log: {self.log_path})\n  last log lines:\n{tail}",
+            f"{what} (log: {self.log_path})\n  last log lines:\n{log_tail(self.log_path)}",
             "read the log; check the Triton server it calls is up (--url)",
         )
 

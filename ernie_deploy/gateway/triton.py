@@ -13,7 +13,7 @@ import asyncio
 
 import numpy as np
 
-from ernie_deploy.client.grpc_client import grpc_client, input_columns
+from ernie_deploy.client.grpc_client import grpc_client, input_columns, wire_inputs
 from ernie_deploy.client.wire import native_answers
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import Tls
@@ -78,11 +78,7 @@ class Triton:
         record = model.record
         wire = record.wire
         columns = input_columns(record.task_spec, items)
-        tensors = []
-        for spec, column in zip(wire.input_specs(), columns):
-            tensor = grpcclient.InferInput(spec.name, [len(column), 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in column], dtype=np.object_).reshape(-1, 1))
-            tensors.append(tensor)
+        tensors = wire_inputs(wire, columns)
         answered = wire.output_specs()
         outputs = [grpcclient.InferRequestedOutput(o.name) for o in answered]
         try:

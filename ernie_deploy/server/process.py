@@ -32,7 +32,7 @@ from ernie_deploy.server.preflight import (
     check_shm,
     free_ports,
 )
-from ernie_deploy.server.procs import start_group, stop_group
+from ernie_deploy.server.procs import start_group, stop_group, wait_http_ok
 
 _LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
@@ -276,28 +276,8 @@ class TritonServer:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        import urllib.error
-        import urllib.request
-
-        # No proxy: an http_proxy in the environment must not swallow a loopback health check.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         url = f"{self.http_url}/v2/health/ready"
-        deadline = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                self._fail(f"tritonserver exited with code {code} before it was ready")
-            try:
-                with opener.open(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self._fail(f"tritonserver was not ready after {timeout:g} s", timed_out=True)
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+        wait_http_ok(self._proc, url, timeout, self._fail, name="tritonserver", interval=0.05, max_interval=0.5)
 
     def check_running(self) -> None:
         """Raise ServerNotReadyError, with the log's errors and the likely fix, if the server has exited."""

@@ -148,3 +148,52 @@ def group_cpu_seconds(pgid: int | None) -> float | None:
     if not pgid or not os.path.isdir("/proc"):
         return None
     return sum(p.cpu_ticks for p in processes() if p.pgrp == pgid) / os.sysconf("SC_CLK_TCK")
+
+
+def log_tail(path, lines: int = 12) -> str:
+    """The last `lines` lines of a child's log, indented, for an error that names the log ("" when unreadable)."""
+    try:
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
+        text = ""
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
+
+
+def wait_http_ok(
+    proc,
+    url: str,
+    timeout: float,
+    fail,
+    *,
+    name: str,
+    interval: float = 0.1,
+    max_interval: float | None = None,
+    context=None,
+) -> None:
+    """Until GET `url` answers 200 from `name`, the child `proc` started (loopback: never through a proxy, so an
+    http_proxy in the environment cannot swallow it). `fail(what, timed_out)` raises, naming what went wrong, when the
+    child exits first or `timeout` seconds pass. The wait between tries starts at `interval` and grows by half each
+    time up to `max_interval` (None: it stays). `context`: the SSL context for an https URL."""
+    import urllib.error
+    import urllib.request
+
+    handlers = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    deadline = time.monotonic() + timeout
+    delay = interval
+    while True:
+        code = proc.poll()
+        if code is not None:
+            fail(f"{name} exited with code {code} before it was ready", False)
+        try:
+            with opener.open(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            fail(f"{name} was not ready after {timeout:g} s", True)
+        time.sleep(delay)
+        delay = min(delay * 1.5, max_interval) if max_interval else delay

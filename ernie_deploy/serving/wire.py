@@ -55,5 +55,4 @@ def in_wire(step_class, formats: dict[str, Callable[[bytes], bytes]]):
         return WireAnswers(step, formats) if io == PADDLENLP and formats else step
 
     make.__name__ = step_class.__name__
-    make.step_class = step_class
     return make
