@@ -284,3 +284,24 @@ def test_the_cache_bench_smoke_runs(tiny_pipeline, tmp_path, capsys):
     half = rows[("half repeated", "with")]
     assert half["cache_hits"] == 30 - 16 and half["cache_misses"] == 60 - 14
     assert "repeated: with the cache / without: throughput x" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_the_answer_series_count_computed_answers_and_triton_counts_the_cached_ones(cache_server):
+    """A cached answer never reaches a python step, so the answer series (serving.watch) count each text once, when
+    it was computed; the answers given from the cache are Triton's cache hits on the entry. The two together are every
+    answer given (docs/OPERATIONS.md says how to read them side by side)."""
+    from ernie_deploy.client.grpc_client import Client
+    from ernie_deploy.server.stats import snapshot
+    from tests.test_layout_matrix import counted_since, profile_counts
+
+    server, _ = cache_server
+    text = "缓存里的一条新闻标题"
+    before, stats_before = profile_counts(server.metrics_url, "news"), snapshot(server.http_url)
+    with Client(SEQ_CLS, server.grpc_url, model="news") as client:
+        for _ in range(5):
+            client.infer([text])
+    delta = counted_since(server.metrics_url, "news", before, 1)
+    assert delta[("texts", "")] == 1
+    hits = snapshot(server.http_url)["news"].cache_hits - stats_before["news"].cache_hits
+    assert hits == 4

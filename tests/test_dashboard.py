@@ -1,8 +1,9 @@
 """The Grafana dashboard (`ernie-deploy dashboard`, deploy/grafana/ernie-deploy.json): the committed file is the
 generator's output, it is dashboard JSON as Grafana's SDK reads and writes it, every panel has queries and a panel on a
 metric Triton does not export is refused; and on a real Prometheus scraping a real server, every panel's query has
-series for every served model and version (the cache panels for the models built with the cache, and only those), and
-the variables list them.
+series for every served model and version (the cache panels for the models built with the cache, and only those; the
+panels of what a model answers for the models exporting those series), and the variables list them. The drift panel
+draws drift.yml's divergence with its alerts' thresholds.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.deployfiles import dashboard as board
 from ernie_deploy.deployfiles import dashboard_panels as board_panels
+from ernie_deploy.deployfiles import drift_rules
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.cache import models_asking_for_cache
 from tests.test_cache import cache_server  # noqa: F401  (the cached repository's server, used as a fixture here)
@@ -68,7 +71,13 @@ def test_every_panel_has_queries_on_the_chosen_data_source():
         for target in [panel, *panel["targets"]]:
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         for query in spec.queries:
-            assert query.serves in (board_panels.EVERY, board_panels.UNCACHED, board_panels.CACHED)
+            assert query.serves in (
+                board_panels.EVERY,
+                board_panels.UNCACHED,
+                board_panels.CACHED,
+                board_panels.WATCHED,
+            )
+            assert bool(query.needs) == (query.serves == board_panels.WATCHED), query
             # Every query is narrowed by every variable, and nothing is left for Prometheus to choke on.
             assert board_panels.SELECTOR in query.expr, (panel["title"], query.expr)
             assert "$" not in board_panels.resolve(query.expr), query.expr
@@ -76,6 +85,56 @@ def test_every_panel_has_queries_on_the_chosen_data_source():
     assert {"Requests per second", "Failures per second, by reason", "Refusals per second"} <= titles
     assert {"End to end: p50, p99 and mean", "Per step: compute p50 and p99", "Queue time: mean and p99"} <= titles
     assert {"Compute input, infer, output: mean per request", "Cache hits and misses per second"} <= titles
+    assert {
+        "Answers per label: share",
+        "Low-confidence answers: share vs reference",
+        "Text length: share per bucket of characters",
+        "Drift from the reference: Jensen-Shannon divergence per series, over 30m",
+        "Shadow agreement",
+        "Shadow failed and skipped per second",
+        "Shadow candidate latency p95",
+    } <= titles
+
+
+def test_the_drift_panel_draws_what_the_drift_alerts_read():
+    """The drift panel's query is drift.yml's divergence over the same window (one builder for both), narrowed by the
+    variables, with the alerts' thresholds as dashed lines; the confidence panel's alert level is the alert's."""
+    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    by_title = {p["title"]: p for p in _grafana_panels(data)}
+    drift = by_title[
+        f"Drift from the reference: Jensen-Shannon divergence per series, over {drift_rules.DEFAULT_WINDOW}"
+    ]
+    (target,) = drift["targets"]
+    assert target["expr"] == drift_rules.js_divergence(
+        drift_rules.live_share(drift_rules.DEFAULT_WINDOW, board_panels.SELECTOR),
+        drift_rules.reference_share(board_panels.SELECTOR),
+    )
+    assert f"[{drift_rules.DEFAULT_WINDOW}]" in target["expr"]
+    steps = drift["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps[1:]] == sorted({drift_rules.ANSWER_JS, drift_rules.CHARS_JS})
+    assert drift["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"] == {"mode": "dashed"}
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "drift.yml").read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    for value in steps[1:]:
+        assert any(f"> {value['value']:g}" in expr for expr in alerts.values())
+    level = by_title["Low-confidence answers: share vs reference"]["targets"][2]["expr"]
+    assert level.endswith(f"+ {drift_rules.LOW_CONFIDENCE_RISE:g}")
+    assert f"> {drift_rules.LOW_CONFIDENCE_RISE:g}" in alerts["ErnieDeployConfidenceCollapse"]
+    shadow = by_title["Shadow candidate latency p95"]["targets"][0]["expr"]
+    assert shadow.startswith("histogram_quantile(0.95,") and "ernie_deploy_shadow_candidate_seconds_bucket" in shadow
+
+
+def test_every_panel_query_parses_as_promql(tmp_path):
+    """Every query, its variables filled in, checked by promtool's parser (as a recording rule), so a query the
+    integration tests cannot run (the shadow's, without a shadow) is still valid PromQL."""
+    from tests.test_prometheus import _promtool
+
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": board_panels.resolve(query.expr)}
+        for i, query in enumerate(q for spec in board_panels.panels() for q in spec.queries)
+    ]
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    assert f"SUCCESS: {len(rules)} rules found" in _promtool("check", "rules", "queries.yml", cwd=tmp_path)
 
 
 def test_a_panel_on_a_metric_triton_does_not_export_is_refused():
@@ -141,7 +200,17 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
     prom = _Prometheus(tmp_path, server.metrics_url.split("//")[1].split("/")[0])
     try:
         prom.wait_ready()
+        # One scrape before the requests: the share panels divide rates of the answers counted, which a counter
+        # first seen with the requests already in it would show as none.
+        assert not _wait_for(lambda: not prom.query('up{job="triton"} == 1')), prom.query("up")
         send()
+
+        def wanted_by(query) -> set:
+            """The (model, version) a query must draw: by its category, or those exporting what it needs (a model's
+            answers, its reference, a shadow)."""
+            if query.serves != board_panels.WATCHED:
+                return wanted[query.serves]
+            return {(r["metric"]["model"], r["metric"]["version"]) for r in prom.query(query.needs)}
 
         def missing() -> dict:
             gaps = {}
@@ -153,12 +222,14 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
                         for r in prom.query(board_panels.resolve(query.expr))
                     }
                     shown |= found
-                    if wanted[query.serves] - found:
-                        gaps[(spec.title, query.legend)] = sorted(wanted[query.serves] - found)
-                    if query.serves == board_panels.CACHED and found - wanted[board_panels.CACHED]:
-                        gaps[(spec.title, query.legend, "uncached")] = sorted(found - wanted[board_panels.CACHED])
-                # Every served model has a row in each panel but the cache's.
-                expected = wanted[board_panels.CACHED] if spec.queries[0].serves == board_panels.CACHED else served
+                    want = wanted_by(query)
+                    if want - found:
+                        gaps[(spec.title, query.legend)] = sorted(want - found)
+                    if query.serves in (board_panels.CACHED, board_panels.WATCHED) and found - want:
+                        gaps[(spec.title, query.legend, "not wanted")] = sorted(found - want)
+                # Every served model has a row in each panel but the cache's and those of series some models export.
+                first = spec.queries[0]
+                expected = served if first.serves in (board_panels.EVERY, board_panels.UNCACHED) else wanted_by(first)
                 if expected - shown:
                     gaps[spec.title] = sorted(expected - shown)
             return gaps
@@ -171,11 +242,11 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
             name
             for spec in board_panels.panels()
             for query in spec.queries
-            if wanted[query.serves]
+            if wanted_by(query)
             for name in board_panels.metric_names(query.expr)
         }
         assert used <= exported, f"not exported by Triton: {used - exported}"
-        assert used <= board_panels.TRITON_METRICS
+        assert used <= board_panels.KNOWN_METRICS
 
         job, instance, model, version = (query for _, _, query in board_panels.VARIABLES)
         assert _label_values(prom, job) == {"triton"}

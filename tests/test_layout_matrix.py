@@ -126,6 +126,68 @@ def test_stats_and_prometheus_report_each_stage(layout, io, matrix):
         assert found and sum(map(int, found)) >= len(TEXTS), f"{step}: no success series in {server.metrics_url}"
 
 
+def profile_counts(metrics_url: str, model: str, version: str = "1") -> dict[tuple[str, str], float]:
+    """(series, bucket) -> ernie_deploy_profile_total of `model` at `version` on the server's /metrics, with
+    ("texts", "") for ernie_deploy_texts_total."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    counts = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("model") != model or labels.get("version") != version:
+                continue
+            if sample.name == "ernie_deploy_profile_total":
+                counts[labels["series"], labels["bucket"]] = sample.value
+            elif sample.name == "ernie_deploy_texts_total":
+                counts["texts", ""] = sample.value
+    return counts
+
+
+def counted_since(metrics_url: str, model: str, before: dict, texts: int, timeout: float = 10.0) -> dict:
+    """The counts added since `before`, once the `texts` answered are all there (the step pushes once a second)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        now = profile_counts(metrics_url, model)
+        delta = {key: value - before.get(key, 0.0) for key, value in now.items() if value != before.get(key, 0.0)}
+        if delta.get(("texts", ""), 0) >= texts or time.monotonic() > deadline:
+            return delta
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("layout, io", CASES, ids=IDS)
+def test_what_each_layout_answers_is_counted_on_the_servers_metrics(layout, io, matrix):
+    """Every layout's answering step counts what it answered, per label and confidence bucket, and (where it sees the
+    texts: not a model step that answers from the graph) their lengths and how they were read, in either wire."""
+    from ernie_deploy.client.grpc_client import Client, decode_outputs
+    from ernie_deploy.core.profile import chars_bucket, confidence_bucket
+
+    server, _, _ = matrix
+    name, model = NAMES[layout, io], _model(layout, io)
+    before = profile_counts(server.metrics_url, name)
+    assert before, f"{name} exports no ernie_deploy_profile_total on {server.metrics_url}"
+    texts = [*TEXTS, "中国" * 300]  # the last one is cut to the model's length
+    with Client(model.task_spec, server.grpc_url, model=model) as client:
+        outputs = client.infer(texts)
+    answers = decode_outputs(model.task_spec, outputs)
+    delta = counted_since(server.metrics_url, name, before, len(texts))
+    assert delta.pop(("texts", "")) == len(texts)
+    expected: dict = {}
+    for label in answers:
+        expected["label", label] = expected.get(("label", label), 0) + 1
+    for confidence in outputs["confidence"].reshape(-1):
+        key = ("confidence", confidence_bucket(confidence))
+        expected[key] = expected.get(key, 0) + 1
+    if not LAYOUTS[layout].answers_in_graph:
+        for text in texts:
+            expected["chars", chars_bucket(len(text))] = expected.get(("chars", chars_bucket(len(text))), 0) + 1
+        expected["reading", "whole"], expected["reading", "cut"] = len(texts) - 1, 1
+    assert delta == expected
+
+
 @pytest.mark.parametrize("layout, io", CASES, ids=IDS)
 def test_rollout_and_rollback_under_load_lose_nothing(layout, io, matrix):
     from ernie_deploy.client.admin import RepositoryAdmin

@@ -1,6 +1,8 @@
 """The monitoring files in deploy/prometheus/, checked with Debian's Prometheus 2.42 and its promtool: the scrape
-configs and rules parse, each alert fires on the series that should fire it and stays quiet otherwise, and a real
-Prometheus scraping the real server sees every served model and version, with the names and labels the rules use.
+configs and rules parse, each alert fires on the series that should fire it and stays quiet otherwise, the drift
+rules are their generator's output (deployfiles/drift_rules.py), and a real Prometheus scraping the real server sees
+every served model and version, with the names and labels the rules use (tests/test_drift_served.py fires the drift
+alerts on the real server).
 
 `scripts/test.sh` fetches Prometheus first (`scripts/install_prometheus.sh`); run on their own, these tests skip
 with that fix when it is missing. Starting Prometheus is kept here: it is test plumbing, nothing in the package
@@ -22,7 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ernie_deploy.core import profile
 from ernie_deploy.core.paths import cache_dir
+from ernie_deploy.deployfiles import drift_rules
 from ernie_deploy.server.preflight import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,22 +52,36 @@ def _promtool(*args: str, cwd: Path = DEPLOY) -> str:
     return output
 
 
-def _alert_names() -> list[str]:
-    rules = yaml.safe_load((DEPLOY / "alerts.yml").read_text())
+def _alert_names(file: str = "alerts.yml") -> list[str]:
+    rules = yaml.safe_load((DEPLOY / file).read_text())
     return [rule["alert"] for group in rules["groups"] for rule in group["rules"] if "alert" in rule]
 
 
+def _fired(test_file: str) -> set[str]:
+    """The alerts a promtool unit-test file has a case expecting to fire."""
+    cases = yaml.safe_load((DEPLOY / test_file).read_text())["tests"]
+    return {check["alertname"] for case in cases for check in case["alert_rule_test"] if check.get("exp_alerts")}
+
+
 def test_shipped_config_and_rules_pass_promtool_check():
-    assert "SUCCESS" in _promtool("check", "config", "prometheus.yml")
+    checked = _promtool("check", "config", "prometheus.yml")
+    assert "SUCCESS: 2 rule files found" in checked and "SUCCESS: 9 rules found" in checked
     assert f"SUCCESS: {len(_alert_names())} rules found" in _promtool("check", "rules", "alerts.yml")
     assert len(_alert_names()) == 7
+    drift = yaml.safe_load((DEPLOY / "drift.yml").read_text())
+    count = sum(len(group["rules"]) for group in drift["groups"])
+    assert f"SUCCESS: {count} rules found" in _promtool("check", "rules", "drift.yml")
+    assert _alert_names("drift.yml") == [
+        "ErnieDeployAnswerDrift",
+        "ErnieDeployConfidenceCollapse",
+        "ErnieDeployTextLengthShift",
+    ]
 
 
 def test_alert_rule_unit_tests_pass_and_make_every_alert_fire():
     assert "SUCCESS" in _promtool("test", "rules", "alerts_test.yml")
     # An alert without a case that expects it to fire would pass promtool while proving nothing.
-    cases = yaml.safe_load((DEPLOY / "alerts_test.yml").read_text())["tests"]
-    fired = {check["alertname"] for case in cases for check in case["alert_rule_test"] if check.get("exp_alerts")}
+    fired = _fired("alerts_test.yml")
     assert set(_alert_names()) <= fired, f"alerts never shown firing: {set(_alert_names()) - fired}"
 
 
@@ -79,6 +97,84 @@ def test_alert_rule_unit_tests_fail_when_a_threshold_moves(tmp_path):
     )
     assert result.returncode != 0
     assert "TritonQueueTimeHigh" in result.stdout + result.stderr
+
+
+def test_drift_rule_unit_tests_pass_and_make_every_drift_alert_fire():
+    assert "SUCCESS" in _promtool("test", "rules", "drift_test.yml")
+    fired = _fired("drift_test.yml")
+    assert set(_alert_names("drift.yml")) <= fired, (
+        f"alerts never shown firing: {set(_alert_names('drift.yml')) - fired}"
+    )
+    # Each alert also has a check that it stays quiet (the stream matching its reference, too few texts).
+    cases = yaml.safe_load((DEPLOY / "drift_test.yml").read_text())["tests"]
+    quiet = {c["alertname"] for case in cases for c in case["alert_rule_test"] if c.get("exp_alerts") == []}
+    assert set(_alert_names("drift.yml")) <= quiet
+
+
+def test_the_shipped_drift_rules_are_the_generators_output():
+    assert (DEPLOY / "drift.yml").read_text(encoding="utf-8") == drift_rules.render(), (
+        "deploy/prometheus/drift.yml is out of date or edited by hand: "
+        "run `python -m ernie_deploy.deployfiles.drift_rules`"
+    )
+    shipped = yaml.safe_load((DEPLOY / "drift.yml").read_text())
+    assert shipped == drift_rules.drift_rules()
+    recorded = [rule.get("record") for group in shipped["groups"] for rule in group["rules"]]
+    assert {"ernie_deploy:profile_share:30m", "ernie_deploy:drift_js:30m", "ernie_deploy:texts:30m"} <= set(recorded)
+    # The rules read the series the serving side exports, by the names it uses.
+    text = (DEPLOY / "drift.yml").read_text()
+    for metric in (profile.PROFILE_METRIC, profile.TEXTS_METRIC, profile.REFERENCE_METRIC):
+        assert metric in text
+    # Another window renames the recorded series, so a dashboard or rule on one window never reads another's.
+    short = drift_rules.drift_rules(window="30s", alert_for="0s", min_texts=50)
+    assert "ernie_deploy:drift_js:30s" in str(short) and "30m" not in str(short) and ">= 50" in str(short)
+
+
+def test_every_drift_alert_points_at_its_runbook_section():
+    operations = (ROOT / "docs" / "OPERATIONS.md").read_text(encoding="utf-8")
+    rules = yaml.safe_load((DEPLOY / "drift.yml").read_text())
+    for rule in (r for g in rules["groups"] for r in g["rules"] if "alert" in r):
+        page, anchor = rule["annotations"]["runbook"].split("#")
+        assert page == "docs/OPERATIONS.md" and f'<a id="{anchor}"></a>' in operations, rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_the_drift_writer_refuses_bad_options_and_writes_its_options(tmp_path, capsys):
+    from ernie_deploy.core.errors import BadOptionsError
+
+    for bad, message in (
+        ({"window": "half an hour"}, "--window"),
+        ({"alert_for": "10"}, "--for"),
+        ({"min_texts": 0}, "--min-texts"),
+    ):
+        with pytest.raises(BadOptionsError, match=message):
+            drift_rules.drift_rules(**bad)
+    out = tmp_path / "rules" / "drift.yml"
+    assert drift_rules.main(["--out", str(out), "--window", "2h", "--for", "20m", "--min-texts", "500"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text()) == drift_rules.drift_rules("2h", "20m", 500)
+    assert "SUCCESS: 9 rules found" in _promtool("check", "rules", str(out))
+
+
+@pytest.mark.parametrize(
+    ("moved", "alert"),
+    [
+        ({"answer_js": 0.9}, "ErnieDeployAnswerDrift"),
+        ({"low_confidence_rise": 0.5}, "ErnieDeployConfidenceCollapse"),
+        ({"chars_js": 0.9}, "ErnieDeployTextLengthShift"),
+        ({"min_texts": 1000}, "ErnieDeployAnswerDrift"),
+    ],
+)
+def test_drift_rule_unit_tests_fail_when_a_threshold_moves(tmp_path, moved, alert):
+    """The unit tests can fail: with a threshold out of reach, the case expecting that alert fails."""
+    rules = drift_rules.drift_rules(**moved)
+    assert rules != drift_rules.drift_rules()
+    (tmp_path / "drift.yml").write_text(yaml.safe_dump(rules))
+    shutil.copy(DEPLOY / "drift_test.yml", tmp_path)
+    result = subprocess.run(
+        [_tool("promtool"), "test", "rules", "drift_test.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert alert in result.stdout + result.stderr
 
 
 def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path):
@@ -122,7 +218,7 @@ def test_kubernetes_variant_matches_the_manifests_and_the_local_config(tmp_path)
     for one, target in ((job, "127.0.0.1:8002"), (gateway, "127.0.0.1:8080")):
         del one["kubernetes_sd_configs"]
         one["static_configs"] = [{"targets": [target]}]
-    k8s["rule_files"] = [str(DEPLOY / "alerts.yml")]
+    k8s["rule_files"] = [str(DEPLOY / name) for name in k8s["rule_files"]]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(k8s))
     assert "SUCCESS" in _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
 
@@ -140,10 +236,12 @@ def _get(url: str, headers: dict | None = None, body: dict | None = None, timeou
 class _Prometheus:
     """A Prometheus process on 127.0.0.1 with the shipped config, its target and intervals replaced."""
 
-    def __init__(self, work: Path, target: str, interval: str = "1s"):
+    def __init__(self, work: Path, target: str, interval: str = "1s", rule_files: list[Path] | None = None):
+        """rule_files: the rules it loads (default: those of the shipped config, beside it)."""
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
         config["global"].update(scrape_interval=interval, evaluation_interval=interval)
-        config["rule_files"] = [str(DEPLOY / "alerts.yml")]
+        shipped = [DEPLOY / name for name in config["rule_files"]]
+        config["rule_files"] = [str(path) for path in (shipped if rule_files is None else rule_files)]
         config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
         (work / "prometheus.yml").write_text(yaml.safe_dump(config))
         (port,) = free_ports(1)
@@ -278,7 +376,7 @@ def test_real_prometheus_sees_every_served_model_and_version(server, tmp_path):
         # Every rule evaluates on real data, and the alerts that mean "broken" are quiet on this healthy server.
         def unhealthy() -> list:
             rules = {r["name"]: r["health"] for g in prom.api("rules")["groups"] for r in g["rules"]}
-            return [name for name in _alert_names() if rules.get(name) != "ok"]
+            return [name for name in _alert_names() + _alert_names("drift.yml") if rules.get(name) != "ok"]
 
         assert not _wait_for(unhealthy), prom.api("rules")
         active = {a["labels"]["alertname"] for a in prom.api("alerts")["alerts"]}

@@ -104,7 +104,15 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
         TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", long_text="head")
     )
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
-    assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths"}
+    # With the answers watched (the default) it also reads whether the text was cut; without, only what it decodes.
+    assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths", "truncated"}
+    unwatched = task_configs(
+        TOKEN,
+        tiny_token_pipeline.onnx,
+        BuildOptions(runtime="python", layout="ensemble", long_text="head", monitor=False),
+    )[2]
+    assert {i.name for i in unwatched.input} == {LOGITS, "text", "offsets", "lengths"}
+    assert "monitor" in post.parameters and "monitor" not in unwatched.parameters
     assert [o.name for o in post.output] == ["entities"]
     assert [(o.name, o.data_type) for o in ensemble.output] == [
         ("entities", mc.TYPE_STRING),

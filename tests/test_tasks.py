@@ -37,6 +37,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ernie_deploy"
 TABLES = {
     "serving/postprocess_steps.py:_STEPS": (postprocess_steps._STEPS, lambda k: k.postprocess),
     "serving/postprocess_steps.py:_FORMATS": (postprocess_steps._FORMATS, lambda k: k.postprocess),
+    "serving/postprocess_steps.py:WATCHES": (postprocess_steps.WATCHES, lambda k: k.name),
     "client/wire.py:READERS": (READERS, lambda k: k.name),
     "client/grpc_client.py:DECODERS": (DECODERS, lambda k: k.name),
     "gateway/app.py:KIND_JSON": (KIND_JSON, lambda k: k.name),

@@ -19,6 +19,7 @@ from ernie_deploy.repository.options import (
     SPIN_MODES,
     BuildOptions,
 )
+from ernie_deploy.repository.reference import REFERENCE_TEXTS
 from ernie_deploy.serving.entities import DECODINGS
 from ernie_deploy.serving.limits import CUT, WINDOWS
 
@@ -70,6 +71,14 @@ def _model_arguments(p) -> None:
         "--thresholds",
         help="a multi-label model's per-label thresholds ({label: threshold} JSON, every label, each in [0, 1]) "
         "instead of the ones `convert` chose on the dev split; with exactly one model",
+    )
+    p.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="the texts the model's reference profile is recorded on, like those it will serve (what its live "
+        "answers are compared with for drift): one text per line, UTF-8 (a pair model's as text<TAB>text_pair), or a "
+        f".tsv / .jsonl split file; at most {REFERENCE_TEXTS:,} texts; with exactly one model (default: the model's "
+        "dev split where `fetch-data` prepared it, else none)",
     )
     add_repository(p, "the repository to add the models to")
     p.add_argument("--static", help="default: artifacts/static/<model or task>")
@@ -193,6 +202,15 @@ def _layout_arguments(p) -> None:
         default=None,
         help="the classic fixed-shape layout, as a benchmark baseline: pad every text to max_seq_len, "
         "no dynamic batching, one instance",
+    )
+    p.add_argument(
+        "--no-monitor",
+        dest="monitor",
+        action="store_false",
+        default=None,
+        help="do not count what the model answers (by default the step that answers exports answers per label or "
+        "entity type, confidence, text length and how texts were read on the server's /metrics; "
+        "docs/OPERATIONS.md)",
     )
     p.add_argument(
         "--cache",

@@ -78,6 +78,10 @@ class ModelSpec:
     # The build options the served model was built with, beyond the fields above (runtime, instances, batching...).
     serving: dict[str, Any] = field(default_factory=dict)
     tokenizer_sha256: str | None = None  # the fingerprint of the tokenizer step that serves it
+    # What the model answered at build on texts like those it will serve (repository.reference): {"source": "dev
+    # split" or the --reference file's name, "texts": N, "shares": {series: {bucket: share}}}, the baseline its live
+    # answers are compared with (core.profile); None: none was recorded (no texts, or `build --no-monitor`).
+    reference: dict | None = None
 
     def __post_init__(self):
         check_model_name(self.name)

@@ -1,6 +1,8 @@
 """The Grafana dashboard for ernie-deploy's Triton servers (`ernie-deploy dashboard`): per model and version, requests,
-failures and refusals, latency p50 and p99 end to end and per step, queue time, compute input/infer/output, and the
-response cache's hits and misses, read from the Prometheus job that deploy/prometheus/ scrapes.
+failures and refusals, latency p50 and p99 end to end and per step, queue time, compute input/infer/output, the
+response cache's hits and misses, what the models answer (label shares, low confidence and text lengths against the
+reference, drift) and a shadowed candidate's agreement, failures and latency, read from the Prometheus job that
+deploy/prometheus/ scrapes.
 
 The panels are data (dashboard_panels.py); dashboard() turns them into Grafana's dashboard JSON with Grafana's
 foundation SDK (grafana-foundation-sdk, in the dev extra, imported only when a dashboard is built). The committed
@@ -19,7 +21,14 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.deployfiles.dashboard_panels import ROWS, TRITON_METRICS, VARIABLES, panels, unknown_metrics
+from ernie_deploy.deployfiles.dashboard_panels import (
+    ROWS,
+    SERVED_METRICS,
+    TRITON_METRICS,
+    VARIABLES,
+    panels,
+    unknown_metrics,
+)
 
 DEFAULT_TITLE = "ernie-deploy: Triton models"
 DEFAULT_UID = "ernie-deploy-triton"
@@ -48,9 +57,10 @@ def _check(title: str, uid: str, datasource: str | None, rows) -> None:
     if unknown:
         listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
         raise ErnieDeployError(
-            f"panels query metrics that Triton 2.51 does not export ({listed})",
+            f"panels query metrics that neither Triton 2.51 nor ernie-deploy's steps export ({listed})",
             "use the names Triton exports (ernie_deploy.deployfiles.dashboard_panels.TRITON_METRICS, read from a live "
-            f"server's metrics port): {', '.join(sorted(TRITON_METRICS))}",
+            f"server's metrics port): {', '.join(sorted(TRITON_METRICS))}; or ernie-deploy's own "
+            f"(SERVED_METRICS): {', '.join(sorted(SERVED_METRICS))}",
         )
 
 
@@ -87,7 +97,10 @@ def dashboard(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: st
     board = (
         builders.Dashboard(title)
         .uid(uid)
-        .description("Triton serving ernie-deploy's models, per model and version, from Prometheus (job triton).")
+        .description(
+            "Triton serving ernie-deploy's models, per model and version, from Prometheus (job triton): traffic, "
+            "latency, the response cache, what the models answer against their reference, and shadowed candidates."
+        )
         .tags(["ernie-deploy", "triton"])
         .time("now-1h", "now")
         .refresh("30s")
@@ -140,6 +153,16 @@ def dashboard(title: str = DEFAULT_TITLE, uid: str = DEFAULT_UID, datasource: st
                     .sort(common_models.SortOrder.DESCENDING)
                 )
             )
+            if spec.max is not None:
+                panel = panel.max(spec.max)
+            if spec.thresholds:  # an alert's threshold, dashed across the panel
+                steps = [models.Threshold(value=None, color="green")]
+                steps += [models.Threshold(value=value, color="red") for value in spec.thresholds]
+                panel = panel.thresholds(
+                    builders.ThresholdsConfig().mode(models.ThresholdsMode.ABSOLUTE).steps(steps)
+                ).thresholds_style(
+                    common.GraphThresholdsStyleConfig().mode(common_models.GraphThresholdsStyleMode.DASHED)
+                )
             for ref, query in zip(string.ascii_uppercase, spec.queries, strict=False):
                 panel = panel.with_target(
                     prometheus.Dataquery().ref_id(ref).datasource(source).expr(query.expr).legend_format(query.legend)

@@ -185,7 +185,22 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptio
         inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in ("text_offsets", "text_lengths", "window_starts"))]
         outputs = [o for o in model.task_spec.outputs if o.name not in set(tokenized) - {"truncated"}]
         params["long_text"] = "window"
+    if options.monitor:
+        # It counts what it answers (serving.watch), which needs each text (its length) and whether it was cut: the
+        # ensemble hands it the request's texts and the tokenizer's `truncated` where it does not say so itself.
+        params.update(watch_parameters(model))
+        have = {t.name for t in (*inputs, *outputs)}
+        truncated = next(t for t in TOKENIZER_OUTPUTS if t.name == "truncated")
+        inputs += [t for t in (*model.task_spec.inputs, truncated) if t.name not in have]
     return base_config(model.postprocess_step, inputs, outputs, options, backend="python", params=params)
+
+
+def watch_parameters(model: ModelSpec) -> dict[str, str]:
+    """What the step that answers needs to watch its answers: the model its series are labelled with, and its task
+    (the kind's part of the watch, and the wire a shadowed candidate is asked in)."""
+    from ernie_deploy.serving.watch import MONITOR_PARAMETER, WATCHED_TASK_PARAMETER
+
+    return {MONITOR_PARAMETER: model.name, WATCHED_TASK_PARAMETER: model.task}
 
 
 def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:

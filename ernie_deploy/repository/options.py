@@ -90,6 +90,12 @@ class BuildOptions:
     # pipeline's tensors (`INPUT`; `label` ids and `confidence`, or `OUTPUT`), so that its clients run unchanged.
     # None: what the model's record says (a new version: its model's), else ernie-deploy's own.
     io: str | None = None
+    # What the model answers, counted by the step that answers and exported on the server's /metrics with the
+    # reference profile beside it (serving.watch; docs/OPERATIONS.md). `--no-monitor` leaves it out.
+    monitor: bool = True
+    # The texts the reference profile is recorded on (repository.reference: one text per line, a pair model's
+    # `text<TAB>text_pair`, or a .tsv / .jsonl split file); None: the model's dev split where the build finds it.
+    reference: str | None = None
 
     @property
     def batching(self) -> bool:
@@ -140,6 +146,12 @@ def check_options(options: BuildOptions) -> None:
             "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
         )
     _check_limits(options)
+    if options.reference is not None and not options.monitor:
+        raise BadOptionsError(
+            "--reference gives the texts of the reference profile a monitored model is compared with; --no-monitor "
+            "builds the model unmonitored, with no reference",
+            "drop --no-monitor, or drop --reference",
+        )
     if options.ner_decoding is not None:
         from ernie_deploy.serving.entities import check_decoding
 

@@ -57,14 +57,19 @@ class PipelineStep(Step):
 
     def check(self, inputs):
         inputs = {name: inputs.get(w) for name, w in self.wire_inputs.items()}
-        return self.tokenizer.check_request(inputs, set(self.inputs)), inputs["text"]
+        return self.tokenizer.check_request(inputs, set(self.inputs)), inputs
 
     def run(self, items, requested=None):
         tokens = self.tokenizer.run([texts for texts, _ in items], self.tokens)
         logits = self.model.run([tuple(t[name] for name in self.inputs) for t in tokens])
-        post_items = [self.post.check({**t, **out, "text": text}) for t, out, (_, text) in zip(tokens, logits, items)]
+        # The postprocess sees what it would in the ensemble: the tokenizer's tensors, the logits and the request's
+        # texts (its watch counts their lengths and how they were read).
+        post_items = [self.post.check({**t, **out, **texts}) for t, out, (_, texts) in zip(tokens, logits, items)]
         # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
         return [
             {name: {**t, **out}[own] for name, own in self.outputs.items()}
             for t, out in zip(tokens, self.post.run(post_items))
         ]
+
+    def close(self) -> None:
+        self.post.close()

@@ -86,6 +86,9 @@ class Step:
                 "check the request's tensors against the model's config",
             )
 
+    def close(self) -> None:
+        """Called when Triton unloads the model: a step that holds threads or counts ends them here."""
+
     def __call__(self, inputs: dict[str, np.ndarray], requested: set[str] | None = None) -> dict[str, np.ndarray]:
         """One request, as a plain function (tests, offline use)."""
         result = self.run_requests([inputs], requested)[0]

@@ -53,3 +53,8 @@ class StepModel:
                 tensors = [pb.Tensor(name, result[name]) for name in self.outputs if name in names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
         return responses
+
+    def finalize(self) -> None:
+        impl = getattr(self, "impl", None)
+        if impl is not None:
+            impl.close()

@@ -25,6 +25,9 @@ class WireAnswers(Step):
     def check(self, inputs):
         return self.step.check(inputs)
 
+    def close(self) -> None:
+        self.step.close()
+
     def run(self, items, requested=None):
         results = self.step.run(items, requested)
         return [r if isinstance(r, ErnieDeployError) else self._format(r) for r in results]

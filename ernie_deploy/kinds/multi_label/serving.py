@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+from ernie_deploy.serving.watch import KindWatch
 
 
 class MultiLabelPostprocess(Step):
@@ -53,5 +55,18 @@ POSTPROCESS = MultiLabelPostprocess
 PADDLENLP_FORMATS: dict = {}
 
 
-# A set of labels per text has no PaddleNLP wire (core.io refuses it): nothing to write otherwise.
-PADDLENLP_FORMATS: dict = {}
+def _answers(outputs: dict, labels: list[str]) -> list[frozenset[str]]:
+    return [
+        frozenset(item["label"] for item in json.loads(bytes(raw))) for raw in np.asarray(outputs["labels"]).reshape(-1)
+    ]
+
+
+def _profile(answer: frozenset[str]) -> list[tuple[str, str]]:
+    return [*((LABEL, label) for label in sorted(answer)), (LABELS_PER_TEXT, count_bucket(len(answer)))]
+
+
+# What a set of labels is to the watch (serving.watch): two answers agree on the whole set. No flip table: its rows
+# would be label sets, up to 2^labels of them, and a series per pair of sets has no bound.
+WATCH = KindWatch(
+    series=(LABEL, LABELS_PER_TEXT), needs=("labels",), read=_answers, profile=_profile, key=lambda answer: answer
+)

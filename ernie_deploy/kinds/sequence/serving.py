@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.profile import CONFIDENCE, LABEL, confidence_bucket
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+from ernie_deploy.serving.watch import KindWatch
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -53,5 +55,25 @@ POSTPROCESS = SeqClsPostprocess
 PADDLENLP_FORMATS: dict = {}
 
 
-# Under PaddleNLP's wire a label per text is renamed only (Kind.paddlenlp_outputs): nothing is written otherwise.
-PADDLENLP_FORMATS: dict = {}
+def _answers(outputs: dict, labels: list[str]) -> list[tuple[str, float]]:
+    ids = np.asarray(outputs["label_id"]).reshape(-1)
+    confidence = np.asarray(outputs.get("confidence", np.full(len(ids), np.nan))).reshape(-1)
+    return [(labels[i] if 0 <= i < len(labels) else str(i), float(c)) for i, c in zip(ids.tolist(), confidence)]
+
+
+def _profile(answer: tuple[str, float]) -> list[tuple[str, str]]:
+    label, confidence = answer
+    return (
+        [(LABEL, label)] if confidence != confidence else [(LABEL, label), (CONFIDENCE, confidence_bucket(confidence))]
+    )
+
+
+# What a label per text is to the watch (serving.watch): its label and top confidence; two answers agree on the label.
+WATCH = KindWatch(
+    series=(LABEL, CONFIDENCE),
+    needs=("label_id", "confidence"),
+    read=_answers,
+    profile=_profile,
+    key=lambda answer: answer[0],
+    flip=lambda answer: answer[0],
+)

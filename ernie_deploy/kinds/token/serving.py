@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
+from ernie_deploy.core.profile import ENTITIES_PER_TEXT, ENTITY_TYPE, count_bucket
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.serving.step import Step, parameter, read_labels
 from ernie_deploy.serving.texts import decode_texts
+from ernie_deploy.serving.watch import KindWatch
 
 
 class TokenClsPostprocess(Step):
@@ -125,3 +127,34 @@ def paddlenlp_entities(item: bytes) -> bytes:
 
 # The outputs this kind writes otherwise under PaddleNLP's wire (Kind.paddlenlp_formats): one element in, one out.
 PADDLENLP_FORMATS = {"entities": paddlenlp_entities}
+
+
+def _answers(outputs: dict, labels: list[str]) -> list[tuple[tuple[str, int, int], ...]]:
+    """Each text's entities as (type, start, end) with `end` exclusive, from the native JSON or PaddleNLP's
+    (`pos` [start, end] with `end` inclusive, `label`), so the two wires' answers compare."""
+    import json
+
+    out = []
+    for raw in np.asarray(outputs["entities"]).reshape(-1):
+        spans = json.loads(bytes(raw))
+        out.append(
+            tuple(
+                (e["label"], int(e["pos"][0]), int(e["pos"][1]) + 1)
+                if "pos" in e
+                else (e["type"], e["start"], e["end"])
+                for e in spans
+            )
+        )
+    return out
+
+
+def _profile(answer) -> list[tuple[str, str]]:
+    return [*((ENTITY_TYPE, kind) for kind, _, _ in answer), (ENTITIES_PER_TEXT, count_bucket(len(answer)))]
+
+
+# What a text's entities are to the watch (serving.watch): two answers agree on the whole list of spans and types. A
+# decoded entity carries no probability (constrained decoding picks a path, not a score), so there is no confidence
+# series, and no flip table: a text's answer is a list, not a label.
+WATCH = KindWatch(
+    series=(ENTITY_TYPE, ENTITIES_PER_TEXT), needs=("entities",), read=_answers, profile=_profile, key=lambda a: a
+)

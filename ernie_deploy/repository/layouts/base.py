@@ -165,6 +165,12 @@ class Layout:
         """Each of FILES -> the Triton model whose version folder holds it."""
         raise NotImplementedError
 
+    def answering(self, model: ModelSpec, tokenizer: str) -> str:
+        """The Triton model whose step writes the model's answers: the one beside labels.json in every layout. It
+        holds the reference profile (reference.json), exports what the model answers and, during a shadow, mirrors
+        requests to the candidate (serving/watch.py)."""
+        return self.homes(model, tokenizer)["labels"]
+
     def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str) -> dict[str, str]:
         """Triton model -> the serving step (a key of ernie_deploy.serving.steps.STEPS) its model.py runs."""
         raise NotImplementedError

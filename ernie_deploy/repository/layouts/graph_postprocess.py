@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.repository.configs import watch_parameters
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.options import BuildOptions
 
@@ -35,6 +36,11 @@ class GraphPostprocess(Layout):
         # The model step answers what the postprocess would: its outputs are the appended graph's.
         _, outputs = model_signature(postprocess_graph(parts.model, parts.onnx), parts.onnx)
         steps = [parts.tokenizer(), parts.model_step(outputs)]
+        if parts.options.monitor and parts.options.runtime == "python":
+            # The model step answers, so it is the one that watches the answers (serving.watch). On the ORT backend
+            # no python step sees an answer: docs/OPERATIONS.md says what is exported there.
+            for key, value in watch_parameters(parts.model).items():
+                steps[1].parameters[key].string_value = value
         return [*steps, parts.ensemble(steps, self.name)]
 
     def homes(self, model: ModelSpec, tokenizer: str):
