@@ -9,6 +9,7 @@ measurement, which exclude each other:
     cache       the response cache on repeated, half-repeated and unique texts (cache.json)
     input-cost  one text's time and server memory by its length, up to each limit and past it (input_cost.json)
     gateway     the HTTP gateway against direct gRPC, and its SimpleServing route against SimpleServing (gateway.json)
+    monitoring  the classifier watched (its answers counted on /metrics) against `build --no-monitor` (monitoring.json)
     render      BENCHMARKS.md and the plots rewritten from a results file, nothing measured
     long-texts  NER on documents longer than the model's window: cut and in windows, scored and timed
 
@@ -31,7 +32,7 @@ from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import TASKS
 
 PROG = "python -m benchmarks"
-MODES = ("run", "levers", "overload", "cache", "input-cost", "gateway", "render", "long-texts")
+MODES = ("run", "levers", "overload", "cache", "input-cost", "gateway", "monitoring", "render", "long-texts")
 # The flags that chose a mode before the modes were subcommands -> the subcommand.
 MODE_FLAGS = {
     "--levers": "levers",
@@ -141,6 +142,24 @@ def _add_measurements(sub) -> None:
     p.add_argument("--no-peer", action="store_true", help="leave out SimpleServing itself")
     _add_out(p, "gateway.json")
     p.set_defaults(func=_gateway)
+    p = sub.add_parser(
+        "monitoring",
+        help="the classifier watched (what it answers counted on /metrics: build's default) against the same model "
+        "built with --no-monitor, on one server: c1 latency, c8 throughput, the scrape's size, the watch timed in "
+        "process; writes monitoring.json",
+    )
+    add_arguments(p, sorted(TASKS))
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating (default %(default)s)")
+    p.add_argument(
+        "--layout",
+        action="append",
+        choices=("default", "ensemble"),
+        help="measure this layout (repeatable; default: both; `default` is what build picks, fused on the python "
+        "runtime)",
+    )
+    p.add_argument("--no-in-process", action="store_true", help="skip timing the watch in this process")
+    _add_out(p, "monitoring.json")
+    p.set_defaults(func=_monitoring)
 
 
 def _add_render(sub) -> None:
@@ -291,6 +310,23 @@ def _gateway(args) -> None:
     duration = 1.0 if args.smoke else config.duration_s
     run_gateway(
         inputs_from_args(args, config), _out(args), rounds=rounds, duration_s=duration, warmup_s=config.warmup_s
+    )
+
+
+def _monitoring(args) -> None:
+    from benchmarks.monitoring import LAYOUTS, run_monitoring
+
+    if not args.task and not args.model:  # it measures the classifier: the other demo models are not read
+        args.task = ["seq_cls"]
+    config = research_config(args)
+    run_monitoring(
+        inputs_from_args(args, config),
+        _out(args),
+        layouts=tuple(dict.fromkeys(args.layout or LAYOUTS)),
+        rounds=1 if args.smoke else args.rounds,
+        duration_s=1.0 if args.smoke else config.duration_s,
+        warmup_s=config.warmup_s,
+        in_process=not args.no_in_process,
     )
 
 

@@ -24,7 +24,8 @@ ALLOWED = {
     "fetch": {"core"},
     "train": {"core", "serving", "fetch"},
     "export": {"core", "serving", "fetch"},
-    "repository": {"core", "serving"},
+    # fetch: the reference profile `build` records is counted on the model's dev split or a split file it names
+    "repository": {"core", "serving", "fetch"},
     "server": {"core"},
     "deployfiles": {"core", "server"},
     "client": {"core", "serving"},

@@ -293,7 +293,13 @@ def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_toke
     assert list(fused.input) == list(ensemble.input) and list(fused.output) == list(ensemble.output)
     assert {"tokenizer_file", "model_file", "labels_file", "pad_token_id"} <= set(fused.parameters)
     version = tmp_path / TOKEN.name / "1"
-    assert sorted(p.name for p in version.iterdir()) == ["labels.json", "model.onnx", "model.py", "tokenizer.json"]
+    assert sorted(p.name for p in version.iterdir()) == [
+        "labels.json",
+        "model.onnx",
+        "model.py",
+        "reference.json",
+        "tokenizer.json",
+    ]
     assert 'step = "pipeline"' in (version / "model.py").read_text()
     with pytest.raises(ErnieDeployError, match="--runtime python"):
         task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(layout="fused", runtime="onnxruntime"))

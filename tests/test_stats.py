@@ -4,6 +4,7 @@ what the server serves (asked from the server, whatever folder the tool runs in)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -123,10 +124,13 @@ def test_counts_are_the_traffic_between_two_snapshots(tiny_server):
 def test_cli_prints_and_writes_the_table(tiny_server, tmp_path, capsys, no_key):
     server, repo = tiny_server
     out = tmp_path / "stats.json"
-    argv = ["--repository", str(repo), "--model", "ernie_seqcls"]
+    argv = ["--repository", str(repo), "--metrics-url", server.metrics_url, "--model", "ernie_seqcls"]
     code, printed, _ = _stats(capsys, server, *argv, "--interval", "0.2", "--json", str(out))
     assert code == 0
+    # --model shows that model alone, its answers too
     assert printed.startswith("ernie_seqcls: 0 requests") and "fused" not in printed
+    # (the texts an earlier test sent may land in the interval: a step pushes its counts once a second)
+    assert "answers over the interval" in printed and "ernie_seqcls v1: " in printed and "news v" not in printed
     assert json.loads(out.read_text())["ernie_seqcls"]["steps"]["ernie_tokenizer"]["requests"] == 0
     code, _, err = _stats(capsys, server, *argv[:-1], "nope")
     assert code == 2 and "nope: not a model" in err and "use one of: ernie_seqcls, fused, news" in err
@@ -321,3 +325,105 @@ def test_a_url_that_is_not_tritons_api_is_refused_by_name(answer, problem, capsy
         httpd.shutdown()
     err = capsys.readouterr().err
     assert problem in err and "not Triton's HTTP API" in err and "Traceback" not in err
+
+
+def test_stats_shows_what_each_model_answered_beside_its_reference(repository, tmp_path, capsys, no_key):
+    """The demo models on a real server, the classifier's answering step given a reference profile (reference.json
+    beside its labels.json, the file `build` writes): texts sent show in `stats` as counts per bucket, live shares
+    beside the reference's and a drift per series; the token model, with no reference, says how to make one; a
+    metrics URL where nothing listens is said, with the times table still shown."""
+    from ernie_deploy.client.answers import NO_REFERENCE, js_divergence, scrape
+    from ernie_deploy.core.profile import CHAR_BUCKETS, CONFIDENCE_BUCKETS, READINGS, chars_bucket
+    from ernie_deploy.core.tasks import TOKEN_CLS
+    from ernie_deploy.server.process import TritonServer
+
+    seq, tok = DEMO_MODELS[SEQ_CLS.name], DEMO_MODELS[TOKEN_CLS.name]
+    repo = tmp_path / "models"
+    shutil.copytree(repository, repo, copy_function=os.link)  # the server's files, its folders of our own
+    for labels_file in repo.glob(f"{seq}*/*/labels.json"):
+        reference = labels_file.parent / "reference.json"
+        reference.unlink(missing_ok=True)  # a copy to write, not the shared file
+        labels = json.loads(labels_file.read_text(encoding="utf-8"))
+        shares = {
+            "label": {label: (1.0 if i == 0 else 0.0) for i, label in enumerate(labels)},
+            "confidence": {b: (1.0 if b == "0.95-1" else 0.0) for b in CONFIDENCE_BUCKETS},
+            "chars": {b: (1.0 if b == "1-16" else 0.0) for b in CHAR_BUCKETS},
+            "reading": {b: (1.0 if b == "whole" else 0.0) for b in READINGS},
+        }
+        reference.write_text(json.dumps({"source": "test", "texts": 10, "shares": shares}), encoding="utf-8")
+    for reference in repo.glob(f"{tok}*/*/reference.json"):
+        reference.unlink()  # the token model serves without one, whatever the build made
+    texts = ["国足公布世预赛名单", "股市大涨", "央行宣布下调存款准备金率", "新款手机发布会今日举行"]
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
+        url = server.metrics_url
+        before = {v.version: v.texts for v in scrape(url).of(seq)}  # a model's warm-up may count: read what was
+        with Client(SEQ_CLS, server.grpc_url) as client:
+            for _ in range(3):
+                client.infer(texts)
+        deadline = time.monotonic() + 15  # the step pushes its counts once a second
+        while sum(v.texts - before.get(v.version, 0) for v in scrape(url).of(seq)) < 3 * len(texts):
+            assert time.monotonic() < deadline, f"{seq}'s answers never showed on {url}"
+            time.sleep(0.2)
+        out = tmp_path / "stats.json"
+        argv = ["--repository", str(repo), "--metrics-url", url, "--json", str(out)]
+        code, printed, err = _stats(capsys, server, *argv)
+        assert code == 0, err
+        (answers,) = scrape(url).of(seq)
+        version = answers.version
+        sent = int(answers.texts)
+        assert f"{seq} v{version}: {sent} texts" in printed and sent >= 3 * len(texts)
+        block = printed.split(f"{seq} v{version}:", 1)[1].split("\n\n", 1)[0]
+        assert NO_REFERENCE not in block
+        assert f"label {answers.drift('label'):.3f}" in block and "  label (drift " in block
+        # Every text is 1-16 characters, as in the reference: chars does not drift; the label may.
+        lengths = {chars_bucket(len(t)) for t in texts}
+        assert lengths == {"1-16"} and "chars 0.000" in block
+        rows = {line.split()[0]: line.split()[1:] for line in block.splitlines() if line.startswith("    ")}
+        assert rows["1-16"] == [str(sent), "100.0%", "100.0%"]
+        assert rows["whole"] == [str(sent), "100.0%", "100.0%"]
+        first = json.loads((next(repo.glob(f"{seq}*/{version}/labels.json"))).read_text(encoding="utf-8"))[0]
+        assert rows[first][-1] == "100.0%"  # the reference's one label, beside its live share
+        live = answers.live["label"]
+        assert sum(live.values()) == sent and answers.drift("label") == pytest.approx(js_divergence(live, {first: 1.0}))
+        # The token model answers nothing here and has no reference.
+        assert f"{tok} v" in printed and NO_REFERENCE in printed.split(f"{tok} v", 1)[1]
+        numbers = json.loads(out.read_text())
+        mine = numbers[seq]["answers"]
+        assert mine["monitoring"] is True and mine["metrics_url"] == url
+        assert mine["versions"][version]["texts"] == sent
+        assert mine["versions"][version]["series"]["chars"]["buckets"]["1-16"] == {
+            "count": sent,
+            "share": 1.0,
+            "reference": 1.0,
+        }
+        assert numbers[tok]["answers"]["versions"]["1"]["reference"] is False
+
+        # No metrics where it points: said after the times, which still show; exit 0.
+        code, printed, _ = _stats(capsys, server, "--repository", str(repo), "--metrics-url", "127.0.0.1:9")
+        assert code == 0 and printed.startswith(f"{seq}: ")
+        assert "answers: not read: could not read the server's metrics at http://127.0.0.1:9" in printed
+
+        # Another server's metrics (none of this server's models there) are not taken for this one's.
+        import http.server
+
+        body = b'# TYPE nv_inference_request_success counter\nnv_inference_request_success{model="x",version="1"} 1\n'
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            elsewhere = f"http://127.0.0.1:{other.server_port}/metrics"
+            code, printed, _ = _stats(capsys, server, "--repository", str(repo), "--metrics-url", elsewhere)
+        finally:
+            other.shutdown()
+            other.server_close()
+        assert code == 0 and f"answers: not read: {elsewhere} holds the series of another server" in printed

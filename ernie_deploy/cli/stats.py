@@ -1,4 +1,5 @@
-"""`ernie-deploy stats`: where a running server's time goes, per served model and step (Triton's statistics).
+"""`ernie-deploy stats`: where a running server's time goes, per served model and step (Triton's statistics), and
+what each served model answers against its reference (the answer series on the server's /metrics).
 
 What the server serves is asked from the server (server.discover), not read from a folder: with its admin key,
 its index and configs; without, its statistics and metadata, helped by a local repository where that matches."""
@@ -6,6 +7,7 @@ its index and configs; without, its statistics and metadata, helped by a local r
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import REPOSITORY, add_model, add_repository
+from ernie_deploy.client.answers import DEFAULT_METRICS_URL
 from ernie_deploy.core.tls import add_tls_arguments
 from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: cheap to import
 
@@ -18,7 +20,9 @@ def register(sub) -> None:
         "requests, failed requests, texts per run, queue and compute time per request, the time spent between "
         "steps, and the response cache's hits and misses (`build --cache`), from Triton's statistics API; a step "
         "several models run is marked with all of them. Since load the counts include each step's warm-up "
-        "requests (a column says how many); --interval shows traffic alone",
+        "requests (a column says how many); --interval shows traffic alone. Then, per served model and version, "
+        "what it answered (from --metrics-url): each profile series' buckets, live share beside the reference "
+        "share, the drift per series (Jensen-Shannon, 0..1), and a running shadow's agreement and flips",
     )
     p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
     p.add_argument(
@@ -41,6 +45,12 @@ def register(sub) -> None:
         help="seconds between two snapshots: show what happened in between, warm-up excluded (default: everything "
         "since load, warm-up included)",
     )
+    p.add_argument(
+        "--metrics-url",
+        default=DEFAULT_METRICS_URL,
+        help="the server's Prometheus metrics, where the answer series are (default %(default)s, the metrics "
+        "port on loopback)",
+    )
     p.add_argument("--json", help="also write the numbers as JSON to this file")
     add_tls_arguments(p, http=True)
     p.set_defaults(func=run)
@@ -50,6 +60,7 @@ def run(args) -> None:
     import time
     from pathlib import Path
 
+    from ernie_deploy.client.answers import format_answers, model_dict
     from ernie_deploy.core.admin_key import admin_key_from
     from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
     from ernie_deploy.core.files import write_json
@@ -78,7 +89,9 @@ def run(args) -> None:
             f"{', '.join(unknown)}: not a model {url} serves",
             f"use one of: {', '.join(served.steps) or '(none is loaded)'}",
         )
+    metrics_url = args.metrics_url if "://" in args.metrics_url else f"http://{args.metrics_url}"
     before = snapshot(url, tls=tls) if args.interval > 0 else None
+    answers_before = _scrape(metrics_url) if before is not None else None
     if before is not None:
         time.sleep(args.interval)
     rows = served_times(
@@ -90,11 +103,43 @@ def run(args) -> None:
         # a model named with --model is what was asked for; the loaded models no served one runs are the rest
         others=[] if args.model else served.unattached,
     )
+    answers, problem = _scrape(metrics_url)
+    if answers_before is not None and answers_before[0] is None:
+        answers, problem = None, answers_before[1]
+    elif answers_before is not None and answers is not None:
+        answers = answers.since(answers_before[0])
+    shown = [r.model for r in rows if r.served]
+    if answers is not None and answers.triton_models and not answers.triton_models & set(shown):
+        problem = (
+            f"{metrics_url} holds the series of another server (none of {', '.join(shown)} there); pass this "
+            "server's metrics endpoint as --metrics-url"
+        )
+        answers = None
     print(format_table(rows))
     for note in served.notes(others_shown=not args.model):
         print(note)
+    print()
+    if answers is None:
+        print(f"answers: not read: {problem}")
+    else:
+        print(format_answers(answers, shown, url=metrics_url, since_load=before is None))
     if args.json:
-        write_json(to_dict(rows), args.json)
+        numbers = to_dict(rows)
+        for model in shown:
+            numbers[model]["answers"] = model_dict(answers, model, url=metrics_url, problem=problem)
+        write_json(numbers, args.json)
+
+
+def _scrape(metrics_url: str):
+    """(the answer series on `metrics_url`, None) or (None, why they could not be read): the times above stand
+    without them."""
+    from ernie_deploy.client.answers import scrape
+    from ernie_deploy.core.errors import ErnieDeployError
+
+    try:
+        return scrape(metrics_url), None
+    except ErnieDeployError as exc:
+        return None, f"{exc.problem}; {exc.fix}" if exc.fix else exc.problem
 
 
 def local_record(folder: str):

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError, ServerNotReadyError
@@ -57,62 +59,109 @@ def rollout(
     """Move served model `name` to `to_version`. `probe(canary, texts)` sends real text to the canary (the model's
     record under the canary's name) and raises if an answer is missing or malformed. On a failure before the
     switch, the canary and the new version are taken away again and the model keeps serving its old version."""
-    model = VersionedModel.read(repository, name)
-    served = served_model(repository, name)
-    current = model.serving()
-    _check_served_from(model, admin)
-    if to_version == current:
-        raise ErnieDeployError(f"{name} already serves version {to_version}", "nothing to do")
-    if to_version not in model.on_disk():
-        raise BadRepositoryError(
-            f"{name} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
-            f"add it with `ernie-deploy build --model {name} --version {to_version}`",
-        )
-    report = RolloutReport(name, current, to_version, len(probe_texts))
-    clock = time.perf_counter()
+    move = Move.begin(repository, name, to_version, admin, probe_texts, log)
+    move.load_candidate(probe, probe_texts)
+    move.switch()
+    return move.report
 
-    def phase(name: str) -> None:
-        nonlocal clock
+
+@dataclass
+class Move:
+    """One move of a served model from its serving version to another, in its phases: `begin` (checks), then
+    `load_candidate` (the new version beside the serving one, the canary answering with it, probed), then `switch`
+    (the model answers with the new version, the old one goes) or `undo` (the new one goes). Rollout runs them in a
+    row; a shadow evaluation (operate/shadow.py) compares the two versions between the load and the switch."""
+
+    model: VersionedModel
+    served: ModelSpec
+    current: int
+    to_version: int
+    admin: RepositoryAdmin
+    report: RolloutReport
+    log: Callable[[str], None]
+    clock: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def begin(
+        cls,
+        repository: str | Path,
+        name: str,
+        to_version: int,
+        admin: RepositoryAdmin,
+        probe_texts: Sequence[str] = PROBE_TEXTS,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> Move:
+        model = VersionedModel.read(repository, name)
+        served = served_model(repository, name)
+        current = model.serving()
+        _check_served_from(model, admin)
+        if to_version == current:
+            raise ErnieDeployError(f"{name} already serves version {to_version}", "nothing to do")
+        if to_version not in model.on_disk():
+            raise BadRepositoryError(
+                f"{name} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
+                f"add it with `ernie-deploy build --model {name} --version {to_version}`",
+            )
+        report = RolloutReport(name, current, to_version, len(probe_texts))
+        return cls(model, served, current, to_version, admin, report, log)
+
+    @property
+    def canary_dir(self) -> Path:
+        return self.model.repository / self.model.canary
+
+    def phase(self, name: str) -> None:
         now = time.perf_counter()
-        report.seconds[name] = round(now - clock, 3)
-        clock = now
-        log(f"{name}: {name} done in {report.seconds[name]:.2f}s")
+        self.report.seconds[name] = round(now - self.clock, 3)
+        self.clock = now
+        self.log(f"{self.model.name}: {name} done in {self.report.seconds[name]:.2f}s")
 
-    canary_dir = model.repository / model.canary
-    if model.settings(to_version) is not None:
-        model.keep_settings(current)  # so that a rollback restores the settings the model serves with now
-    try:
-        if model.routed:  # both versions loaded: the serving one keeps answering throughout
+    def load_candidate(self, probe: Callable[[ModelSpec, Sequence[str]], None], probe_texts: Sequence[str]) -> None:
+        """Load the new version beside the serving one (in the versioned steps, where the entry routes to them) and
+        the canary answering with it, and probe the canary; on a failure, undo and raise."""
+        model, admin, current, to_version = self.model, self.admin, self.current, self.to_version
+        if model.settings(to_version) is not None:
+            model.keep_settings(current)  # so that a rollback restores the settings the model serves with now
+        try:
+            if model.routed:  # both versions loaded: the serving one keeps answering throughout
+                for step in model.steps:
+                    model.write(self.both_versions(step))
+                    admin.load(step)
+            self.phase("load")
+            model.write_canary(to_version)
+            _load_canary(model, admin)
+            probe(replace(self.served, name=model.canary), list(probe_texts))
+            self.phase("probe")
+        except BaseException:
+            self.undo()
+            raise
+
+    def both_versions(self, step: str) -> mc.ModelConfig:
+        """A versioned step's config while the move is under way: the serving and the new version loaded. Settings
+        are per Triton model: while both versions are loaded, both run with the new version's."""
+        return self.model.with_versions(step, [self.current, self.to_version], settings_of=self.to_version)
+
+    def switch(self) -> None:
+        """The switch: in-flight requests finish on the old config, new ones take the new. A model that holds its
+        versions itself loads the new version and only then lets the old one go."""
+        model, admin = self.model, self.admin
+        model.write(model.pinned(self.to_version))
+        try:
+            admin.load(model.name)
+        except BaseException:
+            model.write(model.pinned(self.current))
+            self.undo()
+            raise
+        self.phase("switch")
+        admin.unload(model.canary)
+        shutil.rmtree(self.canary_dir, ignore_errors=True)
+        if model.routed:
             for step in model.steps:
-                # Settings are per Triton model: while both versions are loaded, both run with the new version's.
-                model.write(model.with_versions(step, [current, to_version], settings_of=to_version))
+                model.write(model.with_versions(step, [self.to_version], settings_of=self.to_version))
                 admin.load(step)
-        phase("load")
-        model.write_canary(to_version)
-        _load_canary(model, admin)
-        probe(replace(served, name=model.canary), list(probe_texts))
-        phase("probe")
-    except BaseException:
-        _undo(model, admin, current, canary_dir, log)
-        raise
-    model.write(model.pinned(to_version))
-    try:
-        # The switch: in-flight requests finish on the old config, new ones take the new. A model that holds its
-        # versions itself loads the new version and only then lets the old one go.
-        admin.load(model.name)
-    except BaseException:
-        model.write(model.pinned(current))
-        _undo(model, admin, current, canary_dir, log)
-        raise
-    phase("switch")
-    admin.unload(model.canary)
-    shutil.rmtree(canary_dir, ignore_errors=True)
-    if model.routed:
-        for step in model.steps:
-            model.write(model.with_versions(step, [to_version], settings_of=to_version))
-            admin.load(step)
-    phase("unload")
-    return report
+        self.phase("unload")
+
+    def undo(self) -> None:
+        _undo(self.model, self.admin, self.current, self.canary_dir, self.log)
 
 
 def _check_served_from(model: VersionedModel, admin: RepositoryAdmin) -> None:

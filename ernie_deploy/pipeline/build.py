@@ -88,7 +88,7 @@ def build_models(
     """Add or replace `models` (model names, whose converted artifacts are read by name, or ModelArtifacts) in
     `repository`; with `version`, add that version of the one model beside the one serving. `thresholds`: a
     multi-label model's thresholds file instead of the ones `convert` chose (one such model only). `log` takes a
-    line per file written."""
+    line per file written, and one per model on its reference profile (repository.reference)."""
     from ernie_deploy.repository.build import build
 
     log = log or (lambda line: None)
@@ -110,9 +110,9 @@ def build_models(
     if version is not None:
         from ernie_deploy.repository.add_version import build_version
 
-        written = build_version(entries[0], repository, options, version=version)
+        written = build_version(entries[0], repository, options, version=version, log=log)
     else:
-        written = build(entries, repository, options)
+        written = build(entries, repository, options, log=log)
     for path in written:
         log(f"wrote {path}")
     return Built(written, options)

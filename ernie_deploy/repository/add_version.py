@@ -8,6 +8,7 @@ tensor signature (repository/versions.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.build import MODEL_PY, ModelArtifacts, pad_token_id
 from ernie_deploy.repository.layouts import caches_answers, task_configs
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import digest, kept_digest, model_tokenizer, tokenizer_json
 from ernie_deploy.repository.versions import (
@@ -32,10 +34,19 @@ from ernie_deploy.repository.versions import (
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 
-def build_version(entry: ModelArtifacts, repository: str | Path, options: BuildOptions, *, version: int) -> list[Path]:
+def build_version(
+    entry: ModelArtifacts,
+    repository: str | Path,
+    options: BuildOptions,
+    *,
+    version: int,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Add `version` of an existing model beside the one serving (`build --model N --version V`), in whatever layout
     the model has; what serves does not change: the configs are rewritten to pin the serving version, so a restart
-    keeps serving it too, and `ernie-deploy rollout` moves to the new one. Returns the version folders written."""
+    keeps serving it too, and `ernie-deploy rollout` moves to the new one. The version's reference profile
+    (repository.reference) goes into its answering step's version folder (reference.json): the record on the
+    model's entry stays the serving version's. Returns the version folders written."""
     name = entry.name
     thresholds = entry.checked_thresholds()
     if version < 1:
@@ -68,10 +79,13 @@ def build_version(entry: ModelArtifacts, repository: str | Path, options: BuildO
     options = entry.options(options)
     tokenizer, payload = _version_tokenizer(entry, options, model, serving)
     record = entry.served_record(options, thresholds, tokenizer_sha256=None)
+    check_reference_file(record, options)  # a bad --reference file fails before any work
     configs = {c.name: c for c in task_configs(record, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file))}
     _check_version_fits(name, version, configs, model)
+    reference = model_reference(record, entry.onnx, payload, options, pad_token_id(entry.vocab_file), log)
     written = []
     homes = layout.homes(record, tokenizer)
+    answering = layout.answering(record, tokenizer)
     python_steps = layout.python_steps(record, tokenizer, options.runtime)
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         for step in model.steps:
@@ -85,6 +99,8 @@ def build_version(entry: ModelArtifacts, repository: str | Path, options: BuildO
                 write_json(list(record.labels), folder / "labels.json")
                 if thresholds is not None:
                     write_json(thresholds, folder / THRESHOLDS_FILE)
+            if answering == step and reference is not None:
+                write_reference(reference, folder)
             if step in python_steps:
                 (folder / "model.py").write_text(MODEL_PY.format(name=step, step=python_steps[step]), encoding="utf-8")
         (staging / "old").mkdir()

@@ -17,6 +17,7 @@ tokenizers are identical (vocabulary, lowercasing, max_seq_len, build options) s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ernie_deploy.repository.options import (
     window_size,
     window_stride,
 )
+from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import TokenizerStep, tokenizer_steps
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
@@ -110,7 +112,9 @@ class ModelArtifacts:
             serving={
                 k: v
                 for k, v in asdict(options).items()
-                if k not in _RECORDED_APART and (v or k not in _RECORDED_WHEN_ON)
+                if k not in _RECORDED_APART
+                and (v or k not in _RECORDED_WHEN_ON)
+                and (not v or k not in _RECORDED_WHEN_OFF)
             },
             tokenizer_sha256=tokenizer_sha256,
         )
@@ -151,8 +155,15 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def build(entries: list[ModelArtifacts] | ModelArtifacts, repository: str | Path, options: BuildOptions) -> list[Path]:
-    """Add or replace the given models in `repository`; returns the configs written.
+def build(
+    entries: list[ModelArtifacts] | ModelArtifacts,
+    repository: str | Path,
+    options: BuildOptions,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Add or replace the given models in `repository`; returns the configs written. Each monitored model's record
+    carries its reference profile (repository.reference), computed before anything is written; `log` takes a line
+    per model saying how it went.
 
     Every model is generated whole in a staging folder next to the repository and only then moved in, one
     folder rename per model: an interrupted or failed build leaves the previous models as they were, and
@@ -164,6 +175,11 @@ def build(entries: list[ModelArtifacts] | ModelArtifacts, repository: str | Path
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise BadOptionsError(f"model {', '.join(twice)} is listed twice", "give each model its own --model")
+    if options.reference is not None and len(entries) != 1:
+        raise BadOptionsError(
+            f"--reference gives one model's reference texts; this build has {len(entries)} models ({', '.join(names)})",
+            "build the model with --reference on its own (--model N), the others without",
+        )
     thresholds = {e.name: e.checked_thresholds() for e in entries}  # a bad file fails before any write
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
@@ -174,6 +190,7 @@ def build(entries: list[ModelArtifacts] | ModelArtifacts, repository: str | Path
     for e in entries:
         opts, tokenizer = per_model[e.name], tokenizers[e.name]
         record = e.served_record(opts, thresholds[e.name], tokenizer.fingerprint)
+        check_reference_file(record, opts)  # a bad --reference file fails before any work
         configs = task_configs(record, e.onnx, opts, tokenizer.name, pad_token_id(e.vocab_file))
         plans.append(_Plan(e, record, opts, tokenizer, configs))
     replaced = set(names)
@@ -186,6 +203,10 @@ def build(entries: list[ModelArtifacts] | ModelArtifacts, repository: str | Path
                 f"model {plan.record.name!r} would overwrite {', '.join(clash)}, part of another model in {repository}",
                 "give the model another --model",
             )
+    for plan in plans:
+        e, opts = plan.entry, plan.options
+        reference = model_reference(plan.record, e.onnx, plan.tokenizer.payload, opts, pad_token_id(e.vocab_file), log)
+        plan.record = replace(plan.record, reference=reference)
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         written = _write_models(plans, staging / "new", skip=shared)
         new = {path.name for path in (staging / "new").iterdir()}
@@ -218,11 +239,14 @@ class _Plan:
 # BuildOptions fields the record holds as fields of its own.
 _RECORDED_APART = {
     "layout", "long_text", "window_size", "window_stride", "head_tokens", "ner_decoding", "max_text_chars",
-    "max_request_chars", "io",
+    "max_request_chars", "io", "reference",
 }  # fmt: skip
 # BuildOptions switches the record holds only when on, so that a model built without them keeps the configs it had
 # before they existed, byte for byte (models/ is checked in).
 _RECORDED_WHEN_ON = {"response_cache"}
+# ... and those it holds only when off: a monitored model's answering step carries `monitor` as a parameter of another
+# meaning (the model its series are labelled with), and one name has one meaning in a served model.
+_RECORDED_WHEN_OFF = {"monitor"}
 
 
 def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[Path]:
@@ -260,6 +284,8 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
         write_json(list(model.labels), repository / homes["labels"] / VERSION / "labels.json")
         if model.thresholds is not None:
             write_json(model.thresholds, repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
+        if model.reference is not None:
+            write_reference(model.reference, repository / layout.answering(model, tokenizer.name) / VERSION)
     for version_dir in repository.glob(f"*/{VERSION}"):
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()

@@ -13,7 +13,6 @@ Outside Triton (tests, offline use) there is no metrics API: the counts are kept
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 # How often the pusher runs, in seconds: about Prometheus' shortest useful scrape interval.
 PUSH_INTERVAL_S = 1.0
@@ -21,7 +20,7 @@ PUSH_INTERVAL_S = 1.0
 Key = tuple[str, tuple[tuple[str, str], ...]]  # (family, sorted labels)
 
 
-def _key(family: str, labels: dict[str, str]) -> Key:
+def metric_key(family: str, labels: dict[str, str]) -> Key:
     return family, tuple(sorted(labels.items()))
 
 
@@ -44,7 +43,7 @@ class Counts:
             self._thread.start()
 
     def add(self, family: str, labels: dict[str, str], value: float = 1.0) -> None:
-        key = _key(family, labels)
+        key = metric_key(family, labels)
         with self._lock:
             self._pending[key] = self._pending.get(key, 0.0) + value
             self.totals[key] = self.totals.get(key, 0.0) + value
@@ -53,7 +52,14 @@ class Counts:
         """`counts` keyed by the values of `names`, each added under `labels` plus those names."""
         with self._lock:
             for values, value in counts.items():
-                key = _key(family, {**labels, **dict(zip(names, values))})
+                key = metric_key(family, {**labels, **dict(zip(names, values))})
+                self._pending[key] = self._pending.get(key, 0.0) + value
+                self.totals[key] = self.totals.get(key, 0.0) + value
+
+    def add_keys(self, values: dict[Key, float]) -> None:
+        """Many counters at once, by their keys (`metric_key`): one lock for a whole batch's counts."""
+        with self._lock:
+            for key, value in values.items():
                 self._pending[key] = self._pending.get(key, 0.0) + value
                 self.totals[key] = self.totals.get(key, 0.0) + value
 
@@ -62,13 +68,13 @@ class Counts:
         self.add(family, labels, 0.0)
 
     def set(self, family: str, labels: dict[str, str], value: float) -> None:
-        key = _key(family, labels)
+        key = metric_key(family, labels)
         with self._lock:
             self._gauges[key] = value
             self.totals[key] = value
 
     def value(self, family: str, **labels: str) -> float:
-        return self.totals.get(_key(family, labels), 0.0)
+        return self.totals.get(metric_key(family, labels), 0.0)
 
     def push(self) -> None:
         """What was added since the last push, to Triton (nothing outside Triton)."""
@@ -119,10 +125,3 @@ def _python_backend():
     except ImportError:
         return None
     return pb if hasattr(pb, "MetricFamily") else None
-
-
-def timer() -> Callable[[], float]:
-    import time
-
-    start = time.perf_counter()
-    return lambda: time.perf_counter() - start

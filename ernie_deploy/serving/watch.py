@@ -46,7 +46,7 @@ from ernie_deploy.core.shadow import (
     ShadowPlan,
 )
 from ernie_deploy.core.tasks import TASK_PARAMETER, get_task
-from ernie_deploy.serving.metrics import Counts
+from ernie_deploy.serving.metrics import Counts, metric_key
 from ernie_deploy.serving.step import Step, parameter
 
 # The answering step's config parameter naming the model its series are labelled with; absent: not watched
@@ -106,6 +106,15 @@ class Watched(Step):
         for series in self.series:
             for bucket in buckets(series, self.labels):
                 self.counts.declare(PROFILE_METRIC, {**own, "series": series, "bucket": bucket})
+        # Each (series, bucket)'s counter key, made once: a merged batch's counts are then added in one locked pass
+        # (31-49 us of watching per one-text request measured with the keys made per request, 15-18 us so).
+        self.own = own
+        self.keys = {
+            (series, bucket): metric_key(PROFILE_METRIC, {**own, "series": series, "bucket": bucket})
+            for series in self.series
+            for bucket in buckets(series, self.labels)
+        }
+        self.texts_key = metric_key(TEXTS_METRIC, own)
         reference = Path(version_dir) / REFERENCE_FILE
         if reference.exists():
             shares = json.loads(reference.read_text(encoding="utf-8")).get("shares", {})
@@ -132,11 +141,7 @@ class Watched(Step):
             requested = set(requested) | set(self.watch.needs)
         results = self.step.run([item for item, _ in items], requested)
         if self.counts is not None:
-            for (_, seen), result in zip(items, results):
-                if not isinstance(result, ErnieDeployError):
-                    answers = self._observe(seen, result)
-                    if self.mirror is not None:
-                        self.mirror.offer(seen, answers)
+            self._observe(items, results)
         return results
 
     def close(self) -> None:
@@ -154,13 +159,26 @@ class Watched(Step):
         # copies what it sends.
         return inputs
 
-    def _observe(self, seen: dict, outputs: dict) -> list:
+    def _observe(self, items: list, results: list) -> None:
+        """Count what a merged batch answered, in one pass; offer each request to the mirror during a shadow."""
         profile = Profile()
-        answers = observe(profile, self.watch, self.labels, seen if self.texts else None, outputs)
-        own = {"model": self.model, "version": self.version}
-        self.counts.add_many(PROFILE_METRIC, own, profile.counts, ("series", "bucket"))
-        self.counts.add(TEXTS_METRIC, own, len(answers))
-        return answers
+        for (_, seen), result in zip(items, results):
+            if isinstance(result, ErnieDeployError):
+                continue
+            try:
+                answers = observe(profile, self.watch, self.labels, seen if self.texts else None, result)
+                if self.mirror is not None:
+                    self.mirror.offer(seen, answers)
+            except Exception:
+                # Watching must never cost a client its answer: a request that cannot be counted is left out (it
+                # shows as answered in Triton's series and missing from these).
+                continue
+        added = {
+            self.keys.get(key) or metric_key(PROFILE_METRIC, {**self.own, "series": key[0], "bucket": key[1]}): n
+            for key, n in profile.counts.items()
+        }
+        added[self.texts_key] = profile.texts
+        self.counts.add_keys(added)
 
 
 def observe(profile: Profile, watch: KindWatch, labels: list[str], seen: dict | None, outputs: dict) -> list:
@@ -185,6 +203,11 @@ def observe(profile: Profile, watch: KindWatch, labels: list[str], seen: dict | 
 
 def _text(item) -> str:
     return item.decode("utf-8", "replace") if isinstance(item, bytes | bytearray) else str(item)
+
+
+def json_item(item):
+    """One BYTES element as JSON: Triton hands bytes, a step's own output may still be str."""
+    return json.loads(item if isinstance(item, str) else bytes(item))
 
 
 def watched_task(config: dict):

@@ -12,7 +12,7 @@ from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
-from ernie_deploy.serving.watch import KindWatch
+from ernie_deploy.serving.watch import KindWatch, json_item
 
 
 class MultiLabelPostprocess(Step):
@@ -56,9 +56,7 @@ PADDLENLP_FORMATS: dict = {}
 
 
 def _answers(outputs: dict, labels: list[str]) -> list[frozenset[str]]:
-    return [
-        frozenset(item["label"] for item in json.loads(bytes(raw))) for raw in np.asarray(outputs["labels"]).reshape(-1)
-    ]
+    return [frozenset(item["label"] for item in json_item(raw)) for raw in np.asarray(outputs["labels"]).reshape(-1)]
 
 
 def _profile(answer: frozenset[str]) -> list[tuple[str, str]]:

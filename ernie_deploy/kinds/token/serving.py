@@ -12,7 +12,7 @@ from ernie_deploy.core.profile import ENTITIES_PER_TEXT, ENTITY_TYPE, count_buck
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.serving.step import Step, parameter, read_labels
 from ernie_deploy.serving.texts import decode_texts
-from ernie_deploy.serving.watch import KindWatch
+from ernie_deploy.serving.watch import KindWatch, json_item
 
 
 class TokenClsPostprocess(Step):
@@ -132,11 +132,10 @@ PADDLENLP_FORMATS = {"entities": paddlenlp_entities}
 def _answers(outputs: dict, labels: list[str]) -> list[tuple[tuple[str, int, int], ...]]:
     """Each text's entities as (type, start, end) with `end` exclusive, from the native JSON or PaddleNLP's
     (`pos` [start, end] with `end` inclusive, `label`), so the two wires' answers compare."""
-    import json
 
     out = []
     for raw in np.asarray(outputs["entities"]).reshape(-1):
-        spans = json.loads(bytes(raw))
+        spans = json_item(raw)
         out.append(
             tuple(
                 (e["label"], int(e["pos"][0]), int(e["pos"][1]) + 1)
