@@ -237,6 +237,7 @@ def measure_served(
                         )
                         rows.append(_row(layout, w, concurrency, got, round_))
                         _print(rows[-1])
+        shared = {layout: interleaved(server.grpc_url, models, layout, item.texts) for layout in layouts}
         time.sleep(PUSH_WAIT_S)  # the last counts, pushed
         loaded = _get(server.metrics_url)
     # Every answered text of a watched model is counted (warm-ups included, so at least the measured ones): the
@@ -258,9 +259,81 @@ def measure_served(
             )
     return {
         "rows": rows,
+        "interleaved": shared,
         "texts_counted": counted,
         "scrape": {"idle": scrape_cost(idle, watched), "after_load": scrape_cost(loaded, watched)},
     }
+
+
+def interleaved(url: str, models: dict, layout: str, texts: list, *, pairs: int = 1500, duration_s: float = 20.0):
+    """The two models measured at the same moments, so that the host's drift (2x between runs here, 15-30% between
+    rounds of one run) hits both alike: at concurrency 1, one request to each in turn (the first of a pair
+    alternating), each model's p50 and p99 over `pairs` requests; at concurrency 8, four closed loops on each model at
+    once for `duration_s`, each model's texts/s (the two share the cores, so a costlier one completes fewer)."""
+    import threading
+
+    from ernie_deploy.client.grpc_client import Client
+
+    records = {w: models[(layout, w)] for w in WATCHED}
+    latency: dict[str, list[float]] = {w: [] for w in WATCHED}
+    clients = {w: Client(r.task_spec, url, model=r) for w, r in records.items()}
+    try:
+        for i in range(pairs):
+            order = WATCHED if i % 2 == 0 else WATCHED[::-1]
+            for w in order:
+                start = time.perf_counter()
+                clients[w].infer([texts[i % len(texts)]])
+                latency[w].append(time.perf_counter() - start)
+    finally:
+        for client in clients.values():
+            client.close()
+    done = dict.fromkeys(WATCHED, 0)
+    lock, stop = threading.Lock(), threading.Event()
+
+    def loop(w: str, n: int) -> None:
+        with Client(records[w].task_spec, url, model=records[w]) as client:
+            i = n
+            while not stop.is_set():
+                client.infer([texts[i % len(texts)]])
+                i += 8
+                with lock:
+                    done[w] += 1
+
+    threads = [threading.Thread(target=loop, args=(WATCHED[n % 2], n)) for n in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # every loop connected and warm
+    with lock:
+        warm = dict(done)
+    time.sleep(duration_s)
+    with lock:
+        counted = {w: done[w] - warm[w] for w in WATCHED}
+    stop.set()
+    for t in threads:
+        t.join()
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return 1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    out = {
+        w: {
+            "c1_p50_ms": pct(latency[w], 0.5),
+            "c1_p99_ms": pct(latency[w], 0.99),
+            "c8_texts_per_s": counted[w] / duration_s,
+        }
+        for w in WATCHED
+    }
+    out["c1_p50_added_ms"] = out["watched"]["c1_p50_ms"] - out["unwatched"]["c1_p50_ms"]
+    out["c8_ratio"] = out["watched"]["c8_texts_per_s"] / out["unwatched"]["c8_texts_per_s"]
+    out["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    print(
+        f"{layout} interleaved: c1 p50 {out['unwatched']['c1_p50_ms']:.3f} -> {out['watched']['c1_p50_ms']:.3f} ms "
+        f"({out['c1_p50_added_ms']:+.3f} ms), c8 sharing the cores {out['unwatched']['c8_texts_per_s']:.1f} vs "
+        f"{out['watched']['c8_texts_per_s']:.1f} texts/s (x{out['c8_ratio']:.3f}), load average {out['load_average']}",
+        flush=True,
+    )
+    return out
 
 
 # -- in process ------------------------------------------------------------------------------------------------------
@@ -285,7 +358,7 @@ class _Answered:
 def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: int = 5) -> dict:
     """The fused step (the default layout's one Triton model) watched and unwatched, one text a call, and the watch's
     own work on the same real inputs and outputs, split into its parts; microseconds per text."""
-    from ernie_deploy.core.profile import PROFILE_METRIC, TEXTS_METRIC, Profile, chars_bucket
+    from ernie_deploy.core.profile import Profile, chars_bucket
     from ernie_deploy.serving.postprocess_steps import WATCHES
     from ernie_deploy.serving.steps import STEPS
     from ernie_deploy.serving.watch import TEXT_NAMES, Watched, _readings, _text, observe
@@ -325,7 +398,7 @@ def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: 
     kind = item.task.kind
     watch = WATCHES[kind]
     watched = Watched(_Answered(), configs["watched"], folder / "1", watch)
-    labels, own = watched.labels, {"model": watched.model, "version": watched.version}
+    labels = watched.labels
 
     profiles = []
     for seen, outputs in seen_outputs:
@@ -336,16 +409,17 @@ def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: 
     def each(fn):
         return lambda: [fn(s, o, p) for s, o, p in triples]
 
-    def count(s, o, p):  # what _observe does after observe: the request's counts added to the pushed ones
-        watched.counts.add_many(PROFILE_METRIC, own, p.counts, ("series", "bucket"))
-        watched.counts.add(TEXTS_METRIC, own, len(o["label_id"]))
+    def count(s, o, p):  # what _observe does after observe: the batch's counts added to the pushed ones
+        added = {watched.keys[key]: n for key, n in p.counts.items()}
+        added[watched.texts_key] = p.texts
+        watched.counts.add_keys(added)
 
     def chars(s, o, p):  # observe's length part, as observe computes it
         texts = [np.asarray(s[n]).reshape(1, -1) for n in TEXT_NAMES if s.get(n) is not None]
         return chars_bucket(sum(len(_text(t[0][0])) for t in texts))
 
     parts = {
-        "observe_and_count": lambda s, o, p: watched._observe(s, o),
+        "observe_and_count": lambda s, o, p: watched._observe([(None, s)], [o]),
         "observe": lambda s, o, p: observe(Profile(), watch, labels, s, o),
         "read": lambda s, o, p: watch.read(o, labels),
         "answer_series": lambda s, o, p: [watch.profile(a) for a in watch.read(o, labels)],
@@ -443,6 +517,7 @@ def run_monitoring(
         "ratios": ratio,
         "targets": TARGETS,
         "texts_counted": measured["texts_counted"],
+        "interleaved": measured["interleaved"],
         "scrape": measured["scrape"],
         "in_process": inproc,
         "seconds": time.perf_counter() - t0,

@@ -104,12 +104,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=int, required=True)
     p.add_argument("--fraction", type=float, default=DEFAULT_FRACTION)
     p.add_argument("--duration", type=float, default=DURATION_S, help="seconds per cell")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="alternating off/on rounds (default %(default)s)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     task = get_task(served_model(args.repository, args.model).task)
     texts, _ = read_split_file(split_file(data_dir(task.dataset), "test", task.split_format))
     result = run_shadow_cost(
-        args.repository, args.model, args.to, list(texts[:TEXTS]), fraction=args.fraction, duration_s=args.duration
+        args.repository,
+        args.model,
+        args.to,
+        list(texts[:TEXTS]),
+        fraction=args.fraction,
+        duration_s=args.duration,
+        rounds=args.rounds,
     )
     result["summary"] = summarise(result)
     print(json.dumps(result["summary"], indent=1))

@@ -347,3 +347,24 @@ def checkout_copy(dest: Path, committed_models: bool = False) -> Path:
     os.utime(dest / "setup.cfg", (older, older))
     (dest / ".venv").symlink_to(venv)
     return dest
+
+
+def serve_bytes(body: bytes, status: int = 200):
+    """A local HTTP server on 127.0.0.1 answering every GET with `body` (another service on a port, a page that is
+    not Triton's, an endless answer); the caller shuts it down."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd

@@ -4,10 +4,8 @@ nothing to show. The same on a real server: tests/test_stats.py."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import math
-import threading
 
 import pytest
 
@@ -21,6 +19,7 @@ from ernie_deploy.client.answers import (
 )
 from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.profile import CHAR_BUCKETS, CONFIDENCE_BUCKETS, READINGS
+from tests.conftest import serve_bytes
 
 
 def test_js_of_identical_distributions_is_0():
@@ -218,29 +217,13 @@ def test_versions_and_models_apart():
     assert table.index("news v1: 40 texts") < table.index("news v2: 5 texts")
 
 
-def _serve(body: bytes, status: int = 200):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd
-
-
 def test_scrape_reads_metrics_over_http_and_names_what_is_wrong():
-    httpd = _serve(_metrics(live=LIVE, reference=REFERENCE, texts=40).encode())
+    httpd = serve_bytes(_metrics(live=LIVE, reference=REFERENCE, texts=40).encode())
     try:
         assert scrape(f"http://127.0.0.1:{httpd.server_port}/metrics").of("news")[0].texts == 40
     finally:
         httpd.shutdown()
-    httpd = _serve(json.dumps({"error": "x"}).encode() + b"\n{ not metrics")
+    httpd = serve_bytes(json.dumps({"error": "x"}).encode() + b"\n{ not metrics")
     try:
         with pytest.raises(ServerNotReadyError, match="other than Prometheus' text format") as info:
             scrape(f"http://127.0.0.1:{httpd.server_port}/metrics")

@@ -16,7 +16,7 @@ from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV
 from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS
 from ernie_deploy.repository.served import served_steps
 from ernie_deploy.server.stats import format_table, served_times, snapshot
-from tests.conftest import artifacts
+from tests.conftest import artifacts, serve_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -299,26 +299,11 @@ def test_a_failed_request_counts_once_for_the_ensemble_and_where_it_failed(tiny_
 @pytest.mark.parametrize("answer, problem", [(b"<html>hello</html>", "other than JSON"), (None, "more than 16 MiB")])
 def test_a_url_that_is_not_tritons_api_is_refused_by_name(answer, problem, capsys):
     """Another service on the port: an HTML page, or an endless answer, read up to a bound."""
-    import http.server
-    import threading
-
     from ernie_deploy.cli import main
     from ernie_deploy.server.probe import MAX_ANSWER_BYTES
 
     body = answer if answer is not None else b"[" * (MAX_ANSWER_BYTES + 2)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd = serve_bytes(body)
     try:
         assert main(["stats", "--url", f"http://127.0.0.1:{httpd.server_port}"]) == 2
     finally:
@@ -404,22 +389,8 @@ def test_stats_shows_what_each_model_answered_beside_its_reference(repository, t
         assert "answers: not read: could not read the server's metrics at http://127.0.0.1:9" in printed
 
         # Another server's metrics (none of this server's models there) are not taken for this one's.
-        import http.server
-
         body = b'# TYPE nv_inference_request_success counter\nnv_inference_request_success{model="x",version="1"} 1\n'
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=other.serve_forever, daemon=True).start()
+        other = serve_bytes(body)
         try:
             elsewhere = f"http://127.0.0.1:{other.server_port}/metrics"
             code, printed, _ = _stats(capsys, server, "--repository", str(repo), "--metrics-url", elsewhere)

@@ -148,6 +148,14 @@ def _profile_share(series: str, by: str = "model, version, series, bucket", extr
     )
 
 
+def _beside_reference(series: str) -> tuple:
+    """Each bucket's live share of `series` and, beside it, its share in the reference profile."""
+    return (
+        _watched(_profile_share(series), f"{LEGEND} {{{{bucket}}}}", _needs(profile.PROFILE_METRIC, series)),
+        _watched(_reference(series), f"{LEGEND} {{{{bucket}}}} reference", _needs(profile.REFERENCE_METRIC, series)),
+    )
+
+
 def _reference(series: str, by: str = "model, version, series, bucket", extra: str = "") -> str:
     matchers = f"{SELECTOR}, {series}{', ' + extra if extra else ''}"
     shares = f"max by (model, version, series, bucket) ({profile.REFERENCE_METRIC}{{{matchers}}})"
@@ -176,18 +184,7 @@ _ANSWERS = (
             "Each label's share of what a model answered in the interval (a token model: each entity type's share "
             "of the entities it found), and dashed beside it the share in its reference profile (the dev split, or "
             "the file given at build). A label whose line leaves its reference is the stream or the model changing.",
-            (
-                _watched(
-                    _profile_share(_ANSWER_SERIES),
-                    f"{LEGEND} {{{{bucket}}}}",
-                    _needs(profile.PROFILE_METRIC, _ANSWER_SERIES),
-                ),
-                _watched(
-                    _reference(_ANSWER_SERIES),
-                    f"{LEGEND} {{{{bucket}}}} reference",
-                    _needs(profile.REFERENCE_METRIC, _ANSWER_SERIES),
-                ),
-            ),
+            _beside_reference(_ANSWER_SERIES),
             max=1.0,
         ),
         PanelSpec(
@@ -220,14 +217,7 @@ _ANSWERS = (
             "percentunit",
             "How long the texts sent are (both texts of a pair together), as each length bucket's share, and dashed "
             "the reference's. News titles fill 17-32; sentences and documents land further right.",
-            (
-                _watched(_profile_share(_CHARS), f"{LEGEND} {{{{bucket}}}}", _needs(profile.PROFILE_METRIC, _CHARS)),
-                _watched(
-                    _reference(_CHARS),
-                    f"{LEGEND} {{{{bucket}}}} reference",
-                    _needs(profile.REFERENCE_METRIC, _CHARS),
-                ),
-            ),
+            _beside_reference(_CHARS),
             max=1.0,
         ),
         PanelSpec(
