@@ -349,6 +349,9 @@ def test_stats_shows_what_each_model_answered_beside_its_reference(repository, t
         while sum(v.texts - before.get(v.version, 0) for v in scrape(url).of(seq)) < 3 * len(texts):
             assert time.monotonic() < deadline, f"{seq}'s answers never showed on {url}"
             time.sleep(0.2)
+        while not scrape(url).of(tok):  # the token model's series, declared at its load, pushed by its own step
+            assert time.monotonic() < deadline, f"{tok}'s series never showed on {url}"
+            time.sleep(0.2)
         out = tmp_path / "stats.json"
         argv = ["--repository", str(repo), "--metrics-url", url, "--json", str(out)]
         code, printed, err = _stats(capsys, server, *argv)

@@ -115,6 +115,8 @@ class Counts:
         return metric
 
     def _loop(self, interval: float) -> None:
+        # A first push at once: the series a step declares at load show on /metrics as soon as it has loaded.
+        self.push()
         while not self._stop.wait(interval):
             self.push()
 
