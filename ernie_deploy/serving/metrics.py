@@ -30,6 +30,7 @@ class Counts:
     def __init__(self, descriptions: dict[str, str], push_interval_s: float = PUSH_INTERVAL_S):
         self.descriptions = descriptions
         self._lock = threading.Lock()
+        self._push_lock = threading.Lock()
         self._pending: dict[Key, float] = {}
         self._gauges: dict[Key, float] = {}
         self.totals: dict[Key, float] = {}  # what was added since load, for tests and offline use
@@ -80,6 +81,10 @@ class Counts:
         """What was added since the last push, to Triton (nothing outside Triton)."""
         if self._pb is None:
             return
+        with self._push_lock:  # one push at a time: a metric is made once
+            self._push()
+
+    def _push(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
             gauges, self._gauges = self._gauges, {}
@@ -115,8 +120,6 @@ class Counts:
         return metric
 
     def _loop(self, interval: float) -> None:
-        # A first push at once: the series a step declares at load show on /metrics as soon as it has loaded.
-        self.push()
         while not self._stop.wait(interval):
             self.push()
 
