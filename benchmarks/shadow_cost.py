@@ -57,10 +57,10 @@ def run_shadow_cost(
                     for round_ in range(rounds):
                         for mode in ("off", "on"):
                             (shadow_on if mode == "on" else shadow_off)(move, shadow)
-                            before = shadow_summary(scrape(srv.metrics_url), name, move.current, shadow.candidates)
+                            before = shadow_summary(scrape(srv.metrics_url), name, move.current, shadow.candidate)
                             c1 = run_load(srv.grpc_url, move.served, requests, 1, duration_s=duration_s)
                             c8 = run_load(srv.grpc_url, move.served, requests, 8, duration_s=duration_s)
-                            after = shadow_summary(scrape(srv.metrics_url), name, move.current, shadow.candidates)
+                            after = shadow_summary(scrape(srv.metrics_url), name, move.current, shadow.candidate)
                             counted = after.since(before)
                             cells.append(
                                 {

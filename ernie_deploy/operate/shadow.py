@@ -120,7 +120,6 @@ class ShadowStep:
     step: str
     config: mc.ModelConfig
     plan: ShadowPlan
-    candidate_version: int  # the plan may name -1: the version the canary answers with
 
     def with_plan(self) -> mc.ModelConfig:
         config = mc.ModelConfig()
@@ -131,9 +130,9 @@ class ShadowStep:
         return config
 
     @property
-    def candidates(self) -> set[str]:
-        """The `candidate` label its series may carry: the candidate's version, or the version the plan names."""
-        return {str(self.plan.version), str(self.candidate_version)}
+    def candidate(self) -> str:
+        """The `candidate` label its series carry: the candidate's version (core.shadow.ShadowPlan)."""
+        return str(self.plan.version)
 
 
 def shadow_step(move: Move, record: ModelSpec, fraction: float) -> ShadowStep:
@@ -164,7 +163,7 @@ def shadow_step(move: Move, record: ModelSpec, fraction: float) -> ShadowStep:
     else:
         # The canary answers with the candidate from text, through the model's own entry.
         plan = ShadowPlan(model.name, move.current, model.canary, move.to_version, fraction, sends="text")
-    return ShadowStep(step, config, plan, move.to_version)
+    return ShadowStep(step, config, plan)
 
 
 def shadow_rollout(
@@ -243,7 +242,7 @@ def _shadow(move, shadow: ShadowStep, duration_s, requests, metrics_url, read_me
     time.sleep(SETTLE_S)
 
     def read() -> ShadowSummary:
-        return shadow_summary(read_metrics(metrics_url), model.name, move.current, shadow.candidates)
+        return shadow_summary(read_metrics(metrics_url), model.name, move.current, shadow.candidate)
 
     before = read()
     start = time.monotonic()
