@@ -124,6 +124,10 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         if content is not None:
             path.write_bytes(content)
         out[name] = (path, said)
+    huge = tmp_path / "huge.txt"  # refused by its size, before a byte of it is read
+    with huge.open("wb") as f:
+        f.truncate(16 * 1024 * 1024 + 1)
+    out["too big"] = (huge, "16,777,217 bytes")
     return out
 
 

@@ -40,6 +40,9 @@ from ernie_deploy.repository.options import BuildOptions, long_text_mode
 # read in windows) 6.9 CPU seconds; at 25,000 characters the NER model reads 586 of them in 3.9-5.2 s (3.5 CPU s).
 REFERENCE_TEXTS = 1_000
 REFERENCE_CHARS = 25_000
+# The largest --reference file read at all, checked before reading it: 1,000 texts of 16 KiB each (a cut text is read
+# up to the model's length; the rest of a longer one only costs the build its bytes).
+REFERENCE_FILE_BYTES = 16 * 1024 * 1024
 # Texts per request sent through the offline step: what a batch client sends, and a bound on the padding one long
 # text costs the texts it is merged with.
 REQUEST_TEXTS = 32
@@ -67,6 +70,12 @@ def read_reference_file(path: str | Path, model: ModelSpec) -> ReferenceTexts:
     path = Path(path)
     if not path.is_file():
         raise BadDataError(f"--reference {path}: no such file", REFERENCE_FIX)
+    if path.stat().st_size > REFERENCE_FILE_BYTES:
+        raise BadDataError(
+            f"--reference {path} is {path.stat().st_size:,} bytes; a reference file is at most "
+            f"{REFERENCE_FILE_BYTES:,} (it is read whole, and at most {REFERENCE_TEXTS:,} of its texts are used)",
+            f"pass at most {REFERENCE_TEXTS:,} texts like the traffic to expect",
+        )
     pairs = len(model.task_spec.inputs) == 2
     if path.suffix in (".tsv", ".jsonl"):
         from ernie_deploy.fetch.data import read_split_file
