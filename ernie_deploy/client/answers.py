@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from ernie_deploy.client.metrics import METRICS_URL, Sample, ShadowSummary
 from ernie_deploy.client.metrics import parse as parse_samples
 from ernie_deploy.client.metrics import scrape as scrape_samples
-from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.profile import (
     CHAR_BUCKETS,
     CHARS,
@@ -235,13 +234,7 @@ def read(samples: Iterable[Sample]) -> Answers:
 def scrape(url: str = DEFAULT_METRICS_URL, timeout: float = 5.0) -> Answers:
     """GET the server's /metrics and read its answer series; ServerNotReadyError naming the URL and the fix where
     it cannot."""
-    try:
-        return read(scrape_samples(url, timeout))  # ServerNotReadyError where nothing answers
-    except ValueError:  # an HTML page, another service on the port
-        raise ServerNotReadyError(
-            f"{url} answered something other than Prometheus' text format",
-            f"pass the server's metrics endpoint as --metrics-url (its --metrics-port; default {DEFAULT_METRICS_URL})",
-        ) from None
+    return read(scrape_samples(url, timeout))
 
 
 def format_answers(

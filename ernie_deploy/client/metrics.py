@@ -27,6 +27,10 @@ class Sample:
     value: float
 
 
+# The most of /metrics read: a server with 11 models scrapes at about 50 KB; far past that is not Triton's metrics.
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+
+
 def parse(text: str) -> list[Sample]:
     """Every sample of a Prometheus text exposition (prometheus_client's own parser reads it). The parser names each
     sample of a counter `<name>_total` whether or not the text did (Triton's `x_bucket` counter is read back as
@@ -50,14 +54,20 @@ def scrape(url: str = METRICS_URL, timeout: float = 5.0) -> list[Sample]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=timeout) as response:
-            text = response.read().decode("utf-8", "replace")
+            body = response.read(MAX_METRICS_BYTES + 1)
     except (urllib.error.URLError, OSError) as exc:
         raise ServerNotReadyError(
             f"could not read the server's metrics at {url}: {getattr(exc, 'reason', exc)}",
             "pass --metrics-url the server's metrics address (tritonserver --metrics-port; default port "
             f"{PORTS['metrics']})",
         ) from None
-    return parse(text)
+    fix = f"pass --metrics-url the server's metrics address (its --metrics-port; default port {PORTS['metrics']})"
+    if len(body) > MAX_METRICS_BYTES:
+        raise ServerNotReadyError(f"{url} answered more than {MAX_METRICS_BYTES:,} bytes: not Triton's metrics", fix)
+    try:
+        return parse(body.decode("utf-8", "replace"))
+    except ValueError:  # an HTML page, JSON, another service on the port
+        raise ServerNotReadyError(f"{url} answered something other than Prometheus' text format", fix) from None
 
 
 @dataclass
