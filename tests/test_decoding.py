@@ -162,6 +162,7 @@ def _post_inputs(text: str, logits: np.ndarray, windowed: bool) -> dict:
         "logits": logits[:, None],  # one window holds the whole text
         "text": texts,
         "window_starts": np.array([[0]]),
+        "window_ends": np.array([[length - 2]]),
         "text_offsets": offsets,
         "text_lengths": np.array([[length]]),
     }

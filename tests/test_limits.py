@@ -16,7 +16,7 @@ from tests.conftest import artifacts
 from tests.test_steps import _step_files, _texts
 
 READ_CUT = {"input_ids", "token_type_ids"}  # what a classifier's ensemble asks its tokenizer for
-READ_WINDOWS = {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"}
+READ_WINDOWS = {"window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths"}
 
 
 def _tokenizer(folder, **parameters) -> TokenizerStep:
@@ -171,7 +171,8 @@ def test_choosing_each_tokens_window_costs_memory_linear_in_the_text():
     peaks = {}
     for tokens in (20_000, 80_000):
         starts = window_starts(tokens, size, stride)
-        peaks[tokens] = _peak_mb(lambda: deciding_window(tokens, starts, size))  # noqa: B023 - run at once
+        ends = [s + size for s in starts]
+        peaks[tokens] = _peak_mb(lambda: deciding_window(tokens, starts, ends))  # noqa: B023 - run at once
     # a [windows, tokens] table took 80,000 x 1,269 x 8 bytes = 812 MB per array here; a linear one takes a few MB
     assert peaks[80_000] < 60, peaks
     assert peaks[80_000] < 6 * peaks[20_000], peaks
@@ -191,7 +192,7 @@ def test_merged_windows_pick_each_tokens_deciding_window_on_a_long_text():
         right = np.where(ends < tokens, ends - 1 - position, big)
         inside = (position >= starts) & (position < ends)
         expected = np.where(inside, np.minimum(left, right), -1).argmax(axis=0)
-        assert deciding_window(tokens, starts[:, 0].tolist(), size).tolist() == expected.tolist()
+        assert deciding_window(tokens, starts[:, 0].tolist(), ends[:, 0].tolist()).tolist() == expected.tolist()
 
 
 def test_windows_are_padded_per_request_not_across_the_merged_batch(tiny_token_pipeline, tmp_path):

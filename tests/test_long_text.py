@@ -58,7 +58,7 @@ def test_a_stride_that_never_moves_or_skips_tokens_is_refused(stride):
 def test_each_token_is_decided_where_it_sits_furthest_from_a_cut_edge():
     size, tokens = 10, 30
     starts = W.window_starts(tokens, size, 5)  # [0, 5, 10, 15, 20]
-    chosen = W.deciding_window(tokens, starts, size)
+    chosen = W.deciding_window(tokens, starts, [s + size for s in starts])
     for p, w in enumerate(chosen):
         s = starts[w]
         assert s <= p < s + size
@@ -88,15 +88,89 @@ def test_merged_logits_are_each_tokens_row_from_its_deciding_window(tokens, stri
     size = 126
     ids = list(range(5, 5 + tokens))
     starts = W.window_starts(tokens, size, stride)
-    rows = W.window_rows(ids, starts, size, cls_id=1, sep_id=2)
+    ends = [min(s + size, tokens) for s in starts]
+    rows = W.window_rows(ids, starts, ends, cls_id=1, sep_id=2)
     width = max(len(r) for r in rows)
     padded = np.array([r + [0] * (width - len(r)) for r in rows])
-    merged = W.merge_window_logits(_position_free_logits(padded), starts, tokens, size)
+    merged = W.merge_window_logits(_position_free_logits(padded), starts, ends, tokens)
     assert np.array_equal(merged, _position_free_logits(np.array([1, *ids, 2])))
     # Logits that name their window: each token's row comes from its deciding window.
     tagged = np.zeros((len(starts), width, 1), np.float32) + np.arange(len(starts))[:, None, None]
-    merged = W.merge_window_logits(tagged, starts, tokens, size)
-    assert merged[1:-1, 0].tolist() == W.deciding_window(tokens, starts, size).tolist()
+    merged = W.merge_window_logits(tagged, starts, ends, tokens)
+    assert merged[1:-1, 0].tolist() == W.deciding_window(tokens, starts, ends).tolist()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sentence windows
+
+
+def _chars(text: str) -> list[tuple[int, int]]:
+    """One token per character, whitespace dropped (as the CJK pre-tokenizer treats Chinese)."""
+    return [(i, i + 1) for i, c in enumerate(text) if not c.isspace()]
+
+
+def test_sentences_end_at_their_marks_with_the_closers_after_them_and_at_line_breaks():
+    text = "他说：“好。”然后走了！第二句；\n第三句?末尾"
+    spans = _chars(text)
+    starts = W.sentence_starts(text, spans)
+    firsts = [text[spans[i][0]] for i in starts]
+    assert firsts == ["他", "然", "第", "第", "末"]
+    # a comma, a colon or an opening quote ends nothing
+    assert W.sentence_starts("甲，乙：“丙", _chars("甲，乙：“丙")) == [0]
+    # a line break ends a sentence that has no mark
+    assert W.sentence_starts("标题\n正文", _chars("标题\n正文")) == [0, 2]
+
+
+def test_whole_sentences_are_packed_and_only_an_over_long_one_overlaps():
+    # sentences of 3, 4, 2, 12 and 1 tokens; windows of 8 real tokens, stride 4
+    starts, ends = W.sentence_windows(22, [0, 3, 7, 9, 21], 8, 4)
+    assert list(zip(starts, ends)) == [(0, 7), (7, 9), (9, 17), (13, 21), (21, 22)]
+    # every window holds whole sentences, or lies inside the one sentence longer than a window
+    # a text that fits is one window; an empty text one empty window
+    assert W.sentence_windows(5, [0, 2], 8, 4) == ([0], [5])
+    assert W.sentence_windows(0, [0], 8, 4) == ([0], [0])
+    with pytest.raises(ErnieDeployError):
+        W.sentence_windows(10, [0], 8, 0)
+
+
+@pytest.mark.parametrize("size", [3, 8, 30, 126])
+def test_sentence_windows_merge_back_to_the_whole_text_for_any_size(size):
+    rng = np.random.default_rng(size)
+    text = "".join(rng.choice(list("甲乙丙丁。！？；\n”")) for _ in range(400))
+    spans = _chars(text)
+    tokens = len(spans)
+    starts, ends = W.text_windows(list(range(tokens)), spans, size, max(1, size // 2), text)
+    assert starts[0] == 0 and ends[-1] == tokens and all(e - s <= size for s, e in zip(starts, ends))
+    assert all(b > a for a, b in zip(starts, starts[1:])) and all(b > a for a, b in zip(ends, ends[1:]))
+    assert all(nxt <= end for end, nxt in zip(ends, starts[1:]))  # nothing is skipped
+    sentence_first = set(W.sentence_starts(text, spans))
+    for s, e in zip(starts, ends):  # a window starts a sentence unless it lies inside one longer than a window
+        inside_long = any(a < s and b >= e and b - a > size for a, b in _sentences(sentence_first, tokens))
+        assert s in sentence_first or inside_long
+    ids = list(range(5, 5 + tokens))
+    rows = W.window_rows(ids, starts, ends, cls_id=1, sep_id=2)
+    width = max(len(r) for r in rows)
+    padded = np.array([r + [0] * (width - len(r)) for r in rows])
+    merged = W.merge_window_logits(_position_free_logits(padded), starts, ends, tokens)
+    assert np.array_equal(merged, _position_free_logits(np.array([1, *ids, 2])))
+
+
+def _sentences(firsts: set[int], tokens: int) -> list[tuple[int, int]]:
+    bounds = [*sorted(firsts), tokens]
+    return list(zip(bounds, bounds[1:]))
+
+
+def test_sentence_windows_cost_about_one_reading_of_the_text():
+    # 60 sentences of 20-40 tokens in windows of 126: each token once, plus [CLS] and [SEP] per window
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(20, 41, size=60)
+    firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
+    tokens = int(lengths.sum())
+    starts, ends = W.sentence_windows(tokens, firsts, 126, 63)
+    through = sum(e - s + 2 for s, e in zip(starts, ends))
+    assert through / (tokens + 2) < 1.1
+    slid = W.window_starts(tokens, 126, 63)
+    assert len(slid) * 128 / (tokens + 2) > 1.9  # the sliding windows of half a window read each token twice
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -164,7 +238,7 @@ def test_entity_offsets_from_windows_are_exact_in_the_original_text(tokenizer):
                 if a <= s < b:
                     tag = ("B-" if s == a else "I-") + kind
             logits[0, w, k + 1, labels.index(tag)] = 5.0
-    merged = W.merge_windows(logits, win.window_starts, win.text_lengths)
+    merged = W.merge_windows(logits, win.window_starts, win.window_ends, win.text_lengths)
     ids = constrained_label_ids(merged, win.text_lengths, labels)
     entities = decode_entities(text, ids[0], win.text_offsets[0], int(win.text_lengths[0]), labels)
     assert [(e["type"], e["start"], e["end"], e["text"]) for e in entities] == [
@@ -313,7 +387,7 @@ def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipe
     tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN.model_step, "onnx")
     post = load(TOKEN.postprocess_step, "token_cls_postprocess")
     requests = [TEXTS[:2], TEXTS[2:], ["国足" * 300]]
-    wanted = {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"}
+    wanted = {"window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths"}
     tokens = tok.run_requests([{"text": np.array(r, dtype=object).reshape(-1, 1)} for r in requests], wanted)
     logits = model.run_requests([{n: t[n] for n in WINDOW_INPUTS} for t in tokens])
     # Merged across requests of different window counts and widths, each request's logits are its own run's.
@@ -330,7 +404,9 @@ def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipe
     texts = [t for r in requests for t in r]
     served = [entities_from_json(e) for a in answers for e in a["entities"][:, 0]]
     assert not any(a["truncated"].any() for a in answers)
-    assert served == onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, 63)
+    assert served == onnx_window_predictions(
+        TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, 63, cut="sentences"
+    )
     # A request's broken window tensors fail alone.
     good = {**tokens[0], "logits": logits[0]["logits"], "text": np.array(requests[0], dtype=object).reshape(-1, 1)}
     bad = {**good, "window_starts": good["window_starts"][:, ::-1].copy()}
@@ -447,7 +523,10 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
     tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN.model_step, "onnx")
     post = load(TOKEN.postprocess_step, "token_cls_postprocess")
     text = np.array(TEXTS, dtype=object).reshape(-1, 1)
-    tokens = tok({"text": text}, {"window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"})
+    tokens = tok(
+        {"text": text},
+        {"window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths"},
+    )
     assert tokens["window_ids"].shape[2] == 32 and tokens["window_starts"][4, :3].tolist() == [0, 15, 30]
     answer = post({**tokens, **model({n: tokens[n] for n in WINDOW_INPUTS}), "text": text})
     served = [entities_from_json(e) for e in answer["entities"][:, 0]]

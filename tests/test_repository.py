@@ -127,12 +127,14 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
     )
     assert [(i.name, tuple(i.dims)) for i in model.input] == [("window_ids", (-1, -1)), ("window_type_ids", (-1, -1))]
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, -1, 7))]
-    assert {i.name for i in post.input} == {LOGITS, "text", "text_offsets", "text_lengths", "window_starts"}
+    assert {i.name for i in post.input} == {
+        LOGITS, "text", "text_offsets", "text_lengths", "window_starts", "window_ends"
+    }  # fmt: skip
     assert [o.name for o in post.output] == ["entities", "truncated"]
     assert [o.name for o in ensemble.output] == ["entities", "truncated"]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
     assert set(tokenizer_step.output_map) == {
-        "window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths"
+        "window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths"
     }  # fmt: skip
 
 
@@ -225,6 +227,7 @@ def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_tok
         "text_offsets": True,
         "text_lengths": False,
         "window_starts": True,
+        "window_ends": True,
     }
     assert model.parameters["pad_token_id"].string_value == "3"
     ort_model = task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble"))[1]

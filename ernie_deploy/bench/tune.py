@@ -303,6 +303,7 @@ def served_options(repository: str | Path, name: str) -> BuildOptions:
         "long_text": spec.long_text or "auto",
         "window_size": spec.window_size,
         "window_stride": spec.window_stride,
+        "window_cut": spec.window_cut,
         "head_tokens": spec.head_tokens,
         "ner_decoding": spec.ner_decoding,
         **limits,

@@ -243,6 +243,13 @@ def _reading_arguments(p) -> None:
         help="window: tokens from one window's start to the next, 1 to max_seq_len - 2 (default: half a window)",
     )
     p.add_argument(
+        "--window-cut",
+        choices=["sentences", "sliding"],
+        help="window: sentences (whole sentences, cut at 。！？；!? and line breaks, packed into each window; only a "
+        "sentence longer than a window is read in overlapping ones) or sliding (windows of one size every stride "
+        "tokens); default: sentences",
+    )
+    p.add_argument(
         "--head-tokens",
         type=int,
         help="head_tail: tokens kept from the head, the rest of max_seq_len - 2 from the tail (default: a quarter)",

@@ -125,11 +125,12 @@ TOKENIZER_OUTPUTS = (
     TensorSpec("window_ids", "INT64", (-1, -1)),  # [windows, tokens]: [CLS] a slice of the text's tokens [SEP]
     TensorSpec("window_type_ids", "INT64", (-1, -1)),
     TensorSpec("window_starts", "INT64", (-1,)),  # each window's first token among the text's tokens; -1: padding
+    TensorSpec("window_ends", "INT64", (-1,)),  # one past each window's last token; -1: padding
     TensorSpec("text_offsets", "INT64", (-1, 2)),  # offsets of the whole, untruncated token sequence
     TensorSpec("text_lengths", "INT64", (1,)),  # its tokens, [CLS] and [SEP] included
 )
 # The tokenizer outputs that carry a text as windows (one text per item: a pair tokenizer has none).
-WINDOW_OUTPUTS = ("window_ids", "window_type_ids", "window_starts", "text_offsets", "text_lengths")
+WINDOW_OUTPUTS = ("window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths")
 # The windowed model step reads the windows under their own names, so one tokenizer serves models of every mode.
 WINDOW_INPUTS = ("window_ids", "window_type_ids")
 

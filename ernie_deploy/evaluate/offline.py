@@ -18,6 +18,7 @@ from ernie_deploy.export.static import StaticModel
 from ernie_deploy.kinds import table
 from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DEFAULT_DECODING
+from ernie_deploy.serving.windows import DEFAULT_CUT, recorded_cut
 
 
 def _chars(item) -> int:
@@ -162,7 +163,10 @@ def served_predictions(
     window = (spec.window_size or spec.window_default) if spec is not None else max_seq_len
     stride = spec.window_stride if spec is not None else None
     decoding = model_files.get("decoding", DEFAULT_DECODING)
-    return onnx_window_predictions(task, onnx_path, vocab_file, labels, texts, stride, window=window, decoding=decoding)
+    cut = recorded_cut(spec.window_cut, spec.long_text) if spec is not None else DEFAULT_CUT
+    return onnx_window_predictions(
+        task, onnx_path, vocab_file, labels, texts, stride, window=window, decoding=decoding, cut=cut
+    )
 
 
 def evaluate(
@@ -186,7 +190,7 @@ def evaluate(
     decodings = {"decoding": DECODINGS} if kind.entities else {}
     if mode == "window":
         # in windows of the length the model was trained on, as `build` serves it (core.spec.window_default)
-        window = {"window": static.spec.window_default, **decodings}
+        window = {"window": static.spec.window_default, "cut": DEFAULT_CUT, **decodings}
         paddle = paddle_window_predictions(task, static, texts, **window)
         onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **window)
     else:
@@ -236,11 +240,13 @@ def window_predict(
     batch_size: int = 64,
     desc: str = "",
     decoding: str | tuple = DEFAULT_DECODING,
+    cut: str = DEFAULT_CUT,
 ) -> list:
     """Entities of each text read in windows, as the served windowed model returns them: `whole` tokenizes texts
     untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
     (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids.
-    decoding: the NER decoding, or a tuple of them (decoded_entities)."""
+    decoding: the NER decoding, or a tuple of them (decoded_entities). cut: "sentences" (whole sentences packed
+    into windows) or "sliding" (serving.windows.CUTS)."""
     # Windows are how a model that decides every token reads a long text, so what they end in is entities.
     from ernie_deploy.kinds.token.evaluate import decoded_entities
     from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
@@ -252,7 +258,14 @@ def window_predict(
     for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         tokens = whole(batch)
         win = windows_from_tokens(
-            [ids for ids, _ in tokens], [o for _, o in tokens], max_seq_len - 2, stride, cls_id, sep_id, pad_id
+            [ids for ids, _ in tokens],
+            [o for _, o in tokens],
+            max_seq_len - 2,
+            stride,
+            cls_id,
+            sep_id,
+            pad_id,
+            texts=batch if cut == "sentences" else None,
         )
         real = win.window_starts >= 0
         ids, types = win.window_ids[real], win.window_type_ids[real]
@@ -261,7 +274,7 @@ def window_predict(
         )
         window_logits = np.zeros((*win.window_ids.shape, logits.shape[-1]), dtype=logits.dtype)
         window_logits[real] = logits
-        merged = merge_windows(window_logits, win.window_starts, win.text_lengths)
+        merged = merge_windows(window_logits, win.window_starts, win.window_ends, win.text_lengths)
         decoded = decoded_entities(labels, merged, win.text_lengths, win.text_offsets, batch, decoding)
         for i, entities in zip(idx, decoded):
             out[i] = entities
@@ -296,6 +309,7 @@ def paddle_window_predictions(
     *,
     window: int | None = None,
     decoding: str | tuple = DEFAULT_DECODING,
+    cut: str = DEFAULT_CUT,
 ) -> list:
     """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
     per window, [CLS] and [SEP] included (default the export's max_seq_len); stride: default half a window."""
@@ -313,6 +327,7 @@ def paddle_window_predictions(
         stride or default_stride(window),
         desc="paddle windows",
         decoding=decoding,
+        cut=cut,
     )
 
 
@@ -326,6 +341,7 @@ def onnx_window_predictions(
     *,
     window: int | None = None,
     decoding: str | tuple = DEFAULT_DECODING,
+    cut: str = DEFAULT_CUT,
 ) -> list:
     """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
     from ernie_deploy.serving.encoding import encode_whole
@@ -345,4 +361,5 @@ def onnx_window_predictions(
         stride or default_stride(window),
         desc="onnx windows",
         decoding=decoding,
+        cut=cut,
     )

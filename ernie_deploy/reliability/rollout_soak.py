@@ -178,14 +178,15 @@ def _in_windows(record, tokenizer, onnx, labels: list[str], texts: list[str], fi
     from ernie_deploy.serving.encoding import encode_whole
     from ernie_deploy.serving.entities import DEFAULT_DECODING
     from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
-    from ernie_deploy.serving.windows import default_stride
+    from ernie_deploy.serving.windows import default_stride, recorded_cut
 
     window = record.window_size or record.window_default
     stride = record.window_stride or default_stride(window)
     specials = tuple(tokenizer.token_to_id(token) for token in (CLS, SEP, PAD))
     decoding = files.get("decoding", DEFAULT_DECODING)
     whole = lambda batch: encode_whole(tokenizer, batch)  # noqa: E731 - the one-line reader window_predict takes
-    return window_predict(labels, texts, whole, onnx, specials, window, stride, decoding=decoding)
+    cut = recorded_cut(record.window_cut, record.long_text)
+    return window_predict(labels, texts, whole, onnx, specials, window, stride, decoding=decoding, cut=cut)
 
 
 def run_rollout_soak(

@@ -34,6 +34,7 @@ from ernie_deploy.repository.options import (
     long_text_mode,
     model_io,
     ner_decoding,
+    window_cut,
     window_size,
     window_stride,
 )
@@ -105,6 +106,7 @@ class ModelArtifacts:
             long_text=mode,
             window_size=window_size(options, model.max_seq_len) if mode == "window" else None,
             window_stride=window_stride(options, model.max_seq_len) if mode == "window" else None,
+            window_cut=window_cut(options) if mode == "window" else None,
             head_tokens=head_tokens(options, model.max_seq_len),
             max_text_chars=limits.max_text_chars,
             max_request_chars=limits.max_request_chars,
@@ -238,8 +240,8 @@ class _Plan:
 
 # BuildOptions fields the record holds as fields of its own.
 _RECORDED_APART = {
-    "layout", "long_text", "window_size", "window_stride", "head_tokens", "ner_decoding", "max_text_chars",
-    "max_request_chars", "io", "reference",
+    "layout", "long_text", "window_size", "window_stride", "window_cut", "head_tokens", "ner_decoding",
+    "max_text_chars", "max_request_chars", "io", "reference",
 }  # fmt: skip
 # BuildOptions switches the record holds only when on, so that a model built without them keeps the configs it had
 # before they existed, byte for byte (models/ is checked in).

@@ -23,6 +23,7 @@ from ernie_deploy.repository.options import (
     long_text_mode,
     model_io,
     ner_decoding,
+    window_cut,
     window_size,
     window_stride,
 )
@@ -106,7 +107,7 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
 
 
 # The tokenizer config parameters that only a model reading windows uses.
-WINDOW_PARAMETERS = ("window_size", "window_stride")
+WINDOW_PARAMETERS = ("window_size", "window_stride", "window_cut")
 
 
 def tokenizer_config(name: str, model: ModelSpec, options: BuildOptions) -> mc.ModelConfig:
@@ -124,6 +125,7 @@ def tokenizer_config(name: str, model: ModelSpec, options: BuildOptions) -> mc.M
         # token model's can be one shared step; a layout that merges it into the model's own config keeps them only
         # where the model reads windows (layouts.base.Parts.own_parameters), as its record says.
         params["window_stride"] = window_stride(options, max_seq_len)
+        params["window_cut"] = window_cut(options)
         if window_size(options, max_seq_len) != max_seq_len:
             params["window_size"] = window_size(options, max_seq_len)
         if head_tokens(options, max_seq_len) is not None:
@@ -182,7 +184,8 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptio
         # The windows' logits and where each window starts in the whole text; the postprocess merges them and
         # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
         tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
-        inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in ("text_offsets", "text_lengths", "window_starts"))]
+        merged_from = ("text_offsets", "text_lengths", "window_starts", "window_ends")
+        inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in merged_from)]
         outputs = [o for o in model.task_spec.outputs if o.name not in set(tokenized) - {"truncated"}]
         params["long_text"] = "window"
     if options.monitor:

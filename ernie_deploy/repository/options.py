@@ -73,6 +73,8 @@ class BuildOptions:
     long_text: str = "auto"
     window_size: int | None = None  # tokens per window, [CLS] and [SEP] included; None: the model's max_seq_len
     window_stride: int | None = None  # tokens from one window's start to the next; None: half a window
+    # How windows are cut (serving.windows.CUTS): whole sentences packed, or sliding; None: sentences
+    window_cut: str | None = None
     head_tokens: int | None = None  # head_tail: tokens kept from the head; None: a quarter of the kept tokens
     # Token models: how logits become entities (serving.entities.DECODINGS), over what each model's export recorded;
     # None: the recorded one (constrained where none was). Refused for models of other kinds.
@@ -134,7 +136,16 @@ def check_options(options: BuildOptions) -> None:
         raise BadOptionsError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
     if options.long_text not in LONG_TEXT:
         raise BadOptionsError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
-    for flag, value in (("--window-size", options.window_size), ("--window-stride", options.window_stride)):
+    if options.window_cut is not None:
+        from ernie_deploy.serving.windows import check_cut
+
+        check_cut(options.window_cut)
+    windows = (
+        ("--window-size", options.window_size),
+        ("--window-stride", options.window_stride),
+        ("--window-cut", options.window_cut),
+    )
+    for flag, value in windows:
         if value is not None and options.long_text not in ("auto", "window"):
             raise BadOptionsError(
                 f"{flag} sets the windows of --long-text window; --long-text {options.long_text} has none",
@@ -294,6 +305,13 @@ def long_text_mode(model: ModelSpec, options: BuildOptions) -> str:
 def window_size(options: BuildOptions, max_seq_len: int) -> int:
     """Tokens per window, [CLS] and [SEP] included: --window-size, else the model's max_seq_len."""
     return max_seq_len if options.window_size is None else options.window_size
+
+
+def window_cut(options: BuildOptions) -> str:
+    """How windows are cut: --window-cut, else whole sentences packed (serving.windows.DEFAULT_CUT)."""
+    from ernie_deploy.serving.windows import DEFAULT_CUT
+
+    return options.window_cut or DEFAULT_CUT
 
 
 def window_stride(options: BuildOptions, max_seq_len: int) -> int:

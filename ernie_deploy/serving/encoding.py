@@ -207,16 +207,18 @@ def encode_pairs(
 
 
 def encode_windows(
-    tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, stride: int, *, whole=None
+    tokenizer: Tokenizer, texts: Sequence[str], max_seq_len: int, stride: int, *, whole=None, cut: str = "sliding"
 ) -> Windowed:
-    """Each text's whole token sequence as overlapping windows of max_seq_len tokens, [CLS] and [SEP] included (the
-    window size: the model's max_seq_len, or less; see serving.windows). whole: the texts' `encode_whole`."""
+    """Each text's whole token sequence as windows of at most max_seq_len tokens, [CLS] and [SEP] included (the
+    window size: the model's max_seq_len, or less; see serving.windows): whole sentences packed (cut "sentences") or
+    sliding windows. whole: the texts' `encode_whole`."""
     check_stride(stride, max_seq_len)
     whole = whole if whole is not None else encode_whole(tokenizer, texts)
     cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
     pad = tokenizer.token_to_id(PAD) or 0
     size = max_seq_len - 2
-    return windows_from_tokens([ids for ids, _ in whole], [offs for _, offs in whole], size, stride, cls, sep, pad)
+    ids, offsets = [ids for ids, _ in whole], [offs for _, offs in whole]
+    return windows_from_tokens(ids, offsets, size, stride, cls, sep, pad, texts=texts if cut == "sentences" else None)
 
 
 # ----------------------------------------------------------------------------------------------------

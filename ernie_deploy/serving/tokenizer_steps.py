@@ -21,8 +21,8 @@ _WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
 class TokenizerStep(Step):
     """text [B, 1] BYTES -> input_ids, token_type_ids [B, L] INT64 (padded to the longest text of the request),
     offsets [B, L, 2] INT64, lengths [B, 1] INT64, truncated [B, 1] BOOL; or the whole text in windows:
-    window_ids, window_type_ids [B, W, L], window_starts [B, W], text_offsets [B, T, 2], text_lengths [B, 1]
-    (see tasks.TOKENIZER_OUTPUTS). Only the outputs a request asks for are computed."""
+    window_ids, window_type_ids [B, W, L], window_starts and window_ends [B, W], text_offsets [B, T, 2],
+    text_lengths [B, 1] (see tasks.TOKENIZER_OUTPUTS). Only the outputs a request asks for are computed."""
 
     def __init__(self, config: dict, version_dir: Path):
         from ernie_deploy.serving.tokenizer import load_tokenizer
@@ -36,6 +36,8 @@ class TokenizerStep(Step):
         # read `window_*`, the head (or head and tail) for those that read `input_ids`.
         self.window = int(parameter(config, "window_size", str(self.max_seq_len)))  # tokens, [CLS] and [SEP] too
         self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
+        # a config written before sentence windows has no cut: it slid
+        self.cut = parameter(config, "window_cut", "sliding")
         head = parameter(config, "head_tokens", "")
         self.head_tokens = int(head) if head else None
         # What one request may cost (serving.limits), per reading: checked before anything is tokenized.
@@ -94,7 +96,7 @@ class TokenizerStep(Step):
     def _windows(self, texts: list[str], whole: list, names: list[str]) -> dict[str, np.ndarray]:
         from ernie_deploy.serving.encoding import encode_windows
 
-        win = encode_windows(self.tokenizer, texts, self.window, self.stride, whole=whole)
+        win = encode_windows(self.tokenizer, texts, self.window, self.stride, whole=whole, cut=self.cut)
         own = _own_windows(win, self.window, self.pad_to_multiple_of, self.tokenizer)
         return {name: own[name] for name in names if name in own}
 
@@ -120,8 +122,8 @@ def _own_windows(win, window: int, pad_to_multiple_of: int, tokenizer) -> dict[s
     from ernie_deploy.serving.encoding import padded_width
     from ernie_deploy.serving.tokenizer import PAD
 
-    longest = int(win.text_lengths.max())
-    width = padded_width(min(longest, window), window, pad_to_multiple_of)
+    # the widest window of the request: sentence windows may all be shorter than the window size
+    width = padded_width(min(win.window_ids.shape[2], window), window, pad_to_multiple_of)
     ids, types = win.window_ids[:, :, :width], win.window_type_ids[:, :, :width]
     if ids.shape[2] < width:
         pad = ((0, 0), (0, 0), (0, width - ids.shape[2]))
@@ -131,6 +133,7 @@ def _own_windows(win, window: int, pad_to_multiple_of: int, tokenizer) -> dict[s
         "window_ids": np.ascontiguousarray(ids),
         "window_type_ids": np.ascontiguousarray(types),
         "window_starts": win.window_starts,
+        "window_ends": win.window_ends,
         "text_offsets": win.text_offsets,
         "text_lengths": win.text_lengths.reshape(-1, 1),
     }

@@ -26,3 +26,6 @@ class KindRecipe:
     # (list of logits arrays per batch, list of label arrays per batch, label names) -> metric in [0, 1]
     metric: Callable[[list, list, list[str]], float]
     metric_name: str
+    # (encoded train rows, most tokens a row) -> rows that pack consecutive ones, [CLS] and [SEP] once per row;
+    # None: a kind whose answer is one per text cannot join texts (the recipe's `pack_tokens` is refused there)
+    pack: Callable[[list, int], list] | None = None

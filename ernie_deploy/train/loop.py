@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import BadCheckpointError, BadDataError, ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
@@ -98,6 +98,13 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
         split: [kind.encode(tokenizer, t, y, label2id, recipe["max_seq_len"]) for t, y in zip(*splits[split])]
         for split in ("train", "dev")
     }
+    if recipe.get("pack_tokens"):
+        if kind.pack is None:
+            raise BadOptionsError(
+                f"pack_tokens joins train texts into one row; a {recipe['task']} model answers once per text",
+                "drop pack_tokens from this task's recipe",
+            )
+        rows["train"] = kind.pack(rows["train"], recipe["pack_tokens"])
     tokenize_s = time.time() - t_tok
     # Both texts of a pair count toward the [UNK] rate.
     unk = unk_rate(tokenizer, [t for item in splits["test"][0] for t in (item if isinstance(item, tuple) else (item,))])

@@ -105,6 +105,11 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
 BUDGETED: dict[str, Any] = {"max_train_rows": None, "epochs": 30}
 
 
+# Recipe entries a task's recipe may leave out (absent: off), so that adding one keeps every cache key that does not
+# use it: rows that pack consecutive train texts up to this many tokens (KindRecipe.pack).
+OPTIONAL = ("pack_tokens",)
+
+
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The full recipe for a task: defaults, then the task's changes, then the caller's."""
     if task.name not in TASK_RECIPES:
@@ -114,7 +119,7 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
         )
     recipe = dict(DEFAULT_RECIPE)
     recipe.update(TASK_RECIPES[task.name])
-    unknown = sorted(set(overrides or {}) - set(recipe))
+    unknown = sorted(set(overrides or {}) - set(recipe) - set(OPTIONAL))
     if unknown:
         raise BadOptionsError(
             f"unknown bootstrap recipe keys: {', '.join(unknown)}", f"use keys of {__name__}.DEFAULT_RECIPE"

@@ -47,12 +47,12 @@ class TokenClsPostprocess(Step):
 
     def _check_windows(self, inputs):
         """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
-        [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into whole-text logits
-        (ernie_deploy.serving.windows), then decoded like a text that fit."""
+        and window_ends [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into
+        whole-text logits (ernie_deploy.serving.windows), then decoded like a text that fit."""
         from ernie_deploy.serving.entities import label_ids
         from ernie_deploy.serving.windows import merge_windows
 
-        logits, starts = inputs[LOGITS], inputs["window_starts"]
+        logits, starts, ends = inputs[LOGITS], inputs["window_starts"], inputs["window_ends"]
         offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
         if logits.ndim != 4 or logits.shape[-1] != len(self.labels):
             raise BadRequest(
@@ -60,31 +60,39 @@ class TokenClsPostprocess(Step):
                 f"{len(self.labels)}] for the labels in labels.json",
                 "rebuild the repository so labels.json comes from the same model",
             )
-        if starts.shape != logits.shape[:2] or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
+        fits = starts.shape == ends.shape == logits.shape[:2]
+        if not fits or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
             raise BadRequest(
-                f"window_starts {list(starts.shape)}, text_offsets {list(offsets.shape)} and text_lengths "
-                f"{list(lengths.shape)} do not fit logits {list(logits.shape)}",
+                f"window_starts {list(starts.shape)}, window_ends {list(ends.shape)}, text_offsets "
+                f"{list(offsets.shape)} and text_lengths {list(lengths.shape)} do not fit logits {list(logits.shape)}",
                 "send the tokenizer's window tensors unchanged",
             )
         # An empty sequence (Triton's zero-filled warmup request) has nothing to merge: no entities.
         empty = lengths < 2
         lengths = np.where(empty, 2, lengths)
-        starts = np.where(empty[:, None], np.where(np.arange(starts.shape[1]) == 0, 0, -1), starts)
-        for b, (own, length) in enumerate(zip(starts, lengths.tolist())):
-            own = own[own >= 0]
+        first = np.arange(starts.shape[1]) == 0
+        starts = np.where(empty[:, None], np.where(first, 0, -1), starts)
+        ends = np.where(empty[:, None], np.where(first, 0, -1), ends)
+        for b, (own, own_ends, length) in enumerate(zip(starts, ends, lengths.tolist())):
+            real = own >= 0
+            own, own_ends = own[real], own_ends[real]
             tokens = length - 2
-            if not len(own) or own[0] != 0 or (np.diff(own) <= 0).any() or own[-1] > max(tokens - 1, 0):
+            # Windows in order that cover every token: each starts at or before the previous one's end, ends after
+            # its own start (an empty text's one window aside) and after the previous end, the last on the last token.
+            ordered = len(own) and own[0] == 0 and (np.diff(own) > 0).all() and (np.diff(own_ends) > 0).all()
+            if not ordered or (own[1:] > own_ends[:-1]).any() or own_ends[-1] != tokens or own[-1] > max(tokens - 1, 0):
                 raise BadRequest(
-                    f"text {b}: window_starts {own.tolist()} are not windows over its {tokens} tokens",
+                    f"text {b}: window_starts {own.tolist()} and window_ends {own_ends.tolist()} do not cover its "
+                    f"{tokens} tokens",
                     "send the tokenizer's window tensors unchanged",
                 )
-            if offsets.shape[1] < length or own[-1] + logits.shape[2] - 2 < tokens:
+            if offsets.shape[1] < length or (own_ends - own).max() + 2 > logits.shape[2]:
                 raise BadRequest(
                     f"text {b}: {length} tokens do not fit its text_offsets ({offsets.shape[1]} rows) or its "
                     f"windows ({len(own)} of {logits.shape[2]} tokens)",
                     "send the tokenizer's window tensors unchanged",
                 )
-        merged = merge_windows(logits, starts, lengths)
+        merged = merge_windows(logits, starts, ends, lengths)
         # Checked above: every token lies in a window, so no entity was cut off (the response's `truncated`).
         truncated = np.zeros((len(lengths), 1), dtype=bool)
         lengths = np.where(empty, 0, lengths)

@@ -54,6 +54,28 @@ def _token_entity_f1(logits: list, labels: list, names: list[str]) -> float:
     return float(f1_score(gold, pred, mode="strict", scheme=IOB2, zero_division=0))
 
 
+def _token_pack(rows: list, most: int) -> list:
+    """Consecutive sentences joined into rows of at most `most` tokens, [CLS] and [SEP] included, as a served model
+    reads a long text (serving.windows.sentence_windows packs whole sentences the same way): a model trained on
+    sentences alone reads a window of several at 0.55 entity F1 against 0.674 for one sentence a window (the demo
+    NER model, msra_docs, windows up to 128 tokens against 28). A row longer than `most` stays alone."""
+    packed: list = []
+    ids: list[int] = []
+    labels: list[int] = []
+    for row_ids, row_labels in rows:
+        if ids and len(ids) + len(row_ids) - 2 > most:
+            packed.append((ids, labels))
+            ids, labels = [], []
+        if not ids:
+            ids, labels = list(row_ids), list(row_labels)
+        else:  # in front of the open row's [SEP], without this row's [CLS] and [SEP]
+            ids[-1:-1] = row_ids[1:-1]
+            labels[-1:-1] = row_labels[1:-1]
+    if ids:
+        packed.append((ids, labels))
+    return packed
+
+
 RECIPE = KindRecipe(
     label_list=data_mod.entity_label_names,
     encode=_token_encode,
@@ -61,4 +83,5 @@ RECIPE = KindRecipe(
     loss=_token_loss,
     metric=_token_entity_f1,
     metric_name="token-level entity f1",
+    pack=_token_pack,
 )
