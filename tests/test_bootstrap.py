@@ -435,3 +435,46 @@ def test_a_checkpoint_records_the_lengths_it_trained_on_and_an_older_cached_one_
         meta["trained_tokens"],
         meta["trained_token_lengths"],
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# several models trained at once
+
+
+def _write_token_data(root: Path) -> Path:
+    from ernie_deploy.fetch.data import write_jsonl
+
+    rng = random.Random(4)
+
+    def rows(n: int) -> list[tuple[str, list[str]]]:
+        out = []
+        for _ in range(n):
+            name = rng.choice(["张三", "李四", "王五"])
+            filler = "".join(rng.choice(FILLER) for _ in range(rng.randint(3, 8)))
+            text = filler + name + "说。"
+            out.append((text, ["O"] * len(filler) + ["B-PER", "I-PER"] + ["O", "O"]))
+        return out
+
+    for split, n in (("train", 120), ("dev", 40), ("test", 40)):
+        write_jsonl(root / f"{split}.jsonl", rows(n))
+    return root
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="training at once takes a core per model")
+def test_models_not_cached_train_at_once_each_on_its_own_core(tmp_path, monkeypatch):
+    from ernie_deploy.core.tasks import TOKEN_CLS
+
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data = {SEQ_CLS.name: _write_data(tmp_path / "seq"), TOKEN_CLS.name: _write_token_data(tmp_path / "token")}
+    recipe = {**TINY, "epochs": 2}
+    assert not bootstrap.is_cached(SEQ_CLS, data[SEQ_CLS.name], recipe)
+    ckpts = bootstrap.train_together([SEQ_CLS, TOKEN_CLS], recipe=recipe, progress=False, data=data)
+    metas = [bootstrap.load_meta(c) for c in ckpts]
+    assert [m["task"] for m in metas] == [SEQ_CLS.name, TOKEN_CLS.name]
+    # each in its own process on one core: one math thread each, and the cache holds both
+    assert [m["threads"] for m in metas] == [1, 1]
+    assert all(bootstrap.is_cached(t, data[t.name], recipe) for t in (SEQ_CLS, TOKEN_CLS))
+    # cached now: a second call trains nothing and returns the same folders
+    t0 = time.time()
+    assert bootstrap.train_together([SEQ_CLS, TOKEN_CLS], recipe=recipe, progress=False, data=data) == ckpts
+    assert time.time() - t0 < 30

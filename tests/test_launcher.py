@@ -216,7 +216,9 @@ def test_convert_then_tritonserver_then_the_client_prints_the_accuracy(tmp_path)
         assert found, client.stdout[-2000:]
         accuracy, n = float(found[-1][0]), int(found[-1][1])
         assert n == 1000
-        assert accuracy >= 0.80  # the demo classifier's floor (0.828 measured; tests/test_e2e.py gates it exactly)
+        # the demo classifier's floor, under every retrain measured (seed 42 0.828 on three machines, seed 1 0.821);
+        # tests/test_e2e.py gates it at tests/baselines/seq_cls.json's min_accuracy
+        assert accuracy >= 0.80
     finally:
         server.send_signal(signal.SIGINT)  # Ctrl-C, as the user stops it
         code = server.wait(timeout=60)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import BadCheckpointError, BadDataError, ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
@@ -107,6 +108,7 @@ def train(
     force: bool = False,
     progress: bool = True,
     recipe: dict[str, Any] | None = None,
+    position: int | None = None,
 ) -> Path:
     """Train (or find in the cache) the bootstrap checkpoint for `task`; returns its directory.
 
@@ -126,8 +128,90 @@ def train(
             return final
         with atomic_path(final) as tmp:
             tmp.mkdir()
-            train_into(tmp, task, data_dir, full, progress, _base_dir(full))
+            train_into(tmp, task, data_dir, full, progress, _base_dir(full), position)
     return final
+
+
+def is_cached(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = None) -> bool:
+    """Whether `train` would return this checkpoint without training (its base, if any, cached too)."""
+    full = recipe_for(task, recipe)
+    if full.get("init_from"):
+        from ernie_deploy.core.tasks import get_task
+
+        base_task = get_task(full["init_from"])
+        base_data = datasets.prepare(base_task.dataset, Path(data_dir).parent)
+        if not is_cached(base_task, base_data):
+            return False
+    ckpt = checkpoint_dir(task, data_dir, recipe)
+    return is_complete(ckpt) and "trained_tokens" in load_meta(ckpt)
+
+
+def train_together(
+    tasks: list[TaskSpec],
+    *,
+    recipe: dict[str, Any] | None = None,
+    progress: bool = True,
+    data: dict[str, Path] | None = None,
+) -> list[Path]:
+    """Train (or find cached) several tasks' bootstrap checkpoints, those that need training at once: each in a
+    process of its own, pinned to its share of the cores. Training one model on two cores runs its step 1.64x as
+    fast as on one (measured, ernie_deploy.train.loop.training_threads), so two models, one a core, train in about
+    1.64 / 2 of the time one after the other takes. A task that starts from another's checkpoint (`init_from`)
+    trains in a later wave, after it. Returns each task's checkpoint, in order. data: each task's data folder by
+    name (default: its prepared dataset)."""
+    cores = sorted(os.sched_getaffinity(0))
+    data = {t.name: Path(data[t.name]) if data else datasets.prepare(t.dataset) for t in tasks}
+    todo = [t for t in tasks if not is_cached(t, data[t.name], recipe)]
+    while todo:
+        # a wave: the tasks whose base checkpoint (if any) no task of this call still has to train, one per core
+        waiting = {t.name for t in todo}
+        wave = [t for t in todo if recipe_for(t, recipe).get("init_from") not in waiting][: len(cores)]
+        if len(wave) > 1:
+            _train_at_once(wave, data, cores, recipe, progress)
+        else:
+            train(wave[0], data[wave[0].name], progress=progress, recipe=recipe)
+        todo = [t for t in todo if t not in wave]
+    return [train(task, data[task.name], progress=progress, recipe=recipe) for task in tasks]
+
+
+def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, progress: bool) -> None:
+    """Train `wave` in processes of their own, each pinned to its share of `cores`."""
+    import multiprocessing
+
+    shares = [cores[i :: len(wave)] for i in range(len(wave))]
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: paddle's threads start from the share
+    runs = [
+        context.Process(
+            target=_train_pinned,
+            args=(task.name, str(data[task.name]), share, recipe, progress, position),
+            name=f"bootstrap-{task.name}",
+        )
+        for position, (task, share) in enumerate(zip(wave, shares))
+    ]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    failed = [f"{task.name} (exit {run.exitcode})" for task, run in zip(wave, runs) if run.exitcode]
+    if failed:
+        raise ErnieDeployError(
+            f"training the bootstrap models at once failed for {', '.join(failed)}",
+            "train each alone to see its error: `ernie-deploy fetch --bootstrap --task TASK`",
+        )
+
+
+def _train_pinned(
+    task_name: str, data_dir: str, cores: list[int], recipe: dict[str, Any] | None, progress: bool, position: int
+) -> None:
+    """One process of `train_together`: on `cores` only (training_threads reads them), then train."""
+    from ernie_deploy.core.tasks import get_task
+
+    os.sched_setaffinity(0, cores)
+    try:
+        train(get_task(task_name), Path(data_dir), progress=progress, recipe=recipe, position=position)
+    except ErnieDeployError as exc:
+        print(f"error: {task_name}: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 @contextmanager
@@ -155,15 +239,23 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised 
     from ernie_deploy.core.tasks import get_task
 
     parser = argparse.ArgumentParser(description="Train the offline bootstrap checkpoint")
-    parser.add_argument("task", nargs="?", default="seq_cls")
+    parser.add_argument(
+        "task", nargs="*", default=["seq_cls"], help="one task, or several: those not cached train at once"
+    )
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="override a recipe entry")
     args = parser.parse_args(argv)
-    task = get_task(args.task)
     overrides = {}
     for item in args.set:
         key, _, value = item.partition("=")
         overrides[key] = json.loads(value)
+    if len(args.task) > 1:
+        if args.force:
+            raise BadOptionsError("--force retrains one task", "pass one task with --force")
+        for ckpt in train_together([get_task(name) for name in args.task], recipe=overrides or None):
+            print(f"checkpoint: {ckpt}")
+        return 0
+    task = get_task(args.task[0])
     t0 = time.time()
     ckpt = train(task, datasets.prepare(task.dataset), force=args.force, recipe=overrides or None)
     meta = load_meta(ckpt)

@@ -187,7 +187,9 @@ class _Trainer:
     """One run's loop: its batches, optimizer and schedule, the plan of how many steps it takes, the progress bar,
     and the best dev epoch so far (whose weights are kept)."""
 
-    def __init__(self, model, task: TaskSpec, kind: KindRecipe, recipe: dict[str, Any], enc: _Encoded, progress):
+    def __init__(
+        self, model, task: TaskSpec, kind: KindRecipe, recipe: dict[str, Any], enc: _Encoded, progress, position=None
+    ):
         import numpy as np
         import paddle
         from tqdm import tqdm
@@ -207,7 +209,12 @@ class _Trainer:
         self.history: list[dict] = []
         self.best: dict = {"epoch": 0, "dev": -1.0, "state": None}
         self.bar = tqdm(
-            total=self.plan.total, desc=f"bootstrap {task.name}", unit="step", disable=not progress, file=sys.stderr
+            total=self.plan.total,
+            desc=f"bootstrap {task.name}",
+            unit="step",
+            disable=not progress,
+            file=sys.stderr,
+            position=position,  # runs trained at once keep a line each
         )
         self.t_train = time.time()
         self.train_s = 0.0
@@ -290,10 +297,17 @@ class _Trainer:
 
 
 def train_into(
-    out: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any], progress: bool, base: Path | None = None
+    out: Path,
+    task: TaskSpec,
+    data_dir: Path,
+    recipe: dict[str, Any],
+    progress: bool,
+    base: Path | None = None,
+    position: int | None = None,
 ) -> None:
     """Train `task` on `data_dir` with the full `recipe` (starting from the `base` checkpoint's encoder and
-    vocabulary if given) and save the best dev epoch's model, its tokenizer and META_FILE into `out`."""
+    vocabulary if given) and save the best dev epoch's model, its tokenizer and META_FILE into `out`. position: the
+    progress bar's line, for runs trained at once."""
     t_start = time.time()
     import paddle
 
@@ -303,7 +317,7 @@ def train_into(
     kind = KIND_RECIPES[task.kind]
     enc = _encode(out, kind, data_dir, recipe, base)
     model = _build_model(task, recipe, enc, base)
-    trainer = _Trainer(model, task, kind, recipe, enc, progress)
+    trainer = _Trainer(model, task, kind, recipe, enc, progress, position)
     trainer.fit()
 
     model.set_state_dict({k: paddle.to_tensor(v) for k, v in trainer.best["state"].items()})
