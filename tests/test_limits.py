@@ -138,7 +138,7 @@ def test_limits_that_cannot_work_are_refused_at_build(text_chars, request_chars,
 
 def test_one_limit_set_alone_moves_the_other_default_where_it_must():
     assert ReadingLimits.given(max_request_chars=24_000) == ReadingLimits(
-        TextLimits(24_000, 24_000), TextLimits(4_000, 24_000)
+        TextLimits(24_000, 24_000), TextLimits(8_000, 24_000)
     )
     assert ReadingLimits.given(max_text_chars=50_000).windows == TextLimits(50_000, 50_000)
     assert ReadingLimits.given(max_text_chars=50_000).cut == TextLimits(50_000, CUT.max_request_chars)

@@ -292,6 +292,8 @@ def test_long_text_defaults_per_kind_and_refusals(tiny_pipeline):
         (BuildOptions(long_text="head", window_size=32), "--window-size sets"),
         (BuildOptions(head_tokens=10), "--head-tokens sets"),
         (BuildOptions(long_text="tail"), "unknown --long-text"),
+        (BuildOptions(long_text="head", window_cut="sliding"), "--window-cut sets"),
+        (BuildOptions(window_cut="paragraphs"), "unknown --window-cut 'paragraphs'"),
     ]:
         with pytest.raises(ErnieDeployError, match=problem):
             check_options(options)
@@ -319,6 +321,7 @@ def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipe
             BuildOptions(runtime="python", layout="ensemble"),
             BuildOptions(runtime="python", layout="ensemble", window_stride=32),
             BuildOptions(runtime="python", layout="ensemble", window_size=32),
+            BuildOptions(runtime="python", layout="ensemble", window_cut="sliding"),
             BuildOptions(runtime="python", layout="ensemble", long_text="head"),
         )
     }
@@ -327,8 +330,8 @@ def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipe
             SEQ.name
         ].fingerprint
     }
-    # head and window read different outputs of one tokenizer config; window size, stride and head_tail change it.
-    assert len(fingerprints) == 4
+    # head and window read different outputs of one tokenizer config; window size, stride, cut and head_tail change it.
+    assert len(fingerprints) == 5
 
 
 def test_a_classifier_shares_the_tokenizer_of_a_model_reading_windows_of_any_size(tiny_pipeline, tiny_token_pipeline):

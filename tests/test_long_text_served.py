@@ -1,11 +1,11 @@
-"""The long-text accuracy gate, on a real tritonserver: the bootstrap NER model served with a sliding window over the
-msra_docs test documents (300 to 3,000 characters) scores what Paddle-native scores on them with the same windows
-(within 0.001), and within a point of its own sentence-level F1; cutting the same documents at max_seq_len, measured
-here too, loses most of their entities.
+"""The long-text accuracy gate, on a real tritonserver: the bootstrap NER model served as `build` serves it by
+default (sentence windows of the length it was trained on) over the msra_docs test documents (300 to 3,000
+characters) scores what Paddle-native scores on them read the same way (within 0.001), and within 0.03 of its own
+sentence-level F1; cutting the same documents at max_seq_len, measured here too, loses most of their entities.
 
-The window is 32 tokens (`build --window-size 32`, stride 15): the bootstrap model was trained on single sentences
-(median 39 characters), and read in windows much longer than that it loses F1 (measured, docs/LONG_TEXTS.md:
-document F1 0.653 in windows of 32, 0.594 of 96, 0.471 of 128, against 0.661 on sentences)."""
+Why 0.03: a model trained on the machine differs from one machine to the next (float sums), and the gap between its
+document and sentence F1 moves with it: 0.0031 and 0.008 on two machines' models (docs/LONG_TEXTS.md); 0.03 holds a
+retrain and still fails a reading that loses entities at the windows' edges (sliding windows of 128 lost 19 points)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ from tests.conftest import artifacts
 pytestmark = pytest.mark.integration
 
 
-WINDOW = 32
-
-
 @pytest.fixture(scope="module")
 def window_server(token_cls_pipeline, tmp_path_factory):
     from ernie_deploy.repository.build import BuildOptions, build
@@ -30,8 +27,8 @@ def window_server(token_cls_pipeline, tmp_path_factory):
     p = token_cls_pipeline
     repo = tmp_path_factory.mktemp("window_models")
     entry = artifacts(p)
-    # up to 8 documents of up to 3,000 characters per request: past the default request limit of a windowed model
-    build(entry, repo, BuildOptions(runtime="python", layout="ensemble", window_size=WINDOW, max_request_chars=24_000))
+    # up to 8 documents of up to 3,000 characters per request: within the default request limit of a windowed model
+    build(entry, repo, BuildOptions(runtime="python", layout="ensemble"))
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "server.log") as server:
         yield server
 
@@ -54,7 +51,7 @@ def paddle_scores(token_cls_pipeline, docs):
     p = token_cls_pipeline
     texts, gold = read_split(p.data, "test", "jsonl")
     labels = p.static.labels
-    windows = paddle_window_predictions(TOKEN_CLS, p.static, docs[0], window=WINDOW)
+    windows = paddle_window_predictions(TOKEN_CLS, p.static, docs[0], window=p.static.spec.window_default)
     return {
         "sentences": score(TOKEN_CLS, texts, gold, paddle_predictions(TOKEN_CLS, p.static, texts), labels)["f1"],
         "window": score(TOKEN_CLS, *docs, windows, labels)["f1"],
@@ -71,8 +68,8 @@ def test_served_windows_score_documents_as_paddle_and_as_sentences(window_server
         out = client.infer(texts[:8])
         served = score(TOKEN_CLS, texts, gold, client.predict(texts, 4, progress=False))["f1"]
     assert not out["truncated"].any(), "windows read every token"
-    # Entity F1 is no fraction of the texts: within a tenth of a point / a point, sparing float rounding.
+    # Entity F1 is no fraction of the texts: within a tenth of a point / the retrain's spread, sparing float rounding.
     assert within(served, paddle_scores["window"], 0.001), (served, paddle_scores)
-    assert within(served, paddle_scores["sentences"], 0.01), (served, paddle_scores)
+    assert within(served, paddle_scores["sentences"], 0.03), (served, paddle_scores)
     # What the windows are for: cut at max_seq_len, most of a document's entities are never seen.
     assert paddle_scores["head"] < paddle_scores["window"] - 0.3, paddle_scores

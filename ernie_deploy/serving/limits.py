@@ -11,10 +11,12 @@ Limits count characters (Unicode code points), not tokens:
 
 What a character costs depends on how the model reads a text, so each reading has its own limits. A model that reads
 the cut text (a classifier; NER with `--long-text head`) runs on max_seq_len tokens whatever the length: past the
-tokenizer its cost is fixed. A model that reads the whole text in windows (NER's default) runs every token through
-the model about twice (windows overlap by half): measured with the demo NER model, about 0.3 ms a character against
-6 us for the classifier (docs/RELIABILITY.md, "Bounded cost per request"). A tokenizer shared by models of both
-readings holds both, and holds each request to the limits of what it asks for (the window tensors, or the cut).
+tokenizer its cost is fixed. A model that reads the whole text in windows (NER's default) runs its tokens through
+the model in windows of about its training length (1.8x the tokens of one reading for the demo NER model in sentence
+windows, 2.1x in sliding ones; docs/LONG_TEXTS.md): measured with the demo NER model, about 0.08 ms a character on a
+quiet host against 3 us for the classifier (docs/RELIABILITY.md, "Bounded cost per request"). A tokenizer shared by
+models of both readings holds both, and holds each request to the limits of what it asks for (the window tensors, or
+the cut).
 
 Standard library and core only: runs inside Triton's python backend.
 """
@@ -76,9 +78,11 @@ _UTF8_MAX_BYTES_PER_CHAR = 4
 
 # The defaults per reading: the longest text answered within a budget of about a second and a few hundred MB of server
 # memory on 2 CPU cores with the demo models (benchmarks/input_cost.py; figures in docs/RELIABILITY.md), and a request
-# of at most four such texts (a few seconds: a batch client sends many texts at once, most of them short).
+# of at most four such texts (a few seconds: a batch client sends many texts at once, most of them short). Windows:
+# 10,000 characters of NER took 0.80 s and 20,000 took 1.66 s in sentence windows on 2 cores at load 1.2-1.6, so 8,000
+# keeps the budget with some room for a busier host (the previous 4,000 was set on a host at load 4-6).
 CUT = TextLimits(max_text_chars=100_000, max_request_chars=400_000)
-WINDOWS = TextLimits(max_text_chars=4_000, max_request_chars=16_000)
+WINDOWS = TextLimits(max_text_chars=8_000, max_request_chars=32_000)
 
 
 @dataclass(frozen=True)
