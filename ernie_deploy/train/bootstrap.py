@@ -190,6 +190,22 @@ def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, p
     ]
     for run in runs:
         run.start()
+    # A run that ends hands its cores to those still training (they take them up within 20 steps: train.loop.
+    # follow_cores): the two demo models differ in length, and a core left idle would make the longer one the
+    # time of both on one core.
+    running = dict(zip(runs, shares))
+    while running:
+        done = [run for run in running if not run.is_alive()]
+        if not done:
+            time.sleep(1)
+            continue
+        freed = [core for run in done for core in running.pop(run)]
+        for i, run in enumerate(running):
+            running[run] = running[run] + freed[i :: len(running)]
+            try:
+                os.sched_setaffinity(run.pid, running[run])
+            except ProcessLookupError:  # it ended meanwhile: the next pass frees its cores
+                pass
     for run in runs:
         run.join()
     failed = [f"{task.name} (exit {run.exitcode})" for task, run in zip(wave, runs) if run.exitcode]

@@ -44,6 +44,21 @@ def training_threads() -> int:
         return os.cpu_count() or 1
 
 
+def follow_cores() -> int:
+    """Use as many math threads as this process now has cores: a run trained beside another (train.bootstrap.
+    train_together) is given the other's cores when that one finishes, and takes them up here, every 20 steps."""
+    import paddle
+
+    threads = training_threads()
+    if threads != _threads_in_use.get("n"):
+        paddle.base.core.set_num_threads(threads)
+        _threads_in_use["n"] = threads
+    return threads
+
+
+_threads_in_use: dict[str, int] = {}
+
+
 # --------------------------------------------------------------------------------------------------
 # Data: vocabulary, tokenizer, encoded splits
 
@@ -258,6 +273,7 @@ class _Trainer:
                 self.bar.refresh()
             self.bar.update(1)
             if len(losses) % 20 == 0:
+                follow_cores()
                 dev = max(self.best["dev"], 0)
                 self.bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}", dev=f"{dev:.3f}")
         return losses
@@ -312,8 +328,7 @@ def train_into(
     import paddle
 
     paddle.set_device("cpu")
-    threads = training_threads()
-    paddle.base.core.set_num_threads(threads)
+    threads = follow_cores()
     kind = KIND_RECIPES[task.kind]
     enc = _encode(out, kind, data_dir, recipe, base)
     model = _build_model(task, recipe, enc, base)
@@ -369,6 +384,7 @@ def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, thread
         **length_record([len(ids) for ids, _ in enc.rows["train"]]),
         "stopped_by": "budget" if trainer.step < trainer.steps_per_epoch * recipe["epochs"] else "epochs",
         "threads": threads,
+        "threads_at_end": _threads_in_use.get("n", threads),  # more where a run trained beside it ended first
         "cpu_count": os.cpu_count(),
         "versions": {"paddle": paddle.__version__, "paddlenlp": _version("paddlenlp")},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
