@@ -1035,11 +1035,19 @@ def test_long_texts_scores_and_times_documents_cut_and_in_windows(tiny_token_pip
     )  # fmt: skip
     assert (report["window"], report["stride"], report["documents"]) == (16, 7, 2)
     assert set(report["runs"]) == {
-        "paddle sentences", "paddle head", "paddle window", "onnx head", "onnx window", "onnx window 12",
-        "served head", "served window",
+        "paddle sentences", "paddle head", "paddle window", "paddle sliding", "onnx head", "onnx window",
+        "onnx sliding", "onnx sentences 12", "onnx sliding 12", "served head", "served sentences", "served sliding",
     }  # fmt: skip
     assert all(run["seconds"] > 0 and 0 <= run["f1"] <= 1 for run in report["runs"].values())
     assert len(table(report).splitlines()) == 2 + len(report["runs"])
+    # tokens through the model per token read once: windows add at least their [CLS] and [SEP]; sliding windows of
+    # half a window read each token about twice, more than sentence windows do
+    tokens = report["tokens"]
+    assert 1 < tokens["sentences"] <= tokens["sliding"] and tokens["sliding"] > 1.5
+    assert report["runs"]["served sliding"]["tokens_read"] == tokens["sliding"]
+    # served and in-process windows answer alike: the same F1 for each cut
+    for cut, served in (("window", "served sentences"), ("sliding", "served sliding")):
+        assert report["runs"][f"onnx {cut}"]["f1"] == report["runs"][served]["f1"]
 
 
 def test_a_lever_only_some_kinds_have_is_measured_on_those(tiny_pipeline, tiny_token_pipeline, tmp_path):
