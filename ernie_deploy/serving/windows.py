@@ -296,6 +296,18 @@ def windows_from_tokens(
     return Windowed(window_ids, np.zeros_like(window_ids), window_starts_arr, window_ends_arr, text_offsets, lengths)
 
 
+def sliding_ends(window_starts: np.ndarray, text_lengths: np.ndarray) -> np.ndarray:
+    """window_ends [B, W] of sliding windows known by their starts alone, as a tokenizer built before windows carried
+    their ends sent them: all of one size, the last ending on the text's last token (so the size is the tokens from
+    the last start; a text of one window is whole in it); -1 where no window."""
+    starts = np.asarray(window_starts).reshape(len(np.asarray(text_lengths).reshape(-1)), -1)
+    tokens = np.asarray(text_lengths).reshape(-1) - 2
+    count = (starts >= 0).sum(axis=1)
+    last = starts[np.arange(len(starts)), np.maximum(count - 1, 0)]
+    size = np.where(count > 1, tokens - last, np.maximum(tokens, 1))
+    return np.where(starts >= 0, np.minimum(starts + size[:, None], tokens[:, None]), -1)
+
+
 def merge_windows(
     window_logits: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray, text_lengths: np.ndarray
 ) -> np.ndarray:

@@ -50,9 +50,11 @@ class TokenClsPostprocess(Step):
         and window_ends [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into
         whole-text logits (ernie_deploy.serving.windows), then decoded like a text that fit."""
         from ernie_deploy.serving.entities import label_ids
-        from ernie_deploy.serving.windows import merge_windows
+        from ernie_deploy.serving.windows import merge_windows, sliding_ends
 
-        logits, starts, ends = inputs[LOGITS], inputs["window_starts"], inputs["window_ends"]
+        logits, starts = inputs[LOGITS], inputs["window_starts"]
+        # a repository built before windows carried their ends wires none: its windows slid, all of one size
+        ends = inputs["window_ends"] if "window_ends" in inputs else None
         offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
         if logits.ndim != 4 or logits.shape[-1] != len(self.labels):
             raise BadRequest(
@@ -60,10 +62,13 @@ class TokenClsPostprocess(Step):
                 f"{len(self.labels)}] for the labels in labels.json",
                 "rebuild the repository so labels.json comes from the same model",
             )
-        fits = starts.shape == ends.shape == logits.shape[:2]
+        if ends is None and starts.shape[:1] == lengths.shape[:1]:
+            ends = sliding_ends(starts, np.maximum(lengths, 2))
+        fits = ends is not None and starts.shape == ends.shape == logits.shape[:2]
         if not fits or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
             raise BadRequest(
-                f"window_starts {list(starts.shape)}, window_ends {list(ends.shape)}, text_offsets "
+                f"window_starts {list(starts.shape)}, window_ends {None if ends is None else list(ends.shape)}, "
+                f"text_offsets "
                 f"{list(offsets.shape)} and text_lengths {list(lengths.shape)} do not fit logits {list(logits.shape)}",
                 "send the tokenizer's window tensors unchanged",
             )
