@@ -121,6 +121,13 @@ def test_sentences_end_at_their_marks_with_the_closers_after_them_and_at_line_br
     assert W.sentence_starts("标题\n正文", _chars("标题\n正文")) == [0, 2]
 
 
+def test_finding_sentences_is_linear_in_a_hostile_text():
+    # a run of closers after a mark, and one with none: each character is read once, not looked back over
+    for text in ("。" + "”" * 100_000 + "他", "”" * 100_000):
+        assert W.sentence_starts(text, _chars(text)) == ([0, 100_001] if text[0] == "。" else [0])
+    assert W.sentence_starts("", []) == [0]
+
+
 def test_whole_sentences_are_packed_and_only_an_over_long_one_overlaps():
     # sentences of 3, 4, 2, 12 and 1 tokens; windows of 8 real tokens, stride 4
     starts, ends = W.sentence_windows(22, [0, 3, 7, 9, 21], 8, 4)

@@ -103,33 +103,25 @@ LINE_BREAKS = frozenset("\n\r\u2028\u2029")
 def sentence_starts(text: str, offsets: Sequence) -> list[int]:
     """Index of each sentence's first real token (0 first), from the text and its tokens' character spans: a
     sentence ends after a token whose text ends in SENTENCE_ENDS (and the CLOSERS after it), or before a line
-    break. Linear in the tokens."""
+    break. One pass over the characters: whether the text so far ends in a mark and closers is carried along, never
+    looked back for (a run of closers looked back over from each of its tokens grew with its square)."""
     starts = [0]
     spans = [(int(a), int(b)) for a, b in offsets]
+    ended = False  # the text read so far ends in an end mark and the closers after it
     for i in range(len(spans) - 1):
-        end, following = spans[i][1], spans[i + 1][0]
-        if any(ch in LINE_BREAKS for ch in text[end:following]):
-            starts.append(i + 1)
-            continue
+        (start, end), following = spans[i], spans[i + 1][0]
+        for ch in text[start:end]:
+            ended = ch in SENTENCE_ENDS or (ended and ch in CLOSERS)
+        gap = text[end:following]
         after = text[following] if following < len(text) else ""
-        if after in SENTENCE_ENDS or after in CLOSERS:
-            continue  # the end marks and closers that follow stay with this sentence
-        mark = end - 1
-        while mark >= spans[i][0] and text[mark] in CLOSERS:
-            mark -= 1
-        if mark >= spans[i][0] and text[mark] in SENTENCE_ENDS:
+        # the end marks and closers that follow stay with this sentence
+        if any(ch in LINE_BREAKS for ch in gap) or (ended and after not in SENTENCE_ENDS and after not in CLOSERS):
             starts.append(i + 1)
-        elif mark < spans[i][0] and end > spans[i][0] and _ends_sentence_before(text, spans[i][0]):
-            starts.append(i + 1)  # a token of closers alone, after an end mark
+            ended = False
+            continue
+        for ch in gap:  # what lies between tokens (spaces) ends no run of closers after a mark
+            ended = ch in SENTENCE_ENDS or (ended and ch in CLOSERS)
     return starts
-
-
-def _ends_sentence_before(text: str, at: int) -> bool:
-    """Whether the closers from `at` on follow a sentence end mark (skipping closers before them)."""
-    at -= 1
-    while at >= 0 and text[at] in CLOSERS:
-        at -= 1
-    return at >= 0 and text[at] in SENTENCE_ENDS
 
 
 def sentence_windows(

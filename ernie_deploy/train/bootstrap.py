@@ -117,7 +117,7 @@ def train(
     data_dir = Path(data_dir)
     full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress))
     final = cache_root() / cache_key(data_dir, full)
-    if is_complete(final) and not force and "trained_tokens" in load_meta(final):
+    if not force and _usable(final):
         return final
     # One trainer per checkpoint: a second process asking for the same one waits and then finds it cached,
     # instead of spending the same minutes again on the same cores.
@@ -142,7 +142,11 @@ def is_cached(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = No
         base_data = datasets.prepare(base_task.dataset, Path(data_dir).parent)
         if not is_cached(base_task, base_data):
             return False
-    ckpt = checkpoint_dir(task, data_dir, recipe)
+    return _usable(checkpoint_dir(task, data_dir, recipe))
+
+
+def _usable(ckpt: Path) -> bool:
+    """A complete checkpoint that records its training lengths: what `train` returns as it is."""
     return is_complete(ckpt) and "trained_tokens" in load_meta(ckpt)
 
 
@@ -154,11 +158,10 @@ def train_together(
     data: dict[str, Path] | None = None,
 ) -> list[Path]:
     """Train (or find cached) several tasks' bootstrap checkpoints, those that need training at once: each in a
-    process of its own, pinned to its share of the cores. Training one model on two cores runs its step 1.64x as
-    fast as on one (measured, ernie_deploy.train.loop.training_threads), so two models, one a core, train in about
-    1.64 / 2 of the time one after the other takes. A task that starts from another's checkpoint (`init_from`)
-    trains in a later wave, after it. Returns each task's checkpoint, in order. data: each task's data folder by
-    name (default: its prepared dataset)."""
+    process of its own, pinned to its share of the cores. Two processes pinned to a core each did 1.53x the training
+    steps per second of one process on both cores (`python -m benchmarks.train_cores`, docs/CONVERT.md). A task
+    that starts from another's checkpoint (`init_from`) trains in a later wave, after it. Returns each task's
+    checkpoint, in order. data: each task's data folder by name (default: its prepared dataset)."""
     cores = sorted(os.sched_getaffinity(0))
     data = {t.name: Path(data[t.name]) if data else datasets.prepare(t.dataset) for t in tasks}
     todo = [t for t in tasks if not is_cached(t, data[t.name], recipe)]
