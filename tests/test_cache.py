@@ -293,11 +293,11 @@ def test_the_answer_series_count_computed_answers_and_triton_counts_the_cached_o
     answer given (docs/OPERATIONS.md says how to read them side by side)."""
     from ernie_deploy.client.grpc_client import Client
     from ernie_deploy.server.stats import snapshot
-    from tests.test_layout_matrix import counted_since, profile_counts
+    from tests.test_layout_matrix import counted_since, settled_counts
 
     server, _ = cache_server
     text = "缓存里的一条新闻标题"
-    before, stats_before = profile_counts(server.metrics_url, "news"), snapshot(server.http_url)
+    before, stats_before = settled_counts(server.metrics_url, "news"), snapshot(server.http_url)
     with Client(SEQ_CLS, server.grpc_url, model="news") as client:
         for _ in range(5):
             client.infer([text])

@@ -145,6 +145,24 @@ def profile_counts(metrics_url: str, model: str, version: str = "1") -> dict[tup
     return counts
 
 
+def settled_counts(metrics_url: str, model: str, timeout: float = 20.0) -> dict[tuple[str, str], float]:
+    """`profile_counts` once nothing is left to push: unchanged over more than two push intervals. What an earlier
+    test sent may still be waiting for the step's next push (serving/metrics.py), and read as a fresh count it made
+    a later delta too large (seen in CI: 15 texts counted for 9 sent)."""
+    import time
+
+    from ernie_deploy.serving.metrics import PUSH_INTERVAL_S
+
+    deadline = time.monotonic() + timeout
+    counts = profile_counts(metrics_url, model)
+    while True:
+        time.sleep(2.5 * PUSH_INTERVAL_S)
+        now = profile_counts(metrics_url, model)
+        if now == counts or time.monotonic() > deadline:
+            return now
+        counts = now
+
+
 def counted_since(metrics_url: str, model: str, before: dict, texts: int, timeout: float = 10.0) -> dict:
     """The counts added since `before`, once the `texts` answered are all there (the step pushes once a second)."""
     import time
@@ -167,7 +185,7 @@ def test_what_each_layout_answers_is_counted_on_the_servers_metrics(layout, io, 
 
     server, _, _ = matrix
     name, model = NAMES[layout, io], _model(layout, io)
-    before = profile_counts(server.metrics_url, name)
+    before = settled_counts(server.metrics_url, name)
     assert before, f"{name} exports no ernie_deploy_profile_total on {server.metrics_url}"
     texts = [*TEXTS, "中国" * 300]  # the last one is cut to the model's length
     with Client(model.task_spec, server.grpc_url, model=model) as client:

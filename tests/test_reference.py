@@ -230,9 +230,16 @@ def test_reference_counts_equal_what_the_served_model_counts(tiny_pipeline, tiny
                 if counter_name(s.name) == counter_name(profile.PROFILE_METRIC)
             }, samples
 
-        # What the server counted before the texts (its warmup requests at load), pushed once a second.
-        time.sleep(2.5)
+        # What the server counted before the texts (its warmup requests at load), once it is all pushed: unchanged
+        # over more than two of the step's once-a-second pushes.
         before = {name: counts(name)[0] for name in models}
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            time.sleep(2.5)
+            now = {name: counts(name)[0] for name in models}
+            if now == before:
+                break
+            before = now
         for name, (task, _, texts, _) in models.items():
             with Client(task, server.grpc_url, model=name) as client:
                 for at in range(0, len(texts), 32):
