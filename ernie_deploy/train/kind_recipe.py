@@ -17,7 +17,8 @@ IGNORE_INDEX = -100  # label of [CLS], [SEP] and padding: no loss, no score
 class KindRecipe:
     # train labels -> ordered label names (ids are the positions)
     label_list: Callable[[list], list[str]]
-    # (tokenizer, text, label, label2id, max_seq_len) -> (input_ids, encoded label)
+    # (tokenizer, text, label, label2id) -> (input_ids, encoded label); the tokenizer is train.vocab.training_tokenizer
+    # (a `tokenizers.Tokenizer` that cuts to the model's length)
     encode: Callable[..., tuple[list[int], Any]]
     # list of encoded labels, padded length -> numpy array for the batch
     collate_labels: Callable[[list, int], Any]

@@ -29,7 +29,15 @@ from ernie_deploy.train.kind_recipe import KindRecipe
 from ernie_deploy.train.plan import Plan
 from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION
 from ernie_deploy.train.rows import length_record, train_subset
-from ernie_deploy.train.vocab import SPECIAL_TOKENS, UNK, build_vocab, unk_rate, vocab_sources, write_vocab
+from ernie_deploy.train.vocab import (
+    SPECIAL_TOKENS,
+    UNK,
+    build_vocab,
+    training_tokenizer,
+    unk_rate,
+    vocab_sources,
+    write_vocab,
+)
 
 META_FILE = "bootstrap.json"
 
@@ -69,7 +77,7 @@ class _Encoded:
 
     labels: list[str]  # label names; ids are the positions
     vocab: list[str]
-    tokenizer: Any  # paddlenlp ErnieTokenizer over `vocab`
+    tokenizer: Any  # paddlenlp ErnieTokenizer over `vocab` (saved with the checkpoint)
     rows: dict[str, list]  # train and dev -> [(input_ids, encoded label)]
     sep_id: int
     tokenize_s: float
@@ -109,10 +117,8 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
         )
     t_tok = time.time()
     # Training reads train and dev; the test split is scored once, on the exported model (`ernie-deploy eval`).
-    rows = {
-        split: [kind.encode(tokenizer, t, y, label2id, recipe["max_seq_len"]) for t, y in zip(*splits[split])]
-        for split in ("train", "dev")
-    }
+    encoder = training_tokenizer(out / "vocab.txt", recipe["max_seq_len"])
+    rows = {split: [kind.encode(encoder, t, y, label2id) for t, y in zip(*splits[split])] for split in ("train", "dev")}
     if recipe.get("pack_tokens"):
         if kind.pack is None:
             raise BadOptionsError(
@@ -122,7 +128,8 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
         rows["train"] = kind.pack(rows["train"], recipe["pack_tokens"])
     tokenize_s = time.time() - t_tok
     # Both texts of a pair count toward the [UNK] rate.
-    unk = unk_rate(tokenizer, [t for item in splits["test"][0] for t in (item if isinstance(item, tuple) else (item,))])
+    test_texts = [t for item in splits["test"][0] for t in (item if isinstance(item, tuple) else (item,))]
+    unk = unk_rate(training_tokenizer(out / "vocab.txt"), test_texts)
     sep_id = tokenizer.convert_tokens_to_ids("[SEP]")
     return _Encoded(labels, vocab, tokenizer, rows, sep_id, tokenize_s, unk, len(splits["test"][0]))
 

@@ -49,11 +49,10 @@ def length_record(lengths: list[int]) -> dict[str, Any]:
 
 def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any], meta_file: str) -> None:
     """Add the record to a checkpoint cached before lengths were recorded, computed as training computes them: the
-    same train rows encoded by the same Paddle tokenizer over the checkpoint's own vocabulary."""
-    import paddlenlp.transformers as ppt
-
+    same train rows encoded by the same tokenizer over the checkpoint's own vocabulary."""
     from ernie_deploy.fetch import data as data_mod
     from ernie_deploy.train.recipes import KIND_RECIPES
+    from ernie_deploy.train.vocab import training_tokenizer
 
     path = Path(ckpt) / meta_file
     meta = json.loads(path.read_text(encoding="utf-8"))
@@ -63,6 +62,6 @@ def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str,
     kind = KIND_RECIPES[task.kind]
     label2id = {name: i for i, name in enumerate(kind.label_list(labels))}  # as training reads them: every row
     texts, labels = train_subset(texts, labels, recipe)
-    tokenizer = ppt.ErnieTokenizer(str(Path(ckpt) / "vocab.txt"))
-    lengths = [len(kind.encode(tokenizer, t, y, label2id, recipe["max_seq_len"])[0]) for t, y in zip(texts, labels)]
+    tokenizer = training_tokenizer(Path(ckpt) / "vocab.txt", recipe["max_seq_len"])
+    lengths = [len(kind.encode(tokenizer, t, y, label2id)[0]) for t, y in zip(texts, labels)]
     write_json({**meta, **length_record(lengths)}, path)

@@ -8,8 +8,8 @@ from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import KindRecipe
 
 
-def _multi_hot_encode(tokenizer, text: str, labels: list[str], label2id: dict[str, int], max_seq_len: int):
-    ids = tokenizer(text, max_length=max_seq_len, truncation=True)["input_ids"]
+def _multi_hot_encode(tokenizer, text: str, labels: list[str], label2id: dict[str, int]):
+    ids = tokenizer.encode(text).ids
     unknown = sorted(set(labels) - set(label2id))
     if unknown:
         raise BadDataError(f"labels {unknown} are not among the train labels", "re-run data preparation")

@@ -7,11 +7,21 @@ from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import KindRecipe
 
 
-def _sequence_encode(tokenizer, text, label: str, label2id: dict[str, int], max_seq_len: int):
+def _pair_ids(tokenizer, first: str, second: str) -> list[int]:
+    """`[CLS] a [SEP] b [SEP]` cut to the tokenizer's length as ErnieTokenizer cuts a pair: a token at a time from
+    the end of the longer text, and from the second where the two are as long (the Rust tokenizer's own pair cut
+    takes from the first there: other rows)."""
+    most = tokenizer.truncation["max_length"]
+    a, b = (tokenizer.encode(t, add_special_tokens=False).ids for t in (first, second))
+    for _ in range(len(a) + len(b) + 3 - most):
+        (a if len(a) > len(b) else b).pop()
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    return [cls, *a, sep, *b, sep]
+
+
+def _sequence_encode(tokenizer, text, label: str, label2id: dict[str, int]):
     """A text, or a (text, text_pair) tuple (`[CLS] a [SEP] b [SEP]`, cut as ErnieTokenizer cuts pairs)."""
-    ids = tokenizer(*(text if isinstance(text, tuple) else (text,)), max_length=max_seq_len, truncation=True)[
-        "input_ids"
-    ]
+    ids = _pair_ids(tokenizer, *text) if isinstance(text, tuple) else tokenizer.encode(text).ids
     if label not in label2id:
         raise BadDataError(f"label {label!r} is not among the train labels", "re-run data preparation")
     return ids, label2id[label]

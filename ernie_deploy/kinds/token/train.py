@@ -8,19 +8,18 @@ from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.kind_recipe import IGNORE_INDEX, KindRecipe
 
 
-def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int], max_seq_len: int):
+def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int]):
     """Word pieces with one label each: the tag of the piece's first character ([CLS]/[SEP] ignored)."""
     import numpy as np
 
     from ernie_deploy.serving.entities import char_labels_to_token_labels
 
-    enc = tokenizer(text, max_length=max_seq_len, truncation=True, return_offsets_mapping=True)
-    ids = enc["input_ids"]
+    enc = tokenizer.encode(text)
     unknown = set(tags) - set(label2id)
     if unknown:
         raise BadDataError(f"tags {sorted(unknown)} are not among the train tags", "re-run data preparation")
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    return ids, char_labels_to_token_labels(tags, offsets, len(ids), label2id).tolist()
+    offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+    return enc.ids, char_labels_to_token_labels(tags, offsets, len(enc.ids), label2id).tolist()
 
 
 def _token_collate(labels: list, padded_len: int):
