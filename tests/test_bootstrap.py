@@ -513,3 +513,45 @@ def test_every_kind_encodes_training_rows_as_paddlenlp_does(tmp_path, length):
         ids, label = KIND_RECIPES[PAIR_CLS.kind].encode(ours, pair, "b", {"a": 0, "b": 1})
         assert ids == paddle_tok(*pair, max_length=length, truncation=True)["input_ids"], pair
         assert label == 1
+
+
+def test_a_run_trained_at_once_ends_with_the_command_that_started_it(tmp_path):
+    """`train_together`'s runs are processes of their own: when the command that started them is killed (a signal it
+    cannot pass on), they end too instead of training on, holding the cores (train.bootstrap.end_with_parent)."""
+    import signal
+
+    starter = tmp_path / "starter.py"
+    starter.write_text(
+        "import multiprocessing, os, sys, time\n"
+        "from ernie_deploy.train.bootstrap import end_with_parent\n"
+        "def run(parent, path):\n"
+        "    end_with_parent(parent)\n"
+        "    open(path, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = multiprocessing.get_context('spawn')\n"
+        "    p = ctx.Process(target=run, args=(os.getpid(), sys.argv[1]))\n"
+        "    p.start()\n"
+        "    p.join()\n"
+    )
+    pid_file = tmp_path / "run.pid"
+    command = subprocess.Popen([sys.executable, str(starter), str(pid_file)], cwd=Path(__file__).parents[1])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and command.poll() is None, "the run never started"
+        time.sleep(0.2)
+    run = int(pid_file.read_text())
+
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{run}/status").read_text().split("State:")[1].split()[0] != "Z"
+        except (FileNotFoundError, IndexError):
+            return False
+
+    assert alive()
+    command.send_signal(signal.SIGKILL)
+    command.wait()
+    deadline = time.monotonic() + 20
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(), "the run went on after the command that started it was killed"

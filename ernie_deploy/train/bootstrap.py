@@ -186,7 +186,7 @@ def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, p
     runs = [
         context.Process(
             target=_train_pinned,
-            args=(task.name, str(data[task.name]), share, recipe, progress, position),
+            args=(task.name, str(data[task.name]), share, recipe, progress, position, os.getpid()),
             name=f"bootstrap-{task.name}",
         )
         for position, (task, share) in enumerate(zip(wave, shares))
@@ -219,12 +219,36 @@ def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, p
         )
 
 
+def end_with_parent(parent: int) -> None:
+    """End this process when `parent` ends (Linux; elsewhere nothing): a training run started by `train_together`
+    would otherwise go on training, holding its cores, after the command that started it was stopped by a signal
+    it could not pass on (seen: a killed convert left both demo models training). Its checkpoint is written to a
+    temporary folder and renamed when complete: a run ended this way leaves no half-written checkpoint at its path."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the parent ended before the line above
+        os._exit(1)
+
+
 def _train_pinned(
-    task_name: str, data_dir: str, cores: list[int], recipe: dict[str, Any] | None, progress: bool, position: int
+    task_name: str,
+    data_dir: str,
+    cores: list[int],
+    recipe: dict[str, Any] | None,
+    progress: bool,
+    position: int,
+    parent: int,
 ) -> None:
     """One process of `train_together`: on `cores` only (training_threads reads them), then train."""
     from ernie_deploy.core.tasks import get_task
 
+    end_with_parent(parent)
     os.sched_setaffinity(0, cores)
     try:
         train(get_task(task_name), Path(data_dir), progress=progress, recipe=recipe, position=position)
