@@ -187,6 +187,21 @@ def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path, monkey
     assert (ckpt / "model_state.pdparams").is_file() and meta["dev"] == meta["history"][0]["dev"]
 
 
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run_of_that_checkpoint(tmp_path, monkeypatch):
+    """A run killed outright leaves its temporary folder in the cache; the next run of the same checkpoint (holding
+    its lock, so no run of it is alive) removes it, and leaves other checkpoints' folders alone."""
+    monkeypatch.setenv("ERNIE_DEPLOY_CACHE", str(tmp_path / "cache"))
+    data_dir = _write_data(tmp_path / "data")
+    recipe = {**TINY, "budget_minutes": 1e-4}
+    final = bootstrap.checkpoint_dir(SEQ_CLS, data_dir, recipe)
+    dead, other = final.parent / f".{final.name}.dead1.tmp", final.parent / ".someotherkey.dead2.tmp"
+    for folder in (dead, other):
+        folder.mkdir(parents=True)
+        (folder / "model_state.pdparams").write_bytes(b"half")
+    assert bootstrap.train(SEQ_CLS, data_dir, progress=False, recipe=recipe) == final
+    assert not dead.exists() and other.is_dir() and bootstrap.is_complete(final)
+
+
 def test_concurrent_requests_for_one_checkpoint_train_it_once(tmp_path, monkeypatch):
     import threading
 

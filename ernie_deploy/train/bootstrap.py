@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -126,6 +127,10 @@ def train(
             # cached before the trained lengths were recorded: add them, as training would have
             record_lengths(final, task, data_dir, full, META_FILE)
             return final
+        # A run of this checkpoint killed outright (SIGKILL, or its parent gone: end_with_parent) leaves its
+        # temporary folder behind; the lock held here says no run of it is alive, so those are dead and go.
+        for stale in final.parent.glob(f".{final.name}.*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
         with atomic_path(final) as tmp:
             tmp.mkdir()
             train_into(tmp, task, data_dir, full, progress, _base_dir(full), position)
