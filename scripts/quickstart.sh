@@ -16,8 +16,8 @@ done_stage() {
 
 cat <<'MSG'
 ernie-deploy quickstart. The first run on a machine installs the packages (~2-3 min) and trains two small
-bootstrap models at once, each on its share of the cores (~10 min on a quiet 2-core machine; their progress bars
-show the time left). They are cached in ~/.cache/ernie-deploy, so later runs take about a minute and a half.
+bootstrap models at once, each on its share of the cores (~10-15 min on a quiet 2-core machine, 24 min measured on a
+busy shared one; their progress bars show the time left). They are cached in ~/.cache/ernie-deploy, so later runs take about a minute and a half.
 `--budget MINUTES` trains each model for that long instead (all train rows; more time, a better model).
 MSG
 
