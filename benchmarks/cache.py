@@ -1,7 +1,7 @@
 """`bash scripts/bench.sh cache`: what Triton's response cache (`build --cache`) gives and costs, on one server in
 one run.
 
-The model is built twice in one repository, as the default ensemble without the cache and with it, and both are
+The model is built twice in one repository, as the default build without the cache and with it, and both are
 driven the same way (closed loop, the same concurrency, each request one text, every request sent once). Two
 workloads over the test titles, each on a cold cache and on texts of its own:
 - repeated texts: a Zipf draw (s = ZIPF_S) over half of the titles, as traffic where some texts come back often

@@ -27,6 +27,7 @@ from pathlib import Path
 from benchmarks.config import ResearchConfig
 from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.bench import add_arguments, config_from_args, inputs_from_args
+from ernie_deploy.cli.parse_only import parse_only
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import TASKS
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(normalized(argv))
+        if parse_only():  # ERNIE_DEPLOY_PARSE_ONLY=1 (scripts/bench.sh): the arguments parse; nothing runs
+            return 0
         args.func(args)
     except ErnieDeployError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -96,10 +96,11 @@ def measure_levers(
 
 
 def render_levers(rows: list[dict]) -> str:
-    """Markdown: one row per lever, throughput and p50 per task and concurrency, and the ratio to the default."""
+    """Markdown: one row per lever, throughput and p50 per task and concurrency, and the ratio to the row that
+    changes nothing (the ensemble with every other option at its default)."""
     cells = sorted({(r["task"], r["concurrency"]) for r in rows})
     base = {(r["task"], r["concurrency"]): r["throughput"] for r in rows if not r["options"]}
-    head = " | ".join(f"{t} c{c} seq/s (× default) · p50 ms" for t, c in cells)
+    head = " | ".join(f"{t} c{c} seq/s (× ensemble) · p50 ms" for t, c in cells)
     lines = [f"| build options | {head} |", "|---|" + "---:|" * len(cells)]
     for lever in dict.fromkeys(r["lever"] for r in rows):
         got = {(r["task"], r["concurrency"]): r for r in rows if r["lever"] == lever}
@@ -113,8 +114,8 @@ def render_levers(rows: list[dict]) -> str:
 
 
 def pick_levers(keys: list[str] | None) -> dict[str, dict]:
-    """The default row and the levers that set any of these build options (BuildOptions field names, e.g.
-    ort_spinning) or choose any of these layouts (e.g. fused, graph-postprocess); None: every lever."""
+    """The ensemble row (no option changed) and the levers that set any of these build options (BuildOptions field
+    names, e.g. ort_spinning) or choose any of these layouts (e.g. fused, graph-postprocess); None: every lever."""
     if not keys:
         return LEVERS
     keys = {k.replace("_", "-") if k.replace("_", "-") in _layouts() else k for k in keys}

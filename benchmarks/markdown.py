@@ -221,7 +221,7 @@ def _server_line(name: str, info: dict) -> str:
     source = info.get("source") or ("built by the benchmark" if info.get("built") else f"`{info.get('repository')}`")
     line = (
         f"- {name} server ({source}): ready in {_num(info.get('start_seconds'), 1)} s; "
-        f"first request to each ensemble: {colds}"
+        f"first request to each model: {colds}"
     )
     scored = [(t, f) for t, f in info.get("tasks", {}).items() if f.get("accuracy") is not None]
     if scored:
@@ -264,7 +264,7 @@ def render_generated(results: dict, plot_name: str | None = "bench.png") -> str:
         if warm and cold is not None:
             lines += [
                 "",
-                f"Served: first request to the ensemble after ready {cold:.1f} ms; warm p50 at concurrency 1 "
+                f"Served: first request to the model after ready {cold:.1f} ms; warm p50 at concurrency 1 "
                 f"{_num(warm.p50_ms, 2)} ms.",
             ]
     lines += render_tools(results)

@@ -40,7 +40,7 @@ from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
 
-# name -> the `ernie-deploy build` options of that layout: the default, then the candidates for a default bound.
+# name -> the `ernie-deploy build` options of that policy (on the ensemble): no bound, then the candidates for a bound.
 POLICIES = {
     "no queue bound": {},
     "--queue-timeout-us 20000": {"queue_timeout_us": 20000},
@@ -103,7 +103,7 @@ def measure_overload(
                         duration_s=config.warmup_s,
                         tls=config.tls,
                     )
-                if key not in capacity:  # the first layout's capacity is every layout's offered rate
+                if key not in capacity:  # the first policy's capacity is every policy's offered rate
                     capacity[key] = cell.capacity(tool)
                 try:
                     got = [cell.measure(tool, name, options, m, m * capacity[key]) for m in multiples]
@@ -287,11 +287,12 @@ def best_policy(rows: list[dict]) -> str | None:
 
 
 def render_overload(rows: list[dict]) -> str:
-    """Markdown: per layout and load, the tool that drove it, the answered and refused shares (the server's counts)
-    and the answered requests' latency, with p99 against the same layout's p99 at capacity (1x)."""
+    """Markdown: per queue policy (each an ensemble built with its options) and load, the tool that drove it, the
+    answered and refused shares (the server's counts) and the answered requests' latency, with p99 against the same
+    policy's p99 at capacity (1x)."""
     at_capacity = {(r["policy"], r["task"]): r["p99_ms"] for r in rows if r["multiple"] == 1.0}
     lines = [
-        "| layout | task | offered | tool | answered/s | answered | refused | p50 ms | p99 ms | p99 / p99 at 1x |",
+        "| policy | task | offered | tool | answered/s | answered | refused | p50 ms | p99 ms | p99 / p99 at 1x |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []

@@ -12,7 +12,19 @@
 #   scripts/bench.sh levers --task seq_cls --concurrency 1,8   # also: overload, cache, input-cost, gateway, long-texts
 #
 # To time your own served model against its in-process limit, run `ernie-deploy bench` (the installed package).
+# ERNIE_DEPLOY_PARSE_ONLY=1: parse the arguments with `python -m benchmarks`'s parser, then exit 0 when they are fine,
+# 2 when not, 3 when .venv is not made yet, before making .venv or measuring anything.
 set -euo pipefail
-EXTRAS=export,serve,bench source "$(dirname "$0")/_env.sh"
-case "${1:-}" in -h|--help) sed -n '2,14p' "$0"; exec python -m benchmarks --help ;; esac
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
+  if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    echo "bench.sh: cannot parse the arguments of \`python -m benchmarks\` before .venv is made" \
+      "(bash scripts/bench.sh makes it)" >&2
+    exit 3
+  fi
+  cd "$ROOT"
+  exec .venv/bin/python -m benchmarks "$@"  # its main parses and returns under ERNIE_DEPLOY_PARSE_ONLY=1
+fi
+EXTRAS=export,serve,bench source "$ROOT/scripts/_env.sh"
+case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exec python -m benchmarks --help ;; esac
 exec python -m benchmarks "$@"

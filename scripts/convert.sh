@@ -1,44 +1,81 @@
 #!/usr/bin/env bash
 # Checkpoint -> static model -> ONNX (parity-checked) -> Triton model repository in models/.
 #
-#   scripts/convert.sh                                   # every task, offline bootstrap checkpoints
-#   scripts/convert.sh --task token_cls                  # one task (repeatable)
+#   scripts/convert.sh --task seq_cls --model news --source DIR   # a checkpoint of your own, served as `news`
+#   scripts/convert.sh --task seq_cls --model news --source URL --sha256 HEX   # an archive of one, verified
+#   scripts/convert.sh                                   # the demo models: offline bootstrap checkpoints
+#   scripts/convert.sh --task token_cls                  # one demo task (repeatable)
 #   scripts/convert.sh --budget 20                       # train each bootstrap model for 20 minutes
-#   scripts/convert.sh --task seq_cls --source https://host/ckpt.tar.gz --sha256 <hex>
-#   scripts/convert.sh --task seq_cls --source /path/to/checkpoint_dir
+#   scripts/convert.sh --repository DIR                  # build into DIR instead of models/
 #   scripts/convert.sh --runtime onnxruntime             # model step on Triton's ORT backend (NGC container)
 #   scripts/convert.sh --quantize int8                   # serve INT8 models (FP32 kept as model.fp32.onnx)
-#   scripts/convert.sh --fp16                            # FP16 models for GPUs (FP32 kept; slower on CPU); then
-#                                                        #   ernie-deploy build --runtime onnxruntime --device gpu
-#   scripts/convert.sh --io paddlenlp                    # answer in PaddleNLP's Triton pipeline tensors, so its
-#                                                        #   clients run unchanged (docs/FROM_PADDLENLP.md)
+#   scripts/convert.sh --fp16                            # FP16 models for GPUs (FP32 kept; slower on CPU)
+#   scripts/convert.sh --io paddlenlp                    # answer in PaddleNLP's Triton pipeline tensors
+#
+# With --model NAME the model joins the others in the repository, which stay byte for byte; its input is checked
+# before anything is written (a folder that is not a checkpoint, a head that is not the task's, a name another
+# model's step takes), only its task's dataset is fetched, nothing is trained, and the client command is printed
+# (`ernie-deploy add` does the work). Without --model it builds the demo models of the tasks given.
+# ERNIE_DEPLOY_PARSE_ONLY=1: check the arguments and exit (0 fine, 2 not), before making .venv or writing anything.
 set -euo pipefail
-source "$(dirname "$0")/_env.sh"
 
-build_tasks=() tasks=() source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
+tasks=() model="" source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
 budget_arg=() io_arg=()
+usage() { echo "convert.sh: $1 (see scripts/convert.sh --help)" >&2; exit 2; }
+value() { [ $# -ge 2 ] && [ -n "$2" ] || usage "$1 needs a value"; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --task) tasks+=("$2"); shift 2 ;;
-    --source) source_arg="$2"; shift 2 ;;
-    --sha256) sha_arg=(--sha256 "$2"); shift 2 ;;
-    --runtime) runtime="$2"; shift 2 ;;
-    --repository) repository="$2"; shift 2 ;;
-    --quantize) quantize="$2"; shift 2 ;;
+    --task) value "$@"; tasks+=("$2"); shift 2 ;;
+    --model) value "$@"; model="$2"; shift 2 ;;
+    --source) value "$@"; source_arg="$2"; shift 2 ;;
+    --sha256) value "$@"; sha_arg=(--sha256 "$2"); shift 2 ;;
+    --runtime) value "$@"; runtime="$2"; shift 2 ;;
+    --repository) value "$@"; repository="$2"; shift 2 ;;
+    --quantize) value "$@"; quantize="$2"; shift 2 ;;
     --fp16) fp16_arg=(--fp16); shift ;;
-    --budget) budget_arg=(--budget "$2"); shift 2 ;;
-    --io) io_arg=(--io "$2"); shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) echo "convert.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    --budget) value "$@"; budget_arg=(--budget "$2"); shift 2 ;;
+    --io) value "$@"; io_arg=(--io "$2"); shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) usage "unknown argument $1" ;;
   esac
 done
+if [ -n "$model" ]; then
+  [ ${#tasks[@]} -eq 1 ] || usage "--model names one model: give it exactly one --task"
+  [ -z "$source_arg" ] || [ ${#budget_arg[@]} -eq 0 ] || usage "--budget trains a bootstrap model; drop it with --source"
+elif [ -n "$source_arg" ]; then
+  usage "a checkpoint of your own is served under a name: add --model NAME (and one --task)"
+fi
+[ ${#sha_arg[@]} -eq 0 ] || [ -n "$source_arg" ] || usage "--sha256 pins the archive --source URL names; add --source"
 [ ${#tasks[@]} -gt 0 ] || tasks=(seq_cls token_cls)
-if [ -n "$source_arg" ] && [ ${#tasks[@]} -ne 1 ]; then
-  echo "convert.sh: --source needs exactly one --task" >&2; exit 2
+
+# The commands below, built once: what a run runs, and what a parse-only run checks with the CLI's own parser.
+if [ -n "$model" ]; then
+  if [ -n "$source_arg" ]; then from=(--source "$source_arg" "${sha_arg[@]}"); else from=(--bootstrap "${budget_arg[@]}"); fi
+  add_cmd=(add --task "${tasks[0]}" --model "$model" "${from[@]}" --repository "$repository" --quantize "$quantize"
+    "${fp16_arg[@]}" --runtime "$runtime" "${io_arg[@]}")
+fi
+build_cmd=(build --repository "$repository" --runtime "$runtime" "${io_arg[@]}")
+for task in "${tasks[@]}"; do build_cmd+=(--task "$task"); done
+convert_opts=(--quantize "$quantize" "${fp16_arg[@]}")
+
+if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  [ -x "$root/.venv/bin/python" ] || { echo "convert.sh: checking the flags needs .venv (any script makes it)" >&2; exit 3; }
+  check() { "$root/.venv/bin/python" -m ernie_deploy.cli.parse_only "$@"; }
+  if [ -n "$model" ]; then check "${add_cmd[@]}"; exit 0; fi
+  check "${build_cmd[@]}"
+  check convert "${convert_opts[@]}"
+  [ ${#budget_arg[@]} -eq 0 ] || check fetch --bootstrap "${budget_arg[@]}"
+  exit 0
+fi
+
+source "$(dirname "$0")/_env.sh"
+if [ -n "$model" ]; then
+  exec ernie-deploy "${add_cmd[@]}"
 fi
 
 ernie-deploy fetch-data
-if [ -z "$source_arg" ] && [ ${#tasks[@]} -gt 1 ]; then
+if [ ${#tasks[@]} -gt 1 ]; then
   # The bootstrap models not cached yet train at once, each on its share of the cores: one model runs its step only
   # 1.44-1.64x as fast on two cores as on one (docs/CONVERT.md#training-time). The fetches below then find them cached.
   budget_set=()
@@ -46,13 +83,8 @@ if [ -z "$source_arg" ] && [ ${#tasks[@]} -gt 1 ]; then
   python -m ernie_deploy.train.bootstrap "${tasks[@]}" "${budget_set[@]}"
 fi
 for task in "${tasks[@]}"; do
-  if [ -n "$source_arg" ]; then
-    ernie-deploy fetch "$source_arg" "${sha_arg[@]}" --task "$task"
-  else
-    ernie-deploy fetch --bootstrap --task "$task" "${budget_arg[@]}"
-  fi
+  ernie-deploy fetch --bootstrap --task "$task" "${budget_arg[@]}"
   ernie-deploy export --task "$task"
-  ernie-deploy convert --task "$task" --quantize "$quantize" "${fp16_arg[@]}"
-  build_tasks+=(--task "$task")
+  ernie-deploy convert --task "$task" "${convert_opts[@]}"
 done
-ernie-deploy build "${build_tasks[@]}" --repository "$repository" --runtime "$runtime" "${io_arg[@]}"
+ernie-deploy "${build_cmd[@]}"

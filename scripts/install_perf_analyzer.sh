@@ -11,7 +11,16 @@
 # Exit status 3 when PyPI or the Debian mirrors cannot be reached, 2 for any other failure, each with a fix.
 # Idempotent: returns at once when a working perf_analyzer is on PATH or already unpacked. Prints the bin folder
 # last.      bash scripts/install_perf_analyzer.sh    then: PATH="$(bash scripts/install_perf_analyzer.sh | tail -1):$PATH"
+# Takes no arguments (-h: this text). ERNIE_DEPLOY_PARSE_ONLY=1: exit 0, or 2 given an argument, before anything
+# is downloaded or written.
 set -euo pipefail
+if [ $# -gt 0 ]; then
+  case "$1" in
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "install_perf_analyzer.sh: takes no arguments, given: $*" >&2; exit 2 ;;
+  esac
+fi
+[ "${ERNIE_DEPLOY_PARSE_ONLY:-}" != 1 ] || exit 0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ERNIE_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ernie-deploy}"
 DEST="$CACHE/tools/perf_analyzer"

@@ -3,7 +3,16 @@
 # package, unpacked (not installed) into the cache, so no root is needed and nothing system-wide changes.
 # Idempotent: returns at once when both programs are on PATH or already unpacked. Prints the bin folder last.
 #   bash scripts/install_prometheus.sh         then: PATH="$(bash scripts/install_prometheus.sh | tail -1):$PATH"
+# Takes no arguments (-h: this text). ERNIE_DEPLOY_PARSE_ONLY=1: exit 0, or 2 given an argument, before anything
+# is downloaded or written.
 set -euo pipefail
+if [ $# -gt 0 ]; then
+  case "$1" in
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "install_prometheus.sh: takes no arguments, given: $*" >&2; exit 2 ;;
+  esac
+fi
+[ "${ERNIE_DEPLOY_PARSE_ONLY:-}" != 1 ] || exit 0
 CACHE="${ERNIE_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ernie-deploy}"
 DEST="$CACHE/tools/prometheus"  # the package's tree: $DEST/usr/bin/{prometheus,promtool}
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then

@@ -3,10 +3,27 @@
 #
 #   bash scripts/serve.sh                  # tritonserver on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics)
 #   bash scripts/serve.sh other_models     # another repository; extra flags go to `ernie-deploy serve`
+#   bash scripts/serve.sh --gateway        # models/ with these flags of `ernie-deploy serve`
+#
+# ERNIE_DEPLOY_PARSE_ONLY=1: check the arguments (the flags with `ernie-deploy serve`'s parser), then exit 0 when
+# they are fine, 2 when not, 3 when .venv is not made yet, before making .venv or starting anything.
 set -euo pipefail
-source "$(dirname "$0")/_env.sh"
-repository="${1:-models}"
-[ $# -gt 0 ] && shift
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+case "${1:-}" in
+  -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+  ""|-*) repository=models ;;
+  *) repository="$1"; shift ;;
+esac
+if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
+  if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    echo "serve.sh: cannot check the flags of \`ernie-deploy serve\` before .venv is made (bash scripts/serve.sh" \
+      "makes it)" >&2
+    exit 3
+  fi
+  cd "$ROOT"
+  exec .venv/bin/python -m ernie_deploy.cli.parse_only serve --repository "$repository" "$@"
+fi
+source "$ROOT/scripts/_env.sh"
 if ! compgen -G "$repository/*/config.pbtxt" > /dev/null; then
   echo "serve.sh: no models in $repository/; build them first: bash scripts/quickstart.sh (or scripts/convert.sh)" >&2
   exit 2
@@ -15,12 +32,12 @@ fi
 clients=$(python - "$repository" <<'PY'
 import sys
 
-from ernie_deploy.core.tasks import get_task
-from ernie_deploy.repository.build import served_models
+from ernie_deploy.core.tasks import DEMO_MODELS
+from ernie_deploy.repository.served import served_models
 
-for name, task in served_models(sys.argv[1]).items():
-    model = "" if name == get_task(task.name).ensemble else f" --model {name}"
-    print(f"      python clients/{task.name}_grpc_client.py{model}   # {name}: its test split, scored")
+for name, spec in served_models(sys.argv[1]).items():
+    model = "" if name == DEMO_MODELS[spec.task] else f" --model {name}"
+    print(f"      python clients/{spec.task}_grpc_client.py{model}   # {name}: its test split, scored")
 PY
 )
 cat <<MSG

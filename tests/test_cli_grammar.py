@@ -15,7 +15,8 @@ from ernie_deploy.repository.options import BuildOptions
 # The commands that read or write a model repository. The others (fetch-data, fetch, export, convert, eval,
 # dashboard, probe, long-texts) work on artifacts or on a running server, never on a repository folder.
 REPOSITORY_COMMANDS = {
-    "apply", "bench", "build", "check", "gateway", "manifests", "rollback", "rollout", "serve", "soak", "stats", "tune",
+    "add", "apply", "bench", "build", "check", "gateway", "manifests", "rollback", "rollout", "serve", "soak", "stats",
+    "tune",
 }  # fmt: skip
 # long-texts runs nothing any more (it moved to benchmarks/): it parses its former flags, hidden, only to name the
 # command that replaced them.

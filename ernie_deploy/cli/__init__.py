@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ernie_deploy.cli import (
+    add,
     apply,
     bench,
     build,
@@ -31,8 +32,10 @@ from ernie_deploy.cli import (
 )
 from ernie_deploy.cli.dispatch import run_command
 
-# In the order `ernie-deploy --help` lists them: the pipeline's stages, then operations and measurement.
+# In the order `ernie-deploy --help` lists them: a checkpoint to a served model in one run, the pipeline's stages,
+# then operations and measurement.
 COMMANDS = (
+    add,
     data,
     fetch,
     export,

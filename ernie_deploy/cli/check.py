@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ernie_deploy.cli.arguments import add_repository
 from ernie_deploy.core.errors import BadRepositoryError
 
@@ -18,11 +20,15 @@ def register(sub) -> None:
 
 def run(args) -> None:
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
-    from ernie_deploy.repository.served import served_limits, served_models
+    from ernie_deploy.repository.served import Existing, served_limits, served_models
+    from ernie_deploy.repository.unmade import unmade_models
 
     problems = check_repository(args.repository)
     for problem in problems:
         print(problem)
+    unmade = unmade_models(Existing.read(Path(args.repository)).configs, args.repository)
+    for model in unmade:
+        print(model.note(args.repository))
     for name, spec in ({} if problems else served_models(args.repository)).items():
         reading = f", long texts: {spec.long_text}" if spec.long_text else ""
         window = f" of {spec.window_size} tokens (stride {spec.window_stride})" if spec.window_size else ""
@@ -46,4 +52,5 @@ def run(args) -> None:
     if problems:
         # main() turns this into exit status 2
         raise BadRepositoryError(f"{len(problems)} problem(s) in {args.repository}", "see the lines above")
-    print(f"ok: {len(model_dirs(args.repository))} models checked")
+    never = f"; {len(unmade)} never made, left unloaded by `tritonserver` and `serve`" if unmade else ""
+    print(f"ok: {len(model_dirs(args.repository))} models checked{never}")

@@ -14,6 +14,8 @@ ready, as a second process calling this server's gRPC, on --gateway-port of the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ernie_deploy.cli.arguments import add_repository
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, ADMIN_KEY_HEADER
 from ernie_deploy.core.endpoints import LOOPBACK, PORTS
@@ -142,6 +144,21 @@ def _gateway(args, grpc_tls: ServerTls | None):
     return make
 
 
+def models_to_load(repository: str, extra_args=()) -> dict:
+    """`load_models` for TritonServer: every entry but those never made (repository.unmade), each named on stderr
+    with the command that makes it; {} where nothing is left out or the caller picked its own model control."""
+    import sys
+
+    from ernie_deploy.repository.served import load_plan
+
+    if not Path(repository).is_dir() or any(a.startswith("--model-control-mode") for a in extra_args):
+        return {}  # the server's own checks name a missing repository; a chosen mode is the caller's
+    plan = load_plan(repository)
+    for model in plan.skipped:
+        print(f"skipped: {model.note(repository)}", file=sys.stderr, flush=True)
+    return {} if plan.load is None else {"load_models": plan.load}
+
+
 def run(args) -> None:
     from ernie_deploy.server.serve import serve
 
@@ -160,5 +177,6 @@ def run(args) -> None:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         cache_bytes=args.cache_size,
+        **models_to_load(args.repository),
         **shm,
     )

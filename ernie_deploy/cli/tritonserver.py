@@ -47,6 +47,7 @@ def _run_wheel(argv: list[str]) -> int:
     if request.help:
         print(HELP.format(refused=", ".join(f"--{name}" for name in REFUSED)), end="", flush=True)
         return _wheel_help()
+    from ernie_deploy.cli.serve import models_to_load
     from ernie_deploy.server.serve import serve
 
     serve(
@@ -57,6 +58,7 @@ def _run_wheel(argv: list[str]) -> int:
         log_verbose=request.log_verbose,
         log_file=request.log_file,
         extra_args=request.extra,
+        **models_to_load(request.repository, request.extra),
         **{f"{name}_port": port for name, port in request.ports.items()},
         **request.shm,
     )

@@ -18,7 +18,8 @@ from ernie_deploy.kinds import table
 PRINTERS = table("evaluate", "show")
 
 
-def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
+def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
+    """The options of the client script of `task` (`doc`: its --help text)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
     parser.add_argument(
@@ -40,7 +41,11 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
         help=f"exit 3 (AccuracyGateError) when the split's {task.metric} is below this (a release gate in CI)",
     )
     add_tls_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
+    args = build_parser(task, doc).parse_args(argv)
     try:
         with Client(task, args.url, model=args.model, tls=tls_from_args(args)) as client:
             client.check_ready()

@@ -14,6 +14,7 @@ from ernie_deploy.repository.check_onnx import check_onnx, graph_serving_models,
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
 from ernie_deploy.repository.problem import Problem
+from ernie_deploy.repository.unmade import entry_unmade, files_named
 
 
 def _versions(model_dir: Path) -> list[Path]:
@@ -120,6 +121,15 @@ def _check_python(name: str, config: mc.ModelConfig, versions: list[Path]) -> li
                     name, f"{version.name}/{file_name} does not compile: {exc}", f"fix {path} or rebuild the repository"
                 )
             )
+        for needed in sorted(files_named(config)):
+            if not (version / needed).is_file():
+                problems.append(
+                    Problem(
+                        name,
+                        f"no {version.name}/{needed}, which its config names",
+                        "rebuild the model it belongs to (`ernie-deploy build --model NAME`, after its convert)",
+                    )
+                )
         problems.extend(_check_thresholds(name, version))
     return problems
 
@@ -303,6 +313,8 @@ def check_repository(path: str | Path) -> list[Problem]:
     gpus = gpu_count()
     graph_models = graph_serving_models(configs)
     for model_dir in dirs:
-        if model_dir.name in configs:
+        # An entry that holds its config alone was never made: not a fault of its files, but a model to make, which
+        # `ernie-deploy check` names with its command (repository.unmade) and no server loads.
+        if model_dir.name in configs and not entry_unmade(model_dir, configs[model_dir.name]):
             problems.extend(_check_model(model_dir, configs[model_dir.name], configs, gpus, graph_models))
     return problems

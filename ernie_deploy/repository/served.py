@@ -14,6 +14,7 @@ from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TASK_PARAMETER, WINDOW_OUTPUTS
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import Layout, entry_record, layout_of
+from ernie_deploy.repository.unmade import Unmade, unmade_models
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 # A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
@@ -61,25 +62,32 @@ class Existing:
         """Names of the models users call: the entries that name their task (ensembles and fused models)."""
         return [name for name, config in self.configs.items() if TASK_PARAMETER in config.parameters]
 
+    def made(self) -> list[str]:
+        """The models users call whose files were made: `served()` less the entries that hold a config alone
+        (repository.unmade), which no server loads. What the tools that read a served model list."""
+        unmade = {u.name for u in unmade_models(self.configs, self.repository or Path("."))}
+        return [name for name in self.served() if name not in unmade]
+
 
 def served_models(repository: str | Path) -> dict[str, ModelSpec]:
     """The models users can call in `repository`, by name, each with the record `build` left on it (core.spec). A
-    model without one (built by an older version) is refused with the command that rebuilds it."""
+    model without one (built by an older version) is refused with the command that rebuilds it; one whose files were
+    never made (repository.unmade) is left out."""
     existing = Existing.read(Path(repository))
-    return {name: entry_record(name, existing.configs[name]) for name in sorted(existing.served())}
+    return {name: entry_record(name, existing.configs[name]) for name in sorted(existing.made())}
 
 
 def served_layouts(repository: str | Path) -> dict[str, Layout]:
     """The models users can call in `repository`, each with its layout."""
     existing = Existing.read(Path(repository))
-    return {name: layout_of(name, existing.configs) for name in sorted(existing.served())}
+    return {name: layout_of(name, existing.configs) for name in sorted(existing.made())}
 
 
 def served_steps(repository: str | Path) -> dict[str, list[str]]:
     """The models users can call in `repository`, each with the models its requests run through, in order (an
     ensemble's steps, or a fused model alone)."""
     existing = Existing.read(Path(repository))
-    return {name: existing.steps(name) for name in sorted(existing.served())}
+    return {name: existing.steps(name) for name in sorted(existing.made())}
 
 
 def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
@@ -87,7 +95,7 @@ def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
     that step holds it to (serving.limits: those of the reading it asks for, windows or the cut text)."""
     existing = Existing.read(Path(repository))
     out = {}
-    for name in sorted(existing.served()):
+    for name in sorted(existing.made()):
         served = existing.configs[name]
         asked = {key for step in served.ensemble_scheduling.step for key in step.output_map}
         for step in existing.steps(name):
@@ -113,3 +121,24 @@ def served_model(repository: str | Path, name: str) -> ModelSpec:
             f"use one of: {', '.join(models) or '(none: build one first)'}",
         )
     return models[name]
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What a server started on a repository loads: None for every model (nothing is unmade), else the entries to
+    load by name; and the models left out, each with the command that makes it."""
+
+    load: tuple[str, ...] | None
+    skipped: tuple[Unmade, ...]
+
+
+def load_plan(repository: str | Path) -> LoadPlan:
+    """The entries to load: every one but the unmade entries and the models that use them."""
+    existing = Existing.read(Path(repository))
+    unmade = unmade_models(existing.configs, repository)
+    if not unmade:
+        return LoadPlan(None, ())
+    left_out = {u.name for u in unmade} | {e for u in unmade for e in u.entries}
+    # An entry a made model still uses (a shared tokenizer) loads with it: Triton loads an ensemble's steps itself.
+    load = tuple(name for name in sorted(existing.configs) if name not in left_out)
+    return LoadPlan(load, tuple(unmade))

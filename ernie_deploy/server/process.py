@@ -92,6 +92,7 @@ class TritonServer:
         grpc_tls: ServerTls | None = None,
         http_host: str | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        load_models: Sequence[str] | None = None,
     ):
         if shm_default_byte_size <= 0:
             raise BadOptionsError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
@@ -114,7 +115,22 @@ class TritonServer:
         self.shm_preflight = shm_preflight
         self.die_with_parent = die_with_parent
         # The watchdog needs explicit model control; a caller choosing its own mode keeps Triton's behaviour.
-        self.restart_stubs = restart_stubs and not any(a.startswith("--model-control-mode") for a in extra_args)
+        own_mode = any(a.startswith("--model-control-mode") for a in extra_args)
+        self.restart_stubs = restart_stubs and not own_mode
+        # The entries to load at start, by name (None: all). A caller that leaves models out (the unmade ones:
+        # repository.unmade.load_plan) gets explicit model control, which is the only mode that loads a list.
+        if load_models is not None and own_mode:
+            raise BadOptionsError(
+                "a list of models to load needs explicit model control, and extra_args choose another mode",
+                "drop --model-control-mode from the extra arguments, or load every model",
+            )
+        if load_models is not None and not load_models:
+            raise BadRepositoryError(
+                f"no model in {model_repository} can be loaded: none of them was made",
+                "make one: bash scripts/quickstart.sh for the demo models, or scripts/convert.sh --task T --model "
+                "NAME --source DIR for a checkpoint of your own",
+            )
+        self.load_models = tuple(load_models) if load_models is not None else None
         self.on_stub_restart = on_stub_restart
         self.watchdog = None
         self.binary: TritonBinary | None = None
@@ -197,10 +213,11 @@ class TritonServer:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--log-verbose={self.log_verbose}",
         ]
-        if self.restart_stubs:
-            # Explicit model control, every model loaded at start (as by default), so the stub watchdog
-            # can reload a model whose python stub died (see ernie_deploy.server.watchdog).
-            args += ["--model-control-mode=explicit", "--load-model=*"]
+        if self.restart_stubs or self.load_models is not None:
+            # Explicit model control, every model loaded at start (as by default) or those named, so the stub
+            # watchdog can reload a model whose python stub died (see ernie_deploy.server.watchdog).
+            loads = ["*"] if self.load_models is None else self.load_models
+            args += ["--model-control-mode=explicit", *(f"--load-model={name}" for name in loads)]
         if self.admin_key is not None:
             args += restricted_args(self.admin_key.value)
         if self.grpc_tls is not None:

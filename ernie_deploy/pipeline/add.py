@@ -1,0 +1,174 @@
+"""One checkpoint to one named, served model, beside the models a repository holds: what `scripts/convert.sh --task T
+--model NAME --source DIR|URL` runs (`ernie-deploy add`).
+
+`check_new_model` refuses bad input by name before anything is written: a folder that is not a checkpoint (saying
+what it lacks), a checkpoint whose head is not the task's, a URL without its sha256, a name that is not usable or
+that another model's step already takes. `add_model` then runs fetch, export, convert and build in one process,
+over only the dataset of the model's task (convert's parity gate reads its test split, build's reference profile its
+dev split) and trains nothing for a checkpoint of one's own; `build` leaves every other model byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
+from ernie_deploy.core.tasks import TASKS, TaskSpec, check_model_name, get_task
+from ernie_deploy.pipeline.options import ConvertOptions, ExportOptions, FetchOptions
+from ernie_deploy.repository.options import BuildOptions
+
+Log = Callable[[str], None]
+_URL = re.compile(r"^https?://", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class NewModel:
+    """A model to add, checked: its task, its name, where its checkpoint comes from and the repository it joins."""
+
+    task: TaskSpec
+    name: str
+    fetch: FetchOptions
+    repository: Path
+
+    def client_command(self) -> str:
+        """The client command that calls it, once a server serves its repository (one flag per input it takes)."""
+        flags = " ".join(f'--{spec.name.replace("_", "-")} "TEXT"' for spec in self.task.inputs)
+        return f"python clients/{self.task.name}_grpc_client.py --model {self.name} {flags}"
+
+    def next_steps(self) -> str:
+        """What to run next: the server on the repository, then the client."""
+        return (
+            f"{self.name} is served from {self.repository}/ beside its other models. Serve and call it:\n"
+            f"  source .venv/bin/activate\n"
+            f"  tritonserver --model-repository={self.repository}     # until Ctrl-C; in another shell:\n"
+            f"  {self.client_command()}"
+        )
+
+
+def checkpoint_heads(config: dict) -> list[str]:
+    """The paddlenlp classes a checkpoint's config says it was saved from (`architectures`, or the older
+    `init_class`); [] where it says none."""
+    heads = config.get("architectures") or ([config["init_class"]] if config.get("init_class") else [])
+    return [str(head) for head in heads] if isinstance(heads, list) else []
+
+
+def check_head(task: TaskSpec, checkpoint) -> None:
+    """Refuse a dygraph checkpoint whose head is not the one `task` serves (a tagger converted as a classifier
+    exports and converts, then answers nonsense). A checkpoint whose config names no head is let through."""
+    heads = checkpoint_heads(checkpoint.model_config())
+    if not heads or task.paddle_class in heads:
+        return
+    fits = sorted(name for name, spec in TASKS.items() if spec.paddle_class in heads)
+    fix = (
+        f"use {' or '.join(f'--task {name}' for name in fits)}, which serves that head"
+        if fits
+        else f"convert a checkpoint saved from {task.paddle_class} (paddlenlp's save_pretrained of that class)"
+    )
+    raise BadCheckpointError(
+        f"{checkpoint.root} holds the head {', '.join(heads)} (its {Path(checkpoint.config_file).name} says), and "
+        f"--task {task.name} serves the head {task.paddle_class}",
+        fix,
+    )
+
+
+def _check_source(task: TaskSpec, fetch: FetchOptions) -> None:
+    from ernie_deploy.fetch.archives import archive_format
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+    from ernie_deploy.fetch.downloads import normalize_sha256
+
+    if fetch.bootstrap:
+        return
+    if not fetch.source:
+        raise BadOptionsError(
+            "no checkpoint given", "pass --source DIR (a checkpoint folder) or --source URL --sha256 HEX"
+        )
+    if _URL.match(fetch.source):
+        if not fetch.sha256:
+            raise BadOptionsError(
+                f"the checkpoint URL {fetch.source} has no pinned sha256",
+                "pass its sha256: --sha256 HEX (`sha256sum FILE` on a trusted copy); downloads are always verified",
+            )
+        normalize_sha256(fetch.sha256)
+        return
+    path = Path(fetch.source).expanduser()
+    if path.is_dir():
+        check_head(task, inspect_checkpoint(path))  # names the files a folder that is no checkpoint lacks
+    elif path.is_file():
+        if archive_format(path) is None:
+            raise BadCheckpointError(
+                f"{path} is neither a checkpoint folder nor an archive (.tar.gz, .tgz, .tar, .zip)",
+                "pass the folder model.save_pretrained wrote, or an archive of it",
+            )
+    else:
+        raise BadCheckpointError(
+            f"no such checkpoint: {path}",
+            "pass a checkpoint folder, an archive of one, or an http(s) URL with --sha256",
+        )
+
+
+def _check_name_free(name: str, repository: Path) -> None:
+    """Refuse a name some other model's entry already takes: a step of another model (`news_model` beside `news`, a
+    shared tokenizer), or one whose steps would take another model's entries. The model's own name is free: adding
+    it again replaces it."""
+    from ernie_deploy.repository.served import Existing
+
+    if not repository.is_dir():
+        return
+    existing = Existing.read(repository)
+    served = set(existing.served())
+    wanted = {name, f"{name}_model", f"{name}_postprocess"}  # what its layouts may name its entries
+    for model in sorted(served - {name}):
+        taken = wanted & existing.members(model)
+        if taken:
+            raise BadOptionsError(
+                f"model name {name!r} collides with {', '.join(sorted(taken))} of model {model!r} in {repository}",
+                "choose another --model",
+            )
+    if name in existing.configs and name not in served:
+        raise BadOptionsError(
+            f"model name {name!r} is taken by an entry of {repository} that no model is served as (a shared step)",
+            "choose another --model",
+        )
+
+
+def check_new_model(task: str, name: str, fetch: FetchOptions, repository: str | Path) -> NewModel:
+    """The request checked before anything is written: the task, the name, the checkpoint (a folder is inspected
+    and its head compared with the task's) and the name's place in the repository."""
+    spec = get_task(task)
+    check_model_name(name)
+    if fetch.budget is not None and not fetch.bootstrap:
+        raise BadOptionsError("--budget sets how long a bootstrap model trains", "drop --budget with --source")
+    _check_source(spec, fetch)
+    repository = Path(repository)
+    _check_name_free(name, repository)
+    return NewModel(spec, name, fetch, repository)
+
+
+def add_model(
+    new: NewModel,
+    *,
+    export: ExportOptions | None = None,
+    convert: ConvertOptions | None = None,
+    build: BuildOptions | None = None,
+    log: Log = print,
+) -> None:
+    """Fetch, export, convert and build `new` into its repository (checked by check_new_model first)."""
+    from ernie_deploy.fetch.datasets import prepare
+    from ernie_deploy.pipeline.build import build_models
+    from ernie_deploy.pipeline.convert import convert_model
+    from ernie_deploy.pipeline.stages import export_model, fetch_model
+    from ernie_deploy.repository.served import served_model
+
+    convert = convert or ConvertOptions()
+    convert.check(new.task, new.name)
+    task, name = new.task.name, new.name
+    log(f"{new.task.dataset}: {prepare(new.task.dataset)}")
+    fetch_model(task, name, new.fetch, log=log)
+    export_model(task, name, export or ExportOptions(), log=log)
+    convert_model(name, convert, log=log)
+    built = build_models([name], build or BuildOptions(), new.repository, log=log)
+    served = served_model(new.repository, name)
+    log(f"{name}: {task} model in {new.repository}, layout {served.layout}, model step {built.options.runtime}")
