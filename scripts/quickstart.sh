@@ -40,8 +40,8 @@ if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
 fi
 
 cat <<'MSG'
-ernie-deploy quickstart. The first run on a machine installs the packages (88 s measured) and trains two small
-bootstrap models at once, each on its share of the cores (24 min in all, measured on a shared 2-core host; their
+ernie-deploy quickstart. The first run on a machine installs the packages and trains two small bootstrap models at
+once, each on its share of the cores (12.5 min in all, measured on a shared 2-core host: docs/first_runs.json; their
 progress bars show the time left). They are cached in ~/.cache/ernie-deploy, so later runs take a few minutes.
 `--budget MINUTES` trains each model for that long instead (all train rows; more time, a better model).
 MSG
