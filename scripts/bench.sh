@@ -17,11 +17,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
-  if [ ! -x "$ROOT/.venv/bin/python" ]; then
-    echo "bench.sh: cannot parse the arguments of \`python -m benchmarks\` before .venv is made" \
-      "(bash scripts/bench.sh makes it)" >&2
-    exit 3
-  fi
+  source "$ROOT/scripts/_parse_only.sh"
+  parse_with benchmarks "$@"  # its main parses and returns under ERNIE_DEPLOY_PARSE_ONLY=1
+  exit 0
+fi
   cd "$ROOT"
   exec .venv/bin/python -m benchmarks "$@"  # its main parses and returns under ERNIE_DEPLOY_PARSE_ONLY=1
 fi

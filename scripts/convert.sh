@@ -59,9 +59,8 @@ for task in "${tasks[@]}"; do build_cmd+=(--task "$task"); done
 convert_opts=(--quantize "$quantize" "${fp16_arg[@]}")
 
 if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
-  root="$(cd "$(dirname "$0")/.." && pwd)"
-  [ -x "$root/.venv/bin/python" ] || { echo "convert.sh: checking the flags needs .venv (any script makes it)" >&2; exit 3; }
-  check() { "$root/.venv/bin/python" -m ernie_deploy.cli.parse_only "$@"; }
+  source "$(dirname "$0")/_parse_only.sh"
+  check() { parse_with ernie_deploy.cli.parse_only "$@"; }
   if [ -n "$model" ]; then check "${add_cmd[@]}"; exit 0; fi
   check "${build_cmd[@]}"
   check convert "${convert_opts[@]}"

@@ -15,11 +15,10 @@ case "${1:-}" in
   *) repository="$1"; shift ;;
 esac
 if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
-  if [ ! -x "$ROOT/.venv/bin/python" ]; then
-    echo "serve.sh: cannot check the flags of \`ernie-deploy serve\` before .venv is made (bash scripts/serve.sh" \
-      "makes it)" >&2
-    exit 3
-  fi
+  source "$ROOT/scripts/_parse_only.sh"
+  parse_with ernie_deploy.cli.parse_only serve --repository "$repository" "$@"
+  exit 0
+fi
   cd "$ROOT"
   exec .venv/bin/python -m ernie_deploy.cli.parse_only serve --repository "$repository" "$@"
 fi

@@ -349,6 +349,25 @@ def checkout_copy(dest: Path, committed_models: bool = False) -> Path:
     return dest
 
 
+def wait_until_ready(server, http_port: int, log: Path, timeout: float) -> None:
+    """Return once the tritonserver a test started as a user does (`server`, a Popen whose output goes to `log`)
+    answers ready on `http_port`; fail with its log if it exits first, or with the wait if `timeout` s pass."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"tritonserver was not ready after {timeout:.0f} s"
+        time.sleep(0.5)
+
+
 def serve_bytes(body: bytes, status: int = 200):
     """A local HTTP server on 127.0.0.1 answering every GET with `body` (another service on a port, a page that is
     not Triton's, an endless answer); the caller shuts it down."""

@@ -10,8 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from ernie_deploy.core.endpoints import PORTS
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.server.binary import find_tritonserver
 from ernie_deploy.server.launcher import REFUSED, TRITON_OPTIONS, installed_tritonserver, parse_triton_args
-from tests.conftest import checkout_copy
+from tests.conftest import checkout_copy, wait_until_ready
 
 VENV_BIN = Path(sys.executable).parent
 LAUNCHER = VENV_BIN / "tritonserver"
@@ -191,17 +189,7 @@ def test_convert_then_tritonserver_then_the_client_prints_the_accuracy(tmp_path)
         ["tritonserver", "--model-repository=models"], cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{PORTS['http']}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "tritonserver.out").read_text()
-            assert time.monotonic() < deadline, "tritonserver was not ready after 300 s"
-            time.sleep(0.5)
+        wait_until_ready(server, PORTS["http"], tmp_path / "tritonserver.out", timeout=300)
 
         client = subprocess.run(
             [sys.executable, "clients/seq_cls_grpc_client.py"],

@@ -17,8 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,7 @@ import pytest
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
 from ernie_deploy.server.preflight import free_ports
 
-from .conftest import ROOT, artifacts, checkout_copy, make_tiny_checkpoint
+from .conftest import ROOT, artifacts, checkout_copy, make_tiny_checkpoint, wait_until_ready
 
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿"]
 DEMO_TEXTS = ["姚明缺阵火箭不敌湖人", "江泽民主席在北京会见了联合国秘书长。", "A股三大指数集体收涨"]
@@ -93,6 +91,22 @@ def test_a_head_that_is_not_the_tasks_is_refused_naming_the_task_that_fits(tmp_p
         "holds the head ErnieForSequenceClassification",
         "--task seq_cls",
     )
+
+
+def test_a_static_model_whose_logits_are_not_the_tasks_is_refused(tmp_path, tiny_pipeline):
+    from ernie_deploy.pipeline.add import check_new_model
+    from ernie_deploy.pipeline.options import FetchOptions
+
+    static = tiny_pipeline.static.root  # a Paddle static inference model of a classifier, vocab.txt beside it
+    checkout = checkout_copy(tmp_path / "checkout", committed_models=True)
+    _refused(
+        checkout,
+        ["--task", "token_cls", "--model", "news", "--source", str(static)],
+        "is a static model that answers a label per text, and --task token_cls reads a label per token",
+        "--task seq_cls",
+    )
+    # the task its logits fit passes the check
+    assert check_new_model("seq_cls", "news", FetchOptions(source=str(static)), tmp_path / "models").name == "news"
 
 
 def test_a_url_without_its_sha256_and_an_unnamed_checkpoint_are_refused(tmp_path, own_checkpoint):
@@ -228,17 +242,7 @@ def test_a_checkout_where_only_ones_own_model_was_made_serves_it(tmp_path, own_c
         cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "tritonserver.out").read_text()
-            assert time.monotonic() < deadline, "tritonserver was not ready after 180 s"
-            time.sleep(0.5)
+        wait_until_ready(server, http, tmp_path / "tritonserver.out", timeout=180)
         labels, probabilities = _paddle_answers(own_checkpoint, TEXTS)
         with Client(SEQ_CLS, f"127.0.0.1:{grpc}", model="news") as client:
             out = client.infer(TEXTS)

@@ -219,3 +219,23 @@ class PaddlePredictor:
             handle.copy_from_cpu(array)
         self.predictor.run()
         return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
+
+
+def static_logits_rank(model_file: str | Path, params_file: str | Path) -> int:
+    """The dims of a static model's logits per text (1: a label per text, 2: a label per token), read from one run of
+    Paddle Inference on a two-token input: the rank a static program declares is not read back the same way by every
+    Paddle format, a run's output is."""
+    import numpy as np
+    from paddle import inference
+
+    config = inference.Config(str(model_file), str(params_file))
+    config.disable_gpu()
+    config.disable_glog_info()
+    predictor = inference.create_predictor(config)
+    ids = np.array([[1, 2]], dtype=np.int64)  # [CLS] [SEP] in an ERNIE vocabulary; any id below its size will do
+    for name in predictor.get_input_names():
+        handle = predictor.get_input_handle(name)
+        handle.reshape(ids.shape)
+        handle.copy_from_cpu(ids if name == MODEL_INPUTS[0] else np.zeros_like(ids))
+    predictor.run()
+    return predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu().ndim - 1

@@ -55,9 +55,16 @@ def checkpoint_heads(config: dict) -> list[str]:
     return [str(head) for head in heads] if isinstance(heads, list) else []
 
 
+_PER = {1: "a label per text", 2: "a label per token"}
+
+
 def check_head(task: TaskSpec, checkpoint) -> None:
-    """Refuse a dygraph checkpoint whose head is not the one `task` serves (a tagger converted as a classifier
-    exports and converts, then answers nonsense). A checkpoint whose config names no head is let through."""
+    """Refuse a checkpoint whose head is not the one `task` serves (a tagger converted as a classifier exports and
+    converts, then answers nonsense): a dygraph checkpoint by the class its config names (one that names none is let
+    through), a static model by the rank of its logits."""
+    if checkpoint.kind == "static":
+        _check_static_head(task, checkpoint)
+        return
     heads = checkpoint_heads(checkpoint.model_config())
     if not heads or task.paddle_class in heads:
         return
@@ -71,6 +78,26 @@ def check_head(task: TaskSpec, checkpoint) -> None:
         f"{checkpoint.root} holds the head {', '.join(heads)} (its {Path(checkpoint.config_file).name} says), and "
         f"--task {task.name} serves the head {task.paddle_class}",
         fix,
+    )
+
+
+def _check_static_head(task: TaskSpec, checkpoint) -> None:
+    from ernie_deploy.export.static import static_logits_rank
+
+    try:
+        rank = static_logits_rank(checkpoint.model_file, checkpoint.params_file)
+    except Exception as exc:  # Paddle's own errors for a program it cannot run: named, with the file
+        raise BadCheckpointError(
+            f"Paddle Inference cannot run the static model {checkpoint.model_file}: {str(exc).strip()[:300]}",
+            "export it again with paddle.jit.save (both inputs, input_ids and token_type_ids, of shape [None, None])",
+        ) from None
+    if rank == task.logits_rank:
+        return
+    fits = sorted(name for name, spec in TASKS.items() if spec.logits_rank == rank)
+    raise BadCheckpointError(
+        f"{checkpoint.root} is a static model that answers {_PER.get(rank, f'logits of rank {rank} per text')}, and "
+        f"--task {task.name} reads {_PER[task.logits_rank]}",
+        f"use {' or '.join(f'--task {name}' for name in fits)}" if fits else "export a classifier or a tagger",
     )
 
 
