@@ -92,7 +92,10 @@ def own(args) -> None:
             cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
+            deadline = time.monotonic() + 300
             while True:
+                if time.monotonic() > deadline:
+                    sys.exit(f"tritonserver was not ready after 300 s: {work / 'server.log'}")
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{args.http_port}/v2/health/ready", timeout=2):
                         break

@@ -21,9 +21,6 @@ if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
   parse_with benchmarks "$@"  # its main parses and returns under ERNIE_DEPLOY_PARSE_ONLY=1
   exit 0
 fi
-  cd "$ROOT"
-  exec .venv/bin/python -m benchmarks "$@"  # its main parses and returns under ERNIE_DEPLOY_PARSE_ONLY=1
-fi
 EXTRAS=export,serve,bench source "$ROOT/scripts/_env.sh"
 case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exec python -m benchmarks --help ;; esac
 exec python -m benchmarks "$@"

@@ -13,14 +13,16 @@
 #   scripts/convert.sh --io paddlenlp                    # answer in PaddleNLP's Triton pipeline tensors
 #
 # With --model NAME the model joins the others in the repository, which stay byte for byte; its input is checked
-# before anything is written (a folder that is not a checkpoint, a head that is not the task's, a name another
-# model's step takes), only its task's dataset is fetched, nothing is trained, and the client command is printed
-# (`ernie-deploy add` does the work). Without --model it builds the demo models of the tasks given.
+# before anything is written (a folder that is not a checkpoint, a head that is not the task's, labels it cannot
+# name, a name another model's step takes), only its task's dataset is fetched, a --source is converted without
+# training anything (with no --source the task's bootstrap model is trained under that name), and the client command
+# is printed (`ernie-deploy add` does the work; `--labels FILE` names the labels of a checkpoint whose config has
+# none). Without --model it builds the demo models of the tasks given.
 # ERNIE_DEPLOY_PARSE_ONLY=1: check the arguments and exit (0 fine, 2 not), before making .venv or writing anything.
 set -euo pipefail
 
 tasks=() model="" source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
-budget_arg=() io_arg=()
+budget_arg=() io_arg=() labels_arg=()
 usage() { echo "convert.sh: $1 (see scripts/convert.sh --help)" >&2; exit 2; }
 value() { [ $# -ge 2 ] && [ -n "$2" ] || usage "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -35,7 +37,8 @@ while [ $# -gt 0 ]; do
     --fp16) fp16_arg=(--fp16); shift ;;
     --budget) value "$@"; budget_arg=(--budget "$2"); shift 2 ;;
     --io) value "$@"; io_arg=(--io "$2"); shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --labels) value "$@"; labels_arg=(--labels "$(realpath -m -- "$2")"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) usage "unknown argument $1" ;;
   esac
 done
@@ -46,37 +49,48 @@ elif [ -n "$source_arg" ]; then
   usage "a checkpoint of your own is served under a name: add --model NAME (and one --task)"
 fi
 [ ${#sha_arg[@]} -eq 0 ] || [ -n "$source_arg" ] || usage "--sha256 pins the archive --source URL names; add --source"
+[ ${#labels_arg[@]} -eq 0 ] || [ -n "$model" ] || usage "--labels names a checkpoint of your own's labels; add --model"
+# Paths the user gives are read from where the command was run (the run itself works from the checkout's root).
+case "$source_arg" in ""|http://*|https://*|HTTP://*|HTTPS://*) ;; *) source_arg="$(realpath -m -- "$source_arg")" ;; esac
+[ "$repository" = models ] || repository="$(realpath -m -- "$repository")"
 [ ${#tasks[@]} -gt 0 ] || tasks=(seq_cls token_cls)
 
 # The commands below, built once: what a run runs, and what a parse-only run checks with the CLI's own parser.
 if [ -n "$model" ]; then
   if [ -n "$source_arg" ]; then from=(--source "$source_arg" "${sha_arg[@]}"); else from=(--bootstrap "${budget_arg[@]}"); fi
   add_cmd=(add --task "${tasks[0]}" --model "$model" "${from[@]}" --repository "$repository" --quantize "$quantize"
-    "${fp16_arg[@]}" --runtime "$runtime" "${io_arg[@]}")
+    "${fp16_arg[@]}" --runtime "$runtime" "${io_arg[@]}" "${labels_arg[@]}")
 fi
 build_cmd=(build --repository "$repository" --runtime "$runtime" "${io_arg[@]}")
 for task in "${tasks[@]}"; do build_cmd+=(--task "$task"); done
 convert_opts=(--quantize "$quantize" "${fp16_arg[@]}")
 
-if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
-  source "$(dirname "$0")/_parse_only.sh"
+# Every value checked by the parser of the command it goes to: under ERNIE_DEPLOY_PARSE_ONLY=1 that is all a run does;
+# otherwise it is done before the data, the training and the conversions, so a bad value fails first.
+source "$(dirname "$0")/_parse_only.sh"
+check_arguments() {
   check() { parse_with ernie_deploy.cli.parse_only "$@"; }
-  if [ -n "$model" ]; then check "${add_cmd[@]}"; exit 0; fi
+  if [ -n "$model" ]; then check "${add_cmd[@]}"; return; fi
   check "${build_cmd[@]}"
   check convert "${convert_opts[@]}"
   [ ${#budget_arg[@]} -eq 0 ] || check fetch --bootstrap "${budget_arg[@]}"
+}
+if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
+  check_arguments
   exit 0
 fi
 
 source "$(dirname "$0")/_env.sh"
 if [ -n "$model" ]; then
-  exec ernie-deploy "${add_cmd[@]}"
+  exec ernie-deploy "${add_cmd[@]}"  # checks its arguments and its input before it writes anything
 fi
+check_arguments
 
 ernie-deploy fetch-data
 if [ ${#tasks[@]} -gt 1 ]; then
-  # The bootstrap models not cached yet train at once, each on its share of the cores: one model runs its step only
-  # 1.44-1.64x as fast on two cores as on one (docs/CONVERT.md#training-time). The fetches below then find them cached.
+  # The bootstrap models not cached yet train at once, each on its share of the cores: one model runs its step far
+  # less than twice as fast on two cores as on one (docs/CONVERT.md#two-models-at-once). The fetches below then find
+  # them cached.
   budget_set=()
   [ ${#budget_arg[@]} -eq 0 ] || budget_set=(--set "budget_minutes=${budget_arg[1]}")
   python -m ernie_deploy.train.bootstrap "${tasks[@]}" "${budget_set[@]}"

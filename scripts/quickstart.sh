@@ -41,7 +41,7 @@ fi
 
 cat <<'MSG'
 ernie-deploy quickstart. The first run on a machine installs the packages and trains two small bootstrap models at
-once, each on its share of the cores (12.5 min in all, measured on a shared 2-core host: docs/first_runs.json; their
+once, each on its share of the cores (docs/first_runs.json has the time it took on a shared 2-core host; their
 progress bars show the time left). They are cached in ~/.cache/ernie-deploy, so later runs take a few minutes.
 `--budget MINUTES` trains each model for that long instead (all train rows; more time, a better model).
 MSG

@@ -19,9 +19,6 @@ if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
   parse_with ernie_deploy.cli.parse_only serve --repository "$repository" "$@"
   exit 0
 fi
-  cd "$ROOT"
-  exec .venv/bin/python -m ernie_deploy.cli.parse_only serve --repository "$repository" "$@"
-fi
 source "$ROOT/scripts/_env.sh"
 if ! compgen -G "$repository/*/config.pbtxt" > /dev/null; then
   echo "serve.sh: no models in $repository/; build them first: bash scripts/quickstart.sh (or scripts/convert.sh)" >&2

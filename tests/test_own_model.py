@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS
+from ernie_deploy.pipeline.options import ExportOptions
 from ernie_deploy.server.preflight import free_ports
 
-from .conftest import ROOT, artifacts, checkout_copy, make_tiny_checkpoint, wait_until_ready
+from .conftest import ROOT, THUCNEWS_LABELS, artifacts, checkout_copy, make_tiny_checkpoint, wait_until_ready
 
 TEXTS = ["国足公布世预赛名单", "股市大涨", "abc 123 新闻", "美元 1.5亿"]
 DEMO_TEXTS = ["姚明缺阵火箭不敌湖人", "江泽民主席在北京会见了联合国秘书长。", "A股三大指数集体收涨"]
@@ -105,8 +109,70 @@ def test_a_static_model_whose_logits_are_not_the_tasks_is_refused(tmp_path, tiny
         "is a static model that answers a label per text, and --task token_cls reads a label per token",
         "--task seq_cls",
     )
-    # the task its logits fit passes the check
-    assert check_new_model("seq_cls", "news", FetchOptions(source=str(static)), tmp_path / "models").name == "news"
+    # the task its logits fit passes the check, once its labels are named (no config.json beside this one)
+    fetch = FetchOptions(source=str(static))
+    with pytest.raises(ErnieDeployError, match="neither id2label nor num_labels"):
+        check_new_model("seq_cls", "news", fetch, tmp_path / "models")
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps(THUCNEWS_LABELS))
+    new = check_new_model("seq_cls", "news", fetch, tmp_path / "models", export=ExportOptions(labels=str(labels)))
+    assert new.name == "news"
+
+
+@pytest.mark.parametrize(
+    "task, name, said",
+    [
+        ("seq_cls", "seq_cls", "names the folders of the files of demo model ernie_seqcls"),
+        ("token_cls", "ernie_seqcls", "is the seq_cls demo model's, and this model is a token_cls model"),
+        ("seq_cls", "ernie_tokenizer", "kept for the shared tokenizer steps"),
+        ("seq_cls", "9news", "a letter first"),
+    ],
+)
+def test_names_that_belong_to_something_else_are_refused(tmp_path, own_checkpoint, task, name, said):
+    from ernie_deploy.pipeline.add import check_new_model
+    from ernie_deploy.pipeline.options import FetchOptions
+
+    with pytest.raises(ErnieDeployError, match=re.escape(said)):
+        check_new_model(task, name, FetchOptions(source=str(own_checkpoint)), tmp_path / "models")
+
+
+def test_bad_build_options_are_refused_before_the_work(tmp_path, own_checkpoint):
+    from ernie_deploy.pipeline.add import check_new_model
+    from ernie_deploy.pipeline.options import FetchOptions
+    from ernie_deploy.repository.options import BuildOptions
+
+    with pytest.raises(ErnieDeployError, match="--io paddlenlp"):
+        check_new_model(
+            "multi_label",
+            "tags",
+            FetchOptions(source=str(own_checkpoint)),
+            tmp_path,
+            build=BuildOptions(io="paddlenlp"),
+        )
+
+
+def test_a_relative_source_is_read_from_where_the_command_runs(tmp_path, own_checkpoint):
+    checkout = checkout_copy(tmp_path / "checkout", committed_models=True)
+    elsewhere = tmp_path / "work"
+    shutil.copytree(own_checkpoint, elsewhere / "my-model")
+    env = dict(os.environ, ERNIE_DEPLOY_PARSE_ONLY="1")
+    # the user's shell is in work/, the script in the checkout: parse-only shows the path the run would use
+    result = subprocess.run(
+        ["bash", str(checkout / "scripts" / "convert.sh"), "--task", "token_cls", "--model", "news",
+         "--source", "my-model"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr  # parses; the head is checked by the run itself
+    result = _convert(checkout, "--task", "token_cls", "--model", "news", "--source", str(elsewhere / "my-model"))
+    assert result.returncode == 2 and "holds the head ErnieForSequenceClassification" in result.stderr
+    relative = subprocess.run(
+        ["bash", str(checkout / "scripts" / "convert.sh"), "--task", "token_cls", "--model", "news",
+         "--source", "my-model"],
+        cwd=elsewhere, env=dict(os.environ, PATH=f"{checkout / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    # found where the user is (not "no such checkpoint" under the checkout), and refused for its head
+    assert relative.returncode == 2 and "holds the head ErnieForSequenceClassification" in relative.stderr
 
 
 def test_a_url_without_its_sha256_and_an_unnamed_checkpoint_are_refused(tmp_path, own_checkpoint):
@@ -282,6 +348,16 @@ def test_entries_never_made_are_left_out_and_named_with_the_command_that_makes_t
     assert plan.load == ("news",)
     assert list(served_models(repo)) == ["news"]
     assert check_repository(repo) == []  # a model to make is no fault of the files that are there
+    # a leftover config no model uses is left out too, and named as one
+    shutil.copytree(repo / "ernie_seqcls", repo / "leftover")
+    (repo / "leftover" / "config.pbtxt").write_text(
+        (repo / "leftover" / "config.pbtxt")
+        .read_text()
+        .replace('name: "ernie_seqcls"', 'name: "leftover"')
+        .replace('key: "task"', 'key: "not_a_task"')
+    )
+    assert load_plan(repo).orphans == ("leftover",) and "leftover" not in load_plan(repo).load
+    shutil.rmtree(repo / "leftover")
     # a model that holds some of its files: broken, not unmade; `check` names the missing file, and the server would
     # fail to load it, as any broken model
     (repo / "news" / "1" / "model.onnx").unlink()

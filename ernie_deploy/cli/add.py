@@ -38,6 +38,9 @@ def register(sub) -> None:
     )
     p.add_argument("--sha256", metavar="HEX", help="with a URL: the archive's pinned sha256 (downloads are verified)")
     add_repository(p, "the repository the model joins; every other model in it stays byte for byte")
+    p.add_argument(
+        "--labels", metavar="FILE", help="a JSON list of the label names, for a checkpoint whose config has none"
+    )
     p.add_argument("--quantize", choices=list(QUANTIZE), help="serve an INT8 model (see `ernie-deploy convert`)")
     p.add_argument("--fp16", action="store_true", default=None, help="an FP16 model, for GPUs")
     p.add_argument("--runtime", choices=[AUTO, *RUNTIMES], help="the model step's runtime (see `ernie-deploy build`)")
@@ -48,14 +51,15 @@ def register(sub) -> None:
 def run(args) -> None:
     from ernie_deploy.pipeline.add import add_model, check_new_model
 
-    fetch = options_from(FetchOptions, args)
-    new = check_new_model(args.task, args.model, fetch, args.repository)
-    add_model(
-        new,
-        export=ExportOptions(),
+    new = check_new_model(
+        args.task,
+        args.model,
+        options_from(FetchOptions, args),
+        args.repository,
+        export=options_from(ExportOptions, args),
         convert=options_from(ConvertOptions, args),
         build=options_from(BuildOptions, args),
-        log=lambda line: print(line, flush=True),
     )
+    add_model(new, log=lambda line: print(line, flush=True))
     print()
     print(new.next_steps())

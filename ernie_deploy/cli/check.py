@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 def run(args) -> None:
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
-    from ernie_deploy.repository.served import Existing, served_limits, served_models
+    from ernie_deploy.repository.served import Existing, load_plan, served_limits, served_models
     from ernie_deploy.repository.unmade import unmade_models
 
     problems = check_repository(args.repository)
@@ -29,6 +29,8 @@ def run(args) -> None:
     unmade = unmade_models(Existing.read(Path(args.repository)).configs, args.repository)
     for model in unmade:
         print(model.note(args.repository))
+    for entry in load_plan(args.repository).orphans:
+        print(f"{entry}: never made, and no model uses it: remove {Path(args.repository) / entry}")
     for name, spec in ({} if problems else served_models(args.repository)).items():
         reading = f", long texts: {spec.long_text}" if spec.long_text else ""
         window = f" of {spec.window_size} tokens (stride {spec.window_stride})" if spec.window_size else ""

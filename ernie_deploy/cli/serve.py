@@ -146,17 +146,22 @@ def _gateway(args, grpc_tls: ServerTls | None):
 
 def models_to_load(repository: str, extra_args=()) -> dict:
     """`load_models` for TritonServer: every entry but those never made (repository.unmade), each named on stderr
-    with the command that makes it; {} where nothing is left out or the caller picked its own model control."""
+    with the command that makes it; {} where nothing is left out, or where the caller chose its own model control
+    (--model-control-mode, --load-model), which is then told what will fail to load."""
     import sys
 
     from ernie_deploy.repository.served import load_plan
 
-    if not Path(repository).is_dir() or any(a.startswith("--model-control-mode") for a in extra_args):
-        return {}  # the server's own checks name a missing repository; a chosen mode is the caller's
+    if not Path(repository).is_dir():
+        return {}  # the server's own checks name a missing repository
     plan = load_plan(repository)
+    own = any(a.startswith(("--model-control-mode", "--load-model")) for a in extra_args)
+    said = "will fail to load if loaded" if own else "skipped"
     for model in plan.skipped:
-        print(f"skipped: {model.note(repository)}", file=sys.stderr, flush=True)
-    return {} if plan.load is None else {"load_models": plan.load}
+        print(f"{said}: {model.note(repository)}", file=sys.stderr, flush=True)
+    for entry in plan.orphans:
+        print(f"{said}: {entry}: a config alone that no model uses; remove {repository}/{entry}", file=sys.stderr)
+    return {} if plan.load is None or own else {"load_models": plan.load}
 
 
 def run(args) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
-from ernie_deploy.core.tasks import TASKS, TaskSpec, check_model_name, get_task
+from ernie_deploy.core.tasks import DEMO_MODELS, TASKS, TOKENIZER_STEP, TaskSpec, check_model_name, get_task
 from ernie_deploy.pipeline.options import ConvertOptions, ExportOptions, FetchOptions
 from ernie_deploy.repository.options import BuildOptions
 
@@ -32,6 +32,9 @@ class NewModel:
     name: str
     fetch: FetchOptions
     repository: Path
+    export: ExportOptions = ExportOptions()
+    convert: ConvertOptions = ConvertOptions()
+    build: BuildOptions = BuildOptions()
 
     def client_command(self) -> str:
         """The client command that calls it, once a server serves its repository (one flag per input it takes)."""
@@ -101,7 +104,22 @@ def _check_static_head(task: TaskSpec, checkpoint) -> None:
     )
 
 
-def _check_source(task: TaskSpec, fetch: FetchOptions) -> None:
+def check_labels(checkpoint, export: ExportOptions) -> None:
+    """Refuse a checkpoint whose label names cannot be read (its config has neither id2label nor num_labels) unless
+    --labels names them."""
+    from ernie_deploy.export.static import label_names_from_config
+
+    if not export.labels:
+        label_names_from_config(checkpoint.model_config())
+
+
+def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
+    """What a checkpoint found on disk must be to serve as `task`: its head the task's, its labels readable."""
+    check_head(task, checkpoint)
+    check_labels(checkpoint, export)
+
+
+def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:
     from ernie_deploy.fetch.archives import archive_format
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint
     from ernie_deploy.fetch.downloads import normalize_sha256
@@ -119,10 +137,10 @@ def _check_source(task: TaskSpec, fetch: FetchOptions) -> None:
                 "pass its sha256: --sha256 HEX (`sha256sum FILE` on a trusted copy); downloads are always verified",
             )
         normalize_sha256(fetch.sha256)
-        return
+        return  # checked once downloaded, before export (add_model)
     path = Path(fetch.source).expanduser()
     if path.is_dir():
-        check_head(task, inspect_checkpoint(path))  # names the files a folder that is no checkpoint lacks
+        check_checkpoint(task, inspect_checkpoint(path), export)  # names what a folder that is no checkpoint lacks
     elif path.is_file():
         if archive_format(path) is None:
             raise BadCheckpointError(
@@ -134,6 +152,26 @@ def _check_source(task: TaskSpec, fetch: FetchOptions) -> None:
             f"no such checkpoint: {path}",
             "pass a checkpoint folder, an archive of one, or an http(s) URL with --sha256",
         )
+
+
+def _check_name(task: TaskSpec, name: str) -> None:
+    """Names that belong to something else: a task's name is the folder of its demo model's artifacts, a demo model's
+    name is that task's, and the shared tokenizer steps take theirs."""
+    check_model_name(name)
+    demo = {model: task_name for task_name, model in DEMO_MODELS.items()}
+    if name in TASKS:
+        raise BadOptionsError(
+            f"model name {name!r} names the folders of the files of demo model {DEMO_MODELS[name]} "
+            f"(artifacts/<stage>/{name})",
+            "choose another --model",
+        )
+    if name in demo and demo[name] != task.name:
+        raise BadOptionsError(
+            f"model name {name!r} is the {demo[name]} demo model's, and this model is a {task.name} model",
+            "choose another --model",
+        )
+    if name == TOKENIZER_STEP or name.startswith(f"{TOKENIZER_STEP}_"):
+        raise BadOptionsError(f"model name {name!r} is kept for the shared tokenizer steps", "choose another --model")
 
 
 def _check_name_free(name: str, repository: Path) -> None:
@@ -161,41 +199,54 @@ def _check_name_free(name: str, repository: Path) -> None:
         )
 
 
-def check_new_model(task: str, name: str, fetch: FetchOptions, repository: str | Path) -> NewModel:
-    """The request checked before anything is written: the task, the name, the checkpoint (a folder is inspected
-    and its head compared with the task's) and the name's place in the repository."""
-    spec = get_task(task)
-    check_model_name(name)
-    if fetch.budget is not None and not fetch.bootstrap:
-        raise BadOptionsError("--budget sets how long a bootstrap model trains", "drop --budget with --source")
-    _check_source(spec, fetch)
-    repository = Path(repository)
-    _check_name_free(name, repository)
-    return NewModel(spec, name, fetch, repository)
-
-
-def add_model(
-    new: NewModel,
+def check_new_model(
+    task: str,
+    name: str,
+    fetch: FetchOptions,
+    repository: str | Path,
     *,
     export: ExportOptions | None = None,
     convert: ConvertOptions | None = None,
     build: BuildOptions | None = None,
-    log: Log = print,
-) -> None:
-    """Fetch, export, convert and build `new` into its repository (checked by check_new_model first)."""
+) -> NewModel:
+    """The request checked before anything is written: the task, the name, the checkpoint (a folder is inspected:
+    its head and its labels), the name's place in the repository, and every stage's options."""
+    from ernie_deploy.core.io import wire
+    from ernie_deploy.pipeline.build import resolve_build_options
+
+    spec = get_task(task)
+    export, convert, build = export or ExportOptions(), convert or ConvertOptions(), build or BuildOptions()
+    _check_name(spec, name)
+    if fetch.budget is not None and not fetch.bootstrap:
+        raise BadOptionsError("--budget sets how long a bootstrap model trains", "drop --budget with --source")
+    if export.labels and not Path(export.labels).is_file():
+        raise BadOptionsError(f"--labels {export.labels} does not exist", "give a JSON file listing the label names")
+    _check_source(spec, fetch, export)
+    repository = Path(repository)
+    _check_name_free(name, repository)
+    convert.check(spec, name)
+    build = resolve_build_options(build, repository)
+    wire(spec, build.io, name)
+    return NewModel(spec, name, fetch, repository, export, convert, build)
+
+
+def add_model(new: NewModel, *, log: Log = print) -> None:
+    """Fetch, export, convert and build `new` (checked by check_new_model) into its repository. A checkpoint that
+    came as an archive or a URL is checked as a folder is once unpacked, before export."""
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
     from ernie_deploy.fetch.datasets import prepare
     from ernie_deploy.pipeline.build import build_models
     from ernie_deploy.pipeline.convert import convert_model
     from ernie_deploy.pipeline.stages import export_model, fetch_model
     from ernie_deploy.repository.served import served_model
 
-    convert = convert or ConvertOptions()
-    convert.check(new.task, new.name)
     task, name = new.task.name, new.name
     log(f"{new.task.dataset}: {prepare(new.task.dataset)}")
-    fetch_model(task, name, new.fetch, log=log)
-    export_model(task, name, export or ExportOptions(), log=log)
-    convert_model(name, convert, log=log)
-    built = build_models([name], build or BuildOptions(), new.repository, log=log)
+    fetched = fetch_model(task, name, new.fetch, log=log)
+    if not new.fetch.bootstrap:
+        check_checkpoint(new.task, inspect_checkpoint(fetched.path), new.export)
+    export_model(task, name, new.export, log=log)
+    convert_model(name, new.convert, log=log)
+    built = build_models([name], new.build, new.repository, log=log)
     served = served_model(new.repository, name)
     log(f"{name}: {task} model in {new.repository}, layout {served.layout}, model step {built.options.runtime}")

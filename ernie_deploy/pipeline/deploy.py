@@ -119,14 +119,16 @@ def build_plan(deployment: Deployment) -> BuildOptions:
 
 def plan(deployment: Deployment | str | Path, *, keep_others: bool = False) -> Plan:
     """What carrying out the deployment file does, every option checked: nothing has run yet."""
-    from ernie_deploy.repository.served import served_models
+    from ernie_deploy.repository.served import Existing
 
     if not isinstance(deployment, Deployment):
         deployment = load_deployment(deployment)
     models = tuple(model_plan(f"models[{i}]", entry) for i, entry in enumerate(deployment.models))
     build = build_plan(deployment)
     listed = {m.name for m in deployment.models}
-    stale = () if keep_others else tuple(sorted(set(served_models(deployment.repository)) - listed))
+    # every model the repository serves, made or not: an entry never made that the file does not list goes too
+    served = set(Existing.read(Path(deployment.repository)).served())
+    stale = () if keep_others else tuple(sorted(served - listed))
     datasets = tuple(sorted({get_task(m.task).dataset for m in deployment.models}))
     return Plan(deployment, datasets, models, build, stale)
 

@@ -14,7 +14,7 @@ from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TASK_PARAMETER, WINDOW_OUTPUTS
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import Layout, entry_record, layout_of
-from ernie_deploy.repository.unmade import Unmade, unmade_models
+from ernie_deploy.repository.unmade import Unmade, unmade_entries, unmade_models
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 # A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
@@ -125,20 +125,24 @@ def served_model(repository: str | Path, name: str) -> ModelSpec:
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """What a server started on a repository loads: None for every model (nothing is unmade), else the entries to
-    load by name; and the models left out, each with the command that makes it."""
+    """What a server started on a repository loads: None for every entry (none is unmade), else the entries to load
+    by name; the models left out, each with the command that makes it; and the entries never made that no model
+    uses (a leftover config)."""
 
     load: tuple[str, ...] | None
     skipped: tuple[Unmade, ...]
+    orphans: tuple[str, ...] = ()
 
 
 def load_plan(repository: str | Path) -> LoadPlan:
-    """The entries to load: every one but the unmade entries and the models that use them."""
+    """The entries to load: every one but those never made and the models that use them."""
     existing = Existing.read(Path(repository))
     unmade = unmade_models(existing.configs, repository)
-    if not unmade:
+    empty = set(unmade_entries(existing.configs, repository))
+    if not empty:
         return LoadPlan(None, ())
-    left_out = {u.name for u in unmade} | {e for u in unmade for e in u.entries}
+    left_out = empty | {u.name for u in unmade}
+    used = {e for u in unmade for e in u.entries}
     # An entry a made model still uses (a shared tokenizer) loads with it: Triton loads an ensemble's steps itself.
     load = tuple(name for name in sorted(existing.configs) if name not in left_out)
-    return LoadPlan(load, tuple(unmade))
+    return LoadPlan(load, tuple(unmade), tuple(sorted(empty - used)))

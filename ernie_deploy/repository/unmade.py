@@ -68,10 +68,14 @@ class Unmade:
         )
 
 
+def unmade_entries(configs: dict[str, mc.ModelConfig], repository: str | Path) -> list[str]:
+    """Every entry that was never made, by name."""
+    return sorted(name for name, config in configs.items() if entry_unmade(Path(repository) / name, config))
+
+
 def unmade_models(configs: dict[str, mc.ModelConfig], repository: str | Path) -> list[Unmade]:
     """The models users would call (entries recording a task) with an entry that was never made, by name."""
-    repository = Path(repository)
-    empty = {name for name, config in configs.items() if entry_unmade(repository / name, config)}
+    empty = set(unmade_entries(configs, repository))
     found = []
     for name, config in sorted(configs.items()):
         if TASK_PARAMETER not in config.parameters:
