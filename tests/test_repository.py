@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import onnx
@@ -202,9 +203,30 @@ def test_tasks_with_different_vocabularies_get_a_tokenizer_each(tiny_pipeline, t
     assert sorted(step.model_name for step in steps.values())[0] == TOKENIZER_STEP
 
 
+# The series of a model's reference profile that count its inputs (the dev split's lengths and how each text is read):
+# the data decides them. The others (labels, entity types, confidence) count its answers, which differ a little
+# between machines that train the demo models (float sums; a retrain moves a class's share by a point or two).
+INPUT_SERIES = ("chars", "reading")
+
+
+def _stable(config_text: str) -> str:
+    """A generated config with the reference shares of its answer series reduced to their buckets: what every
+    machine's build of the demo models writes alike."""
+    config = parse(config_text)
+    if "model_spec" in config.parameters:
+        record = json.loads(config.parameters["model_spec"].string_value)
+        shares = (record.get("reference") or {}).get("shares") or {}
+        for series, buckets in shares.items():
+            if series not in INPUT_SERIES:
+                shares[series] = sorted(buckets)
+        config.parameters["model_spec"].string_value = json.dumps(record, sort_keys=True)
+    return render(config)
+
+
 @pytest.mark.integration
 def test_checked_in_repository_is_what_build_generates(repository):
-    """models/ in git must be exactly what `ernie-deploy build --runtime python` writes for the real model."""
+    """models/ in git is what `ernie-deploy build --runtime python` writes for the demo models, byte for byte but the
+    shares of what they answer in their reference profile, which are compared by their buckets (INPUT_SERIES)."""
     checked_in = sorted(
         p.relative_to(ROOT / "models") for p in (ROOT / "models").rglob("*") if p.name in ("config.pbtxt", "model.py")
     )
@@ -213,7 +235,35 @@ def test_checked_in_repository_is_what_build_generates(repository):
     )
     assert checked_in == generated
     for rel in generated:
-        assert (ROOT / "models" / rel).read_text() == (repository / rel).read_text(), rel
+        ours, built = (ROOT / "models" / rel).read_text(), (repository / rel).read_text()
+        if rel.name == "config.pbtxt":
+            ours, built = _stable(ours), _stable(built)
+        assert ours == built, rel
+
+
+def test_only_the_answer_shares_are_let_differ():
+    """A changed answer share is let through; a changed input share, bucket or any other byte is not."""
+    text = (ROOT / "models" / "ernie_seqcls" / "config.pbtxt").read_text()
+    record = json.loads(parse(text).parameters["model_spec"].string_value)
+
+    def with_record(change) -> str:
+        changed = json.loads(json.dumps(record))
+        change(changed)
+        config = parse(text)
+        config.parameters["model_spec"].string_value = json.dumps(changed)
+        return render(config)
+
+    def nudge(series: str):
+        def change(r):
+            bucket = sorted(r["reference"]["shares"][series])[0]
+            r["reference"]["shares"][series][bucket] += 0.01
+
+        return change
+
+    assert _stable(with_record(nudge("label"))) == _stable(text)
+    assert _stable(with_record(nudge("chars"))) != _stable(text)
+    assert _stable(with_record(lambda r: r["reference"]["shares"]["label"].update(extra=0.0))) != _stable(text)
+    assert _stable(with_record(lambda r: r.update(max_seq_len=64))) != _stable(text)
 
 
 def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_token_pipeline):

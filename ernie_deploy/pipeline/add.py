@@ -238,9 +238,12 @@ def add_model(new: NewModel, *, log: Log = print) -> None:
     from ernie_deploy.pipeline.build import build_models
     from ernie_deploy.pipeline.convert import convert_model
     from ernie_deploy.pipeline.stages import export_model, fetch_model
-    from ernie_deploy.repository.served import served_model
+    from ernie_deploy.repository.served import served_model, served_models
 
     task, name = new.task.name, new.name
+    replaced = served_models(new.repository).get(name) if new.repository.is_dir() else None
+    if replaced is not None:
+        log(f"{name}: replaces the {replaced.task} model of that name in {new.repository}")
     log(f"{new.task.dataset}: {prepare(new.task.dataset)}")
     fetched = fetch_model(task, name, new.fetch, log=log)
     if not new.fetch.bootstrap:
