@@ -17,21 +17,31 @@ ernie_deploy_* families of the watched models), so an operator knows what a scra
 (`Watched._observe`: serving.watch.observe and the counts) is timed in this process with timeit on the step's real
 inputs and outputs for the test texts, beside the whole fused step watched and unwatched, which says where the
 served difference goes.
+
+The results' arithmetic and the printed text are in benchmarks/monitoring_results.py, the in-process timing in
+benchmarks/monitoring_in_process.py.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
-import timeit
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks.markdown import format_steps
+from benchmarks.monitoring_in_process import time_in_process
+from benchmarks.monitoring_results import (
+    TARGETS,
+    WATCHED,
+    best,
+    model_name,
+    ratios,
+    render,
+    scrape_cost,
+    texts_counted,
+)
 from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
@@ -41,17 +51,9 @@ from ernie_deploy.evaluate.inputs import ModelInputs
 
 # The layouts measured: the row's name -> build's --layout ("auto": the default the build settles on).
 LAYOUTS = {"default": "auto", "ensemble": "ensemble"}
-WATCHED = ("unwatched", "watched")
 CONCURRENCY = (1, 8)
 ROUNDS = 3
-# c8 throughput watched over unwatched, at least; c1 p50 watched minus unwatched, at most (ms).
-TARGETS = {"c8_throughput_ratio": 0.98, "c1_p50_added_ms": 0.1}
-MONITOR_PREFIX = "ernie_deploy_"  # the families the watch exports (core.profile, core.shadow)
 PUSH_WAIT_S = 2.5  # a count reaches /metrics within about a second (serving/metrics.PUSH_INTERVAL_S); two, and some
-
-
-def model_name(layout: str, watched: str) -> str:
-    return f"mon_{layout}" if watched == "watched" else f"mon_{layout}_off"
 
 
 def build_models(item: ModelInputs, repo: Path, layouts: tuple[str, ...]) -> None:
@@ -105,93 +107,6 @@ def _print(r: dict) -> None:
         f"ms) {format_steps(r['steps'])}",
         flush=True,
     )
-
-
-def best(rows: list[dict]) -> list[dict]:
-    """Per (layout, variant, concurrency), the round with the highest throughput."""
-    kept: dict = {}
-    for r in rows:
-        key = (r["layout"], r["variant"], r["concurrency"])
-        if key not in kept or r["texts_per_s"] > kept[key]["texts_per_s"]:
-            kept[key] = r
-    return list(kept.values())
-
-
-def _compare(by: dict, layout: str) -> dict:
-    w1, u1 = by[(layout, "watched", 1)], by[(layout, "unwatched", 1)]
-    w8, u8 = by[(layout, "watched", 8)], by[(layout, "unwatched", 8)]
-    return {
-        "c8_throughput_ratio": w8["texts_per_s"] / u8["texts_per_s"],
-        "c1_p50_added_ms": w1["p50_ms"] - u1["p50_ms"],
-        "c1_p99_added_ms": w1["p99_ms"] - u1["p99_ms"],
-        "c8_server_cpu_ms_per_text_added": None
-        if w8["server_cpu_ms_per_text"] is None or u8["server_cpu_ms_per_text"] is None
-        else w8["server_cpu_ms_per_text"] - u8["server_cpu_ms_per_text"],
-    }
-
-
-def ratios(rows: list[dict], kept: list[dict]) -> dict:
-    """Per layout: the ratios from the best rounds, and the same ratios paired within each round (with their
-    median)."""
-    out = {}
-    by_best = {(r["layout"], r["variant"], r["concurrency"]): r for r in kept}
-    for layout in sorted({r["layout"] for r in rows}):
-        paired = []
-        for round_ in sorted({r["round"] for r in rows}):
-            by = {(r["layout"], r["variant"], r["concurrency"]): r for r in rows if r["round"] == round_}
-            paired.append({"round": round_, **_compare(by, layout)})
-        out[layout] = {
-            **_compare(by_best, layout),
-            "paired": paired,
-            "paired_median": {
-                k: statistics.median(p[k] for p in paired) for k in ("c8_throughput_ratio", "c1_p50_added_ms")
-            },
-        }
-    return out
-
-
-# -- the scrape ------------------------------------------------------------------------------------------------------
-
-
-def scrape_cost(text: str, watched_models: list[str]) -> dict:
-    """What /metrics carries, and what of it the watch adds: its families' samples labelled with a watched model
-    (and their HELP and TYPE lines). Without the watch a scrape would be the rest."""
-    lines = text.splitlines(keepends=True)
-    monitor_families = {ln.split()[2] for ln in lines if ln.startswith("# TYPE " + MONITOR_PREFIX)}
-    total = {"bytes": len(text.encode("utf-8")), "series": sum(1 for ln in lines if ln.strip() and ln[0] != "#")}
-    watch_bytes, watch_series, per_model = 0, 0, {m: {"series": 0, "bytes": 0} for m in watched_models}
-    families: dict[str, int] = {}
-    for ln in lines:
-        size = len(ln.encode("utf-8"))
-        if ln.startswith("#"):
-            if len(ln.split()) > 2 and ln.split()[2] in monitor_families:
-                watch_bytes += size
-            continue
-        name = ln.split("{", 1)[0].split(" ", 1)[0]
-        if not name.startswith(MONITOR_PREFIX):
-            continue
-        model = next((m for m in watched_models if f'model="{m}"' in ln), None)
-        if model is None:
-            continue
-        watch_bytes += size
-        watch_series += 1
-        per_model[model]["series"] += 1
-        per_model[model]["bytes"] += size
-        families[name] = families.get(name, 0) + 1
-    return {
-        "with_watch": total,
-        "without_watch": {"bytes": total["bytes"] - watch_bytes, "series": total["series"] - watch_series},
-        "watch": {"bytes": watch_bytes, "series": watch_series, "per_model": per_model, "per_family": families},
-    }
-
-
-def texts_counted(text: str, model: str) -> float:
-    """The watched model's ernie_deploy_texts_total on /metrics (summed over its versions)."""
-    total = 0.0
-    for ln in text.splitlines():
-        if ln.startswith("ernie_deploy_texts_total{") and f'model="{model}"' in ln:
-            total += float(ln.rsplit(" ", 1)[1])
-    return total
 
 
 def _get(url: str) -> str:
@@ -336,153 +251,7 @@ def interleaved(url: str, models: dict, layout: str, texts: list, *, pairs: int 
     return out
 
 
-# -- in process ------------------------------------------------------------------------------------------------------
-
-
-def _config(model_dir: Path) -> dict:
-    """A model's config.pbtxt as the python backend hands it to a step (its JSON form)."""
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    message = text_format.Parse((model_dir / "config.pbtxt").read_text(encoding="utf-8"), mc.ModelConfig())
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
-class _Answered:
-    """A step that has already answered: what the watch wraps when only the watch is timed."""
-
-    def close(self) -> None:
-        pass
-
-
-def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: int = 5) -> dict:
-    """The fused step (the default layout's one Triton model) watched and unwatched, one text a call, and the watch's
-    own work on the same real inputs and outputs, split into its parts; microseconds per text."""
-    from ernie_deploy.core.profile import Profile, chars_bucket
-    from ernie_deploy.serving.postprocess_steps import WATCHES
-    from ernie_deploy.serving.steps import STEPS
-    from ernie_deploy.serving.watch import TEXT_NAMES, Watched, _readings, _text, observe
-
-    steps, configs = {}, {}
-    for w in WATCHED:
-        folder = repo / model_name("default", w)
-        configs[w] = _config(folder)
-        steps[w] = STEPS["pipeline"](configs[w], folder / "1")
-    name = configs["watched"]["input"][0]["name"]
-    requests = [{name: np.array([[t.encode("utf-8")]], dtype=np.object_)} for t in item.texts[:texts]]
-
-    def run_all(step):
-        return lambda: [step(r) for r in requests]
-
-    for w in WATCHED:  # warm: onnxruntime's first runs, the tokenizer's caches
-        run_all(steps[w])()
-    whole = {}
-    for _ in range(repeat):  # alternating, so that a disturbance hits both alike
-        for w in WATCHED:
-            t = timeit.timeit(run_all(steps[w]), number=1) / len(requests)
-            whole[w] = min(whole.get(w, float("inf")), 1e6 * t)
-
-    # The watch alone, on what the fused step hands it: the tokenizer's tensors, the logits and the texts (seen),
-    # and the postprocess's answers (outputs).
-    pipeline = steps["unwatched"]
-    seen_outputs = []
-    for r in requests:
-        item_, texts_ = pipeline.check(r)
-        tokens = pipeline.tokenizer.run([item_], pipeline.tokens)[0]
-        logits = pipeline.model.run([tuple(tokens[n] for n in pipeline.inputs)])[0]
-        seen = {**tokens, **logits, **texts_}
-        post = pipeline.post
-        outputs = post.run([post.check(seen)], {"label_id", "confidence"})[0]
-        seen_outputs.append((seen, outputs))
-    folder = repo / model_name("default", "watched")
-    kind = item.task.kind
-    watch = WATCHES[kind]
-    watched = Watched(_Answered(), configs["watched"], folder / "1", watch)
-    labels = watched.labels
-
-    profiles = []
-    for seen, outputs in seen_outputs:
-        profiles.append(Profile())
-        observe(profiles[-1], watch, labels, seen, outputs)
-    triples = [(s, o, p) for (s, o), p in zip(seen_outputs, profiles)]
-
-    def each(fn):
-        return lambda: [fn(s, o, p) for s, o, p in triples]
-
-    def count(s, o, p):  # what _observe does after observe: the batch's counts added to the pushed ones
-        added = {watched.keys[key]: n for key, n in p.counts.items()}
-        added[watched.texts_key] = p.texts
-        watched.counts.add_keys(added)
-
-    def chars(s, o, p):  # observe's length part, as observe computes it
-        texts = [np.asarray(s[n]).reshape(1, -1) for n in TEXT_NAMES if s.get(n) is not None]
-        return chars_bucket(sum(len(_text(t[0][0])) for t in texts))
-
-    parts = {
-        "observe_and_count": lambda s, o, p: watched._observe([(None, s)], [o]),
-        "observe": lambda s, o, p: observe(Profile(), watch, labels, s, o),
-        "read": lambda s, o, p: watch.read(o, labels),
-        "answer_series": lambda s, o, p: [watch.profile(a) for a in watch.read(o, labels)],
-        "chars": chars,
-        "readings": lambda s, o, p: _readings(s, o, 1),
-        "count": count,
-    }
-    timed: dict[str, float] = {}
-    for _ in range(repeat):  # the parts in turn, each its best pass: none is always first on a busy host
-        for key, fn in parts.items():
-            t = 1e6 * timeit.timeit(each(fn), number=1) / len(seen_outputs)
-            timed[key] = min(timed.get(key, float("inf")), t)
-    for step in steps.values():
-        step.close()
-    watched.close()
-    return {
-        "texts": len(requests),
-        "fused_step_us": whole,
-        "fused_step_added_us": whole["watched"] - whole["unwatched"],
-        "watch_us": timed,
-    }
-
-
 # -- the run ---------------------------------------------------------------------------------------------------------
-
-
-def render(kept: list[dict], ratio: dict, scrape: dict, inproc: dict | None) -> str:
-    lines = [
-        "| layout | model | concurrency | texts/s | p50 ms | p99 ms | server CPU ms/text | load average (1/5/15 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in sorted(kept, key=lambda r: (r["layout"] != "default", r["concurrency"], r["variant"] != "unwatched")):
-        cpu = r["server_cpu_ms_per_text"]
-        lines.append(
-            f"| {r['layout']} | {r['variant']} | {r['concurrency']} | {r['texts_per_s']:.1f} | {r['p50_ms']:.2f} | "
-            f"{r['p99_ms']:.2f} | {'' if cpu is None else f'{cpu:.2f}'} | "
-            f"{' / '.join(f'{v:.2f}' for v in r['load_average'])} |"
-        )
-    lines.append("")
-    for layout, q in ratio.items():
-        m = q["paired_median"]
-        lines.append(
-            f"{layout}: c8 throughput watched/unwatched x{q['c8_throughput_ratio']:.3f} (paired by round, median "
-            f"x{m['c8_throughput_ratio']:.3f}; target at least x{TARGETS['c8_throughput_ratio']}), c1 p50 "
-            f"{q['c1_p50_added_ms']:+.3f} ms (paired median {m['c1_p50_added_ms']:+.3f} ms; target at most "
-            f"+{TARGETS['c1_p50_added_ms']} ms)"
-        )
-    s = scrape["after_load"]
-    per_model = ", ".join(f"{m} {v['series']} series {v['bytes']:,} bytes" for m, v in s["watch"]["per_model"].items())
-    lines.append(
-        f"/metrics after the load: {s['with_watch']['bytes']:,} bytes, {s['with_watch']['series']} series; without "
-        f"the watched models' series {s['without_watch']['bytes']:,} bytes, {s['without_watch']['series']} series; "
-        f"per watched model: {per_model}"
-    )
-    if inproc:
-        w = inproc["watch_us"]
-        lines.append(
-            f"in process (fused step, one text a call, {inproc['texts']} texts): unwatched "
-            f"{inproc['fused_step_us']['unwatched']:.1f} us, watched {inproc['fused_step_us']['watched']:.1f} us "
-            f"({inproc['fused_step_added_us']:+.1f} us); the watch's work per text: "
-            + ", ".join(f"{k} {v:.1f} us" for k, v in w.items())
-        )
-    return "\n".join(lines)
 
 
 def run_monitoring(

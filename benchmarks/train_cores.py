@@ -21,7 +21,7 @@ def _steps_per_second(cores: list[int], steps: int, ffn: int, out) -> None:
     import paddle
     from paddlenlp.transformers import ErnieConfig, ErnieForTokenClassification
 
-    paddle.base.core.set_num_threads(len(cores))  # as the bootstrap's training does (train.loop.training_threads)
+    paddle.base.core.set_num_threads(len(cores))  # as the bootstrap's training does (train.cores.training_threads)
     config = ErnieConfig(
         vocab_size=5820,
         hidden_size=256,

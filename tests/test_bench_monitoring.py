@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.cli import build_parser, normalized
-from benchmarks.monitoring import best, model_name, ratios, scrape_cost, texts_counted
+from benchmarks.monitoring_results import best, model_name, ratios, scrape_cost, texts_counted
 
 SCRAPE = """# HELP nv_inference_count Number of inferences performed
 # TYPE nv_inference_count counter

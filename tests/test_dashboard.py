@@ -20,6 +20,7 @@ from ernie_deploy.cli import main
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.deployfiles import dashboard as board
 from ernie_deploy.deployfiles import dashboard_panels as board_panels
+from ernie_deploy.deployfiles import dashboard_queries as board_queries
 from ernie_deploy.deployfiles import drift_rules
 from ernie_deploy.server.args import server_args
 from ernie_deploy.server.cache import models_asking_for_cache
@@ -72,15 +73,15 @@ def test_every_panel_has_queries_on_the_chosen_data_source():
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         for query in spec.queries:
             assert query.serves in (
-                board_panels.EVERY,
-                board_panels.UNCACHED,
-                board_panels.CACHED,
-                board_panels.WATCHED,
+                board_queries.EVERY,
+                board_queries.UNCACHED,
+                board_queries.CACHED,
+                board_queries.WATCHED,
             )
-            assert bool(query.needs) == (query.serves == board_panels.WATCHED), query
+            assert bool(query.needs) == (query.serves == board_queries.WATCHED), query
             # Every query is narrowed by every variable, and nothing is left for Prometheus to choke on.
-            assert board_panels.SELECTOR in query.expr, (panel["title"], query.expr)
-            assert "$" not in board_panels.resolve(query.expr), query.expr
+            assert board_queries.SELECTOR in query.expr, (panel["title"], query.expr)
+            assert "$" not in board_queries.resolve(query.expr), query.expr
     titles = {p["title"] for p in panels}
     assert {"Requests per second", "Failures per second, by reason", "Refusals per second"} <= titles
     assert {"End to end: p50, p99 and mean", "Per step: compute p50 and p99", "Queue time: mean and p99"} <= titles
@@ -106,8 +107,8 @@ def test_the_drift_panel_draws_what_the_drift_alerts_read():
     ]
     (target,) = drift["targets"]
     assert target["expr"] == drift_rules.js_divergence(
-        drift_rules.live_share(drift_rules.DEFAULT_WINDOW, board_panels.SELECTOR),
-        drift_rules.reference_share(board_panels.SELECTOR),
+        drift_rules.live_share(drift_rules.DEFAULT_WINDOW, board_queries.SELECTOR),
+        drift_rules.reference_share(board_queries.SELECTOR),
     )
     assert f"[{drift_rules.DEFAULT_WINDOW}]" in target["expr"]
     steps = drift["fieldConfig"]["defaults"]["thresholds"]["steps"]
@@ -130,7 +131,7 @@ def test_every_panel_query_parses_as_promql(tmp_path):
     from tests.test_prometheus import _promtool
 
     rules = [
-        {"record": f"dashboard:query_{i}", "expr": board_panels.resolve(query.expr)}
+        {"record": f"dashboard:query_{i}", "expr": board_queries.resolve(query.expr)}
         for i, query in enumerate(q for spec in board_panels.panels() for q in spec.queries)
     ]
     (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
@@ -143,7 +144,7 @@ def test_a_panel_on_a_metric_triton_does_not_export_is_refused():
         "Latency in ms",
         "ms",
         "a name Triton never used",
-        (board_panels.Query(f"nv_inference_request_summary_ms{{{board_panels.SELECTOR}}}", board_panels.LEGEND),),
+        (board_queries.Query(f"nv_inference_request_summary_ms{{{board_queries.SELECTOR}}}", board_queries.LEGEND),),
     )
     rows = (*board_panels.ROWS, ("Mistakes", (wrong,)))
     assert board_panels.unknown_metrics(rows) == {"Latency in ms": {"nv_inference_request_summary_ms"}}
@@ -153,7 +154,7 @@ def test_a_panel_on_a_metric_triton_does_not_export_is_refused():
 
 
 def test_the_latency_panels_need_the_summaries_every_deployment_starts_with():
-    used = {name for spec in board_panels.panels() for q in spec.queries for name in board_panels.metric_names(q.expr)}
+    used = {name for spec in board_panels.panels() for q in spec.queries for name in board_queries.metric_names(q.expr)}
     assert any(name.endswith("_summary_us") for name in used)
     assert "--metrics-config=summary_latencies=true" in server_args("/models")
 
@@ -184,7 +185,7 @@ def test_the_command_writes_the_options(tmp_path, capsys):
 
 def _label_values(prom: _Prometheus, query: str) -> set[str]:
     """What Grafana lists for a `label_values(selector, label)` variable, asked of Prometheus' API."""
-    selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", board_panels.resolve(query)).groups()
+    selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", board_queries.resolve(query)).groups()
     return set(prom.api(f"label/{label}/values?{urllib.parse.urlencode({'match[]': selector})}"))
 
 
@@ -193,9 +194,9 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
     served = _served_models(server)
     asking = set(models_asking_for_cache(repository))
     wanted = {
-        board_panels.EVERY: served,
-        board_panels.UNCACHED: {(m, v) for m, v in served if m not in asking},
-        board_panels.CACHED: {(m, v) for m, v in served if m in asking},
+        board_queries.EVERY: served,
+        board_queries.UNCACHED: {(m, v) for m, v in served if m not in asking},
+        board_queries.CACHED: {(m, v) for m, v in served if m in asking},
     }
     prom = _Prometheus(tmp_path, server.metrics_url.split("//")[1].split("/")[0])
     try:
@@ -208,7 +209,7 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
         def wanted_by(query) -> set:
             """The (model, version) a query must draw: by its category, or those exporting what it needs (a model's
             answers, its reference, a shadow)."""
-            if query.serves != board_panels.WATCHED:
+            if query.serves != board_queries.WATCHED:
                 return wanted[query.serves]
             return {(r["metric"]["model"], r["metric"]["version"]) for r in prom.query(query.needs)}
 
@@ -219,17 +220,17 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
                 for query in spec.queries:
                     found = {
                         (r["metric"]["model"], r["metric"]["version"])
-                        for r in prom.query(board_panels.resolve(query.expr))
+                        for r in prom.query(board_queries.resolve(query.expr))
                     }
                     shown |= found
                     want = wanted_by(query)
                     if want - found:
                         gaps[(spec.title, query.legend)] = sorted(want - found)
-                    if query.serves in (board_panels.CACHED, board_panels.WATCHED) and found - want:
+                    if query.serves in (board_queries.CACHED, board_queries.WATCHED) and found - want:
                         gaps[(spec.title, query.legend, "not wanted")] = sorted(found - want)
                 # Every served model has a row in each panel but the cache's and those of series some models export.
                 first = spec.queries[0]
-                expected = served if first.serves in (board_panels.EVERY, board_panels.UNCACHED) else wanted_by(first)
+                expected = served if first.serves in (board_queries.EVERY, board_queries.UNCACHED) else wanted_by(first)
                 if expected - shown:
                     gaps[spec.title] = sorted(expected - shown)
             return gaps
@@ -243,12 +244,12 @@ def _check_every_panel(server, repository: Path, tmp_path: Path, send) -> None:
             for spec in board_panels.panels()
             for query in spec.queries
             if wanted_by(query)
-            for name in board_panels.metric_names(query.expr)
+            for name in board_queries.metric_names(query.expr)
         }
         assert used <= exported, f"not exported by Triton: {used - exported}"
-        assert used <= board_panels.KNOWN_METRICS
+        assert used <= board_queries.KNOWN_METRICS
 
-        job, instance, model, version = (query for _, _, query in board_panels.VARIABLES)
+        job, instance, model, version = (query for _, _, query in board_queries.VARIABLES)
         assert _label_values(prom, job) == {"triton"}
         assert _label_values(prom, instance) == {server.metrics_url.split("//")[1].split("/")[0]}
         assert _label_values(prom, model) == {m for m, _ in served}

@@ -21,14 +21,8 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.deployfiles.dashboard_panels import (
-    ROWS,
-    SERVED_METRICS,
-    TRITON_METRICS,
-    VARIABLES,
-    panels,
-    unknown_metrics,
-)
+from ernie_deploy.deployfiles.dashboard_panels import ROWS, panels, unknown_metrics
+from ernie_deploy.deployfiles.dashboard_queries import SERVED_METRICS, TRITON_METRICS, VARIABLES
 
 DEFAULT_TITLE = "ernie-deploy: Triton models"
 DEFAULT_UID = "ernie-deploy-triton"
@@ -58,7 +52,7 @@ def _check(title: str, uid: str, datasource: str | None, rows) -> None:
         listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
         raise ErnieDeployError(
             f"panels query metrics that neither Triton 2.51 nor ernie-deploy's steps export ({listed})",
-            "use the names Triton exports (ernie_deploy.deployfiles.dashboard_panels.TRITON_METRICS, read from a live "
+            "use the names Triton exports (ernie_deploy.deployfiles.dashboard_queries.TRITON_METRICS, read from a live "
             f"server's metrics port): {', '.join(sorted(TRITON_METRICS))}; or ernie-deploy's own "
             f"(SERVED_METRICS): {', '.join(sorted(SERVED_METRICS))}",
         )

@@ -25,6 +25,7 @@ from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.batching import collate, evaluate, seed_everything, shuffled_batches
+from ernie_deploy.train.cores import follow_cores, threads_in_use
 from ernie_deploy.train.kind_recipe import KindRecipe
 from ernie_deploy.train.plan import Plan
 from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION
@@ -40,31 +41,6 @@ from ernie_deploy.train.vocab import (
 )
 
 META_FILE = "bootstrap.json"
-
-
-def training_threads() -> int:
-    """Every core this process may use. Paddle sets its math library to one thread on import (measured:
-    OMP_NUM_THREADS reads "1" after `import paddle`); two threads ran the token_cls training step 1.64x as
-    fast on 2 cores."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def follow_cores() -> int:
-    """Use as many math threads as this process now has cores: a run trained beside another (train.bootstrap.
-    train_together) is given the other's cores when that one finishes, and takes them up here, every 20 steps."""
-    import paddle
-
-    threads = training_threads()
-    if threads != _threads_in_use.get("n"):
-        paddle.base.core.set_num_threads(threads)
-        _threads_in_use["n"] = threads
-    return threads
-
-
-_threads_in_use: dict[str, int] = {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,7 +367,7 @@ def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, thread
         **length_record([len(ids) for ids, _ in enc.rows["train"]]),
         "stopped_by": "budget" if trainer.step < trainer.steps_per_epoch * recipe["epochs"] else "epochs",
         "threads": threads,
-        "threads_at_end": _threads_in_use.get("n", threads),  # more where a run trained beside it ended first
+        "threads_at_end": threads_in_use(threads),  # more where a run trained beside it ended first
         "cpu_count": os.cpu_count(),
         "versions": {"paddle": paddle.__version__, "paddlenlp": _version("paddlenlp")},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
