@@ -20,16 +20,16 @@ def register(sub) -> None:
 
 def run(args) -> None:
     from ernie_deploy.repository.check import check_repository, model_dirs, ner_decodings
-    from ernie_deploy.repository.served import Existing, load_plan, served_limits, served_models
-    from ernie_deploy.repository.unmade import unmade_models
+    from ernie_deploy.repository.served import load_plan, served_limits, served_models
 
     problems = check_repository(args.repository)
     for problem in problems:
         print(problem)
-    unmade = unmade_models(Existing.read(Path(args.repository)).configs, args.repository)
+    plan = load_plan(args.repository)
+    unmade = plan.skipped
     for model in unmade:
         print(model.note(args.repository))
-    for entry in load_plan(args.repository).orphans:
+    for entry in plan.orphans:
         print(f"{entry}: never made, and no model uses it: remove {Path(args.repository) / entry}")
     for name, spec in ({} if problems else served_models(args.repository)).items():
         reading = f", long texts: {spec.long_text}" if spec.long_text else ""

@@ -160,7 +160,11 @@ def models_to_load(repository: str, extra_args=()) -> dict:
     for model in plan.skipped:
         print(f"{said}: {model.note(repository)}", file=sys.stderr, flush=True)
     for entry in plan.orphans:
-        print(f"{said}: {entry}: a config alone that no model uses; remove {repository}/{entry}", file=sys.stderr)
+        print(
+            f"{said}: {entry}: a config alone that no model uses; remove {repository}/{entry}",
+            file=sys.stderr,
+            flush=True,
+        )
     return {} if plan.load is None or own else {"load_models": plan.load}
 
 

@@ -282,6 +282,11 @@ def _detect_static(root: Path) -> Checkpoint | None:
     )
 
 
+def is_url(source: str) -> bool:
+    """Whether a checkpoint source is an http(s) URL (downloaded, sha256-verified) rather than a local path."""
+    return urlparse(str(source)).scheme.lower() in ("http", "https")
+
+
 def resolve_checkpoint(source: str, *, sha256: str | None = None, workdir: str | Path) -> Checkpoint:
     """Turn a checkpoint source into a `Checkpoint`.
 
@@ -294,7 +299,7 @@ def resolve_checkpoint(source: str, *, sha256: str | None = None, workdir: str |
     """
     source = str(source)
     parsed = urlparse(source)
-    if parsed.scheme.lower() in ("http", "https"):
+    if is_url(source):
         if not sha256:
             raise BadOptionsError(
                 f"the checkpoint URL {source} has no pinned sha256",

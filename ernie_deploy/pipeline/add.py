@@ -10,7 +10,6 @@ dev split) and trains nothing for a checkpoint of one's own; `build` leaves ever
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from ernie_deploy.pipeline.options import ConvertOptions, ExportOptions, FetchOp
 from ernie_deploy.repository.options import BuildOptions
 
 Log = Callable[[str], None]
-_URL = re.compile(r"^https?://", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
 
 def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:
     from ernie_deploy.fetch.archives import archive_format
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, is_url
     from ernie_deploy.fetch.downloads import normalize_sha256
 
     if fetch.bootstrap:
@@ -130,7 +128,7 @@ def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) ->
         raise BadOptionsError(
             "no checkpoint given", "pass --source DIR (a checkpoint folder) or --source URL --sha256 HEX"
         )
-    if _URL.match(fetch.source):
+    if is_url(fetch.source):
         if not fetch.sha256:
             raise BadOptionsError(
                 f"the checkpoint URL {fetch.source} has no pinned sha256",

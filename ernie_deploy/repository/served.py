@@ -137,8 +137,8 @@ class LoadPlan:
 def load_plan(repository: str | Path) -> LoadPlan:
     """The entries to load: every one but those never made and the models that use them."""
     existing = Existing.read(Path(repository))
-    unmade = unmade_models(existing.configs, repository)
     empty = set(unmade_entries(existing.configs, repository))
+    unmade = unmade_models(existing.configs, repository, empty)
     if not empty:
         return LoadPlan(None, ())
     left_out = empty | {u.name for u in unmade}

@@ -73,9 +73,12 @@ def unmade_entries(configs: dict[str, mc.ModelConfig], repository: str | Path) -
     return sorted(name for name, config in configs.items() if entry_unmade(Path(repository) / name, config))
 
 
-def unmade_models(configs: dict[str, mc.ModelConfig], repository: str | Path) -> list[Unmade]:
-    """The models users would call (entries recording a task) with an entry that was never made, by name."""
-    empty = set(unmade_entries(configs, repository))
+def unmade_models(
+    configs: dict[str, mc.ModelConfig], repository: str | Path, empty: set[str] | None = None
+) -> list[Unmade]:
+    """The models users would call (entries recording a task) with an entry that was never made, by name. `empty`:
+    the unmade entries where the caller has found them already."""
+    empty = set(unmade_entries(configs, repository)) if empty is None else empty
     found = []
     for name, config in sorted(configs.items()):
         if TASK_PARAMETER not in config.parameters:
