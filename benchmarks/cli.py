@@ -353,14 +353,14 @@ def _long_texts(args) -> None:
         )
     sentences = read_split(prepare(task.dataset), "test", task.split_format)
     docs = read_split(prepare("msra_docs"), "test", "jsonl")
+    # the export's record with the flags given: without them, the windows `build` serves by default
+    model = static.spec.updated(window_size=args.window_size, window_stride=args.window_stride)
     report = measure(
-        task,
+        model,
         static,
         onnx_file(static, args.onnx, args.model),
         sentences,
         docs,
-        window=args.window_size or static.spec.window_default,
-        stride=args.window_stride,
         sweep=tuple(args.sweep),
         served=not args.no_served,
     )

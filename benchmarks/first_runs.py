@@ -106,7 +106,7 @@ def own(args) -> None:
             t2 = time.monotonic()
             answer = subprocess.run(
                 [str(clone / ".venv" / "bin" / "python"), "clients/seq_cls_grpc_client.py", "--model", "news",
-                 "--url", f"127.0.0.1:{args.grpc_port}", "--text", TEXT],
+                 "--grpc-url", f"127.0.0.1:{args.grpc_port}", "--text", TEXT],
                 cwd=clone, env=env, capture_output=True, text=True, check=True,
             )  # fmt: skip
             t3 = time.monotonic()

@@ -42,8 +42,8 @@ def measure_levers(
 ) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
-    from ernie_deploy.repository.layouts import get_layout
     from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.resolve import resolves
     from ernie_deploy.server.process import TritonServer
 
     out = []
@@ -52,8 +52,7 @@ def measure_levers(
         # Each lever changes the ensemble unless it names another layout (the rows' names say so).
         built = {"layout": "ensemble", **options}
         # A lever that only some kinds have (--graph-postprocess: classifiers) is measured on those; no row else.
-        layout = get_layout(built["layout"])
-        fitting = [i for i in inputs if layout.fits(i.model, BuildOptions(**built)) is None]
+        fitting = [i for i in inputs if resolves(i.model, BuildOptions(**{"runtime": "python", **built}))]
         if not fitting:
             continue
         repo = build_layout(fitting, workdir / f"lever{n}", **built)

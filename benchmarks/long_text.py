@@ -6,11 +6,13 @@ docs/LONG_TEXTS.md)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.serving.windows import default_stride
 
 
 @dataclass
@@ -31,8 +33,6 @@ def _served(
     """One repository with the model three times, on one tritonserver: in sentence windows (under its name), in
     sliding windows (`<name>_sliding`) and cut at the head (`<name>_head`); each document sent alone, in order, through
     each (one tokenizer serves all three). Times: one warm pass, then the best of three."""
-    from dataclasses import replace
-
     from ernie_deploy.client.grpc_client import Client
     from ernie_deploy.repository.build import ModelArtifacts, build
     from ernie_deploy.repository.options import BuildOptions
@@ -72,57 +72,48 @@ def _served(
 
 
 def _inprocess_runs(
-    task: TaskSpec,
+    model: ModelSpec,
     static: StaticModel,
     onnx_path: Path,
     sentences: tuple[list[str], list],
     docs: tuple[list[str], list],
-    window: int,
-    stride: int,
     sweep: tuple[int, ...],
 ) -> dict[str, tuple[tuple[list[str], list], Timed]]:
     """Each in-process way, by name -> (its texts and gold labels, its timed predictions): Paddle on the sentences,
-    Paddle and ONNX on the documents cut, in sentence windows and in sliding windows, and ONNX in each window size of
-    `sweep` (both cuts)."""
-    from ernie_deploy.evaluate.offline import (
-        onnx_predictions,
-        onnx_window_predictions,
-        paddle_predictions,
-        paddle_window_predictions,
-    )
+    Paddle and ONNX on the documents cut, in sentence windows and in sliding windows of `model`'s window and stride,
+    and ONNX in each window size of `sweep` (both cuts, the default stride). Each reading is `model`'s record with
+    the reading changed, so that the offline code reads it as it reads any record."""
+    from ernie_deploy.evaluate.offline import onnx_predictions, paddle_predictions, window_of
 
     doc_texts = docs[0]
+    window, stride, _ = window_of(model)
+    head = model.updated(long_text="head")
 
-    def onnx_windows(cut: str, size: int, step: int | None):
-        return lambda: onnx_window_predictions(
-            task, onnx_path, static.vocab_file, static.labels, doc_texts, step, window=size, cut=cut
-        )
+    def windows(cut: str, size: int, step: int | None) -> ModelSpec:
+        # replace, not updated: a stride of None is the default stride of this window, not the record's stride
+        return replace(model, long_text="window", window_size=size, window_stride=step, window_cut=cut)
+
+    def onnx(record: ModelSpec):
+        return lambda: onnx_predictions(record, onnx_path, static.vocab_file, doc_texts)
 
     runs = {
-        "paddle sentences": (sentences, _timed(lambda: paddle_predictions(task, static, sentences[0]))),
-        "paddle head": (docs, _timed(lambda: paddle_predictions(task, static, doc_texts))),
+        "paddle sentences": (sentences, _timed(lambda: paddle_predictions(head, static, sentences[0]))),
+        "paddle head": (docs, _timed(lambda: paddle_predictions(head, static, doc_texts))),
         "paddle window": (
             docs,
-            _timed(lambda: paddle_window_predictions(task, static, doc_texts, stride, window=window, cut="sentences")),
+            _timed(lambda: paddle_predictions(windows("sentences", window, stride), static, doc_texts)),
         ),
         "paddle sliding": (
             docs,
-            _timed(lambda: paddle_window_predictions(task, static, doc_texts, stride, window=window, cut="sliding")),
+            _timed(lambda: paddle_predictions(windows("sliding", window, stride), static, doc_texts)),
         ),
-        "onnx head": (
-            docs,
-            _timed(
-                lambda: onnx_predictions(
-                    task, onnx_path, static.vocab_file, static.labels, doc_texts, max_seq_len=static.spec.max_seq_len
-                )
-            ),
-        ),
-        "onnx window": (docs, _timed(onnx_windows("sentences", window, stride))),
-        "onnx sliding": (docs, _timed(onnx_windows("sliding", window, stride))),
+        "onnx head": (docs, _timed(onnx(head))),
+        "onnx window": (docs, _timed(onnx(windows("sentences", window, stride)))),
+        "onnx sliding": (docs, _timed(onnx(windows("sliding", window, stride)))),
     }
     for size in sweep:
         for cut in ("sentences", "sliding"):
-            runs[f"onnx {cut} {size}"] = (docs, _timed(onnx_windows(cut, size, None)))
+            runs[f"onnx {cut} {size}"] = (docs, _timed(onnx(windows(cut, size, None))))
     return runs
 
 
@@ -161,31 +152,30 @@ def _scored(task: TaskSpec, static: StaticModel, texts: list[str], gold: list, t
 
 
 def measure(
-    task: TaskSpec,
+    model: ModelSpec,
     static: StaticModel,
     onnx_path: str | Path,
     sentences: tuple[list[str], list],
     docs: tuple[list[str], list],
     *,
-    window: int | None = None,
-    stride: int | None = None,
     sweep: tuple[int, ...] = (),
     served: bool = True,
     workdir: Path | None = None,
 ) -> dict:
     """The long-text table's numbers: F1 of Paddle-native predictions (sentences; documents cut at the head;
-    documents in sentence windows and in sliding windows of `window` tokens), the ONNX and served document F1 alike,
-    seconds per document of each way, and the tokens each reading runs through the model; with `sweep`, ONNX
-    document F1 and time for each of those window sizes and both cuts (stride half a window)."""
+    documents in sentence windows and in sliding windows of `model`'s window and stride: its record's, else the ones
+    `build` serves by default), the ONNX and served document F1 alike, seconds per document of each way, and the
+    tokens each reading runs through the model; with `sweep`, ONNX document F1 and time for each of those window
+    sizes and both cuts (stride half a window)."""
     import tempfile
 
-    from ernie_deploy.serving.windows import default_stride
+    from ernie_deploy.evaluate.offline import window_of
 
-    window = window or static.spec.max_seq_len
-    stride = stride or default_stride(window)
+    task = model.task_spec
+    window, stride, _ = window_of(model)
     onnx_path = Path(onnx_path)
     doc_texts = docs[0]
-    runs = _inprocess_runs(task, static, onnx_path, sentences, docs, window, stride, sweep)
+    runs = _inprocess_runs(model, static, onnx_path, sentences, docs, sweep)
     if served:
         with tempfile.TemporaryDirectory() as tmp:
             served_runs = _served(task, static, onnx_path, doc_texts, window, stride, Path(workdir or tmp))
@@ -201,12 +191,12 @@ def measure(
             "sentences": tokens_read(static, doc_texts, window, stride, "sentences") / once,
             "sliding": tokens_read(static, doc_texts, window, stride, "sliding") / once,
             **{
-                f"{cut} {size}": tokens_read(static, doc_texts, size, (size - 2) // 2, cut) / once
+                f"{cut} {size}": tokens_read(static, doc_texts, size, default_stride(size), cut) / once
                 for size in sweep
                 for cut in ("sentences", "sliding")
             },
         },
-        "max_seq_len": static.spec.max_seq_len,
+        "max_seq_len": model.max_seq_len,
         "documents": len(doc_texts),
         "characters": sum(len(t) for t in doc_texts),
         "sentences": len(sentences[0]),
@@ -250,7 +240,7 @@ def table(report: dict) -> str:
     }
     for size in report.get("sweep", ()):
         labels[f"onnx sentences {size}"] = f"ONNX in-process, sentence windows of up to {size}"
-        labels[f"onnx sliding {size}"] = f"ONNX in-process, sliding windows of {size} (stride {(size - 2) // 2})"
+        labels[f"onnx sliding {size}"] = f"ONNX in-process, sliding windows of {size} (stride {default_stride(size)})"
     for name, run in runs.items():
         texts = report["sentences"] if name == "paddle sentences" else report["documents"]
         shown = f"{run['tokens_read']:.2f}x" if run.get("tokens_read") else ""

@@ -64,7 +64,6 @@ def prepare_size(base: ModelInputs, size: str, root: Path | None = None, log=pri
         convert_checked(
             static,
             onnx,
-            max_seq_len=static.max_seq_len,
             gates=Gates(tuple(base.texts[:PARITY_TEXTS])),
             log=lambda line: log(f"{name}: {line}"),
         )

@@ -88,16 +88,16 @@ for _ in $(seq 1 120); do
 done
 ready || { tail -50 artifacts/reports/server.log; exit 1; }
 # One text through each ensemble: the check a container's liveness probe runs (deploy/k8s).
-ernie-deploy probe --url "http://127.0.0.1:$http_port"
+ernie-deploy probe --http-url "http://127.0.0.1:$http_port"
 done_stage "server start"
 
 for task in "${tasks[@]}"; do
   stage "served $task score over gRPC (clients/${task}_grpc_client.py)"
-  python "clients/${task}_grpc_client.py" --url "127.0.0.1:$grpc_port" --report "artifacts/reports/${task}_served.json"
+  python "clients/${task}_grpc_client.py" --grpc-url "127.0.0.1:$grpc_port" --report "artifacts/reports/${task}_served.json"
   done_stage "served eval $task (gRPC client)"
 done
 if [[ " ${tasks[*]} " == *" token_cls "* ]]; then
-  python clients/token_cls_grpc_client.py --url "127.0.0.1:$grpc_port" --text "江泽民主席在北京会见了联合国秘书长。"
+  python clients/token_cls_grpc_client.py --grpc-url "127.0.0.1:$grpc_port" --text "江泽民主席在北京会见了联合国秘书长。"
 fi
 
 stage "stop server"

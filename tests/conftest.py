@@ -185,7 +185,7 @@ def msra_multilabel() -> Path:
 def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
     """The bootstrap multi-label model (trained once from the token_cls encoder, then cached) exported and
     converted the way `ernie-deploy convert` does it: parity-gated, thresholds chosen on the dev split beside it."""
-    from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MULTI_LABEL
+    from ernie_deploy.core.tasks import MULTI_LABEL
     from ernie_deploy.export.gates import Gates
     from ernie_deploy.export.onnx import convert_checked
     from ernie_deploy.export.static import export
@@ -199,7 +199,6 @@ def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
     onnx_path = convert_checked(
         static,
         work / "onnx" / "model.onnx",
-        max_seq_len=DEFAULT_MAX_SEQ_LEN,
         gates=Gates(tuple(PARITY_TEXTS)),
         thresholds_dev=split_file(msra_multilabel, "dev", MULTI_LABEL.split_format),
         log=lambda line: None,

@@ -314,7 +314,7 @@ def test_probe_needs_no_key(keyed_server):
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ERNIE_DEPLOY_ADMIN_KEY")}
     cli = subprocess.run(
-        [sys.executable, "-m", "ernie_deploy.cli", "probe", "--url", keyed_server.http_url],
+        [sys.executable, "-m", "ernie_deploy.cli", "probe", "--http-url", keyed_server.http_url],
         capture_output=True,
         text=True,
         timeout=60,
@@ -387,7 +387,7 @@ def test_serve_on_loopback_without_a_key_generates_one_and_removes_it_on_stop(tm
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         notice += proc.stderr.readline() + proc.stderr.readline()
         stats = notice.split("`ernie-deploy stats", 1)[1].split("`", 1)[0]  # the line it prints, as printed
-        assert stats == f" --url http://127.0.0.1:{http} --admin-key-file {path}", notice
+        assert stats == f" --http-url http://127.0.0.1:{http} --admin-key-file {path}", notice
         deadline = time.monotonic() + 120
         while "Triton is ready" not in proc.stdout.readline() and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read()

@@ -1023,16 +1023,15 @@ def test_long_texts_scores_and_times_documents_cut_and_in_windows(tiny_token_pip
     windows; a swept size), the served windows answering as in-process ONNX windows (structure only: a random model's
     F1 means nothing)."""
     from benchmarks.long_text import measure, table
-    from ernie_deploy.core.tasks import TOKEN_CLS
 
     p = tiny_token_pipeline
     sentences = ["国足公布世预赛名单", "中国美元亿"]
     docs = ["".join(TINY_TEXTS) * 3, "".join(reversed(TINY_TEXTS)) * 2]
     outside = [["O"] * len(t) for t in sentences + docs]  # no entity: the gold labels' shape is what counts here
+    model = p.static.spec.updated(window_size=16)  # the record's window: the stride is half of it
     report = measure(
-        TOKEN_CLS, p.static, p.onnx, (sentences, outside[:2]), (docs, outside[2:]), window=16, sweep=(12,),
-        workdir=tmp_path,
-    )  # fmt: skip
+        model, p.static, p.onnx, (sentences, outside[:2]), (docs, outside[2:]), sweep=(12,), workdir=tmp_path
+    )
     assert (report["window"], report["stride"], report["documents"]) == (16, 7, 2)
     assert set(report["runs"]) == {
         "paddle sentences", "paddle head", "paddle window", "paddle sliding", "onnx head", "onnx window",

@@ -15,6 +15,7 @@ from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS
 from ernie_deploy.repository.build import BuildOptions, ModelArtifacts, build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import LAYOUTS, task_configs
+from ernie_deploy.repository.resolve import resolve_options
 from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES, check_cache
 from ernie_deploy.server.process import TritonServer
 from tests.conftest import NEWS_TEXTS, artifacts
@@ -29,14 +30,18 @@ def _entry(pipeline, name: str) -> ModelArtifacts:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_the_cache_is_on_the_entry_alone_and_off_by_default(tiny_pipeline, layout):
     p = tiny_pipeline
-    args = (p.static.spec, p.onnx)
-    plain = task_configs(*args, BuildOptions(runtime="python", layout=layout))
+    spec = p.static.spec
+
+    def configs(**options):
+        return task_configs(resolve_options(spec, BuildOptions(runtime="python", layout=layout, **options)), p.onnx)
+
+    plain = configs()
     assert not any(c.HasField("response_cache") for c in plain)
     if layout == "fused":
         with pytest.raises(ErnieDeployError, match="cache a refused request as an empty answer"):
-            task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True))
+            configs(response_cache=True)
         return
-    cached = task_configs(*args, BuildOptions(runtime="python", layout=layout, response_cache=True))
+    cached = configs(response_cache=True)
     assert [c.name for c in cached if c.response_cache.enable] == [DEMO_MODELS[SEQ_CLS.name]]
     # Nothing else differs.
     for a, b in zip(plain, cached):
@@ -144,7 +149,7 @@ def test_cached_answers_equal_uncached_ones_and_a_bad_request_fails_alone(cache_
 
     server, _ = cache_server
     p = tiny_pipeline
-    offline = onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+    offline = onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, TEXTS)
     without, bad_plain = _answers(server.grpc_url, "plain")
     assert without == [[answer] * 3 for answer in offline]
     for cached in ("news", "tnews"):
@@ -188,7 +193,7 @@ def test_stats_and_metrics_show_hits_and_misses_per_model(cache_server, tmp_path
     table = format_table([rows["news"], rows["plain"]])
     assert "news: 4 requests (0 failed)" in table and "cache: 3 hits, 1 miss (75% hit)" in table
     assert table.count("cache:") == 1
-    assert main(["stats", "--url", server.http_url, "--repository", str(repo), "--model", "news"]) == 0
+    assert main(["stats", "--http-url", server.http_url, "--repository", str(repo), "--model", "news"]) == 0
     assert re.search(r"^news: \d+ requests .*; cache: \d+ hits, \d+ misses", capsys.readouterr().out, re.M)
     metrics = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
 
@@ -233,7 +238,7 @@ def test_rollouts_under_repeated_texts_never_answer_from_an_old_versions_cache(
         build(_entry(tiny_pipeline, name), repo, options)
         build_version(_entry(tiny_pipeline_v2, name), repo, options, version=2)
     references = {
-        v: onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+        v: onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, TEXTS)
         for v, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2))
     }
     assert sum(a != b for a, b in zip(references[1], references[2])) >= 4, "the versions must differ on the texts"

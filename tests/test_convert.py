@@ -31,7 +31,8 @@ def test_onnx_has_pipeline_names_and_dynamic_axes(tiny_pipeline):
 
 
 def test_parity_holds_for_the_converted_model(tiny_pipeline):
-    report = check_parity(tiny_pipeline.static, tiny_pipeline.onnx, TEXTS, max_seq_len=128)
+    static = tiny_pipeline.static
+    report = check_parity(static.spec, static, tiny_pipeline.onnx, TEXTS)
     assert report.ok, report
     assert report.max_abs_diff < 1e-4 and report.n == len(TEXTS)
 
@@ -47,7 +48,7 @@ def test_parity_gate_catches_a_tampered_model(tiny_pipeline, tmp_path):
     init.CopyFrom(numpy_helper.from_array(array, init.name))
     bad = tmp_path / "model.onnx"
     onnx.save(model, str(bad))
-    report = check_parity(tiny_pipeline.static, bad, TEXTS, max_seq_len=128)
+    report = check_parity(tiny_pipeline.static.spec, tiny_pipeline.static, bad, TEXTS)
     assert not report.ok
     with pytest.raises(ErnieDeployError, match="max abs logit diff"):
         require_parity(report, bad)
@@ -58,7 +59,8 @@ def test_bootstrap_model_parity_on_the_test_split(seq_cls_pipeline):
     from ernie_deploy.fetch.data import read_tsv
 
     texts, _ = read_tsv(seq_cls_pipeline.data / "test.tsv")
-    report = check_parity(seq_cls_pipeline.static, seq_cls_pipeline.onnx, texts[:256], max_seq_len=128)
+    static = seq_cls_pipeline.static
+    report = check_parity(static.spec, static, seq_cls_pipeline.onnx, texts[:256])
     assert report.ok and report.max_abs_diff < 1e-4, report
 
 
@@ -99,5 +101,5 @@ def test_legacy_pdmodel_is_accepted_and_converted(tmp_path):
     static = export(checkpoint, SEQ_CLS, tmp_path / "static", labels=[f"c{i}" for i in range(10)])
     assert static.model_file.name == "inference.pdmodel"
     onnx_path = convert(static, tmp_path / "onnx" / "model.onnx")
-    report = check_parity(static, onnx_path, ["国足公布世预赛名单", "足球"], max_seq_len=16)
+    report = check_parity(static.spec.updated(max_seq_len=16), static, onnx_path, ["国足公布世预赛名单", "足球"])
     assert report.ok, report

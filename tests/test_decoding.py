@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -184,7 +185,7 @@ def test_postprocess_decodes_as_its_config_says_on_both_paths(tmp_path, windowed
 
 
 def test_postprocess_refuses_an_unknown_decoding_at_load(tmp_path):
-    with pytest.raises(ErnieDeployError, match="unknown NER decoding 'greedy'"):
+    with pytest.raises(BadRepositoryError, match=f"(?s)parameter '{DECODING_PARAMETER}' is 'greedy'.*argmax"):
         _post(tmp_path, "greedy")
 
 
@@ -193,14 +194,18 @@ def test_postprocess_refuses_an_unknown_decoding_at_load(tmp_path):
 
 
 def test_build_options_check_the_decoding_and_refuse_it_for_other_kinds():
-    from ernie_deploy.repository.options import BuildOptions, check_options, check_task_options, ner_decoding
+    from ernie_deploy.repository.options import BuildOptions, check_options
+    from ernie_deploy.repository.resolve import resolve_options
+
+    def ner_decoding(model, options):
+        return resolve_options(model, replace(options, runtime="python")).ner_decoding
 
     with pytest.raises(ErnieDeployError, match="unknown NER decoding 'best'"):
         check_options(BuildOptions(ner_decoding="best"))
     seq, token = ModelSpec.new(SEQ_CLS), ModelSpec.new(TOKEN_CLS)
     argmax = ModelSpec.new(TOKEN_CLS, ner_decoding="argmax")
     with pytest.raises(ErnieDeployError, match="'ernie_seqcls' is a sequence model") as refused:
-        check_task_options(seq, BuildOptions(ner_decoding="argmax"))
+        ner_decoding(seq, BuildOptions(ner_decoding="argmax"))
     assert "export --ner-decoding" in refused.value.fix
     assert ner_decoding(seq, BuildOptions()) is None
     assert ner_decoding(token, BuildOptions()) == "constrained"  # nothing recorded, nothing asked
@@ -217,29 +222,39 @@ def test_the_decoding_is_a_parameter_of_the_token_postprocess_and_of_a_fused_mod
 
     from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.resolve import resolve_options
 
     onnx = tiny_token_pipeline.onnx
     token = replace(tiny_token_pipeline.static.spec, ner_decoding=None)
     argmax = replace(token, ner_decoding="argmax")
-    post = task_configs(token, onnx, BuildOptions(runtime="python", layout="ensemble"))[2]
+    post = task_configs(resolve_options(token, BuildOptions(runtime="python", layout="ensemble")), onnx)[2]
     assert post.name == token.postprocess_step and _param(post) == "constrained"
-    assert _param(task_configs(argmax, onnx, BuildOptions(runtime="python", layout="ensemble"))[2]) == "argmax"
+    assert (
+        _param(task_configs(resolve_options(argmax, BuildOptions(runtime="python", layout="ensemble")), onnx)[2])
+        == "argmax"
+    )
     head = task_configs(
-        token,
+        resolve_options(
+            token, BuildOptions(runtime="python", layout="ensemble", long_text="head", ner_decoding="argmax")
+        ),
         onnx,
-        BuildOptions(runtime="python", layout="ensemble", long_text="head", ner_decoding="argmax"),
     )
     assert _param(head[2]) == "argmax" and _param(head[2], "long_text") is None
-    (fused,) = task_configs(argmax, onnx, BuildOptions(runtime="python", layout="fused"))
+    (fused,) = task_configs(resolve_options(argmax, BuildOptions(runtime="python", layout="fused")), onnx)
     assert _param(fused) == "argmax"
     # A classifier has no entities: no parameter, and an explicit decoding is refused.
     seq = tiny_pipeline.static.spec
     assert all(
         _param(c) is None
-        for c in task_configs(seq, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
+        for c in task_configs(
+            resolve_options(seq, BuildOptions(runtime="python", layout="ensemble")), tiny_pipeline.onnx
+        )
     )
     with pytest.raises(ErnieDeployError, match="is a sequence model"):
-        task_configs(seq, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ner_decoding="argmax"))
+        task_configs(
+            resolve_options(seq, BuildOptions(runtime="python", layout="ensemble", ner_decoding="argmax")),
+            tiny_pipeline.onnx,
+        )
 
 
 def test_the_record_holds_the_decoding_of_token_models_only(tiny_token_pipeline, tmp_path):

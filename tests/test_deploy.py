@@ -205,7 +205,7 @@ def test_compose_client_runs_after_triton_is_healthy(compose):
     assert client["image"] == compose["services"]["triton"]["image"]
     command = client["command"]
     assert command[:2] == ["python3", "clients/seq_cls_grpc_client.py"]
-    assert command[command.index("--url") + 1] == "triton:8001"
+    assert command[command.index("--grpc-url") + 1] == "triton:8001"
     assert "ports" not in client
 
 
@@ -216,7 +216,7 @@ def test_compose_gateway_runs_after_triton_is_healthy_on_loopback(compose):
     command = gateway["command"]
     assert command[:2] == ["ernie-deploy", "gateway"]
     args = build_parser().parse_args(command[1:])
-    assert (args.repository, args.url, args.host, args.port) == ("/models", "triton:8001", "0.0.0.0", GATEWAY_PORT)
+    assert (args.repository, args.grpc_url, args.host, args.port) == ("/models", "triton:8001", "0.0.0.0", GATEWAY_PORT)
     assert gateway["ports"] == [f"127.0.0.1:{GATEWAY_PORT}:{GATEWAY_PORT}"], "published on the host's loopback only"
     check = " ".join(gateway["healthcheck"]["test"])
     assert check.startswith("CMD python3 -c") and f"127.0.0.1:{GATEWAY_PORT}/ready" in check
@@ -283,7 +283,7 @@ def test_deployment_shm_probes_resources_and_command():
     liveness = container["livenessProbe"]["exec"]["command"]
     assert liveness[:2] == ["ernie-deploy", "probe"]
     args = build_parser().parse_args(liveness[1:])
-    assert args.url == f"http://127.0.0.1:{dict(PORTS)['http']}"
+    assert args.http_url == f"http://127.0.0.1:{dict(PORTS)['http']}"
     assert args.timeout < container["livenessProbe"]["timeoutSeconds"]  # a stuck call fails the probe itself
     assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 120
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -325,7 +325,7 @@ def test_the_gateway_is_a_second_container_of_the_pod():
     # The command parses as the CLI's and calls Triton's gRPC inside the pod, on the repository baked in the image.
     assert gateway["args"] == GATEWAY_COMMAND and gateway["args"][:2] == ["ernie-deploy", "gateway"]
     args = build_parser().parse_args(gateway["args"][1:])
-    assert args.url == f"127.0.0.1:{dict(PORTS)['grpc']}" and args.repository == "/models"
+    assert args.grpc_url == f"127.0.0.1:{dict(PORTS)['grpc']}" and args.repository == "/models"
     assert (args.host, args.port) == ("0.0.0.0", GATEWAY_PORT)  # the kubelet and the Service reach it on the pod IP
     assert args.tls_ca is None  # plain gRPC on loopback: no TLS hop
     assert gateway["ports"] == [{"name": "gateway", "containerPort": GATEWAY_PORT, "protocol": "TCP"}]

@@ -28,7 +28,7 @@ def task_run(request):
 
     pipeline = request.getfixturevalue(f"{request.param}_pipeline")
     test = split_file(pipeline.data, "test", pipeline.task.split_format)
-    return pipeline, test, evaluate(pipeline.task, pipeline.static, pipeline.onnx, test)
+    return pipeline, test, evaluate(pipeline.static.spec, pipeline.static, pipeline.onnx, test)
 
 
 def test_offline_onnx_score_equals_paddle(task_run):
@@ -47,7 +47,7 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, every_kind_serv
         [
             sys.executable,
             str(ROOT / "clients" / f"{task.name}_grpc_client.py"),
-            "--url",
+            "--grpc-url",
             every_kind_server.grpc_url,
             "--data",
             str(test),
@@ -74,8 +74,7 @@ def test_served_score_equals_paddle_and_beats_baseline(task_run, every_kind_serv
 
 
 def test_served_entities_point_into_the_text(server, token_cls_pipeline):
-    from ernie_deploy.evaluate.offline import onnx_window_predictions
-    from ernie_deploy.serving.windows import default_stride
+    from ernie_deploy.evaluate.offline import onnx_predictions, window_of
 
     sentence = "新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。"
     texts = [
@@ -89,11 +88,9 @@ def test_served_entities_point_into_the_text(server, token_cls_pipeline):
         entities = client.predict(texts, progress=False)
     assert out["truncated"][:, 0].tolist() == [False] * len(texts)
     p = token_cls_pipeline
-    window = p.static.spec.window_default  # served in windows of the length the model was trained on
-    assert window < p.static.spec.max_seq_len, "the bootstrap records the lengths it trained on"
-    offline = onnx_window_predictions(
-        TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, default_stride(window), window=window
-    )
+    # The export's record, which `build` serves as it reads by default: in windows of the length it was trained on.
+    assert window_of(p.static.spec).size == p.static.spec.window_default < p.static.spec.max_seq_len
+    offline = onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, texts)
     assert entities == offline
     assert entities[0], "the bootstrap model finds entities in a plain news sentence"
     for text, found in zip(texts, entities):

@@ -19,7 +19,9 @@ from ernie_deploy.core.errors import (
     BadRequest,
     DownloadError,
     ErnieDeployError,
+    FailedRequestsError,
     InputLimitError,
+    InstallError,
     ParityError,
     ServerNotReadyError,
 )
@@ -34,7 +36,9 @@ SUBCLASSES = [
     BadOptionsError,
     BadRepositoryError,
     DownloadError,
+    FailedRequestsError,
     InputLimitError,
+    InstallError,
     ParityError,
     ServerNotReadyError,
 ]
@@ -136,7 +140,7 @@ def test_a_load_the_server_finds_in_none_of_its_folders_is_a_bad_repository():
     admin = RepositoryAdmin(f"127.0.0.1:{closed_port()}", timeout=2)
     missing = InferenceServerException("failed to load 'news_canary', failed to poll from model repository")
     assert isinstance(admin._error("load news_canary", missing), BadRepositoryError)
-    assert type(admin._error("load news_canary", InferenceServerException("Socket closed"))) is ErnieDeployError
+    assert type(admin._error("load news_canary", InferenceServerException("Socket closed"))) is ServerNotReadyError
 
 
 def test_paddle_and_onnx_outputs_that_differ_fail_parity():
@@ -228,7 +232,7 @@ def test_a_served_score_below_the_clients_gate_is_an_accuracy_gate_failure(tiny_
     labels = list(p.static.spec.labels)
     split.write_text("label\ttext\n" + "".join(f"{labels[i % 3]}\t新闻{i}\n" for i in range(6)), encoding="utf-8")
     with TritonServer(tmp_path / "models", http_port=0, grpc_port=0, metrics_port=0) as server:
-        argv = ["--url", server.grpc_url, "--data", str(split)]
+        argv = ["--grpc-url", server.grpc_url, "--data", str(split)]
         assert client_main(SEQ_CLS, [*argv, "--min-score", "1.01"]) == 3
         err = capsys.readouterr().err
         assert "below the gate's 1.0100" in err and "accuracy" in err and "fix:" in err

@@ -26,6 +26,7 @@ from ernie_deploy.repository.check import check_repository
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import resolve_options
 from ernie_deploy.repository.signature import onnx_signature
 
 from .conftest import PARITY_TEXTS, artifacts, assert_refused_convert_changes_nothing, io_signature
@@ -40,7 +41,9 @@ def configs(pipeline, **options) -> list[mc.ModelConfig]:
     """The task's configs as Triton reads them back from config.pbtxt."""
     return [
         parse(render(c))
-        for c in task_configs(pipeline.static.spec, pipeline.onnx, BuildOptions(**{**ENSEMBLE, **options}))
+        for c in task_configs(
+            resolve_options(pipeline.static.spec, BuildOptions(**{**ENSEMBLE, **options})), pipeline.onnx
+        )
     ]
 
 
@@ -122,7 +125,9 @@ def test_gpu_options_leave_the_tensors_alone(tiny_pipeline):
 )
 def test_refused_combinations_name_the_fix(tiny_pipeline, options, message):
     with pytest.raises(ErnieDeployError, match=message) as caught:
-        task_configs(tiny_pipeline.static.spec, tiny_pipeline.onnx, BuildOptions(**{**ENSEMBLE, **options}))
+        task_configs(
+            resolve_options(tiny_pipeline.static.spec, BuildOptions(**{**ENSEMBLE, **options})), tiny_pipeline.onnx
+        )
     assert caught.value.fix
 
 
@@ -246,7 +251,8 @@ def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
     enc = encode_batch(build_tokenizer(pipeline.static.vocab_file), TEXTS, 128)
     logits = OnnxModel(out)(enc.input_ids, enc.token_type_ids)
     assert logits.dtype == np.float32 and logits.shape[0] == len(TEXTS) and np.isfinite(logits).all()
-    report = check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS)
+    static = pipeline.static
+    report = check_drift("fp16", static.spec, static.vocab_file, pipeline.onnx, out, TEXTS)
     assert report.ok and report.n == len(TEXTS), report
     assert 0 < report.max_abs_diff < DEFAULT_FP16_TOLERANCE, report  # reduced (not bit-identical), but close
     assert report.labels_agree == 1.0 and report.token_labels_agree in (None, 1.0), report
@@ -254,12 +260,13 @@ def test_fp16_runs_on_cpu_within_tolerance_of_fp32(fp16):
 
 def test_fp16_gate_fails_past_its_tolerance(fp16):
     pipeline, out, _ = fp16
-    tight = check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(fp16_tolerance=0.0))
+    record, vocab = pipeline.static.spec, pipeline.static.vocab_file
+    tight = check_drift("fp16", record, vocab, pipeline.onnx, out, TEXTS, gates=Gates(fp16_tolerance=0.0))
     assert not tight.ok and tight.to_dict()["ok"] is False
     with pytest.raises(ErnieDeployError, match="drifts from FP32") as caught:
         require_drift(tight, out)
     assert "convert without --fp16" in caught.value.fix
-    assert not check_drift("fp16", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(fp16_min_agree=1.01)).ok
+    assert not check_drift("fp16", record, vocab, pipeline.onnx, out, TEXTS, gates=Gates(fp16_min_agree=1.01)).ok
 
 
 def test_unreadable_input_is_refused(tmp_path):
@@ -505,11 +512,11 @@ def test_fp16_costs_at_most_a_tenth_of_a_point_on_the_test_split(name, request, 
     half = tmp_path / "model.onnx"
     convert_fp16(pipeline.onnx, half)
     texts, gold = read_split_file(split_file(pipeline.data, "test", task.split_format))
-    report = check_drift("fp16", static, pipeline.onnx, half, texts[:256], max_seq_len=static.max_seq_len)
+    report = check_drift("fp16", static.spec, static.vocab_file, pipeline.onnx, half, texts[:256])
     assert report.ok, report
     reports = {}
     for kind, path in (("fp32", pipeline.onnx), ("fp16", half)):
-        predicted = onnx_predictions(task, path, static.vocab_file, static.labels, texts)
+        predicted = onnx_predictions(static.spec, path, static.vocab_file, texts)
         reports[kind] = score(task, texts, gold, predicted, static.labels)
     scores = {kind: r[task.metric] for kind, r in reports.items()}
     print(f"{task.name} {task.metric}: FP32 {scores['fp32']:.4f}  FP16 {scores['fp16']:.4f}")
@@ -524,9 +531,11 @@ def test_a_queue_bound_rejects_on_every_batching_step(tiny_pipeline):
     from tritonclient.grpc import model_config_pb2 as mc
 
     configs = task_configs(
-        tiny_pipeline.static.spec,
+        resolve_options(
+            tiny_pipeline.static.spec,
+            BuildOptions(runtime="python", layout="ensemble", max_queue_size=48, queue_timeout_us=20000),
+        ),
         tiny_pipeline.onnx,
-        BuildOptions(runtime="python", layout="ensemble", max_queue_size=48, queue_timeout_us=20000),
     )
     for config in configs[:-1]:
         policy = config.dynamic_batching.default_queue_policy
@@ -534,6 +543,7 @@ def test_a_queue_bound_rejects_on_every_batching_step(tiny_pipeline):
         assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
     assert not configs[-1].HasField("dynamic_batching")
     plain = task_configs(
-        tiny_pipeline.static.spec, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")
+        resolve_options(tiny_pipeline.static.spec, BuildOptions(runtime="python", layout="ensemble")),
+        tiny_pipeline.onnx,
     )
     assert not any(c.dynamic_batching.HasField("default_queue_policy") for c in plain)

@@ -14,6 +14,7 @@ from ernie_deploy.core.tasks import PAIR_CLS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.kinds.sequence.serving import SeqClsPostprocess
 from ernie_deploy.repository.layouts import check_build_options, task_configs
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import resolve_options
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.tokenizer_steps import TokenizerOnnxStep, TokenizerStep
 from tests.conftest import tokenizer_step
@@ -34,7 +35,7 @@ def _graph_step_config(pipeline):
     from google.protobuf.json_format import MessageToDict
 
     options = BuildOptions(runtime="python", layout="graph-postprocess")
-    _, model, _ = task_configs(pipeline.static.spec, pipeline.onnx, options)
+    _, model, _ = task_configs(resolve_options(pipeline.static.spec, options), pipeline.onnx)
     return MessageToDict(model, preserving_proto_field_name=True)
 
 
@@ -108,7 +109,8 @@ def test_tokenizer_in_model_answers_what_the_two_steps_answer(which, request):
     pipeline = request.getfixturevalue("tiny_pipeline" if which == "seq_cls" else "tiny_token_pipeline")
     folder = request.getfixturevalue("step_dirs" if which == "seq_cls" else "token_step_dirs")
     merged_config, post_config, _ = task_configs(
-        pipeline.static.spec, pipeline.onnx, BuildOptions(runtime="python", layout="tokenizer-in-model")
+        resolve_options(pipeline.static.spec, BuildOptions(runtime="python", layout="tokenizer-in-model")),
+        pipeline.onnx,
     )
     merged_config = MessageToDict(merged_config, preserving_proto_field_name=True)
     merged = TokenizerOnnxStep(merged_config, folder)
@@ -146,7 +148,7 @@ def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, 
 
     options = BuildOptions(runtime=runtime, layout="graph-postprocess")
     model = ModelSpec.new(SEQ_CLS, labels=("x",) * 10)
-    configs = [parse(render(c)) for c in task_configs(model, tiny_pipeline.onnx, options)]
+    configs = [parse(render(c)) for c in task_configs(resolve_options(model, options), tiny_pipeline.onnx)]
     tokenizer, model, ensemble = configs
     outputs = {o.name: (o.data_type, list(o.dims)) for o in model.output}
     from tritonclient.grpc import model_config_pb2 as mc
@@ -176,7 +178,7 @@ def test_layouts_that_do_not_combine_are_refused(tiny_pipeline, task, options, m
     with pytest.raises(ErnieDeployError, match=message) as caught:
         check_build_options(BuildOptions(**{"runtime": "python", **options}))
         model = ModelSpec.new(task, labels=("x",) * 10)
-        task_configs(model, tiny_pipeline.onnx, BuildOptions(**{"runtime": "python", **options}))
+        task_configs(resolve_options(model, BuildOptions(**{"runtime": "python", **options})), tiny_pipeline.onnx)
     assert caught.value.fix
 
 

@@ -50,7 +50,7 @@ def matrix(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2):
             else:
                 build_version(entry, repo, options, version=version)
     references = {
-        v: onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+        v: onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, TEXTS)
         for v, p in ((1, tiny_pipeline), (2, tiny_pipeline_v2))
     }
     assert references[1] != references[2], "the two versions must be told apart by their answers"
@@ -74,7 +74,7 @@ def test_check_and_the_repository_know_each_layout(layout, io, matrix):
     assert served_layouts(repo)[name].name == layout
     assert served_models(repo)[name].layout == layout
     model = VersionedModel.read(repo, name)
-    assert model.on_disk() == [1, 2] and model.serving() == 1
+    assert model.on_disk() == [1, 2] and model.serving_version() == 1
     assert set(model.steps) == set(LAYOUTS[layout].versioned(_model(layout, io)))
 
 
@@ -227,5 +227,5 @@ def test_rollout_and_rollback_under_load_lose_nothing(layout, io, matrix):
     assert report.clean, report.to_dict()
     assert report.requests > 30 and report.answered == report.requests and report.resent == 0
     assert report.by_version["1"] > 0 and report.by_version["2"] > 0, report.by_version
-    assert VersionedModel.read(repo, name).serving() == 1
+    assert VersionedModel.read(repo, name).serving_version() == 1
     assert not (repo / f"{name}_canary").exists()

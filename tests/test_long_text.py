@@ -4,6 +4,8 @@ tests/test_long_text_served.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,8 @@ from ernie_deploy.core.tasks import SEQ_CLS, TOKEN_CLS, WINDOW_INPUTS
 from ernie_deploy.repository.build import build
 from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import task_configs
-from ernie_deploy.repository.options import BuildOptions, check_options, long_text_mode
+from ernie_deploy.repository.options import BuildOptions, check_options
+from ernie_deploy.repository.resolve import resolve_options
 from ernie_deploy.repository.tokenizers import tokenizer_steps
 from ernie_deploy.serving import encoding
 from ernie_deploy.serving import windows as W
@@ -272,6 +275,11 @@ def test_head_tail_ids_are_paddlenlps_ids_of_the_kept_tokens(tiny_token_pipeline
 # Build options
 
 
+def long_text_mode(model, options: BuildOptions) -> str:
+    """How `model` reads a long text, as its record resolves with `options` (repository.resolve)."""
+    return resolve_options(model, replace(options, runtime="python")).long_text
+
+
 def test_long_text_defaults_per_kind_and_refusals(tiny_pipeline):
     assert long_text_mode(TOKEN, BuildOptions()) == "window"
     assert long_text_mode(SEQ, BuildOptions()) == "head"
@@ -315,7 +323,7 @@ def _artifacts(pipeline):
 
 
 def _tokenizers(entries, options):
-    return tokenizer_steps(entries, {e.name: options for e in entries})
+    return tokenizer_steps(entries, {e.name: e.served(options) for e in entries})
 
 
 def test_tokenizers_of_different_cuts_do_not_share_but_the_defaults_do(tiny_pipeline, tiny_token_pipeline):
@@ -348,8 +356,8 @@ def test_a_classifier_shares_the_tokenizer_of_a_model_reading_windows_of_any_siz
 
     classifier, ner = _artifacts(tiny_pipeline), _artifacts(tiny_token_pipeline)
     per_model = {
-        SEQ.name: BuildOptions(runtime="python", layout="ensemble"),
-        TOKEN.name: BuildOptions(runtime="python", layout="ensemble", window_size=8),
+        SEQ.name: classifier.served(BuildOptions(runtime="python", layout="ensemble")),
+        TOKEN.name: ner.served(BuildOptions(runtime="python", layout="ensemble", window_size=8)),
     }
     steps = tokenizer_steps([classifier, ner], per_model)
     assert steps[SEQ.name].name == steps[TOKEN.name].name
@@ -359,8 +367,8 @@ def test_a_classifier_shares_the_tokenizer_of_a_model_reading_windows_of_any_siz
     steps = tokenizer_steps(
         [ner, other],
         {
-            TOKEN.name: BuildOptions(runtime="python", layout="ensemble", window_size=8),
-            "ner_wide": BuildOptions(runtime="python", layout="ensemble"),
+            TOKEN.name: ner.served(BuildOptions(runtime="python", layout="ensemble", window_size=8)),
+            "ner_wide": other.served(BuildOptions(runtime="python", layout="ensemble")),
         },
     )
     assert steps[TOKEN.name].name != steps["ner_wide"].name
@@ -383,7 +391,8 @@ def _steps(repo, runtime="python"):
 
 
 def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipeline, tmp_path):
-    from ernie_deploy.evaluate.offline import onnx_window_predictions
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.repository.served import served_model
     from ernie_deploy.serving.entities import entities_from_json
 
     p = tiny_token_pipeline
@@ -414,9 +423,7 @@ def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipe
     texts = [t for r in requests for t in r]
     served = [entities_from_json(e) for a in answers for e in a["entities"][:, 0]]
     assert not any(a["truncated"].any() for a in answers)
-    assert served == onnx_window_predictions(
-        TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, texts, 63, cut="sentences"
-    )
+    assert served == onnx_predictions(served_model(repo, TOKEN.name), p.onnx, p.static.vocab_file, texts)
     # A request's broken window tensors fail alone.
     good = {**tokens[0], "logits": logits[0]["logits"], "text": np.array(requests[0], dtype=object).reshape(-1, 1)}
     bad = {**good, "window_starts": good["window_starts"][:, ::-1].copy()}
@@ -477,7 +484,8 @@ def test_wrapped_model_for_the_ort_backend_gives_the_python_steps_logits(tiny_to
 
 
 def test_fused_windowed_model_answers_as_the_ensemble(tiny_token_pipeline, tmp_path):
-    from ernie_deploy.evaluate.offline import onnx_window_predictions
+    from ernie_deploy.evaluate.offline import onnx_predictions
+    from ernie_deploy.repository.served import served_model
     from ernie_deploy.serving.entities import entities_from_json
 
     p = tiny_token_pipeline
@@ -486,7 +494,7 @@ def test_fused_windowed_model_answers_as_the_ensemble(tiny_token_pipeline, tmp_p
     fused = _steps(repo)(TOKEN.name, "pipeline")
     out = fused({"text": np.array(TEXTS, dtype=object).reshape(-1, 1)})
     got = [entities_from_json(e) for e in out["entities"][:, 0]]
-    assert got == onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS, 63)
+    assert got == onnx_predictions(served_model(repo, TOKEN.name), p.onnx, p.static.vocab_file, TEXTS)
     assert out["truncated"][:, 0].tolist() == [False] * len(TEXTS)
 
 
@@ -501,9 +509,10 @@ def test_head_tail_classifier_says_when_a_text_was_cut(tiny_pipeline, tmp_path):
     out = tok({"text": np.array(TEXTS, dtype=object).reshape(-1, 1)}, {"input_ids", "truncated"})
     assert out["truncated"][:, 0].tolist() == [False, True, False, True, True]
     configs = task_configs(
-        tiny_pipeline.static.spec,
+        resolve_options(
+            tiny_pipeline.static.spec, BuildOptions(runtime="python", layout="ensemble", long_text="head_tail")
+        ),
         tiny_pipeline.onnx,
-        BuildOptions(runtime="python", layout="ensemble", long_text="head_tail"),
     )
     assert [c.name for c in configs] == [
         "ernie_tokenizer",
@@ -543,7 +552,8 @@ def test_documents_join_consecutive_sentences_with_their_tags():
 
 
 def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
-    from ernie_deploy.evaluate.offline import onnx_window_predictions, paddle_window_predictions
+    from ernie_deploy.evaluate.offline import onnx_predictions, paddle_predictions, window_of
+    from ernie_deploy.repository.served import served_model
     from ernie_deploy.serving.entities import entities_from_json
 
     p = tiny_token_pipeline
@@ -565,9 +575,11 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
     assert tokens["window_ids"].shape[2] == 32 and tokens["window_starts"][4, :3].tolist() == [0, 15, 30]
     answer = post({**tokens, **model({n: tokens[n] for n in WINDOW_INPUTS}), "text": text})
     served = [entities_from_json(e) for e in answer["entities"][:, 0]]
-    want = onnx_window_predictions(TOKEN_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS, window=32)
+    record = served_model(repo, TOKEN.name)  # the offline references read the windows the served record names
+    assert window_of(record) == (32, 15, "sentences")
+    want = onnx_predictions(record, p.onnx, p.static.vocab_file, TEXTS)
     assert served == want
-    assert paddle_window_predictions(TOKEN_CLS, p.static, TEXTS, window=32) == want
+    assert paddle_predictions(record, p.static, TEXTS) == want
 
 
 def test_windows_go_to_length_buckets_like_input_ids(tiny_token_pipeline, tmp_path):

@@ -214,7 +214,6 @@ def tiny_multi_label(tmp_path_factory):
     onnx = convert_checked(
         pipeline.static,
         work / "checked" / "model.onnx",
-        max_seq_len=128,
         gates=Gates(tuple(PARITY_TEXTS)),
         thresholds_dev=dev,
         log=lambda _: None,
@@ -241,9 +240,7 @@ def test_convert_whose_dev_split_does_not_fit_keeps_the_previous_model_and_thres
     dev = tmp_path / "dev.labels.tsv"
     write_label_sets(dev, [(["MISC"], "中国")])
     with pytest.raises(ErnieDeployError, match=r"labels \['MISC'\] the model does not know"):
-        convert_checked(
-            pipeline.static, onnx, max_seq_len=128, gates=Gates(tuple(PARITY_TEXTS)), thresholds_dev=dev, log=print
-        )
+        convert_checked(pipeline.static, onnx, gates=Gates(tuple(PARITY_TEXTS)), thresholds_dev=dev, log=print)
     assert {name: (onnx.parent / name).read_bytes() for name in before} == before
 
 
@@ -329,10 +326,10 @@ def test_served_micro_f1_equals_paddle_and_beats_baseline(multi_label_pipeline, 
 
     p = multi_label_pipeline
     test = split_file(p.data, "test", MULTI_LABEL.split_format)
-    offline = evaluate(MULTI_LABEL, p.static, p.onnx, test)
+    offline = evaluate(p.static.spec, p.static, p.onnx, test)  # the thresholds: those convert wrote beside p.onnx
     report = tmp_path / "served.json"
     client = ROOT / "clients" / "multi_label_grpc_client.py"
-    argv = [sys.executable, str(client), "--url", multi_label_server.grpc_url, "--data", str(test)]
+    argv = [sys.executable, str(client), "--grpc-url", multi_label_server.grpc_url, "--data", str(test)]
     result = subprocess.run([*argv, "--report", str(report)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     last = result.stdout.strip().splitlines()[-1]
@@ -350,7 +347,8 @@ def test_served_micro_f1_equals_paddle_and_beats_baseline(multi_label_pipeline, 
 @pytest.mark.integration
 def test_served_answer_for_one_text_and_bad_input(multi_label_pipeline, multi_label_server):
     from ernie_deploy.client.grpc_client import Client
-    from ernie_deploy.evaluate.offline import model_files, onnx_predictions
+    from ernie_deploy.core.spec import ModelSpec
+    from ernie_deploy.evaluate.offline import onnx_predictions
 
     p = multi_label_pipeline
     texts = ["新华社北京电，国务院总理李鹏今天在人民大会堂会见了日本客人。", "今天天气很好。"]
@@ -362,6 +360,7 @@ def test_served_answer_for_one_text_and_bad_input(multi_label_pipeline, multi_la
             client.infer(["李鹏", ""])
         assert client.predict(["李鹏"], progress=False), "the server still answers"
     assert out["scores"].shape == (2, 3)
-    files = model_files(MULTI_LABEL, p.onnx.parent, p.static.labels)
-    assert predicted == onnx_predictions(MULTI_LABEL, p.onnx, p.static.vocab_file, p.static.labels, texts, **files)
+    converted = ModelSpec.read(p.onnx.parent)  # the record convert completed: the thresholds it chose
+    assert converted.thresholds
+    assert predicted == onnx_predictions(converted, p.onnx, p.static.vocab_file, texts)
     assert {x["label"] for x in predicted[0]} >= {"PER", "LOC"}, predicted

@@ -191,10 +191,10 @@ def test_named_models_are_served_side_by_side_and_clients_pick_them(
             with Client(task, server.grpc_url, model=name) as client:
                 client.check_ready()
                 served = decode_outputs(task, client.infer(texts))
-            expected = onnx_predictions(task, pipeline.onnx, pipeline.static.vocab_file, pipeline.static.labels, texts)
+            expected = onnx_predictions(pipeline.static.spec, pipeline.onnx, pipeline.static.vocab_file, texts)
             assert served == expected, name
         # The seq_cls client pointed at a token_cls model says so, instead of misreading its answers.
-        assert client_main(SEQ_CLS, ["--url", server.grpc_url, "--model", "people", "--text", "张三"]) == 2
+        assert client_main(SEQ_CLS, ["--grpc-url", server.grpc_url, "--model", "people", "--text", "张三"]) == 2
         assert "this client reads seq_cls answers" in capsys.readouterr().err
-        assert client_main(SEQ_CLS, ["--url", server.grpc_url, "--model", "news", "--text", "股市大涨"]) == 0
+        assert client_main(SEQ_CLS, ["--grpc-url", server.grpc_url, "--model", "news", "--text", "股市大涨"]) == 0
     assert np.all([name in served_models(repo) for name in ("news", "sentiment", "people")])

@@ -229,9 +229,9 @@ def _paddle_answers(checkpoint: Path, texts: list[str]) -> tuple[list[str], np.n
 
 
 def _client(checkout: Path, url: str, *args: str) -> list[list[str]]:
-    """`python clients/seq_cls_grpc_client.py --url URL ARGS` as a user runs it: its lines, split at tabs."""
+    """`python clients/seq_cls_grpc_client.py --grpc-url URL ARGS` as a user runs it: its lines, split at tabs."""
     result = subprocess.run(
-        [sys.executable, "clients/seq_cls_grpc_client.py", "--url", url, *args],
+        [sys.executable, "clients/seq_cls_grpc_client.py", "--grpc-url", url, *args],
         cwd=checkout,
         capture_output=True,
         text=True,

@@ -62,9 +62,12 @@ def test_entities_go_out_with_an_inclusive_end_and_come_back_whole():
 @pytest.mark.parametrize("layout", [name for name in LAYOUTS if name != "graph-postprocess"])
 def test_configs_take_input_and_answer_output(layout, tiny_token_pipeline):
     from ernie_deploy.repository.layouts import task_configs
+    from ernie_deploy.repository.resolve import resolve_options
 
     model = replace(artifacts(tiny_token_pipeline, "ner").model, io=PADDLENLP)
-    configs = task_configs(model, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout=layout))
+    configs = task_configs(
+        resolve_options(model, BuildOptions(runtime="python", layout=layout)), tiny_token_pipeline.onnx
+    )
     entry = configs[-1]
     assert [t.name for t in entry.input] == ["INPUT"] and [t.name for t in entry.output] == ["OUTPUT"]
 
@@ -240,7 +243,7 @@ def test_the_drop_in_client_scores_the_demo_models_as_the_own_client_does(
     drop_in = _run_client("seq_cls", "--url", demo_server.grpc_url, "--data", str(test), "--labels", labels)
     report = tmp_path / "own.json"
     own = subprocess.run(
-        [sys.executable, str(ROOT / "clients" / "seq_cls_grpc_client.py"), "--url", demo_server.grpc_url]
+        [sys.executable, str(ROOT / "clients" / "seq_cls_grpc_client.py"), "--grpc-url", demo_server.grpc_url]
         + ["--model", "own_seq_cls", "--data", str(test), "--report", str(report)],
         capture_output=True,
         text=True,

@@ -181,7 +181,7 @@ def test_served_pairs_equal_offline_onnx(tiny_pair, tmp_path, fused):
         from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe
 
         canary_probe(server.grpc_url)(ModelSpec.new(PAIR_CLS), PROBE_TEXTS)  # a rollout's probe of a pair model passes
-    assert served == onnx_predictions(PAIR_CLS, p.onnx, p.static.vocab_file, p.static.labels, items)
+    assert served == onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, items)
 
 
 def test_bench_and_soak_inputs_read_pairs(tmp_path):

@@ -103,7 +103,10 @@ def test_int8_runs_and_mostly_agrees_with_fp32(quantized):
     enc = _encode(pipeline, TEXTS)
     logits = OnnxModel(out)(enc.input_ids, enc.token_type_ids)
     assert logits.dtype == np.float32 and logits.shape[0] == len(TEXTS) and np.isfinite(logits).all()
-    report = check_drift("int8", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=0.8))
+    static = pipeline.static
+    report = check_drift(
+        "int8", static.spec, static.vocab_file, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=0.8)
+    )
     assert report.n == len(TEXTS) and report.ok, report
     assert 0 < report.max_abs_diff < 0.5, report  # quantized (not bit-identical), but close
     if report.token_labels_agree is not None:
@@ -112,7 +115,10 @@ def test_int8_runs_and_mostly_agrees_with_fp32(quantized):
 
 def test_int8_report_fails_below_the_gate(quantized):
     pipeline, out, _, _ = quantized
-    report = check_drift("int8", pipeline.static, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=1.01))
+    static = pipeline.static
+    report = check_drift(
+        "int8", static.spec, static.vocab_file, pipeline.onnx, out, TEXTS, gates=Gates(int8_min_agree=1.01)
+    )
     assert not report.ok and report.to_dict()["ok"] is False
 
 
@@ -287,7 +293,7 @@ def test_int8_costs_at_most_one_point_on_the_test_split(name, graph, scales, req
     assert len(texts) == {"seq_cls": 1000, "token_cls": 5000}[task.name]
     reports = {}
     for kind, path in (("fp32", fp32), ("int8", int8)):
-        predicted = onnx_predictions(task, path, static.vocab_file, static.labels, texts)
+        predicted = onnx_predictions(static.spec, path, static.vocab_file, texts)  # read as `build` serves it
         reports[kind] = score(task, texts, gold, predicted, static.labels)
     scores = {kind: r[task.metric] for kind, r in reports.items()}
     print(f"{task.name} ({graph}, {scales}) {task.metric}: FP32 {scores['fp32']:.4f}  INT8 {scores['int8']:.4f}")

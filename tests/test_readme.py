@@ -22,7 +22,7 @@ DOCS = ("README.md", "docs/CLIENTS.md")
 # The clients of the demo models: a command of theirs in these docs prints an answer, so it must show it.
 DEMO_CLIENTS = ("clients/seq_cls_grpc_client.py", "clients/token_cls_grpc_client.py")
 # Options that point a client somewhere the demo repository and data do not cover (another model, a user's split).
-ELSEWHERE = ("--model", "--data", "--report", "--url")
+ELSEWHERE = ("--model", "--data", "--report", "--grpc-url")
 GAP = "..."
 
 # The demo models are trained from scratch on each new machine, and the same recipe and seed give slightly
@@ -228,12 +228,12 @@ def printed(server):
     def run(argv: tuple[str, ...]) -> list[str]:
         if argv not in cache:
             assert argv[0] == "python" and argv[1] in DEMO_CLIENTS, f"not a demo client command: {shlex.join(argv)}"
-            assert not any(option in argv for option in ELSEWHERE), "the test adds --url; other targets do not apply"
+            assert not any(option in argv for option in ELSEWHERE), "the test adds --grpc-url; no other target applies"
             # the venv's python stands for `python` after `source .venv/bin/activate`; UTF-8 whatever the locale,
             # as the texts are Chinese
             env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
             proc = subprocess.run(
-                [sys.executable, *argv[1:], "--url", server.grpc_url],
+                [sys.executable, *argv[1:], "--grpc-url", server.grpc_url],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,

@@ -304,11 +304,10 @@ def test_served_answers_as_paddle(workshop, size, tmp_path):
         if TOKEN_CLS in tasks:
             tok = workshop.checkpoint(size, TOKEN_CLS)
             static = staged[TOKEN_CLS].static
-            encode = paddle_encoder(static.vocab_file, static.max_seq_len, static.do_lower_case)
-            expected = [
-                predictions(TOKEN_CLS, MSRA_LABELS, x[None], encode([text]), [text])[0]
-                for text, x in zip(TEXTS, tok.logits)
-            ]
+            model = static.spec.updated(long_text="head")  # cut at the head, as this repository is built
+            assert model.labels == tuple(MSRA_LABELS)
+            encode = paddle_encoder(model, static.vocab_file)
+            expected = [predictions(model, x[None], encode([text]), [text])[0] for text, x in zip(TEXTS, tok.logits)]
             with Client(TOKEN_CLS, server.grpc_url) as client:
                 assert client.predict(TEXTS, progress=False) == expected
             assert any(expected), "random weights gave no entity at all: the comparison would be empty"
@@ -430,10 +429,7 @@ def test_export_carries_max_seq_len_and_do_lower_case_to_every_tokenizer(tmp_pat
     for tokenizer in (build_tokenizer(static.vocab_file), load_tokenizer(tmp_path / "tokenizer.json")):
         enc = encode_batch(tokenizer, [text], static.max_seq_len)
         assert enc.input_ids[0].tolist() == paddle_ids["input_ids"] and enc.truncated[0]
-    assert (
-        paddle_encoder(static.vocab_file, static.max_seq_len, static.do_lower_case)([text]).input_ids[0].tolist()
-        == (paddle_ids["input_ids"])
-    )
+    assert paddle_encoder(static.spec, static.vocab_file)([text]).input_ids[0].tolist() == (paddle_ids["input_ids"])
     lowered = encode_batch(build_tokenizer(static.vocab_file, lowercase=True), [text], 16).input_ids[0].tolist()
     assert lowered != paddle_ids["input_ids"]  # so the comparison above could fail
 
@@ -454,7 +450,8 @@ def test_max_seq_len_beyond_the_positions_is_refused(tmp_path, capsys):
     assert not (tmp_path / "static").exists()
     assert main([*argv[:-1], "512"]) == 0
     with pytest.raises(ErnieDeployError, match="max_seq_len 513 is more than the 512 positions"):
-        check_parity(StaticModel.load(tmp_path / "static"), tmp_path / "unused.onnx", ["国足"], max_seq_len=513)
+        static = StaticModel.load(tmp_path / "static")
+        check_parity(static.spec.updated(max_seq_len=513), static, tmp_path / "unused.onnx", ["国足"])
 
 
 def test_config_without_weights_is_named(tmp_path):

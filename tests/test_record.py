@@ -29,8 +29,8 @@ def test_a_task_holds_no_model_facts_and_the_record_holds_them(task: TaskSpec):
 
 def test_a_record_of_another_format_is_refused_with_the_rebuild_command():
     data = ModelSpec.new(SEQ_CLS, labels=("a", "b")).to_dict()
-    assert data["format"] == FORMAT == 2
-    for old in ({**data, "format": 1}, {k: v for k, v in data.items() if k != "format"}):
+    assert data["format"] == FORMAT == 3
+    for old in ({**data, "format": 2}, {**data, "format": 1}, {k: v for k, v in data.items() if k != "format"}):
         with pytest.raises(OldRecord) as caught:
             ModelSpec.from_dict(old)
         assert isinstance(caught.value, BadRepositoryError) and REBUILD in caught.value.fix

@@ -74,7 +74,7 @@ def test_reference_file_is_used_and_counted(tiny_pipeline, news_file, tmp_path):
 
     from ernie_deploy.repository.build import build
 
-    build(artifacts(tiny_pipeline), tmp_path, replace(OPTIONS, reference=str(news_file)))
+    build(artifacts(tiny_pipeline), tmp_path, replace(OPTIONS, reference_texts=str(news_file)))
     reference = _record(tmp_path, "ernie_seqcls").reference
     assert reference["source"] == news_file.name
     assert reference["texts"] == len(NEWS_TEXTS) * 5 + 1  # the blank line is no text
@@ -104,7 +104,7 @@ def test_version_gets_its_own_reference(tiny_pipeline, tiny_pipeline_v2, news_fi
     from ernie_deploy.repository.build import build
 
     build(artifacts(tiny_pipeline), tmp_path, OPTIONS)
-    build_version(artifacts(tiny_pipeline_v2), tmp_path, replace(OPTIONS, reference=str(news_file)), version=2)
+    build_version(artifacts(tiny_pipeline_v2), tmp_path, replace(OPTIONS, reference_texts=str(news_file)), version=2)
     first, second = _reference_json(tmp_path, "ernie_seqcls", 1), _reference_json(tmp_path, "ernie_seqcls", 2)
     assert first["source"] == "dev split" and second["source"] == news_file.name
     _check_shares(second, tiny_pipeline_v2.static.spec.labels, SEQUENCE_SERIES)
@@ -138,7 +138,7 @@ def test_bad_reference_files_are_refused_before_anything_is_written(tiny_pipelin
 
     repo = tmp_path / "models"
     for name, (path, said) in _bad_files(tmp_path).items():
-        options = replace(OPTIONS, reference=str(path), max_text_chars=100)
+        options = replace(OPTIONS, reference_texts=str(path), max_text_chars=100)
         with pytest.raises(BadDataError) as caught:
             build(artifacts(tiny_pipeline), repo, options)
         assert said in caught.value.problem, (name, caught.value.problem)
@@ -148,13 +148,15 @@ def test_bad_reference_files_are_refused_before_anything_is_written(tiny_pipelin
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("新闻\t股市\n新闻\n", encoding="utf-8")
     with pytest.raises(BadDataError, match="line 2: 1 tab-separated fields"):
-        build(artifacts(tiny_pipeline, task="pair_cls"), repo, replace(OPTIONS, reference=str(pairs)))
+        build(artifacts(tiny_pipeline, task="pair_cls"), repo, replace(OPTIONS, reference_texts=str(pairs)))
     # --reference with --no-monitor, or for two models at once.
     with pytest.raises(BadOptionsError, match="--no-monitor"):
-        build(artifacts(tiny_pipeline), repo, replace(OPTIONS, reference=str(pairs), monitor=False))
+        build(artifacts(tiny_pipeline), repo, replace(OPTIONS, reference_texts=str(pairs), monitor=False))
     with pytest.raises(BadOptionsError, match="one model's reference texts"):
         build(
-            [artifacts(tiny_pipeline), artifacts(tiny_pipeline, "other")], repo, replace(OPTIONS, reference=str(pairs))
+            [artifacts(tiny_pipeline), artifacts(tiny_pipeline, "other")],
+            repo,
+            replace(OPTIONS, reference_texts=str(pairs)),
         )
     assert not repo.exists() or not any(repo.iterdir())
 
@@ -181,9 +183,9 @@ def _counted(repo: Path, name: str, entry, options: BuildOptions):
     from ernie_deploy.repository.tokenizers import tokenizer_json
 
     record = _record(repo, name)
-    texts = read_reference_file(options.reference, record).texts
+    texts = read_reference_file(options.reference_texts, record).texts
     counted = count_profile(
-        record, entry.onnx, tokenizer_json(entry.vocab_file), options, pad_token_id(entry.vocab_file), texts
+        record, entry.onnx, tokenizer_json(entry.vocab_file), pad_token_id(entry.vocab_file), texts
     ).counts
     for series, shares in record.reference["shares"].items():
         total = sum(n for (s, _), n in counted.items() if s == series)
@@ -215,7 +217,7 @@ def test_reference_counts_equal_what_the_served_model_counts(tiny_pipeline, tiny
         ("people", TOKEN_CLS, tiny_token_pipeline, people_file),
     ):
         entry = artifacts(pipeline, name)
-        options = replace(OPTIONS, layout="ensemble", reference=str(texts_file))
+        options = replace(OPTIONS, layout="ensemble", reference_texts=str(texts_file))
         build(entry, repo, options)
         models[name] = (task, *_counted(repo, name, entry, options))
     assert models["people"][1].reference["shares"][profile.READING]["windows"] > 0  # the long text, in windows

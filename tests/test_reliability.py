@@ -261,7 +261,7 @@ def _cases(seq_cls_pipeline, token_cls_pipeline, n=300):
     for p in (seq_cls_pipeline, token_cls_pipeline):
         texts = read_split(p.data, "test", p.task.split_format)[0][:n]
         # read as the `repository` fixture serves them: as each model's record says (NER in its training windows)
-        expected = served_predictions(p.task, p.onnx, p.static.vocab_file, p.static.labels, texts, p.static.spec)
+        expected = served_predictions(p.static.spec, p.onnx, p.static.vocab_file, texts)
         cases.append(SoakCase(p.static.spec, texts, expected))
     return cases
 
@@ -367,7 +367,7 @@ def test_without_the_watchdog_a_dead_stub_stays_dead_and_the_client_says_so(ense
         assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"]
         assert not any(r.ok for r in results)
         assert all("ernie_tokenizer_0_0' is not healthy" in r.message for r in results), results
-        cli = probe_cli("--url", srv.http_url)
+        cli = probe_cli("--http-url", srv.http_url)
         assert cli.returncode != 0
         assert "FAIL ernie_seqcls" in cli.stdout and "FAIL ernie_tokencls" in cli.stdout
         assert "did not answer a text" in cli.stderr and "Traceback" not in cli.stderr
@@ -418,10 +418,10 @@ def test_probe_passes_on_a_healthy_server_and_fails_clearly_without_one(server):
 
     results = probe(server.http_url)
     assert [r.model for r in results] == ["ernie_seqcls", "ernie_tokencls"] and all(r.ok for r in results)
-    cli = probe_cli("--url", server.http_url, "--model", "ernie_seqcls")
+    cli = probe_cli("--http-url", server.http_url, "--model", "ernie_seqcls")
     assert cli.returncode == 0 and cli.stdout.startswith("ok ernie_seqcls"), cli.stdout + cli.stderr
     url = f"http://127.0.0.1:{free_ports(1)[0]}"
-    cli = probe_cli("--url", url, "--timeout", "2")
+    cli = probe_cli("--http-url", url, "--timeout", "2")
     assert cli.returncode != 0 and f"cannot probe {url}: no answer" in cli.stderr
     assert "Traceback" not in cli.stderr
 

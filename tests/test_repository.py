@@ -10,14 +10,15 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, SEQ_CLS, TOKEN_CLS, TOKENIZER_STEP
 from ernie_deploy.repository.build import ModelArtifacts, build
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import task_configs
 from ernie_deploy.repository.options import BuildOptions, check_options
+from ernie_deploy.repository.resolve import resolve_options
 from ernie_deploy.repository.signature import onnx_signature
-from ernie_deploy.serving.runtime import spin_mode
 
 from .conftest import ROOT, artifacts
 
@@ -27,7 +28,9 @@ SEQ, TOKEN = ModelSpec.new(SEQ_CLS), ModelSpec.new(TOKEN_CLS)
 
 def test_configs_round_trip_through_the_protobuf_parser(tiny_pipeline):
     for runtime in ("python", "onnxruntime"):
-        for config in task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime=runtime, layout="ensemble")):
+        for config in task_configs(
+            resolve_options(SEQ, BuildOptions(runtime=runtime, layout="ensemble")), tiny_pipeline.onnx
+        ):
             assert parse(render(config)) == config
 
 
@@ -37,7 +40,7 @@ def test_model_config_matches_the_onnx_signature(tiny_pipeline):
     assert outputs[0].name == LOGITS and outputs[0].dims == (10,)
     for runtime in ("python", "onnxruntime"):
         tokenizer, model, post, ensemble = task_configs(
-            SEQ, tiny_pipeline.onnx, BuildOptions(runtime=runtime, layout="ensemble")
+            resolve_options(SEQ, BuildOptions(runtime=runtime, layout="ensemble")), tiny_pipeline.onnx
         )
         got = {(t.name, t.data_type, tuple(t.dims)) for t in model.input}
         want = {(s.name, mc.DataType.Value(f"TYPE_{s.data_type}"), s.dims) for s in inputs}
@@ -50,8 +53,12 @@ def test_model_config_matches_the_onnx_signature(tiny_pipeline):
 
 
 def test_both_runtimes_share_tensor_names(tiny_pipeline):
-    python = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[1]
-    ort = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble"))[1]
+    python = task_configs(resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble")), tiny_pipeline.onnx)[
+        1
+    ]
+    ort = task_configs(
+        resolve_options(SEQ, BuildOptions(runtime="onnxruntime", layout="ensemble")), tiny_pipeline.onnx
+    )[1]
     assert python.backend == "python" and ort.platform == "onnxruntime_onnx"
     same = [(t.name, t.data_type, list(t.dims)) for t in python.input]
     assert same == [(t.name, t.data_type, list(t.dims)) for t in ort.input]
@@ -59,7 +66,7 @@ def test_both_runtimes_share_tensor_names(tiny_pipeline):
 
 
 def test_ensemble_wires_every_step_input(tiny_pipeline):
-    configs = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
+    configs = task_configs(resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble")), tiny_pipeline.onnx)
     ensemble = configs[-1]
     assert ensemble.platform == "ensemble"
     produced = {"text"}
@@ -83,7 +90,7 @@ def test_onnx_whose_names_disagree_is_rejected(tiny_pipeline, tmp_path):
     bad = tmp_path / "model.onnx"
     onnx.save(model, str(bad))
     with pytest.raises(ErnieDeployError, match="'logits'"):
-        task_configs(SEQ, bad, BuildOptions(runtime="python", layout="ensemble"))
+        task_configs(resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble")), bad)
 
 
 def _artifacts(p, vocab_file=None) -> ModelArtifacts:
@@ -102,18 +109,18 @@ def test_build_writes_a_loadable_layout(tiny_pipeline, tmp_path):
 
 def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline):
     tokenizer, model, post, ensemble = task_configs(
-        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", long_text="head")
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble", long_text="head")),
+        tiny_token_pipeline.onnx,
     )
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, 7))]
     # With the answers watched (the default) it also reads whether the text was cut; without, only what it decodes.
     assert {i.name for i in post.input} == {LOGITS, "text", "offsets", "lengths", "truncated"}
     unwatched = task_configs(
-        TOKEN,
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble", long_text="head", monitor=False)),
         tiny_token_pipeline.onnx,
-        BuildOptions(runtime="python", layout="ensemble", long_text="head", monitor=False),
     )[2]
     assert {i.name for i in unwatched.input} == {LOGITS, "text", "offsets", "lengths"}
-    assert "monitor" in post.parameters and "monitor" not in unwatched.parameters
+    assert WATCHED_MODEL_PARAMETER in post.parameters and WATCHED_MODEL_PARAMETER not in unwatched.parameters
     assert [o.name for o in post.output] == ["entities"]
     assert [(o.name, o.data_type) for o in ensemble.output] == [
         ("entities", mc.TYPE_STRING),
@@ -124,7 +131,7 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
     assert parse(render(tokenizer)) == tokenizer
     # The default for NER: the whole text in windows, merged in the postprocess, which says nothing was cut.
     tokenizer, model, post, ensemble = task_configs(
-        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble")), tiny_token_pipeline.onnx
     )
     assert [(i.name, tuple(i.dims)) for i in model.input] == [("window_ids", (-1, -1)), ("window_type_ids", (-1, -1))]
     assert [(o.name, tuple(o.dims)) for o in model.output] == [(LOGITS, (-1, -1, 7))]
@@ -141,9 +148,9 @@ def test_token_cls_configs_carry_offsets_to_the_postprocess(tiny_token_pipeline)
 
 def test_logits_rank_must_fit_the_task(tiny_pipeline, tiny_token_pipeline):
     with pytest.raises(ErnieDeployError, match="does not fit task token_cls"):
-        task_configs(TOKEN, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
+        task_configs(resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble")), tiny_pipeline.onnx)
     with pytest.raises(ErnieDeployError, match="does not fit task seq_cls"):
-        task_configs(SEQ, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))
+        task_configs(resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble")), tiny_token_pipeline.onnx)
 
 
 def test_build_refuses_a_model_of_another_task_and_writes_nothing(tiny_pipeline, tmp_path):
@@ -154,7 +161,9 @@ def test_build_refuses_a_model_of_another_task_and_writes_nothing(tiny_pipeline,
 
 
 def test_seq_cls_tokenizer_sends_only_what_the_model_reads(tiny_pipeline):
-    ensemble = task_configs(SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[-1]
+    ensemble = task_configs(
+        resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble")), tiny_pipeline.onnx
+    )[-1]
     tokenizer_step = ensemble.ensemble_scheduling.step[0]
     # and what the response passes on: whether the text was cut
     assert set(tokenizer_step.output_map) == {"input_ids", "token_type_ids", "truncated"}
@@ -268,7 +277,9 @@ def test_only_the_answer_shares_are_let_differ():
 
 def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_token_pipeline):
     tokenizer, model, post, _ = task_configs(
-        TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"), pad_token_id=3
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble")),
+        tiny_token_pipeline.onnx,
+        pad_token_id=3,
     )
     assert [i.allow_ragged_batch for i in model.input] == [True, True]
     assert {i.name: i.allow_ragged_batch for i in post.input} == {
@@ -280,13 +291,16 @@ def test_python_steps_take_ragged_batches_and_pad_with_the_vocab_pad_id(tiny_tok
         "window_ends": True,
     }
     assert model.parameters["pad_token_id"].string_value == "3"
-    ort_model = task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble"))[1]
+    ort_model = task_configs(
+        resolve_options(TOKEN, BuildOptions(runtime="onnxruntime", layout="ensemble")), tiny_token_pipeline.onnx
+    )[1]
     assert not any(i.allow_ragged_batch for i in ort_model.input), "the ORT backend cannot take ragged inputs"
 
 
 def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeline):
     configs = task_configs(
-        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", classic=True, instances=4)
+        resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble", classic=True, instances=4)),
+        tiny_pipeline.onnx,
     )
     assert configs[0].parameters["pad_to_multiple_of"].string_value == "128"
     assert not any(c.HasField("dynamic_batching") for c in configs)
@@ -296,21 +310,20 @@ def test_classic_layout_pads_to_max_seq_len_without_dynamic_batching(tiny_pipeli
 
 def test_ort_threads_reach_the_model_step(tiny_pipeline):
     python_step = task_configs(
-        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ort_threads=1)
+        resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble", ort_threads=1)), tiny_pipeline.onnx
     )[1]
     assert python_step.parameters["intra_op_threads"].string_value == "1"
     assert "ort_spinning" not in python_step.parameters
     for mode in ("run", "always"):
         spinning = task_configs(
-            SEQ, tiny_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble", ort_spinning=mode)
+            resolve_options(SEQ, BuildOptions(runtime="python", layout="ensemble", ort_spinning=mode)),
+            tiny_pipeline.onnx,
         )[1]
         assert spinning.parameters["ort_spinning"].string_value == mode
     with pytest.raises(ErnieDeployError, match="unknown --ort-spinning mode 'yes'"):
         check_options(BuildOptions(ort_spinning="yes"))
-    # Repositories built before the "run" mode say "true" / "false".
-    assert [spin_mode(v) for v in ("true", "false", "run")] == ["always", "off", "run"]
     ort_step = task_configs(
-        SEQ, tiny_pipeline.onnx, BuildOptions(runtime="onnxruntime", layout="ensemble", ort_threads=2)
+        resolve_options(SEQ, BuildOptions(runtime="onnxruntime", layout="ensemble", ort_threads=2)), tiny_pipeline.onnx
     )[1]
     assert ort_step.parameters["intra_op_thread_count"].string_value == "2"
 
@@ -321,7 +334,9 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
     from ernie_deploy.repository.configs import WARMUP_TEXT
 
     build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(runtime="python", layout="ensemble"))
-    for config in task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble")):
+    for config in task_configs(
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble")), tiny_token_pipeline.onnx
+    ):
         if config.platform == "ensemble":
             assert not config.model_warmup
             continue
@@ -338,7 +353,9 @@ def test_every_step_is_warmed_up_before_ready_with_real_inputs(tiny_token_pipeli
 
 
 def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_token_pipeline, tmp_path):
-    ensemble = task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(runtime="python", layout="ensemble"))[-1]
+    ensemble = task_configs(
+        resolve_options(TOKEN, BuildOptions(runtime="python", layout="ensemble")), tiny_token_pipeline.onnx
+    )[-1]
     build(_artifacts(tiny_token_pipeline), tmp_path, BuildOptions(runtime="python", layout="fused"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [TOKEN.name]
     fused = parse((tmp_path / TOKEN.name / "config.pbtxt").read_text())
@@ -348,6 +365,7 @@ def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_toke
     version = tmp_path / TOKEN.name / "1"
     assert sorted(p.name for p in version.iterdir()) == [
         "labels.json",
+        "model.json",
         "model.onnx",
         "model.py",
         "reference.json",
@@ -355,4 +373,6 @@ def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_toke
     ]
     assert 'step = "pipeline"' in (version / "model.py").read_text()
     with pytest.raises(ErnieDeployError, match="--runtime python"):
-        task_configs(TOKEN, tiny_token_pipeline.onnx, BuildOptions(layout="fused", runtime="onnxruntime"))
+        task_configs(
+            resolve_options(TOKEN, BuildOptions(layout="fused", runtime="onnxruntime")), tiny_token_pipeline.onnx
+        )

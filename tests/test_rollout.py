@@ -39,10 +39,10 @@ def _digests(folder: Path) -> dict[str, str]:
 def test_a_new_version_lands_beside_the_serving_one_and_serving_stays(tiny_pipeline, second_version, tmp_path):
     repo = tmp_path / "models"
     build(_entry(tiny_pipeline), repo, PYTHON)
-    assert VersionedModel.read(repo, "news").serving() == 1
+    assert VersionedModel.read(repo, "news").serving_version() == 1
     build_version(_entry(second_version), repo, PYTHON, version=2)
     model = VersionedModel.read(repo, "news")
-    assert model.on_disk() == [1, 2] and model.serving() == 1
+    assert model.on_disk() == [1, 2] and model.serving_version() == 1
     # A restarted server would serve 1 too: the ensemble pins it and the steps load only it.
     pins = {s.model_name: s.model_version for s in model.entry.ensemble_scheduling.step}
     assert pins == {"ernie_tokenizer": -1, "news_model": 1, "news_postprocess": 1}
@@ -109,7 +109,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
     build(_entry(tiny_pipeline), repo, PYTHON)
     build_version(_entry(second_version), repo, PYTHON, version=2)
     references = {
-        v: onnx_predictions(SEQ_CLS, p.onnx, p.static.vocab_file, p.static.labels, TEXTS)
+        v: onnx_predictions(p.static.spec, p.onnx, p.static.vocab_file, TEXTS)
         for v, p in ((1, tiny_pipeline), (2, second_version))
     }
     assert references[1] != references[2], "the two versions must be told apart by their answers"
@@ -121,15 +121,15 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
         assert report.clean, report.to_dict()
         assert report.requests > 50 and report.answered == report.requests and report.resent == 0
         assert report.by_version["1"] > 0 and report.by_version["2"] > 0
-        assert VersionedModel.read(repo, "news").serving() == 1
+        assert VersionedModel.read(repo, "news").serving_version() == 1
         assert not (repo / "news_canary").exists()
         # The CLI: roll out again; a version that is not there is refused with the fix.
-        argv = ["--repository", str(repo), "--url", server.grpc_url]
+        argv = ["--repository", str(repo), "--grpc-url", server.grpc_url]
         assert main(["rollout", "--model", "news", "--to", "2", *argv]) == 0
-        assert VersionedModel.read(repo, "news").serving() == 2
+        assert VersionedModel.read(repo, "news").serving_version() == 2
         assert main(["rollout", "--model", "news", "--to", "7", *argv]) == 2
         assert main(["rollback", "--model", "news", *argv]) == 0
-        assert VersionedModel.read(repo, "news").serving() == 1
+        assert VersionedModel.read(repo, "news").serving_version() == 1
         assert main(["rollback", "--model", "news", *argv]) == 2  # nothing older than 1
         # Another folder with the model is not what the server runs: refused by name, nothing in it edited.
         other = tmp_path / "other"
@@ -140,7 +140,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
         with pytest.raises(ErnieDeployError, match=f"does not run {other}: its repository has no people"):
             with RepositoryAdmin(server.grpc_url) as admin:
                 rollout(other, NEWS.name, 2, admin, canary_probe(server.grpc_url))
-        assert main(["rollout", "--model", "news", "--to", "2", "-r", str(other), "--url", server.grpc_url]) == 2
+        assert main(["rollout", "--model", "news", "--to", "2", "-r", str(other), "--grpc-url", server.grpc_url]) == 2
         assert {f: f.read_bytes() for f in other.rglob("config.pbtxt")} == before
         # A copy (the same models in another folder) shows itself at the canary, and is put back as it was.
         copy = tmp_path / "copy"
@@ -150,7 +150,7 @@ def test_traffic_through_a_rollout_and_a_rollback_loses_nothing(tiny_pipeline, s
             with RepositoryAdmin(server.grpc_url) as admin:
                 rollout(copy, NEWS.name, 2, admin, canary_probe(server.grpc_url))
         assert {f: f.read_bytes() for f in copy.rglob("config.pbtxt")} == before and not (copy / "news_canary").exists()
-        assert VersionedModel.read(repo, "news").serving() == 1
+        assert VersionedModel.read(repo, "news").serving_version() == 1
     steps = parse((repo / "news_model" / "config.pbtxt").read_text())
     assert list(steps.version_policy.specific.versions) == [1]
 

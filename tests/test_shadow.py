@@ -245,7 +245,7 @@ def test_the_shadow_measures_the_offline_agreement_and_min_agreement_decides(seq
         assert refused.report.compared == len(texts), refused.report
         assert abs(refused.report.agreement - offline) <= 0.01, (refused.report.agreement, offline, lines)
         assert not traffic.errors and sorted(traffic.answers, key=lambda a: a[0]) == list(enumerate(v1))
-        assert VersionedModel.read(repo, name).serving() == 1 and not (repo / f"{name}_canary").exists()
+        assert VersionedModel.read(repo, name).serving_version() == 1 and not (repo / f"{name}_canary").exists()
         no_shadow_in(repo)
         # Below it: promoted; the counts are this shadow's own, not the first one's added in.
         report, traffic, lines = run_shadow(
@@ -258,7 +258,7 @@ def test_the_shadow_measures_the_offline_agreement_and_min_agreement_decides(seq
         assert sum(n for _, _, n in report.flips) == disagreeing, report.flips
         assert report.candidate_p50_s is not None and 0 < report.candidate_p50_s <= report.candidate_p95_s
         assert not traffic.errors and sorted(traffic.answers, key=lambda a: a[0]) == list(enumerate(v1))
-        assert VersionedModel.read(repo, name).serving() == 2
+        assert VersionedModel.read(repo, name).serving_version() == 2
         after = Traffic(server.grpc_url, _record(repo, name), texts).start()
         after.join()
         assert not after.errors and all(answer == v2[i] for i, answer in after.answers)
@@ -309,7 +309,7 @@ def test_every_layout_shadows_and_promotes(layouts_server, layout):
     assert not isinstance(report, BaseException), (report, lines, server.log_text()[-3000:])
     assert report.compared == len(TEXTS) and report.failed == 0, (report, lines)
     assert report.agreement is not None and report.agreement < 1.0, report  # the versions differ
-    assert report.promoted and VersionedModel.read(repo, name).serving() == 2
+    assert report.promoted and VersionedModel.read(repo, name).serving_version() == 2
     assert not traffic.errors and all(answer == v1[i] for i, answer in traffic.answers), traffic.errors[:3]
     no_shadow_in(repo)
 
@@ -339,7 +339,7 @@ def test_a_candidate_killed_mid_shadow_costs_no_client_request(layouts_server):
     assert all(answer == v1[i] for i, answer in traffic.answers)
     assert isinstance(refused, ErnieDeployError), (refused, lines)
     assert refused.report.failed > 0 and refused.report.agree + refused.report.disagree > 0, refused.report
-    assert VersionedModel.read(repo, name).serving() == 1 and not (repo / f"{name}_canary").exists()
+    assert VersionedModel.read(repo, name).serving_version() == 1 and not (repo / f"{name}_canary").exists()
     no_shadow_in(repo)
 
 
@@ -349,11 +349,11 @@ def test_the_command_refuses_a_shadow_no_traffic_reached(layouts_server, capsys)
 
     server, repo = layouts_server
     name = "news_kill"
-    argv = ["rollout", "--model", name, "--to", "2", "-r", str(repo), "--url", server.grpc_url, "--shadow"]
+    argv = ["rollout", "--model", name, "--to", "2", "-r", str(repo), "--grpc-url", server.grpc_url, "--shadow"]
     assert main([*argv, "--duration", "2", "--metrics-url", server.metrics_url]) == 2
     err = capsys.readouterr().err
     assert "compared no text" in err and "no traffic reached the model" in err and "lengthen --duration" in err, err
-    assert VersionedModel.read(repo, name).serving() == 1 and not (repo / f"{name}_canary").exists()
+    assert VersionedModel.read(repo, name).serving_version() == 1 and not (repo / f"{name}_canary").exists()
     no_shadow_in(repo)
 
 

@@ -71,7 +71,7 @@ def key_file(tmp_path, no_key):
 def _stats(capsys, server, *argv: str) -> tuple[int, str, str]:
     from ernie_deploy.cli import main
 
-    code = main(["stats", "--url", server.http_url, *argv])
+    code = main(["stats", "--http-url", server.http_url, *argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -305,7 +305,7 @@ def test_a_url_that_is_not_tritons_api_is_refused_by_name(answer, problem, capsy
     body = answer if answer is not None else b"[" * (MAX_ANSWER_BYTES + 2)
     httpd = serve_bytes(body)
     try:
-        assert main(["stats", "--url", f"http://127.0.0.1:{httpd.server_port}"]) == 2
+        assert main(["stats", "--http-url", f"http://127.0.0.1:{httpd.server_port}"]) == 2
     finally:
         httpd.shutdown()
     err = capsys.readouterr().err

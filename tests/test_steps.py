@@ -201,10 +201,11 @@ def _fused_config(pipeline):
 
     from ernie_deploy.repository.layouts import task_configs
     from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.resolve import resolve_options
 
     # The head cut, as the three steps below run (the windowed fused model: tests/test_long_text.py).
     options = BuildOptions(runtime="python", layout="fused", long_text="head")
-    (config,) = task_configs(pipeline.static.spec, pipeline.onnx, options)
+    (config,) = task_configs(resolve_options(pipeline.static.spec, options), pipeline.onnx)
     return MessageToDict(config, preserving_proto_field_name=True)
 
 
@@ -299,7 +300,8 @@ def test_the_gates_tokenize_exactly_as_the_tokenizer_step(items, step_dirs, tiny
     inputs = [{"name": "text"}] + ([{"name": "text_pair"}] if isinstance(items[0], tuple) else [])
     step = tokenizer_step({"input": inputs, "parameters": {"max_seq_len": {"string_value": "16"}}}, step_dirs)
     served = _served_tokens(step, items)
-    ((batch, gate),) = gate_batches(tiny_pipeline.static, items, 16, 32)
+    static = tiny_pipeline.static
+    ((batch, gate),) = gate_batches(static.spec.updated(max_seq_len=16), static.vocab_file, items, 32)
     assert batch == items
     _assert_same_tokens(served, gate, 16)
     assert served["truncated"][:, 0].tolist() == (
@@ -329,8 +331,6 @@ def test_every_consumer_cuts_long_texts_as_the_tokenizer_step_does(step_dirs, ti
 def test_the_gates_lowercase_as_the_served_tokenizer(lowercase, tiny_pipeline, tmp_path):
     """`build` makes the served tokenizer from vocab.txt alone, lowercasing as the tokenizer_config.json export
     writes beside it says; the gates lowercase by the do_lower_case export records with the model: the same."""
-    from types import SimpleNamespace
-
     from ernie_deploy.export.drift import gate_batches
     from ernie_deploy.serving.tokenizer import TOKENIZER_CONFIG, save_tokenizer
 
@@ -338,12 +338,12 @@ def test_the_gates_lowercase_as_the_served_tokenizer(lowercase, tiny_pipeline, t
     model.mkdir()
     (model / "vocab.txt").write_bytes(tiny_pipeline.static.vocab_file.read_bytes())
     (model / TOKENIZER_CONFIG).write_text(json.dumps({"do_lower_case": lowercase}))
-    static = SimpleNamespace(vocab_file=model / "vocab.txt", do_lower_case=lowercase)  # what the gates read of it
-    save_tokenizer(static.vocab_file, tmp_path / "tokenizer.json")
+    record = tiny_pipeline.static.spec.updated(max_seq_len=64, do_lower_case=lowercase)  # what the gates read
+    save_tokenizer(model / "vocab.txt", tmp_path / "tokenizer.json")
     step = tokenizer_step({"parameters": {"max_seq_len": {"string_value": "64"}}}, tmp_path)
     texts = ["iPhone ABC 新闻", "iphone abc 新闻"]
     served = _served_tokens(step, texts)
-    ((_, gate),) = gate_batches(static, texts, 64, 32)
+    ((_, gate),) = gate_batches(record, model / "vocab.txt", texts, 32)
     _assert_same_tokens(served, gate, 64)
     upper, lower = served["input_ids"].tolist()
     assert (upper == lower) == lowercase  # "ABC" reads as "abc" only when the model lowercases

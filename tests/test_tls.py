@@ -181,7 +181,7 @@ def test_the_tools_refuse_tls_options_they_cannot_use(pki, tmp_path, capsys):
     assert client_main(SEQ_CLS, ["--tls-ca", str(tmp_path / "ca.crt"), "--text", "x"]) == 2
     assert "--tls-ca" in capsys.readouterr().err
     # probe and stats speak HTTP: TLS options only for an https:// URL (a proxy), never Triton's own port.
-    assert main(["probe", "--url", "http://127.0.0.1:8000", "--tls-ca", str(pki / "ca.crt")]) == 2
+    assert main(["probe", "--http-url", "http://127.0.0.1:8000", "--tls-ca", str(pki / "ca.crt")]) == 2
     assert "Triton's own HTTP endpoint has no TLS" in capsys.readouterr().err
     # soak and bench start their own server: its TLS and their clients' go together.
     serve_only = ["--grpc-tls-cert", str(pki / "server.crt"), "--grpc-tls-key", str(pki / "server.key")]
@@ -375,7 +375,7 @@ def test_the_tools_connect_over_tls(tls_server, pki, expected, capsys):
 
     url, ca = tls_server.grpc_url, str(pki / "ca.crt")
     # The client script (clients/seq_cls_grpc_client.py runs this main).
-    assert client_main(SEQ_CLS, ["--url", url, "--tls-ca", ca, "--text", TEXTS[0]]) == 0
+    assert client_main(SEQ_CLS, ["--grpc-url", url, "--tls-ca", ca, "--text", TEXTS[0]]) == 0
     assert capsys.readouterr().out.split("\t")[0] == expected[0]
     # The bench's asyncio load generator, over one TLS channel.
     model = ModelSpec.new(SEQ_CLS)
@@ -398,14 +398,14 @@ def test_a_plaintext_client_or_one_that_does_not_trust_the_server_is_refused(tls
 @pytest.mark.integration
 def test_http_stays_plain_and_probe_reaches_it_through_a_tls_proxy(tls_server, pki, capsys):
     """Triton's HTTP has no TLS: health, statistics and `probe` answer plain HTTP beside encrypted gRPC; with a TLS
-    proxy in front (here a tiny one; nginx, an ingress in a cluster), `probe --url https://... --tls-ca` goes
+    proxy in front (here a tiny one; nginx, an ingress in a cluster), `probe --http-url https://... --tls-ca` goes
     through it."""
-    assert main(["probe", "--url", tls_server.http_url]) == 0
+    assert main(["probe", "--http-url", tls_server.http_url]) == 0
     with _TlsProxy(pki / "server.crt", pki / "server.key", tls_server.ports["http"]) as port:
         url = f"https://127.0.0.1:{port}"
-        assert main(["probe", "--url", url, "--tls-ca", str(pki / "ca.crt")]) == 0
+        assert main(["probe", "--http-url", url, "--tls-ca", str(pki / "ca.crt")]) == 0
         assert capsys.readouterr().out.startswith(f"ok {DEMO_MODELS[SEQ_CLS.name]}")
-        assert main(["probe", "--url", url, "--tls-ca", str(pki / "other-ca.crt")]) == 2  # not trusted
+        assert main(["probe", "--http-url", url, "--tls-ca", str(pki / "other-ca.crt")]) == 2  # not trusted
         assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
 
 

@@ -109,7 +109,7 @@ def test_the_winner_is_a_version_that_carries_its_settings(tiny_pipeline, tmp_pa
     written = write_winner(result, _inputs(tiny_pipeline), repo, FUSED)
     assert written.version == 2 and "rollout --model news --to 2" in written.advice
     model = VersionedModel.read(repo, "news")
-    assert model.on_disk() == [1, 2] and model.serving() == 1
+    assert model.on_disk() == [1, 2] and model.serving_version() == 1
     assert model.entry.instance_group == before.instance_group and model.entry.instance_group[0].count == 1
     settings = model.settings(2)["news"]
     assert settings.instance_group[0].count == 2 and settings.parameters["intra_op_threads"].string_value == "1"
@@ -181,7 +181,7 @@ def test_tune_command_measures_writes_a_version_and_rollout_applies_its_settings
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
         with Client(SEQ_CLS, server.grpc_url, model=NEWS) as client:
             before = decode_outputs(SEQ_CLS, client.infer(NEWS_TEXTS))
-        rollout_argv = ["--repository", repo, "--url", server.grpc_url]
+        rollout_argv = ["--repository", repo, "--grpc-url", server.grpc_url]
         assert main(["rollout", "--model", "news", "--to", str(version), *rollout_argv]) == 0
         served = parse((tmp_path / "models" / "news" / "config.pbtxt").read_text())
         assert served.instance_group[0].count == 2

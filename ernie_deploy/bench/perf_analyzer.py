@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ernie_deploy.bench.rows import Row
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import InstallError
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
@@ -51,7 +51,7 @@ def find_perf_analyzer() -> str | None:
 def require_perf_analyzer() -> str:
     binary = find_perf_analyzer()
     if not binary:
-        raise ErnieDeployError(
+        raise InstallError(
             f"perf_analyzer is neither on PATH nor in {cached_binary().parent.parent}",
             f"run `bash {INSTALL_SCRIPT}` (it unpacks perf_analyzer 2.41.0 into the cache), run inside NVIDIA's "
             "Triton SDK image, or use `--load-generator python`",
@@ -177,7 +177,10 @@ def parse_perf_analyzer_csv(text: str) -> list[dict]:
 
     reader = csv.DictReader(io.StringIO(text.strip()))
     if not reader.fieldnames or "Inferences/Second" not in reader.fieldnames:
-        raise ErnieDeployError("not a perf_analyzer CSV: no Inferences/Second column")
+        raise InstallError(
+            "not a perf_analyzer CSV: no Inferences/Second column",
+            f"use perf_analyzer 2.41.0, whose -f CSV has it (`bash {INSTALL_SCRIPT}` unpacks that one)",
+        )
     rows = []
     for record in reader:
         record = {k.strip(): (v or "").strip() for k, v in record.items() if k}

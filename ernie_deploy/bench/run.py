@@ -21,7 +21,7 @@ from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, PYTHON, perf_analyze
 from ernie_deploy.bench.rows import asdict_rows, total_errors
 from ernie_deploy.bench.server_rows import bench_server
 from ernie_deploy.bench.summary import summary
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
@@ -152,7 +152,7 @@ def run_and_write(
     for path in written:
         print(f"wrote {path}")
     if results["errors"]:
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             f"{results['errors']} requests failed during the benchmark",
             f"read the server log named in {out / 'bench.json'}; the numbers of this run are not valid",
         )

@@ -170,7 +170,10 @@ def bench_server(
             info["tasks"][item.model.artifact_name] = _check_served(server, item, config, references)
             rows.extend(_served_rows(server, name, item, config, workdir, progress))
             if not server.is_running():
-                raise ServerNotReadyError(f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})")
+                raise ServerNotReadyError(
+                    f"tritonserver ({name}) exited during the benchmark (log: {server.log_path})",
+                    "read the end of that log for why it exited, then run the benchmark again",
+                )
     finally:
         server.stop()
     return info, rows

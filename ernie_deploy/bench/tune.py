@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig
-from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import resolve_options, resolves
 
 # What the search varies, in the order it varies them: the layout first (the largest effect measured: a lone request
 # 0.8-2.7 ms sooner fused than through the ensemble, docs/BENCHMARKS.md), then what divides the cores, then what
@@ -101,8 +103,6 @@ class TuneResult:
 def search_space(inputs: ModelInputs, base: BuildOptions, dimensions: Sequence[str] | None = None) -> dict[str, tuple]:
     """The dimensions searched and their values for this model: only layouts that fit it and run on the python
     model step (the pip server's), and the base's own value of each dimension first."""
-    from ernie_deploy.repository.layouts import get_layout
-
     names = list(dimensions or DIMENSIONS)
     unknown = sorted(set(names) - set(DIMENSIONS))
     if unknown:
@@ -111,18 +111,14 @@ def search_space(inputs: ModelInputs, base: BuildOptions, dimensions: Sequence[s
     for name in names:
         values = list(DIMENSIONS[name])
         if name == "layout":
-            values = [v for v in values if _fits(get_layout(v), inputs, replace(base, layout=v))]
+            values = [v for v in values if _fits(inputs, replace(base, layout=v))]
         current = getattr(base, name)
         space[name] = tuple(dict.fromkeys([current, *values]))
     return space
 
 
-def _fits(layout, inputs: ModelInputs, options: BuildOptions) -> bool:
-    try:
-        layout.check_options(options)
-    except ErnieDeployError:
-        return False
-    return layout.fits(inputs.model, options) is None
+def _fits(inputs: ModelInputs, options: BuildOptions) -> bool:
+    return resolves(inputs.model, options)
 
 
 def tune(
@@ -142,11 +138,9 @@ def tune(
     and the winner. `budget_s`: no trial starts that the average trial so far says would end past it."""
     from tqdm import tqdm
 
-    from ernie_deploy.repository.layouts import settle_layout
-
     measure = measure or measure_trial
     concurrency = concurrency or DEFAULT_CONCURRENCY[objective.kind]
-    base = settle_layout(inputs.model, base)
+    base = replace(base, layout=resolve_options(inputs.model, base).layout)
     space = search_space(inputs, base, dimensions)
     result = TuneResult(inputs.name, objective.describe(), concurrency)
     total = 1 + sum(len(v) - 1 for v in space.values())
@@ -194,10 +188,7 @@ def tune(
 
 
 def _fits_options(inputs: ModelInputs, base: BuildOptions, options: dict) -> bool:
-    from ernie_deploy.repository.layouts import get_layout
-
-    candidate = replace(base, **options)
-    return _fits(get_layout(candidate.layout), inputs, candidate)
+    return _fits(inputs, replace(base, **options))
 
 
 def _show(bar, trial: Trial, result: TuneResult, total: int) -> None:
@@ -216,13 +207,13 @@ def measure_trial(inputs: ModelInputs, options: BuildOptions, config: BenchConfi
     from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
     from ernie_deploy.bench.rows import SERVED
     from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
-    from ernie_deploy.repository.build import build, model_artifacts
+    from ernie_deploy.repository.build import build
     from ernie_deploy.server.process import TritonServer
 
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     repository = workdir / "models"
-    build([model_artifacts(inputs.static, inputs.onnx, inputs.name)], repository, options)
+    build([_artifacts(inputs)], repository, options)
     tool = config.load_generators[0]
     with TritonServer(
         repository, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "tritonserver.log"
@@ -234,6 +225,14 @@ def measure_trial(inputs: ModelInputs, options: BuildOptions, config: BenchConfi
         else:
             row = python_row(server, inputs, config, requests, SERVED, 1, concurrency)
     return Trial({}, row.throughput, row.p50_ms, row.p99_ms, row.errors, tool, time.monotonic() - t0, row.note or "")
+
+
+def _artifacts(inputs: ModelInputs):
+    """What a trial builds: the model's record as `inputs` hold it (the served one, for `ernie-deploy tune`) and its
+    files."""
+    from ernie_deploy.repository.build import ModelArtifacts
+
+    return ModelArtifacts(inputs.model, inputs.onnx, inputs.static.vocab_file)
 
 
 def _options_text(options: dict) -> str:
@@ -269,12 +268,11 @@ def tune_in_tempdir(inputs: ModelInputs, config: BenchConfig, objective: Objecti
         return tune(inputs, config, objective, base, Path(work), **kwargs)
 
 
-def served_options(repository: str | Path, name: str) -> BuildOptions:
-    """The build options model `name` serves with, as its record in `repository` says (the base a search starts
-    from). The search runs on the python model step, the one the pip server has: a model whose step runs on the ORT
-    backend is refused."""
-    from dataclasses import fields
-
+def served_options(repository: str | Path, name: str) -> tuple[ModelSpec, BuildOptions]:
+    """Model `name`'s record as `repository` serves it, and the base a search starts from: its serving settings and
+    its layout. Every trial builds from that record (repository.resolve keeps its reading, limits, decoding and wire),
+    with the settings the trial replaces. The search runs on the python model step, the one the pip server has: a
+    model whose step runs on the ORT backend is refused."""
     from ernie_deploy.repository.served import served_models
 
     specs = served_models(repository)
@@ -283,32 +281,14 @@ def served_options(repository: str | Path, name: str) -> BuildOptions:
             f"{repository} serves no model {name!r}", f"use one of: {', '.join(sorted(specs)) or 'none'}"
         )
     spec = specs[name]
-    known = {f.name for f in fields(BuildOptions)}
-    recorded = {k: v for k, v in (spec.serving or {}).items() if k in known}
-    if recorded.get("runtime", "python") != "python":
+    if spec.serving.runtime != "python":
         raise BadOptionsError(
-            f"{name!r} runs its model step on the {recorded['runtime']} backend; tune measures on the python model "
+            f"{name!r} runs its model step on the {spec.serving.runtime} backend; tune measures on the python model "
             "step, the one the pip tritonserver has",
             "tune it where it is served (Triton Model Analyzer in the NGC container measures the ORT backend), or "
             "build it with --runtime python first",
         )
-    # The record holds the limits in force; passed back as options they would also set the other reading's, so the
-    # default ones are left to default.
-    defaults = BuildOptions().limits.reading(spec.long_text == "window")
-    limits = {
-        "max_text_chars": None if spec.max_text_chars == defaults.max_text_chars else spec.max_text_chars,
-        "max_request_chars": None if spec.max_request_chars == defaults.max_request_chars else spec.max_request_chars,
-    }
-    reading = {
-        "long_text": spec.long_text or "auto",
-        "window_size": spec.window_size,
-        "window_stride": spec.window_stride,
-        "window_cut": spec.window_cut,
-        "head_tokens": spec.head_tokens,
-        "ner_decoding": spec.ner_decoding,
-        **limits,
-    }
-    return BuildOptions(**{**recorded, "runtime": "python", "layout": spec.layout or "ensemble", **reading})
+    return spec, BuildOptions(**spec.serving.to_dict(), layout=spec.layout)
 
 
 @dataclass(frozen=True)
@@ -352,12 +332,11 @@ def write_winner(
     tokenizer step is shared with other models (whose settings one model's version cannot change), is a rebuild: its
     command is the advice."""
     from ernie_deploy.repository.add_version import build_version
-    from ernie_deploy.repository.build import model_artifacts
     from ernie_deploy.repository.versions import VersionedModel
 
     name = result.model
     if result.best is None:
-        raise ErnieDeployError(f"no trial of {name!r} answered without errors", "read the trials' notes and logs")
+        raise FailedRequestsError(f"no trial of {name!r} answered without errors", "read the trials' notes and logs")
     winner = replace(base, **result.best)
     changed = {k: v for k, v in result.best.items() if getattr(base, k) != v}
     if not changed:
@@ -380,7 +359,6 @@ def write_winner(
             f"{name} shares its tokenizer step with other models, whose settings a version cannot change: {rebuild}",
         )
     version = version or max(model.on_disk(), default=0) + 1
-    entry = model_artifacts(inputs.static, inputs.onnx, name)
-    build_version(entry, repository, winner, version=version)
+    build_version(_artifacts(inputs), repository, winner, version=version)
     rollout = f"ernie-deploy rollout --model {name} --to {version} --repository {repository}"
     return Written(version, f"put it live: {rollout}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig
 from ernie_deploy.cli.arguments import add_model, add_repository
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, DEMO_MODELS, TASKS
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 
@@ -212,7 +212,7 @@ def inputs_from_args(args, config: BenchConfig) -> list:
 def run(args) -> None:
     moved = moved_command(args)
     if moved:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{' '.join(moved_flags(args))}: this repository's own benchmarks left the package for benchmarks/ in the "
             "source tree (not installed with ernie-deploy)",
             f"from a checkout of ernie-deploy, run `bash scripts/bench.sh {moved}` with the same options (or "

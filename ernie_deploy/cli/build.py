@@ -19,7 +19,7 @@ from ernie_deploy.repository.options import (
     SPIN_MODES,
     BuildOptions,
 )
-from ernie_deploy.repository.reference import REFERENCE_TEXTS
+from ernie_deploy.repository.reference import MAX_REFERENCE_TEXTS
 from ernie_deploy.serving.entities import DECODINGS
 from ernie_deploy.serving.limits import CUT, WINDOWS
 
@@ -69,16 +69,18 @@ def _model_arguments(p) -> None:
     )
     p.add_argument(
         "--thresholds",
+        dest="thresholds_file",
         help="a multi-label model's per-label thresholds ({label: threshold} JSON, every label, each in [0, 1]) "
         "instead of the ones `convert` chose on the dev split; with exactly one model",
     )
     p.add_argument(
         "--reference",
+        dest="reference_texts",
         metavar="FILE",
         help="the texts the model's reference profile is recorded on, like those it will serve (what its live "
         "answers are compared with for drift): one text per line, UTF-8 (a pair model's as text<TAB>text_pair), or a "
-        f".tsv / .jsonl split file; at most {REFERENCE_TEXTS:,} texts; with exactly one model (default: the model's "
-        "dev split where `fetch-data` prepared it, else none)",
+        f".tsv / .jsonl split file; at most {MAX_REFERENCE_TEXTS:,} texts; with exactly one model (default: the "
+        "model's dev split where `fetch-data` prepared it, else none)",
     )
     add_repository(p, "the repository to add the models to")
     p.add_argument("--static", help="default: artifacts/static/<model or task>")
@@ -320,7 +322,9 @@ def run(args) -> None:
     for task, name in wanted:
         static = static_model(task, args.static, name)
         entries.append(model_artifacts(static, onnx_file(static, args.onnx, name), name))
-    built = build_models(entries, chosen, args.repository, args.version, thresholds=args.thresholds, log=print)
+    built = build_models(
+        entries, chosen, args.repository, args.version, thresholds_file=args.thresholds_file, log=print
+    )
     if args.version is not None:
         print(
             f"{args.model[0]}: version {args.version} is ready beside the serving one; switch with "

@@ -44,6 +44,7 @@ def run(args) -> None:
             )
         )
         print(f"{name}: {spec.task} model, layout {spec.layout}{reading}{window}{speaks}")
+        print(f"{name}: serving version {spec.version}: {spec.summary()}")
     for name, decoding in ner_decodings(args.repository).items():
         print(f"{name}: NER decoding {decoding}")
     for name, (step, limits) in served_limits(args.repository).items():

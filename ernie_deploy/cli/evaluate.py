@@ -33,7 +33,7 @@ def run(args) -> None:
     task = static.task
     onnx_path = onnx_file(static, args.onnx, args.model)
     split = Path(args.data or split_file(data_dir(task.dataset), args.split, task.split_format))
-    results = evaluate(task, static, onnx_path, split)
+    results = evaluate(static.spec, static, onnx_path, split)  # the export's record: read as `build` serves it
     if args.report:
         write_json(results, args.report)
     if "decodings" in results:  # a token model, scored under each NER decoding

@@ -7,7 +7,7 @@ certificate that CA signed); --tls-ca/--tls-cert/--tls-key reach a tritonserver 
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_repository
-from ernie_deploy.core.endpoints import GRPC_URL, LOOPBACK
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, LOOPBACK
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 
 
@@ -18,7 +18,9 @@ def register(sub) -> None:
         "gateway", help="HTTP gateway: SimpleServing's and Hugging Face's JSON for the served models (gRPC to Triton)"
     )
     add_repository(p, "the repository the server serves, read for the models' records")
-    p.add_argument("--url", default=GRPC_URL, help="the tritonserver's gRPC address (default: %(default)s)")
+    p.add_argument(
+        "--grpc-url", default=DEFAULT_GRPC_URL, help="the tritonserver's gRPC address (default: %(default)s)"
+    )
     p.add_argument("--host", default=LOOPBACK, help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
     p.add_argument(
@@ -74,7 +76,7 @@ def run(args) -> None:
 
     settings = GatewaySettings(
         repository=Path(args.repository),
-        url=args.url,
+        grpc_url=args.grpc_url,
         tls=tls_from_args(args),
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,

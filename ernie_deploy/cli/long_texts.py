@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 
 NEW = "bash scripts/bench.sh long-texts"
 
@@ -24,7 +24,7 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    raise ErnieDeployError(
+    raise BadOptionsError(
         "`ernie-deploy long-texts` measured this repository's own benchmark, which left the package for benchmarks/ "
         "in the source tree (not installed with ernie-deploy)",
         f"from a checkout of ernie-deploy, run `{NEW}` with the same options (or `python -m benchmarks long-texts "

@@ -4,9 +4,10 @@ liveness check). It asks the server what it serves, so it reads no repository.""
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model
-from ernie_deploy.core.errors import ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL
+from ernie_deploy.core.errors import FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.tls import add_tls_arguments, https_tls
-from ernie_deploy.server.probe import DEFAULT_URL, PROBE_TEXT  # standard library only: cheap to import
+from ernie_deploy.server.probe import PROBE_TEXT  # standard library only: cheap to import
 
 
 def register(sub) -> None:
@@ -15,7 +16,7 @@ def register(sub) -> None:
         help="send one text through every ready served model of a running server, whatever its layout; non-zero "
         "exit if any fails (a liveness check that sees dead python-backend stubs)",
     )
-    p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
+    p.add_argument("--http-url", default=DEFAULT_HTTP_URL, help="the server's HTTP endpoint (default %(default)s)")
     add_model(p, "probe this served model (repeatable; default: every ready one)", repeat=True, old_name=False)
     p.add_argument("--text", default=PROBE_TEXT, help="the text sent (default %(default)r)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP call (default %(default)s)")
@@ -26,12 +27,13 @@ def register(sub) -> None:
 def run(args) -> None:
     from ernie_deploy.server.probe import ProbeFailed, probe
 
-    tls = https_tls(args.url, args)
+    tls = https_tls(args.http_url, args)
     try:
-        results = probe(args.url, args.model, args.text, args.timeout, tls)
+        results = probe(args.http_url, args.model, args.text, args.timeout, tls)
     except ProbeFailed as exc:
         raise ServerNotReadyError(
-            f"cannot probe {args.url}: {exc}", "check that the server is up and the URL points at its HTTP port"
+            f"cannot probe {args.http_url}: {exc.problem}",
+            "check that the server is up and the URL points at its HTTP port",
         ) from None
     for r in results:
         print(
@@ -39,7 +41,7 @@ def run(args) -> None:
         )
     failed = [r.model for r in results if not r.ok]
     if failed:
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             f"{', '.join(failed)} did not answer a text",
             "restart the server (a liveness probe does this for you); its log says which step died",
         )

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model, add_repository, required_model
-from ernie_deploy.core.endpoints import GRPC_URL
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, DEFAULT_METRICS_URL
 from ernie_deploy.core.tls import add_tls_arguments
 
 
 def _common(p) -> None:
     add_model(p, "the served model (required)", old_name=False, positional=True)
     add_repository(p, "the repository the server runs (its configs are edited)")
-    p.add_argument("--url", default=GRPC_URL, help="the server's gRPC address (default %(default)s)")
+    p.add_argument("--grpc-url", default=DEFAULT_GRPC_URL, help="the server's gRPC address (default %(default)s)")
     p.add_argument(
         "--admin-key-file",
         help="file holding the server's admin key (default: $ERNIE_DEPLOY_ADMIN_KEY_FILE, else "
@@ -34,7 +34,6 @@ def register(sub) -> None:
 
 
 def _shadow_arguments(p) -> None:
-    from ernie_deploy.client.metrics import METRICS_URL
     from ernie_deploy.core.shadow import DEFAULT_FRACTION
     from ernie_deploy.operate.shadow import DEFAULT_DURATION_S, REQUESTS_BOUND_S
 
@@ -59,7 +58,9 @@ def _shadow_arguments(p) -> None:
         type=float,
         help="do not switch, and exit non-zero, where the share of agreeing answers is below this (0..1)",
     )
-    g.add_argument("--metrics-url", default=METRICS_URL, help="the server's Prometheus metrics (default %(default)s)")
+    g.add_argument(
+        "--metrics-url", default=DEFAULT_METRICS_URL, help="the server's Prometheus metrics (default %(default)s)"
+    )
 
 
 def _check_shadow_arguments(args) -> None:
@@ -100,13 +101,13 @@ def run(args, to_version: int | None = None) -> None:
     if getattr(args, "shadow", False):
         from ernie_deploy.operate.shadow import shadow_rollout
 
-        with RepositoryAdmin.from_env(args.url, args.admin_key_file, tls=tls) as admin:
+        with RepositoryAdmin.from_env(args.grpc_url, args.admin_key_file, tls=tls) as admin:
             shadow = shadow_rollout(
                 args.repository,
                 name,
                 args.to,
                 admin,
-                canary_probe(args.url, tls),
+                canary_probe(args.grpc_url, tls),
                 fraction=args.fraction,
                 duration_s=args.duration,
                 requests=args.requests,
@@ -117,13 +118,13 @@ def run(args, to_version: int | None = None) -> None:
             )
         print(f"{shadow.name}: now serving version {shadow.candidate} (was {shadow.serving})")
         return
-    with RepositoryAdmin.from_env(args.url, args.admin_key_file, tls=tls) as admin:
+    with RepositoryAdmin.from_env(args.grpc_url, args.admin_key_file, tls=tls) as admin:
         report = rollout(
             args.repository,
             name,
             to_version or args.to,
             admin,
-            canary_probe(args.url, tls),
+            canary_probe(args.grpc_url, tls),
             probe_texts=args.probe_text or PROBE_TEXTS,
             log=print,
         )

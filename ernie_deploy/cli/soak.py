@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model, add_repository, add_switch_taking_model
-from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
 from ernie_deploy.reliability.soak import SoakOptions
 
@@ -77,7 +77,7 @@ def run(args) -> None:
     print(json.dumps(result, ensure_ascii=False, indent=2))
     if not ok:
         print("soak FAILED: see the counts and examples above", file=sys.stderr)
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             "the soak found lost, mismatched or unexpectedly failed requests",
             "read the examples in the report; the server log path is printed above",
         )
@@ -106,4 +106,7 @@ def _rollout(args, grpc_tls, tls) -> None:
         write_json(result, args.report)
     print(json.dumps(result, ensure_ascii=False, indent=2))
     if not result["clean"]:
-        raise ErnieDeployError("requests failed, got lost or were answered by the wrong version", "read the report")
+        raise FailedRequestsError(
+            "requests failed, got lost or were answered by the wrong version",
+            "read the counts and the errors of the report printed above: they say which requests and versions",
+        )

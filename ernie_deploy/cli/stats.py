@@ -7,9 +7,8 @@ its index and configs; without, its statistics and metadata, helped by a local r
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import REPOSITORY, add_model, add_repository
-from ernie_deploy.client.answers import DEFAULT_METRICS_URL
+from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
 from ernie_deploy.core.tls import add_tls_arguments
-from ernie_deploy.server.probe import DEFAULT_URL  # standard library only: cheap to import
 
 
 def register(sub) -> None:
@@ -24,7 +23,7 @@ def register(sub) -> None:
         "what it answered (from --metrics-url): each profile series' buckets, live share beside the reference "
         "share, the drift per series (Jensen-Shannon, 0..1), and a running shadow's agreement and flips",
     )
-    p.add_argument("--url", default=DEFAULT_URL, help="the server's HTTP endpoint (default %(default)s)")
+    p.add_argument("--http-url", default=DEFAULT_HTTP_URL, help="the server's HTTP endpoint (default %(default)s)")
     p.add_argument(
         "--admin-key-file",
         help="file holding the server's admin key, which reads its configs: each ensemble's steps and each step's "
@@ -62,7 +61,7 @@ def run(args) -> None:
 
     from ernie_deploy.client.answers import format_answers, model_dict
     from ernie_deploy.core.admin_key import admin_key_from
-    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
     from ernie_deploy.core.files import write_json
     from ernie_deploy.core.tls import https_tls
     from ernie_deploy.server.discover import served_on_server
@@ -76,7 +75,7 @@ def run(args) -> None:
             "pass the folder the server serves as --repository, or leave it out (the admin key reads each "
             "ensemble's steps from the server)",
         )
-    url = args.url.rstrip("/")
+    url = args.http_url.rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
     tls = https_tls(url, args)
@@ -85,7 +84,7 @@ def run(args) -> None:
     )
     unknown = sorted(set(args.model or []) - set(served.steps))
     if unknown:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"{', '.join(unknown)}: not a model {url} serves",
             f"use one of: {', '.join(served.steps) or '(none is loaded)'}",
         )
@@ -118,6 +117,10 @@ def run(args) -> None:
     print(format_table(rows))
     for note in served.notes(others_shown=not args.model):
         print(note)
+    for name in shown:
+        if name in served.records:
+            record = served.records[name]
+            print(f"{name}: serving version {record.version}: {record.summary()}")
     print()
     if answers is None:
         print(f"answers: not read: {problem}")
@@ -147,12 +150,17 @@ def local_record(folder: str):
     where its own configs are behind the admin key (server.discover)."""
     from pathlib import Path
 
-    from ernie_deploy.repository.served import Existing
+    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.repository.served import Existing, served_models
     from ernie_deploy.server.discover import LocalRecord, RecordedModel
 
     if not Path(folder).is_dir():
         return None
     existing = Existing.read(Path(folder))
+    try:
+        records = served_models(folder)
+    except ErnieDeployError:  # a record of another format: `check` names it; the numbers stand without it
+        records = {}
     return LocalRecord(
         folder,
         {
@@ -163,4 +171,5 @@ def local_record(folder: str):
             )
             for name, config in existing.configs.items()
         },
+        records,
     )

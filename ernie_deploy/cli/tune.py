@@ -66,11 +66,12 @@ def run(args) -> None:
         raise BadOptionsError(f"--concurrency {args.concurrency}: no request would be sent", "pass 1 or more")
     name = required_model(args)
     objective = Objective(args.objective, args.p99_ms)
-    base = served_options(args.repository, name)
+    record, base = served_options(args.repository, name)
     config = replace(
         BenchConfig(), duration_s=args.duration, warmup_s=args.warmup, **load_generator_settings(args.load_generator)
     )
-    inputs = ModelInputs.load(name, data=args.data, max_texts=args.texts)
+    # Every trial builds from the record as served, with the settings the trial replaces.
+    inputs = replace(ModelInputs.load(name, data=args.data, max_texts=args.texts), model=record)
     dimensions = [d.strip() for d in args.dimensions.split(",") if d.strip()] if args.dimensions else None
     result = tune_in_tempdir(
         inputs, config, objective, base, concurrency=args.concurrency, budget_s=60 * args.budget, dimensions=dimensions

@@ -19,8 +19,8 @@ from ernie_deploy.core.admin_key import (
     admin_key_from,
     check_admin_key,
 )
-from ernie_deploy.core.endpoints import GRPC_URL
-from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError, ServerNotReadyError
 from ernie_deploy.core.tls import Tls
 
 # Triton 2.51's answer to a request without the right header: HTTP 403 "This API is restricted, expecting
@@ -37,7 +37,12 @@ class RepositoryAdmin:
     """The repository API of one server. `key`: the admin key (a string, an AdminKey, or None to send none)."""
 
     def __init__(
-        self, url: str = GRPC_URL, key: str | AdminKey | None = None, *, timeout: float = 60.0, tls: Tls | None = None
+        self,
+        url: str = DEFAULT_GRPC_URL,
+        key: str | AdminKey | None = None,
+        *,
+        timeout: float = 60.0,
+        tls: Tls | None = None,
     ):
         self.url = url
         self.key = check_admin_key(key, "the key argument") if isinstance(key, str) else key
@@ -59,7 +64,7 @@ class RepositoryAdmin:
             self._client = grpc_client(url, tls)
 
     @classmethod
-    def from_env(cls, url: str = GRPC_URL, key_file: str | os.PathLike | None = None, **kw) -> RepositoryAdmin:
+    def from_env(cls, url: str = DEFAULT_GRPC_URL, key_file: str | os.PathLike | None = None, **kw) -> RepositoryAdmin:
         """With the key from `key_file`, else $ERNIE_DEPLOY_ADMIN_KEY_FILE, else $ERNIE_DEPLOY_ADMIN_KEY (or none)."""
         return cls(url, admin_key_from(key_file), **kw)
 
@@ -79,17 +84,17 @@ class RepositoryAdmin:
     def _error(self, what: str, exc) -> ErnieDeployError:
         message = exc.message() or str(exc)
         if _REFUSED not in message:
-            failure = BadRepositoryError if _NOT_IN_REPOSITORY in message else ErnieDeployError
+            failure = BadRepositoryError if _NOT_IN_REPOSITORY in message else ServerNotReadyError
             return failure(
                 f"{what} failed on {self.url}: {message}", "check the server is up and the model name is right"
             )
         if self.key is None:
-            return ErnieDeployError(
+            return BadOptionsError(
                 f"{what}: {self.url} keeps its model-repository API behind an admin key, and none was sent",
                 f"set {ADMIN_KEY_ENV} (or {ADMIN_KEY_FILE_ENV}, or --admin-key-file) to the key the server was "
                 f"started with; it is sent in the header {ADMIN_KEY_HEADER}",
             )
-        return ErnieDeployError(
+        return BadOptionsError(
             f"{what}: {self.url} refused the admin key from {self.key.source} (not the key it was started with)",
             "use the server's key: the ERNIE_DEPLOY_ADMIN_KEY / admin key file it was started with, or on "
             "Kubernetes the Secret its Deployment mounts",

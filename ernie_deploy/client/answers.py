@@ -21,9 +21,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ernie_deploy.client.metrics import METRICS_URL, Sample, ShadowSummary
+from ernie_deploy.client.metrics import Sample, ShadowSummary
 from ernie_deploy.client.metrics import parse as parse_samples
 from ernie_deploy.client.metrics import scrape as scrape_samples
+from ernie_deploy.core.endpoints import DEFAULT_METRICS_URL
 from ernie_deploy.core.profile import (
     CHAR_BUCKETS,
     CHARS,
@@ -41,7 +42,6 @@ from ernie_deploy.core.profile import (
 )
 from ernie_deploy.core.shadow import SHADOW_FLIPS_METRIC, SHADOW_LATENCY_METRIC, SHADOW_METRIC, SHADOW_OUTCOMES
 
-DEFAULT_METRICS_URL = METRICS_URL
 NO_REFERENCE = "no reference profile (build --reference FILE, or a dev split)"
 # A series' fixed buckets, in their order (a label's or entity type's order is the scrape's).
 _ORDER = {

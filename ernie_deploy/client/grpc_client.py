@@ -10,16 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ernie_deploy.client.wire import native_answers
-from ernie_deploy.core.endpoints import GRPC_URL
-from ernie_deploy.core.errors import BadOptionsError, BadRequest, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
+from ernie_deploy.core.errors import BadOptionsError, BadRequest, FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.io import wire
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.kinds import table
 from ernie_deploy.serving.texts import text_problem
-
-DEFAULT_URL = GRPC_URL
 
 # gRPC status codes worth another try: the server is (re)starting or unreachable, or a model instance
 # failed (e.g. a python-backend stub died and `ernie-deploy serve` is reloading it). Inference here has no
@@ -53,7 +51,7 @@ def connect_fix(url: str, tls: Tls | None) -> str:
     if tls is None:
         return (
             "start one with `tritonserver --model-repository=models` (or `ernie-deploy serve --repository models`) or "
-            "pass --url; "
+            "pass --grpc-url; "
             "if the server serves gRPC over TLS, pass "
             "--tls-ca (the CA that signed its certificate), and under mutual TLS --tls-cert and --tls-key"
         )
@@ -100,7 +98,7 @@ class Client:
     def __init__(
         self,
         task: TaskSpec,
-        url: str = DEFAULT_URL,
+        url: str = DEFAULT_GRPC_URL,
         *,
         model: str | ModelSpec | None = None,
         timeout_s: float = 60.0,
@@ -174,14 +172,19 @@ class Client:
             except InferenceServerException as exc:
                 status, message = str(exc.status()), exc.message() or str(exc)
                 if status == "StatusCode.INVALID_ARGUMENT":
-                    raise BadRequest(f"{self.model!r} refused the request: {message}") from None
+                    # A step's refusal ends with its fix, as str() of an ErnieDeployError writes it: kept as the fix.
+                    problem, _, fix = message.partition("\n  fix: ")
+                    raise BadRequest(
+                        f"{self.model!r} refused the request: {problem}",
+                        fix or "correct the texts as the message says; sent again unchanged, they are refused again",
+                    ) from None
                 transient = self._transient(status)
                 delay = next(delays, None) if transient else None
                 spent = time.monotonic() - t0
                 if delay is None or spent + delay > self.retry.budget_s:
                     tried = f" after {tries} attempts over {spent:.1f} s" if tries > 1 else ""
                     # What the retries were for (a server or step not answering) is not ready yet; the rest is not.
-                    failure = ServerNotReadyError if transient else ErnieDeployError
+                    failure = ServerNotReadyError if transient else FailedRequestsError
                     raise failure(
                         f"inference on {self.model!r} at {self.url} failed{tried}: {message} ({status.split('.')[-1]})",
                         "check that the server is running and ready (ernie-deploy serve prints its log path)",
@@ -272,7 +275,7 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
     if len(task.inputs) == 1:
         bad = [i for i, item in enumerate(items) if isinstance(item, tuple | list)]
         if bad:
-            raise ErnieDeployError(
+            raise BadRequest(
                 f"item {bad[0]} is a {type(items[bad[0]]).__name__}, but a {task.name} model takes one text",
                 "send plain strings, or call a pair model",
             )
@@ -280,7 +283,7 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
     names = [spec.name for spec in task.inputs]
     bad = [i for i, item in enumerate(items) if not isinstance(item, tuple | list) or len(item) != len(names)]
     if bad:
-        raise ErnieDeployError(
+        raise BadRequest(
             f"item {bad[0]} is {items[bad[0]]!r}; a {task.name} model takes {' and '.join(names)} per item",
             f"send ({', '.join(names)}) tuples",
         )

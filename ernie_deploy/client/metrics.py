@@ -13,11 +13,9 @@ import urllib.request
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from ernie_deploy.core.endpoints import LOOPBACK, PORTS
+from ernie_deploy.core.endpoints import DEFAULT_METRICS_URL, PORTS
 from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.shadow import SHADOW_FLIPS_METRIC, SHADOW_LATENCY_METRIC, SHADOW_METRIC, SHADOW_OUTCOMES
-
-METRICS_URL = f"http://{LOOPBACK}:{PORTS['metrics']}/metrics"
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ def counter_name(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
 
-def scrape(url: str = METRICS_URL, timeout: float = 5.0) -> list[Sample]:
+def scrape(url: str = DEFAULT_METRICS_URL, timeout: float = 5.0) -> list[Sample]:
     """GET `url` (a server's /metrics, never through a proxy) and parse it."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:

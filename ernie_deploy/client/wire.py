@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.io import Wire
 from ernie_deploy.kinds import table
 
@@ -28,7 +28,7 @@ def native_answers(wire: Wire, answers: dict[str, np.ndarray], texts: list[str],
     if "label_id" in out and "label" not in out:
         ids = out["label_id"].reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(labels)):
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"the model answered label ids {sorted(set(ids.tolist()))}, past its {len(labels)} labels",
                 "check the served model's labels.json against its record (`ernie-deploy check`)",
             )

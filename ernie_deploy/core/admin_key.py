@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import atomic_path
 
 # gRPC metadata keys must be lowercase; HTTP header names are case-insensitive, so one spelling serves both.
@@ -77,7 +77,7 @@ def read_admin_key_file(path: str | os.PathLike) -> AdminKey:
             "mount the secret there, or point --admin-key-file / ERNIE_DEPLOY_ADMIN_KEY_FILE at the key's file",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"cannot read the admin key file {path}: {exc}", "check its path and permissions"
         ) from None
     return check_admin_key(text.rstrip("\r\n"), source)

@@ -14,7 +14,9 @@ __all__ = [
     "BadRequest",
     "DownloadError",
     "ErnieDeployError",
+    "FailedRequestsError",
     "InputLimitError",
+    "InstallError",
     "ParityError",
     "ServerNotReadyError",
 ]
@@ -99,3 +101,20 @@ class ServerNotReadyError(ErnieDeployError):
 
     A caller typically waits and retries, or starts the server; the message carries the server log's errors where
     this process started it."""
+
+
+class FailedRequestsError(ErnieDeployError):
+    """Requests a running server answered with an error, wrongly or not at all: a model that fails a client's
+    inference, a benchmark or soak whose requests failed, got lost or were answered by the wrong version, a probe or
+    a rollout's canary whose texts came back without their answer. The server is up; a model of it is not answering.
+
+    A caller typically reads the server's log for the model's errors, then restarts the server or rebuilds the model;
+    sending the same requests again meets the same failure."""
+
+
+class InstallError(ErnieDeployError):
+    """Something this install lacks: a program or package a step needs (tritonserver, its Python backend stub or
+    response cache library, perf_analyzer, PyYAML, the Grafana SDK, a paddlenlp model class), one of another version
+    than the one expected, or a part of ernie-deploy's own (a kind package without its record or a layer's module).
+
+    A caller typically installs what the message names and runs the step again; its inputs are not at fault."""

@@ -23,6 +23,10 @@ TEXTS_METRIC = "ernie_deploy_texts_total"
 REFERENCE_METRIC = "ernie_deploy_reference_share"
 # The label names every profile series carries (Prometheus adds job and instance).
 PROFILE_LABELS = ("model", "version", "series", "bucket")
+# The config parameter of the step that answers naming the model its series are labelled with (their `model` label);
+# absent, the step counts nothing. Not `monitor`: that is the build option (whether to watch at all), a bool, and one
+# name has one meaning. Here, below serving and operate, because the served step reads it and `shadow` sets it.
+WATCHED_MODEL_PARAMETER = "watched_model"
 
 # The series. Which a model reports is its kind's (kinds/<kind>/serving.py PROFILE); `chars` and `reading` are every
 # model's.

@@ -2,28 +2,29 @@
 
 It is written beside the model's artifacts by `export` (artifacts/static/<name>/model.json), completed by `convert`
 (artifacts/onnx/<name>/model.json: the thresholds it chose, the precision) and by `build`, which records it on the
-model's entry config in the served repository (the `model_spec` parameter), where the tools that see only a repository
-or a running server read it. Every stage reads the record instead of being told again; a flag given to a later stage
-overrides a field and is then recorded.
+model in the served repository: each version folder of the model users call holds that version's complete record
+(`<model>/<version>/model.json`), and the entry config carries the serving version's (the `model_spec` parameter,
+moved by rollout and rollback), where the tools that see only a repository or a running server read it. Every stage
+reads the record instead of being told again; a flag given to a later stage overrides a field and is then recorded.
 
 Fields that a stage decides (the layout, the long-text reading, the limits) stay None until that stage has decided
 them: None always means "the default of the stage that decides it", never a guess.
 
 In memory the record is the model: code that works on a model takes its ModelSpec (and, where it needs files, a
 small paths object beside it); code that needs only what the task's kind decides takes the TaskSpec
-(`ModelSpec.task_spec`). Format 2 is the one format there is: a record of another format is refused with the
+(`ModelSpec.task_spec`). Format 3 is the one format there is: a record of another format is refused with the
 command that writes it again (`ernie-deploy check` says the same of a whole repository).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
-from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.tasks import (
     DEFAULT_MAX_SEQ_LEN,
     DEMO_MODELS,
@@ -37,13 +38,18 @@ from ernie_deploy.kinds import Kind
 SPEC_FILE = "model.json"
 # The entry config parameter that carries the served model's record (JSON).
 SPEC_PARAMETER = "model_spec"
-# 2: the record is the one source of every serving parameter (format 1 repositories also carried parameters that
-# shared a field's name with another meaning, and were read through fallbacks for what they had not recorded).
-FORMAT = 2
+# 3: the serving settings are typed (core.settings.ServingSettings) and every version of a served model carries its
+# own record.
+FORMAT = 3
 # What to run to write a model's records again in this format.
 REBUILD = (
     "run `ernie-deploy export`, `convert` and `build` with --model NAME again (scripts/convert.sh for the demo models)"
 )
+
+
+# What `summary` leaves out: the name it is shown under, what is too long for a line (the labels, counted instead; the
+# reference profile, which `stats` compares live answers with), and the serving settings, summed apart.
+_NOT_SUMMED = {"name", "labels", "reference", "tokenizer_sha256", "serving"}
 
 
 class OldRecord(BadRepositoryError):
@@ -76,8 +82,9 @@ class ModelSpec:
     layout: str | None = None  # repository.layouts.LAYOUTS
     # The names and formats clients send and read (core.io: ernie-deploy or paddlenlp); None: ernie-deploy's own.
     io: str | None = None
-    # The build options the served model was built with, beyond the fields above (runtime, instances, batching...).
-    serving: dict[str, Any] = field(default_factory=dict)
+    # How the served model runs (runtime, instances, batching, threads, cache, monitoring); None: not built yet.
+    serving: ServingSettings | None = None
+    version: int | None = None  # the version of the served model this record is; None: not built yet
     tokenizer_sha256: str | None = None  # the fingerprint of the tokenizer step that serves it
     # What the model answered at build on texts like those it will serve (repository.reference): {"source": "dev
     # split" or the --reference file's name, "texts": N, "shares": {series: {bucket: share}}}, the baseline its live
@@ -89,7 +96,12 @@ class ModelSpec:
         get_task(self.task)
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.max_seq_len < 2:
-            raise ErnieDeployError(f"model {self.name}: max_seq_len {self.max_seq_len} leaves no room for a token")
+            raise BadOptionsError(
+                f"model {self.name}: max_seq_len {self.max_seq_len} leaves no room for a token",
+                "give a max_seq_len of 3 or more (`ernie-deploy export --max-seq-len`)",
+            )
+        if isinstance(self.serving, dict):
+            object.__setattr__(self, "serving", ServingSettings.from_dict(self.serving, f"model {self.name}'s record"))
 
     @classmethod
     def new(cls, task: TaskSpec | str, name: str | None = None, **facts) -> ModelSpec:
@@ -146,10 +158,26 @@ class ModelSpec:
         """This record with `changes` (None values leave a field as it is: an option that was not given)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    def summary(self) -> str:
+        """Every fact of the record on one line, for `check` and `stats`: each field that is set, the labels counted,
+        the serving settings where they are not ServingSettings' defaults (the runtime always)."""
+        facts = [f"{len(self.labels)} labels"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _NOT_SUMMED or value is None:
+                continue
+            facts.append(f"{f.name} {json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value}")
+        if self.serving is not None:
+            default = ServingSettings().to_dict()
+            changed = {k: v for k, v in self.serving.to_dict().items() if k == "runtime" or v != default[k]}
+            facts.append("serving: " + ", ".join(f"{k} {v}" for k, v in changed.items()))
+        return "; ".join(facts)
+
     # As JSON ------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         out = {"format": FORMAT, **asdict(self)}
         out["labels"] = list(self.labels)
+        out["serving"] = self.serving.to_dict() if self.serving is not None else None
         return out
 
     def to_json(self) -> str:

@@ -81,8 +81,9 @@ class TaskSpec:
         return self.kind_facts.split_format
 
     @property
-    def thresholds(self) -> bool:
-        return self.kind_facts.thresholds
+    def per_label_thresholds(self) -> bool:
+        """Whether its models keep one decision threshold per label (thresholds.json beside labels.json)."""
+        return self.kind_facts.per_label_thresholds
 
     @property
     def graph_postprocess(self) -> str:

@@ -19,7 +19,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 
 PEM_HINT = "PEM files; a key without a passphrase"
 
@@ -31,7 +31,7 @@ def _file(path: str | os.PathLike | None, option: str) -> Path | None:
     if not path.is_file():
         raise BadOptionsError(f"{option} {path}: no such file", f"pass the path of an existing file ({PEM_HINT})")
     if not os.access(path, os.R_OK):
-        raise ErnieDeployError(f"{option} {path}: cannot be read", "make it readable by this user")
+        raise BadOptionsError(f"{option} {path}: cannot be read", "make it readable by this user")
     return path
 
 
@@ -43,7 +43,7 @@ def _load(what: str, load, fix: str) -> None:
     try:
         load()
     except ssl.SSLError as exc:
-        raise ErnieDeployError(f"{what}: {exc.reason or exc}", fix) from None
+        raise BadOptionsError(f"{what}: {exc.reason or exc}", fix) from None
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,10 @@ class ServerTls:
 
 def add_tls_arguments(parser: argparse.ArgumentParser, *, http: bool = False) -> None:
     """--tls, --tls-ca, --tls-cert, --tls-key: how this tool connects to a server whose gRPC endpoint (or, with
-    http=True, whose HTTP endpoint behind a TLS proxy: an https:// --url) is encrypted."""
-    where = "an https:// --url (a TLS proxy in front of Triton's HTTP port)" if http else "a server's gRPC endpoint"
+    http=True, whose HTTP endpoint behind a TLS proxy: an https:// --http-url) is encrypted."""
+    where = "a server's gRPC endpoint"
+    if http:
+        where = "an https:// --http-url (a TLS proxy in front of Triton's HTTP port)"
     group = parser.add_argument_group("TLS", f"connect to {where} over TLS ({PEM_HINT})")
     if not http:
         group.add_argument(
@@ -166,13 +168,13 @@ def tls_from_args(args: argparse.Namespace) -> Tls | None:
 
 
 def https_tls(url: str, args: argparse.Namespace) -> Tls | None:
-    """The client TLS for an HTTP tool's --url: only an https:// URL (a TLS proxy) takes TLS options."""
+    """The client TLS for an HTTP tool's --http-url: only an https:// URL (a TLS proxy) takes TLS options."""
     tls = tls_from_args(args)
     if tls is not None and not url.startswith("https://"):
         raise BadOptionsError(
-            f"--tls-ca, --tls-cert and --tls-key are for an https:// URL, and --url is {url}: Triton's own HTTP "
+            f"--tls-ca, --tls-cert and --tls-key are for an https:// URL, and --http-url is {url}: Triton's own HTTP "
             "endpoint has no TLS",
-            "point --url at the TLS proxy in front of the HTTP port (https://HOST:PORT), or drop the TLS options",
+            "point --http-url at the TLS proxy in front of the HTTP port (https://HOST:PORT), or drop the TLS options",
         )
     return tls
 

@@ -19,7 +19,7 @@ import string
 import warnings
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.deployfiles.dashboard_panels import ROWS, panels, unknown_metrics
 from ernie_deploy.deployfiles.dashboard_queries import SERVED_METRICS, TRITON_METRICS, VARIABLES
@@ -43,14 +43,14 @@ def _check(title: str, uid: str, datasource: str | None, rows) -> None:
         )
     crowded = [panel.title for panel in panels(rows) if len(panel.queries) > len(string.ascii_uppercase)]
     if crowded:  # each query needs its own reference letter
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"panels with more than {len(string.ascii_uppercase)} queries: {', '.join(crowded)}",
             "split them into several panels",
         )
     unknown = unknown_metrics(rows)
     if unknown:
         listed = "; ".join(f"{title}: {', '.join(sorted(names))}" for title, names in unknown.items())
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"panels query metrics that neither Triton 2.51 nor ernie-deploy's steps export ({listed})",
             "use the names Triton exports (ernie_deploy.deployfiles.dashboard_queries.TRITON_METRICS, read from a live "
             f"server's metrics port): {', '.join(sorted(TRITON_METRICS))}; or ernie-deploy's own "
@@ -70,7 +70,7 @@ def _sdk():
             from grafana_foundation_sdk.models import common as common_models
             from grafana_foundation_sdk.models import dashboard as dashboard_models
     except ImportError:
-        raise ErnieDeployError(
+        raise InstallError(
             "grafana-foundation-sdk is not installed",
             "pip install -e '.[dev]' (it is pinned there; the SDK needs Python 3.11 or later)",
         ) from None

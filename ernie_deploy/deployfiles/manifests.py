@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.deployfiles.kserve import KSERVE_CONTAINER, KSERVE_FILE, inference_service
 from ernie_deploy.deployfiles.kubernetes import FILES, manifests
@@ -82,7 +82,7 @@ def render(
     try:
         import yaml
     except ImportError:
-        raise ErnieDeployError("PyYAML is not installed", "pip install PyYAML (it is in the dev extra)") from None
+        raise InstallError("PyYAML is not installed", "pip install PyYAML (it is in the dev extra)") from None
 
     class Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data) -> bool:  # repeated label maps written out, not as &id001 anchors

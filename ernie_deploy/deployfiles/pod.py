@@ -39,7 +39,7 @@ SECRET_KEY = "admin-key"
 TLS_MOUNT = "/run/secrets/ernie-deploy-grpc-tls"
 PORTS = tuple(endpoints.PORTS.items())
 # Run inside the container (the image installs the package): exit status 0 only if every ensemble answers.
-LIVENESS_COMMAND = ["ernie-deploy", "probe", "--url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
+LIVENESS_COMMAND = ["ernie-deploy", "probe", "--http-url", f"http://127.0.0.1:{dict(PORTS)['http']}", "--timeout", "5"]
 # The gateway container's name, and its port's (on the container and the Service).
 GATEWAY = "gateway"
 # The gateway's own default port (gateway.defaults.DEFAULT_PORT, a layer above this one: tests/test_deploy.py checks
@@ -48,7 +48,7 @@ GATEWAY_PORT = 8080
 # Run by the image's entrypoint in the gateway container: Triton's gRPC on the pod's loopback, the repository the
 # image holds, listening on every interface of the pod (the Service and the kubelet's probes reach it there).
 GATEWAY_COMMAND = [
-    "ernie-deploy", "gateway", "--repository", CONTAINER_REPOSITORY, "--url", f"127.0.0.1:{dict(PORTS)['grpc']}",
+    "ernie-deploy", "gateway", "--repository", CONTAINER_REPOSITORY, "--grpc-url", f"127.0.0.1:{dict(PORTS)['grpc']}",
     "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),
 ]  # fmt: skip
 

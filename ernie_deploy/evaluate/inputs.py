@@ -72,15 +72,10 @@ class ModelInputs:
         return texts[:max_texts] if max_texts else texts
 
 
-def reference_predictions(inputs: ModelInputs, texts: list[str], spec=None) -> list:
+def reference_predictions(inputs: ModelInputs, texts: list[str], model: ModelSpec | None = None) -> list:
     """What the served model must answer for `texts`: in-process ONNX with the serving tokenizer and the
-    postprocess logic, read as served (`spec`: the served model's record; default: the artifacts' record, as `build`
-    serves it by default)."""
-    from ernie_deploy.evaluate.offline import model_files, served_predictions
+    postprocess logic, read as served (`model`: the served model's record; default: the artifacts' record, as
+    `build` serves it by default)."""
+    from ernie_deploy.evaluate.offline import served_predictions
 
-    spec = spec or inputs.model
-    labels = list(spec.labels)
-    files = model_files(inputs.task, Path(inputs.onnx).parent, labels)  # a multi-label model's thresholds
-    if spec.ner_decoding:  # a token model's NER decoding, as its record says and `build` serves it
-        files["decoding"] = spec.ner_decoding
-    return served_predictions(inputs.task, inputs.onnx, inputs.static.vocab_file, labels, texts, spec, **files)
+    return served_predictions(model or inputs.model, inputs.onnx, inputs.static.vocab_file, texts)

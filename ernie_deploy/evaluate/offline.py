@@ -3,22 +3,32 @@ ONNX (onnxruntime + the serving tokenizer). The served score must equal these.
 
 Both paths end in the same per-text predictions the server returns (a label name per text, or a list of
 entities with character offsets), scored by the same function as the gRPC clients' results.
+
+Every function takes the model's record (core.spec.ModelSpec) whole and reads from it what a model decides: its
+labels, max_seq_len and lowercasing, how it reads a long text (windows and their size, stride and cut, or a cut),
+its NER decoding and its thresholds. Beside the record go only what is no fact of the model: the texts and the files
+(the static model, the ONNX model, the vocabulary). A reading other than the record's is a record changed
+(`ModelSpec.updated`), so the defaults of a record that does not say are decided in one place (`long_text`,
+`window_of`, `head_tokens`), the ones `build` serves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
-from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TaskSpec
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.kinds import table
 from ernie_deploy.serving.encoding import Encoded
-from ernie_deploy.serving.entities import DEFAULT_DECODING
-from ernie_deploy.serving.windows import DEFAULT_CUT, recorded_cut
+from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING
+from ernie_deploy.serving.windows import default_head_tokens, default_stride, recorded_cut
 
 
 def _chars(item) -> int:
@@ -39,189 +49,221 @@ def _batches(texts: list, batch_size: int):
 PREDICTORS = table("evaluate", "predict")
 
 
+# ----------------------------------------------------------------------------------------------------
+# How a record reads a text: the defaults of what it does not say
+
+
+def long_text(model: ModelSpec) -> str:
+    """How `model` reads a text longer than max_seq_len: as its record says; a record `build` has not completed
+    (an export's, a conversion's) reads as `build` serves its kind by default, the kind's first long-text mode."""
+    return model.long_text or model.kind_facts.long_text_modes[0]
+
+
+class Windows(NamedTuple):
+    size: int  # tokens per window, [CLS] and [SEP] included
+    stride: int  # tokens from one window's start to the next
+    cut: str  # serving.windows.CUTS
+
+
+def window_of(model: ModelSpec) -> Windows:
+    """The windows `model` reads a long text in, as its record says; what it does not say is what `build` serves
+    by default: windows of `ModelSpec.window_default`, half a window apart (serving.windows.default_stride), cut as
+    serving.windows.recorded_cut says for the record."""
+    size = model.window_size or model.window_default
+    return Windows(size, model.window_stride or default_stride(size), recorded_cut(model.window_cut, model.long_text))
+
+
+def head_tokens(model: ModelSpec) -> int | None:
+    """Tokens a head+tail cut keeps from a long text's head (the record's, else serving.windows'
+    default_head_tokens); None where `model` keeps the head alone."""
+    if long_text(model) != "head_tail":
+        return None
+    return default_head_tokens(model.max_seq_len) if model.head_tokens is None else model.head_tokens
+
+
+def with_thresholds(model: ModelSpec, folder: str | Path) -> ModelSpec:
+    """`model` with the thresholds the server decides a multi-label model's labels by: its record's, else those
+    `convert` wrote beside the ONNX model in `folder` (a record read from the export, which the conversion did not
+    complete, carries none). A model of another kind is returned as it is."""
+    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+
+    if not model.task_spec.per_label_thresholds or model.thresholds is not None:
+        return model
+    return replace(model, thresholds=read_thresholds(Path(folder) / THRESHOLDS_FILE, list(model.labels)))
+
+
+def _answer_facts(model: ModelSpec, every_decoding: bool) -> dict:
+    """What the kind's postprocess reads from the record besides the labels: a token model's NER decoding (every
+    one of serving.entities.DECODINGS with `every_decoding`, a dict per text then), a multi-label model's
+    thresholds."""
+    if model.kind_facts.entities:
+        return {"decoding": DECODINGS if every_decoding else (model.ner_decoding or DEFAULT_DECODING)}
+    if model.task_spec.per_label_thresholds:
+        return {"thresholds": model.thresholds}
+    return {}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Texts cut to max_seq_len (the head, or the head and the tail)
+
+
 def predictions(
-    task: TaskSpec, labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], **model_files
+    model: ModelSpec, logits: np.ndarray, enc: Encoded, texts: list[str], *, every_decoding: bool = False
 ) -> list:
-    """`model_files`: what a model stores beside its labels, for the kinds that read it (thresholds=...)."""
-    return PREDICTORS[task.kind](labels, logits, enc, texts, **model_files)
+    """Each text's answer from one batch's logits, as the model's postprocess step gives it (`_answer_facts`)."""
+    return PREDICTORS[model.kind](list(model.labels), logits, enc, texts, **_answer_facts(model, every_decoding))
 
 
 def predict(
-    task: TaskSpec,
-    labels: list[str],
+    model: ModelSpec,
     texts: list[str],
     encode: Callable[[list[str]], Encoded],
     run: Callable[[np.ndarray, np.ndarray], np.ndarray],
     *,
     batch_size: int = 64,
     desc: str = "",
-    **model_files,
+    every_decoding: bool = False,
 ) -> list:
     out: list = [None] * len(texts)
     for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         enc = encode(batch)
         logits = run(enc.input_ids, enc.token_type_ids)
-        for i, value in zip(idx, predictions(task, labels, logits, enc, batch, **model_files)):
+        for i, value in zip(idx, predictions(model, logits, enc, batch, every_decoding=every_decoding)):
             out[i] = value
     return out
 
 
-def paddle_encoder(
-    vocab_file: str | Path, max_seq_len: int, do_lower_case: bool = True
-) -> Callable[[list[str]], Encoded]:
-    """paddlenlp's ErnieTokenizer, its output laid out like the serving tokenizer's (padded to the longest).
-
-    max_seq_len and do_lower_case: the exported model's (StaticModel.max_seq_len, .do_lower_case)."""
+def paddle_encoder(model: ModelSpec, vocab_file: str | Path) -> Callable[[list[str]], Encoded]:
+    """paddlenlp's ErnieTokenizer (lowercasing as `model` does), its output laid out like the serving tokenizer's
+    (padded to the longest), a long text cut as `model` reads it: its first max_seq_len tokens, or with head_tail
+    its head and its tail (serving.windows.head_tail_ids, the tokenizer step's cut)."""
     from paddlenlp.transformers import ErnieTokenizer
 
-    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=do_lower_case)
+    from ernie_deploy.serving.windows import head_tail_ids
+
+    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=model.do_lower_case)
+    max_seq_len, head = model.max_seq_len, head_tokens(model)
+    keep = max_seq_len - 2
 
     def encode(batch: list) -> Encoded:
-        # A batch of (text, text_pair) tuples goes in as paddlenlp takes pairs: the texts, then their pairs.
-        columns = list(zip(*batch)) if batch and isinstance(batch[0], tuple) else [batch]
-        enc = tokenizer(
-            *map(list, columns),
-            max_length=max_seq_len,
-            truncation=True,
-            return_offsets_mapping=True,
-            return_attention_mask=False,
-        )
-        lengths = np.array([len(ids) for ids in enc["input_ids"]], np.int64)
+        if head is None:
+            # A batch of (text, text_pair) tuples goes in as paddlenlp takes pairs: the texts, then their pairs.
+            columns = list(zip(*batch)) if batch and isinstance(batch[0], tuple) else [batch]
+            enc = tokenizer(
+                *map(list, columns),
+                max_length=max_seq_len,
+                truncation=True,
+                return_offsets_mapping=True,
+                return_attention_mask=False,
+            )
+            rows = list(zip(enc["input_ids"], enc["token_type_ids"], enc["offset_mapping"]))
+            # Informational only (no score reads it): a row that fills max_seq_len was most likely cut.
+            cut = [len(ids) >= max_seq_len for ids, _, _ in rows]
+        else:  # head_tail cuts one text (build refuses it for pairs): whole, then its middle left out
+            enc = tokenizer(list(batch), truncation=False, return_offsets_mapping=True, return_attention_mask=False)
+            rows, cut = [], []
+            for ids, spans in zip(enc["input_ids"], enc["offset_mapping"]):
+                kept = [ids[0], *head_tail_ids(ids[1:-1], keep, head), ids[-1]]
+                rows.append((kept, [0] * len(kept), [spans[0], *head_tail_ids(spans[1:-1], keep, head), spans[-1]]))
+                cut.append(len(ids) - 2 > keep)
+        lengths = np.array([len(ids) for ids, _, _ in rows], np.int64)
         width = int(lengths.max())
         ids = np.zeros((len(batch), width), np.int64)
         types = np.zeros_like(ids)
         offsets = np.zeros((len(batch), width, 2), np.int64)
-        for row, n in enumerate(lengths):
-            ids[row, :n] = enc["input_ids"][row]
-            types[row, :n] = enc["token_type_ids"][row]
-            offsets[row, :n] = enc["offset_mapping"][row]
-        # Informational only (no score reads it): a row that fills max_seq_len was most likely cut.
-        return Encoded(ids, types, offsets, lengths, lengths >= max_seq_len)
+        for row, (n, (row_ids, row_types, row_offsets)) in enumerate(zip(lengths, rows)):
+            ids[row, :n] = row_ids
+            types[row, :n] = row_types
+            offsets[row, :n] = row_offsets
+        return Encoded(ids, types, offsets, lengths, np.array(cut, dtype=bool))
 
     return encode
 
 
-def paddle_predictions(task: TaskSpec, static: StaticModel, texts: list[str], **model_files) -> list:
-    """The Paddle-native reference."""
+def paddle_predictions(
+    model: ModelSpec, static: StaticModel, texts: list[str], *, every_decoding: bool = False
+) -> list:
+    """The Paddle-native reference (paddlenlp's tokens, Paddle Inference's logits of `static`'s files), each text
+    read as `model` reads it: in its windows (`paddle_window_predictions`), or cut."""
     from ernie_deploy.export.static import PaddlePredictor
 
+    if long_text(model) == "window":
+        return paddle_window_predictions(model, static, texts, every_decoding=every_decoding)
     return predict(
-        task,
-        static.labels,
+        model,
         texts,
-        paddle_encoder(static.vocab_file, static.max_seq_len, static.do_lower_case),
+        paddle_encoder(model, static.vocab_file),
         PaddlePredictor(static),
         desc="paddle",
-        **model_files,
+        every_decoding=every_decoding,
     )
 
 
 def onnx_predictions(
-    task: TaskSpec,
+    model: ModelSpec,
     onnx_path: str | Path,
     vocab_file: str | Path,
-    labels: list[str],
     texts: list[str],
     *,
-    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
-    **model_files,
+    every_decoding: bool = False,
 ) -> list:
-    """What the server computes, in-process: the serving tokenizer (texts cut to the model's `max_seq_len` tokens)
-    and onnxruntime."""
+    """What the server computes, in-process: the serving tokenizer and onnxruntime, each text read as `model` reads
+    it: in its windows (`onnx_window_predictions`), or cut as the tokenizer step cuts it."""
     from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer
 
-    tokenizer = build_tokenizer(vocab_file)
+    if long_text(model) == "window":
+        return onnx_window_predictions(model, onnx_path, vocab_file, texts, every_decoding=every_decoding)
+    tokenizer = build_tokenizer(vocab_file, lowercase=model.do_lower_case)
+    head = head_tokens(model)
     return predict(
-        task,
-        labels,
+        model,
         texts,
-        lambda batch: encode_items(tokenizer, batch, max_seq_len),
+        lambda batch: encode_items(tokenizer, batch, model.max_seq_len, head_tokens=head),
         OnnxModel(onnx_path),
         desc="onnx",
-        **model_files,
+        every_decoding=every_decoding,
     )
 
 
-def served_predictions(
-    task: TaskSpec,
-    onnx_path: str | Path,
-    vocab_file: str | Path,
-    labels: list[str],
-    texts: list[str],
-    spec=None,
-    **model_files,
-) -> list:
-    """What the served model answers, in process, read as its record says it is served (core.spec.ModelSpec: the
-    served record, or the artifacts' record, whose window `build` takes by default): a model that reads long texts in
-    windows, in those windows; any other, cut. Without a record, windows of max_seq_len."""
-    mode = (spec.long_text if spec is not None else None) or task.kind_facts.long_text_modes[0]
-    max_seq_len = spec.max_seq_len if spec is not None else DEFAULT_MAX_SEQ_LEN
-    if mode != "window":
-        return onnx_predictions(task, onnx_path, vocab_file, labels, texts, max_seq_len=max_seq_len, **model_files)
-    window = (spec.window_size or spec.window_default) if spec is not None else max_seq_len
-    stride = spec.window_stride if spec is not None else None
-    decoding = model_files.get("decoding", DEFAULT_DECODING)
-    cut = recorded_cut(spec.window_cut, spec.long_text) if spec is not None else DEFAULT_CUT
-    return onnx_window_predictions(
-        task, onnx_path, vocab_file, labels, texts, stride, window=window, decoding=decoding, cut=cut
-    )
+def served_predictions(model: ModelSpec, onnx_path: str | Path, vocab_file: str | Path, texts: list[str]) -> list:
+    """What the served model answers, in process, read as its record says it is served (the served record, or the
+    artifacts' record, which reads as `build` serves it by default), deciding a multi-label model's labels by the
+    thresholds it is served with (`with_thresholds`: the record's, else those beside `onnx_path`)."""
+    model = with_thresholds(model, Path(onnx_path).parent)
+    return onnx_predictions(model, onnx_path, vocab_file, texts)
 
 
-def evaluate(
-    task: TaskSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path, long_text: str | None = None
-) -> dict:
-    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines). long_text: how
-    a text longer than max_seq_len is read, "window" or a cut ("head"; head_tail is the tokenizer step's alone);
-    None: as `build` serves the task by default (its kind's first long-text mode, in windows of the length the model
-    was trained on), so the scores are the served ones.
+def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split_file: str | Path) -> dict:
+    """{"paddle": report, "onnx": report} on a split file (the task's format: TSV or JSON Lines), each model reading
+    the texts as `model`'s record says (`static` and `onnx_path`: its files): a record `build` has not completed
+    reads as `build` serves it by default (a token model in windows of `ModelSpec.window_default`), so the scores
+    are the served ones. A multi-label model decides by its record's thresholds, else those beside `onnx_path`.
 
     A token model is scored under every NER decoding from one run of each model: "paddle" and "onnx" are the
-    scores under the decoding its export recorded (the one `build` serves), "ner_decoding" names it, and
+    scores under the decoding its record names (the one `build` serves), "ner_decoding" names it, and
     "decodings" holds {decoding: {"paddle": report, "onnx": report}} for each of serving.entities.DECODINGS."""
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
-    from ernie_deploy.serving.entities import DECODINGS
 
+    task, labels = model.task_spec, list(model.labels)
+    model = with_thresholds(model, Path(onnx_path).parent)
     texts, gold = read_split_file(split_file)
-    kind = task.kind_facts
-    mode = long_text or kind.long_text_modes[0]
-    decodings = {"decoding": DECODINGS} if kind.entities else {}
-    if mode == "window":
-        # in windows of the length the model was trained on, as `build` serves it (core.spec.window_default)
-        window = {"window": static.spec.window_default, "cut": DEFAULT_CUT, **decodings}
-        paddle = paddle_window_predictions(task, static, texts, **window)
-        onnx = onnx_window_predictions(task, onnx_path, static.vocab_file, static.labels, texts, **window)
-    else:
-        files = {**model_files(task, Path(onnx_path).parent, static.labels), **decodings}
-        paddle = paddle_predictions(task, static, texts, **files)
-        onnx = onnx_predictions(
-            task, onnx_path, static.vocab_file, static.labels, texts, max_seq_len=static.max_seq_len, **files
-        )
-    if not decodings:
-        return {
-            "paddle": score(task, texts, gold, paddle, static.labels),
-            "onnx": score(task, texts, gold, onnx, static.labels),
-        }
+    every = model.kind_facts.entities
+    paddle = paddle_predictions(model, static, texts, every_decoding=every)
+    onnx = onnx_predictions(model, onnx_path, static.vocab_file, texts, every_decoding=every)
+    if not every:
+        return {"paddle": score(task, texts, gold, paddle, labels), "onnx": score(task, texts, gold, onnx, labels)}
     each = {
         d: {
-            name: score(task, texts, gold, [p[d] for p in predicted], static.labels)
+            name: score(task, texts, gold, [p[d] for p in predicted], labels)
             for name, predicted in (("paddle", paddle), ("onnx", onnx))
         }
         for d in DECODINGS
     }
-    served = static.ner_decoding or DEFAULT_DECODING
+    served = model.ner_decoding or DEFAULT_DECODING
     return {**each[served], "ner_decoding": served, "decodings": each}
-
-
-def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
-    """What the postprocess reads besides labels.json, from `folder` (the converted model's, where `convert` wrote
-    them, or a postprocess step's version folder): a multi-label model's thresholds, so that offline predictions
-    decide as the server does."""
-    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
-
-    return {"thresholds": read_thresholds(Path(folder) / THRESHOLDS_FILE, labels)} if task.thresholds else {}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -229,29 +271,34 @@ def model_files(task: TaskSpec, folder: str | Path, labels: list[str]) -> dict:
 
 
 def window_predict(
-    labels: list[str],
+    model: ModelSpec,
     texts: list[str],
     whole: Callable[[list[str]], list[tuple[list[int], list]]],
     run: Callable[[np.ndarray, np.ndarray], np.ndarray],
     specials: tuple[int, int, int],
-    max_seq_len: int,
-    stride: int,
     *,
     batch_size: int = 64,
     desc: str = "",
-    decoding: str | tuple = DEFAULT_DECODING,
-    cut: str = DEFAULT_CUT,
+    every_decoding: bool = False,
 ) -> list:
-    """Entities of each text read in windows, as the served windowed model returns them: `whole` tokenizes texts
-    untruncated into (ids, offsets) of their real tokens, the windows and their merge are the serving code's
-    (serving.windows), `run` gives logits of [windows, tokens] ids. specials: the [CLS], [SEP] and [PAD] ids.
-    decoding: the NER decoding, or a tuple of them (decoded_entities). cut: "sentences" (whole sentences packed
-    into windows) or "sliding" (serving.windows.CUTS)."""
+    """Entities of each text read in `model`'s windows (`window_of`: size, stride and cut), as the served windowed
+    model returns them: `whole` tokenizes texts untruncated into (ids, offsets) of their real tokens, the windows
+    and their merge are the serving code's (serving.windows), `run` gives logits of [windows, tokens] ids.
+    specials: the [CLS], [SEP] and [PAD] ids. Decoded under the record's NER decoding, or with `every_decoding`
+    under each of serving.entities.DECODINGS (a dict per text)."""
     # Windows are how a model that decides every token reads a long text, so what they end in is entities.
     from ernie_deploy.kinds.token.evaluate import decoded_entities
     from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
 
-    check_stride(stride, max_seq_len)
+    if not model.kind_facts.reads_windows:
+        raise BadOptionsError(
+            f"{model.name} is a {model.kind} model, which does not read texts in windows",
+            "read it cut: a record whose long_text is one of " + ", ".join(model.kind_facts.long_text_modes),
+        )
+    size, stride, cut = window_of(model)
+    decoding = _answer_facts(model, every_decoding)["decoding"]
+    labels = list(model.labels)
+    check_stride(stride, size)
     cls_id, sep_id, pad_id = specials
     out: list = [None] * len(texts)
     # batch_size texts at a time (length-sorted), their windows run batch_size at a time.
@@ -260,7 +307,7 @@ def window_predict(
         win = windows_from_tokens(
             [ids for ids, _ in tokens],
             [o for _, o in tokens],
-            max_seq_len - 2,
+            size - 2,
             stride,
             cls_id,
             sep_id,
@@ -281,11 +328,12 @@ def window_predict(
     return out
 
 
-def paddle_whole(vocab_file: str | Path, do_lower_case: bool = True) -> Callable[[list[str]], list]:
-    """paddlenlp's ErnieTokenizer without truncation: (ids, offsets) of each text's real tokens."""
+def paddle_whole(model: ModelSpec, vocab_file: str | Path) -> Callable[[list[str]], list]:
+    """paddlenlp's ErnieTokenizer without truncation (lowercasing as `model` does): (ids, offsets) of each text's
+    real tokens."""
     from paddlenlp.transformers import ErnieTokenizer
 
-    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=do_lower_case)
+    tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=model.do_lower_case)
 
     def whole(batch: list[str]) -> list:
         enc = tokenizer(batch, truncation=False, return_offsets_mapping=True, return_attention_mask=False)
@@ -302,64 +350,39 @@ def _specials(vocab_file: str | Path) -> tuple[int, int, int]:
 
 
 def paddle_window_predictions(
-    task: TaskSpec,
-    static: StaticModel,
-    texts: list[str],
-    stride: int | None = None,
-    *,
-    window: int | None = None,
-    decoding: str | tuple = DEFAULT_DECODING,
-    cut: str = DEFAULT_CUT,
+    model: ModelSpec, static: StaticModel, texts: list[str], *, every_decoding: bool = False
 ) -> list:
-    """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits. window: tokens
-    per window, [CLS] and [SEP] included (default the export's max_seq_len); stride: default half a window."""
+    """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits of `static`'s
+    files, in the windows `model`'s record reads (`window_of`)."""
     from ernie_deploy.export.static import PaddlePredictor
-    from ernie_deploy.serving.windows import default_stride
 
-    window = window or static.max_seq_len
     return window_predict(
-        static.labels,
+        model,
         texts,
-        paddle_whole(static.vocab_file, static.do_lower_case),
+        paddle_whole(model, static.vocab_file),
         PaddlePredictor(static),
         _specials(static.vocab_file),
-        window,
-        stride or default_stride(window),
         desc="paddle windows",
-        decoding=decoding,
-        cut=cut,
+        every_decoding=every_decoding,
     )
 
 
 def onnx_window_predictions(
-    task: TaskSpec,
-    onnx_path: str | Path,
-    vocab_file: str | Path,
-    labels: list[str],
-    texts: list[str],
-    stride: int | None = None,
-    *,
-    window: int | None = None,
-    decoding: str | tuple = DEFAULT_DECODING,
-    cut: str = DEFAULT_CUT,
+    model: ModelSpec, onnx_path: str | Path, vocab_file: str | Path, texts: list[str], *, every_decoding: bool = False
 ) -> list:
-    """What the windowed server computes, in-process: the serving tokenizer and onnxruntime."""
+    """What the windowed server computes, in-process: the serving tokenizer and onnxruntime, in the windows
+    `model`'s record reads (`window_of`)."""
     from ernie_deploy.serving.encoding import encode_whole
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import build_tokenizer
-    from ernie_deploy.serving.windows import default_stride
 
-    tokenizer = build_tokenizer(vocab_file)
-    window = window or DEFAULT_MAX_SEQ_LEN
+    tokenizer = build_tokenizer(vocab_file, lowercase=model.do_lower_case)
     return window_predict(
-        labels,
+        model,
         texts,
         lambda batch: encode_whole(tokenizer, batch),
         OnnxModel(onnx_path),
         _specials(vocab_file),
-        window,
-        stride or default_stride(window),
         desc="onnx windows",
-        decoding=decoding,
-        cut=cut,
+        every_decoding=every_decoding,
     )

@@ -7,7 +7,8 @@ import argparse
 import os
 import sys
 
-from ernie_deploy.client.grpc_client import DEFAULT_URL, Client, decode_outputs
+from ernie_deploy.client.grpc_client import Client, decode_outputs
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
 from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
@@ -21,7 +22,7 @@ PRINTERS = table("evaluate", "show")
 def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
     """The options of the client script of `task` (`doc`: its --help text)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default %(default)s)")
+    parser.add_argument("--grpc-url", default=DEFAULT_GRPC_URL, help="Triton gRPC address (default %(default)s)")
     parser.add_argument(
         "--model",
         default=DEMO_MODELS[task.name],
@@ -47,7 +48,7 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
     args = build_parser(task, doc).parse_args(argv)
     try:
-        with Client(task, args.url, model=args.model, tls=tls_from_args(args)) as client:
+        with Client(task, args.grpc_url, model=args.model, tls=tls_from_args(args)) as client:
             client.check_ready()
             if args.text:
                 items = args.text

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadOptionsError, ParityError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.export.gates import Gates, require_logits_rank
 from ernie_deploy.export.precision import convert_fp16, quantize_int8, quantize_int8_static
-from ernie_deploy.export.static import StaticModel
 
 
 @dataclass
@@ -59,11 +59,11 @@ class DriftReport:
         return f"{name} vs FP32 on {self.n} texts: labels agree {self.labels_agree:.2%}{tokens}, {diff}"
 
 
-def gate_batches(static: StaticModel, texts: list, max_seq_len: int, batch_size: int):
-    """(texts, Encoded) for each batch of the gate texts, tokenized as the server tokenizes them: cut by the tokenizer
-    step's own code (serving.encoding), lowercased by the model's do_lower_case (export writes it to
-    tokenizer_config.json beside vocab.txt too, where the tokenizer `build` serves reads it). What the parity gate
-    (export.onnx) and the drift gate run their models on."""
+def gate_batches(model: ModelSpec, vocab_file: str | Path, texts: list, batch_size: int):
+    """(texts, Encoded) for each batch of the gate texts, tokenized as the server tokenizes them: cut to the record's
+    max_seq_len by the tokenizer step's own code (serving.encoding), lowercased by its do_lower_case (export writes
+    it to tokenizer_config.json beside vocab.txt too, where the tokenizer `build` serves reads it). What the parity
+    gate (export.onnx) and the drift gate run their models on."""
     from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.tokenizer import build_tokenizer
 
@@ -71,31 +71,31 @@ def gate_batches(static: StaticModel, texts: list, max_seq_len: int, batch_size:
         raise BadOptionsError(
             "the parity and drift checks need at least one text", "pass texts like those the model will serve"
         )
-    tokenizer = build_tokenizer(static.vocab_file, lowercase=static.do_lower_case)
+    tokenizer = build_tokenizer(vocab_file, lowercase=model.do_lower_case)
     batches = (texts[start : start + batch_size] for start in range(0, len(texts), batch_size))
-    return ((batch, encode_items(tokenizer, batch, max_seq_len)) for batch in batches)
+    return ((batch, encode_items(tokenizer, batch, model.max_seq_len)) for batch in batches)
 
 
 def check_drift(
     precision: str,
-    static: StaticModel,
+    model: ModelSpec,
+    vocab_file: str | Path,
     fp32_onnx: str | Path,
     candidate_onnx: str | Path,
     texts: list[str],
     *,
-    max_seq_len: int = 128,
     batch_size: int = 32,
     gates: Gates | None = None,
 ) -> DriftReport:
-    """Run the same batches through the FP32 model and its `precision` copy (onnxruntime, CPU); compare labels and
-    logits. The gate is the precision's, read from `gates`; labels are per text or per token, as the static
-    model's task says."""
+    """Run the same batches (tokenized as `model`'s record says: `gate_batches`) through the FP32 model and its
+    `precision` copy (onnxruntime, CPU); compare labels and logits. The gate is the precision's, read from `gates`;
+    labels are per text or per token, as the model's task says."""
     from ernie_deploy.serving.runtime import OnnxModel
 
     tolerance, min_labels_agree = reduced(precision).gate(gates or Gates())
-    task = static.task
+    task = model.task_spec
     per_token = task.logits_rank == 2
-    batches = gate_batches(static, texts, max_seq_len, batch_size)
+    batches = gate_batches(model, vocab_file, texts, batch_size)
     reference, candidate = OnnxModel(fp32_onnx), OnnxModel(candidate_onnx)
     worst, agree, tokens_same, tokens = 0.0, 0, 0, 0
     for _, enc in batches:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError, ParityError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
-from ernie_deploy.core.spec import SPEC_FILE
+from ernie_deploy.core.spec import SPEC_FILE, ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.drift import ALIASES, REDUCED, canonical, check_drift, gate_batches, require_drift
 from ernie_deploy.export.gates import Gates, require_logits_rank
@@ -116,27 +116,28 @@ class ParityReport:
 
 
 def check_parity(
+    model: ModelSpec,
     static: StaticModel,
     onnx_path: str | Path,
     texts: list[str],
     *,
-    max_seq_len: int = 128,
     batch_size: int = 32,
     tolerance: float = 1e-4,
 ) -> ParityReport:
-    """Run the same batches through Paddle Inference and onnxruntime and compare logits; for a token model, also
-    the entities decoded from each under every NER decoding."""
+    """Run the same batches through Paddle Inference (`static`'s files) and onnxruntime and compare logits; for a
+    token model, also the entities decoded from each under every NER decoding. The texts are tokenized as `model`'s
+    record says the server tokenizes them (its max_seq_len and lowercasing: `gate_batches`)."""
     from ernie_deploy.export.static import PaddlePredictor
     from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING, batch_entities
     from ernie_deploy.serving.runtime import OnnxModel
 
-    if static.max_positions and max_seq_len > static.max_positions:
+    if model.max_positions and model.max_seq_len > model.max_positions:
         raise BadOptionsError(
-            f"max_seq_len {max_seq_len} is more than the {static.max_positions} positions of {static.model_file}",
-            f"check parity with max_seq_len {static.max_positions} or less (the model's max_position_embeddings)",
+            f"max_seq_len {model.max_seq_len} is more than the {model.max_positions} positions of {static.model_file}",
+            f"export the model again with --max-seq-len {model.max_positions} or less (its max_position_embeddings)",
         )
-    task = static.task
-    batches = gate_batches(static, texts, max_seq_len, batch_size)
+    task = model.task_spec
+    batches = gate_batches(model, static.vocab_file, texts, batch_size)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
     worst, agree = 0.0, 0
     entities_same = dict.fromkeys(DECODINGS, 0) if task.kind_facts.entities else None
@@ -151,12 +152,12 @@ def check_parity(
             same = (same | ~enc.attention_mask.astype(bool)).all(axis=-1)
         agree += int(same.sum())
         for decoding in entities_same or ():
-            pair = [batch_entities(batch, x, enc.lengths, enc.offsets, static.labels, decoding) for x in (a, b)]
+            pair = [batch_entities(batch, x, enc.lengths, enc.offsets, list(model.labels), decoding) for x in (a, b)]
             entities_same[decoding] += sum(x == y for x, y in zip(*pair))
     if entities_same is None:
         return ParityReport(len(texts), worst, agree / len(texts), tolerance)
     entities_agree = {decoding: same / len(texts) for decoding, same in entities_same.items()}
-    decoding = static.ner_decoding or DEFAULT_DECODING
+    decoding = model.ner_decoding or DEFAULT_DECODING
     return ParityReport(len(texts), worst, agree / len(texts), tolerance, decoding, entities_agree)
 
 
@@ -182,12 +183,12 @@ REJECTED_REPORT = "parity.rejected.json"
 
 @dataclass(frozen=True)
 class _Gating:
-    """What the gates of one convert_checked run share: the model converted, the texts they run and their limits,
-    the staged report they write, and where progress goes."""
+    """What the gates of one convert_checked run share: the model converted (its record, `static.spec`, says how
+    the texts are tokenized), the texts they run and their limits, the staged report they write, and where progress
+    goes."""
 
     static: StaticModel
     texts: list[str]
-    max_seq_len: int
     gates: Gates
     report_path: Path
     log: Callable[[str], object]
@@ -230,9 +231,7 @@ def _convert_fp32(
 
 def _gate_parity(gating: _Gating, model: Path, shown: Path, optimized: dict | None) -> dict:
     """The FP32 model's parity with Paddle, written to the report before it is required; returns what was written."""
-    report = check_parity(
-        gating.static, model, gating.texts, max_seq_len=gating.max_seq_len, tolerance=gating.gates.tolerance
-    )
+    report = check_parity(gating.static.spec, gating.static, model, gating.texts, tolerance=gating.gates.tolerance)
     record = {**report.to_dict(), **(optimized or {})}
     write_json(record, gating.report_path)
     gating.log(report.summary())
@@ -249,31 +248,21 @@ def _reduce_checked(
     info = reduced.make(fp32, model, *([calibration] if reduced.calibrated else []))
     gating.log(f"{reduced.label} model {shown} ({time.perf_counter() - started:.1f} s; {reduced.describe(info)})")
     if gating.texts:
-        drift = check_drift(
-            precision, gating.static, fp32, model, gating.texts, max_seq_len=gating.max_seq_len, gates=gating.gates
-        )
+        static = gating.static
+        drift = check_drift(precision, static.spec, static.vocab_file, fp32, model, gating.texts, gates=gating.gates)
         write_json({**record, reduced.report_key: {**drift.to_dict(), **info}}, gating.report_path)
         gating.log(drift.summary())
         require_drift(drift, shown)
 
 
-def _write_record(
-    static: StaticModel, precision: str, staging: Path, model: Path, thresholds_dev, *, max_seq_len: int, log
-) -> None:
+def _write_record(static: StaticModel, precision: str, staging: Path, model: Path, thresholds_dev, *, log) -> None:
     """The model's record into `staging`: its precision and, with a dev split, the per-label thresholds chosen on it
     with the model `build` serves (also written as thresholds.json)."""
     thresholds = None
     if thresholds_dev is not None:
         from ernie_deploy.export.thresholds import dev_thresholds
 
-        thresholds = dev_thresholds(
-            model,
-            static.vocab_file,
-            static.labels,
-            thresholds_dev,
-            max_seq_len=max_seq_len,
-            lowercase=static.do_lower_case,
-        )
+        thresholds = dev_thresholds(static.spec, model, static.vocab_file, thresholds_dev)
         write_json(thresholds, staging / THRESHOLDS_FILE)
         log(f"thresholds chosen on {thresholds_dev}: {thresholds}")
     replace(static.spec, precision=precision, thresholds=thresholds).write(staging)
@@ -303,7 +292,6 @@ def convert_checked(
     static: StaticModel,
     out: str | Path,
     *,
-    max_seq_len: int,
     precision: str = "fp32",
     gates: Gates | None = None,
     opset: int = DEFAULT_OPSET,
@@ -312,7 +300,8 @@ def convert_checked(
     calibration: Calibration | None = None,
     log=print,
 ) -> Path:
-    """static model -> `out` (the model `build` serves), gated, with parity.json beside it.
+    """static model -> `out` (the model `build` serves), gated, with parity.json beside it. The gates tokenize
+    their texts as the static model's record (`static.spec`) says: its max_seq_len, its lowercasing.
 
     With `thresholds_dev` (a multi-label model's dev split), the per-label thresholds chosen on it with the model
     `build` serves go beside it as thresholds.json, in the same move as the model.
@@ -335,13 +324,13 @@ def convert_checked(
         s_out, s_fp32, s_parity = staging / out.name, staging / fp32.name, staging / "parity.json"
         # Without a reduction the FP32 model is `out` itself.
         s_model, shown = (s_fp32, fp32) if reduced else (s_out, out)
-        gating = _Gating(static, list(gates.texts), max_seq_len, gates, s_parity, log)
+        gating = _Gating(static, list(gates.texts), gates, s_parity, log)
         try:
             optimized = _convert_fp32(static, s_model, shown, staging, optimize=optimize, opset=opset, log=log)
             record = _gate_parity(gating, s_model, shown, optimized) if gating.texts else None
             if reduced:
                 _reduce_checked(gating, precision, reduced, s_fp32, s_out, out, record, calibration)
-            _write_record(static, precision, staging, s_out, thresholds_dev, max_seq_len=max_seq_len, log=log)
+            _write_record(static, precision, staging, s_out, thresholds_dev, log=log)
         except ErnieDeployError:
             _keep_rejected(s_parity, out, log)
             raise

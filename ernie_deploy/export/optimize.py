@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.files import atomic_path
 
 FIX = "convert without --optimize and report this model"
@@ -81,7 +81,7 @@ def _rewrite_mask(graph, kept: list, initializers: dict, producer: dict) -> list
         value, offset = _scalar(initializers, mul.input[1]), _scalar(initializers, add.input[1])
         if value is None or value >= 0 or offset != 0:
             problem = f"the attention mask multiplies by {value} and adds {offset}; expected < 0 and 0"
-            raise ErnieDeployError(problem, FIX)
+            raise BadCheckpointError(problem, FIX)
         graph.initializer.extend(
             [
                 numpy_helper.from_array(np.array([1], np.int64), "optimize.axis_1"),
@@ -102,7 +102,7 @@ def _rewrite_mask(graph, kept: list, initializers: dict, producer: dict) -> list
             consumer.input[:] = ["optimize.mask_bias" if n == node.output[0] else n for n in consumer.input]
         added.append((node, new))
     if len(added) != 1:
-        raise ErnieDeployError(f"found {len(added)} attention masks built from input_ids; expected one", FIX)
+        raise BadCheckpointError(f"found {len(added)} attention masks built from input_ids; expected one", FIX)
     return added
 
 
@@ -121,14 +121,16 @@ def _rewrite_query_scales(graph, kept: list, initializers: dict, producer: dict)
         scale_mul = scale_add and _parent(producer, scale_add, 0, "Mul")
         scale = scale_mul and _scalar(initializers, scale_mul.input[1])
         if not scale or _scalar(initializers, scale_add.input[1]) != 0 or add.input[1] != "optimize.mask_bias":
-            raise ErnieDeployError(f"attention block {blocks} ({softmax.name}) is not the form paddle2onnx writes", FIX)
+            raise BadCheckpointError(
+                f"attention block {blocks} ({softmax.name}) is not the form paddle2onnx writes", FIX
+            )
         divisor, scaled = f"optimize.inverse_scale.{blocks}", f"optimize.scaled_qk.{blocks}"
         graph.initializer.append(numpy_helper.from_array(np.array(1.0 / np.float32(scale), np.float32), divisor))
         matmul.input[0] = scale_mul.input[0]
         add.input[0] = scaled
         added.append((matmul, [helper.make_node("Div", [matmul.output[0], divisor], [scaled])]))
     if not added:
-        raise ErnieDeployError("found no attention block (Softmax) in the graph", FIX)
+        raise BadCheckpointError("found no attention block (Softmax) in the graph", FIX)
     return added
 
 
@@ -199,7 +201,7 @@ def optimize_transformer(fp32_onnx: str | Path, out_path: str | Path) -> dict:
         fused.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     counts = dict(collections.Counter(n.op_type for n in fused.graph.node if n.domain == "com.microsoft"))
     if counts.get("Attention", 0) != blocks:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"onnxruntime fused {counts.get('Attention', 0)} of the {blocks} attention blocks of {fp32_onnx}", FIX
         )
     _require_same_signature(reference, fused, out_path, "optimized", FIX)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ParityError
 from ernie_deploy.core.files import atomic_path
 
 # --- INT8 -------------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def _quantized_copy(reference, out_path: Path, run, count, nothing: str) -> dict
     _require_same_signature(reference, model, out_path)
     counts = count(model)
     if not counts:
-        raise ErnieDeployError(nothing, "convert without --quantize")
+        raise BadCheckpointError(nothing, "convert without --quantize")
     with atomic_path(out_path, suffix=".onnx") as tmp:
         onnx.save(model, str(tmp))
         _smoke_run(tmp)
@@ -269,7 +269,7 @@ def _require_same_signature(
 ) -> None:
     """Triton's config and every client read names, types and dims from the file: they must not move."""
     if _signature(reference) != _signature(candidate):
-        raise ErnieDeployError(
+        raise ParityError(
             f"the {kind} model for {path} changed the graph's inputs/outputs: "
             f"{_signature(reference)} -> {_signature(candidate)}",
             fix,
@@ -320,7 +320,7 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
             model = onnx.load(str(tmp))
             onnx.checker.check_model(model)
         except Exception as exc:  # noqa: BLE001 - any failure here means the converter produced no usable model
-            raise ErnieDeployError(
+            raise BadCheckpointError(
                 f"paddle2onnx's FP16 conversion of {fp32_onnx} produced no valid model: {exc}", fix
             ) from None
         _require_same_signature(reference, model, out_path, "FP16", fix)
@@ -331,6 +331,6 @@ def convert_fp16(fp32_onnx: str | Path, out_path: str | Path) -> dict:
             elif init.data_type == onnx.TensorProto.FLOAT:
                 counts["fp32_initializers"] += 1
         if not counts["fp16_initializers"]:
-            raise ErnieDeployError(f"the FP16 conversion of {fp32_onnx} holds no FP16 weights", fix)
+            raise BadCheckpointError(f"the FP16 conversion of {fp32_onnx} holds no FP16 weights", fix)
         _smoke_run(tmp)
     return counts

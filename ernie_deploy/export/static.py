@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, TaskSpec
@@ -191,7 +191,11 @@ def _save_static(root: Path, task: TaskSpec, prefix: Path) -> str:
     for suffix in (".json", ".pdmodel"):
         if prefix.with_suffix(suffix).exists():
             return prefix.name + suffix
-    raise ErnieDeployError(f"paddle.jit.save wrote no model file at {prefix}")
+    raise BadCheckpointError(
+        f"paddle.jit.save wrote no model file at {prefix}",
+        "read paddle's messages above for why; export with the paddlepaddle of the [export] extra, which writes "
+        "the .json or .pdmodel file looked for",
+    )
 
 
 class PaddlePredictor:

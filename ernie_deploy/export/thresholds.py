@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, sigmoid
 
 
@@ -60,16 +61,10 @@ def choose_thresholds(logits: np.ndarray, gold: list[list[str]], labels: list[st
 
 
 def dev_thresholds(
-    onnx_path: str | Path,
-    vocab_file: str | Path,
-    labels: list[str],
-    dev_file: str | Path,
-    *,
-    max_seq_len: int,
-    lowercase: bool = True,
-    batch_size: int = 64,
+    model: ModelSpec, onnx_path: str | Path, vocab_file: str | Path, dev_file: str | Path, *, batch_size: int = 64
 ) -> dict[str, float]:
-    """Thresholds chosen on a dev split file with the ONNX model at `onnx_path` and the serving tokenizer."""
+    """Thresholds of `model`'s labels chosen on a dev split file with the ONNX model at `onnx_path` and the serving
+    tokenizer, the texts cut and lowercased as the record says."""
     from ernie_deploy.fetch.data import read_split_file
     from ernie_deploy.serving.encoding import encode_batch
     from ernie_deploy.serving.runtime import OnnxModel
@@ -81,9 +76,10 @@ def dev_thresholds(
             f"{dev_file} is not a multi-label split (a `labels<TAB>text` TSV with rows)",
             "run `ernie-deploy fetch-data`, or pass --dev a label-set TSV",
         )
-    tokenizer, model = build_tokenizer(vocab_file, lowercase=lowercase), OnnxModel(onnx_path)
+    labels = list(model.labels)
+    tokenizer, onnx = build_tokenizer(vocab_file, lowercase=model.do_lower_case), OnnxModel(onnx_path)
     logits = np.zeros((len(texts), len(labels)), dtype=np.float32)
     for start in range(0, len(texts), batch_size):
-        enc = encode_batch(tokenizer, texts[start : start + batch_size], max_seq_len)
-        logits[start : start + batch_size] = model(enc.input_ids, enc.token_type_ids)
+        enc = encode_batch(tokenizer, texts[start : start + batch_size], model.max_seq_len)
+        logits[start : start + batch_size] = onnx(enc.input_ids, enc.token_type_ids)
     return choose_thresholds(logits, gold, labels)

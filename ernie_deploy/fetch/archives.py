@@ -12,7 +12,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, DownloadError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, DownloadError
 from ernie_deploy.core.files import atomic_path
 
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -58,7 +58,7 @@ def safe_extract(archive: str | Path, dest: str | Path) -> Path:
     """
     archive, dest = Path(archive), Path(dest)
     if not archive.is_file():
-        raise ErnieDeployError(f"no such archive: {archive}")
+        raise DownloadError(f"no such archive: {archive}", "check its path, or download it again")
     kind = archive_format(archive)
     try:
         with atomic_path(dest) as tmp:

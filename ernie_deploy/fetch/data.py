@@ -17,6 +17,10 @@ from ernie_deploy.core.paths import artifacts_dir
 
 SPLITS = ("train", "dev", "test")
 FORMATS = ("tsv", "jsonl", "labels.tsv")
+JSONL_FIX = (
+    'write each line as one JSON object, {"text": "...", "labels": [one tag per character]}, or re-run '
+    "`ernie-deploy fetch-data`"
+)
 LABEL_SEPARATOR = "|"  # between the labels of one text in a label-set TSV
 
 
@@ -56,7 +60,9 @@ def read_tsv(path: str | Path) -> tuple[list, list]:
         for row in reader:
             if len(row) != len(header):
                 raise BadDataError(
-                    f"{path}:{reader.line_num}: expected {len(header)} tab-separated fields, got {len(row)}"
+                    f"{path}:{reader.line_num}: expected {len(header)} tab-separated fields, got {len(row)}",
+                    "give every row the header's fields, separated by tabs; a tab or line break inside a text "
+                    "needs a backslash before it",
                 )
             labels.append(sorted(set(filter(None, row[0].split(LABEL_SEPARATOR)))) if sets else row[0])
             texts.append(row[1] if len(row) == 2 else (row[1], row[2]))
@@ -93,11 +99,11 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise BadDataError(f"{path}:{number}: not JSON: {exc}") from None
+                raise BadDataError(f"{path}:{number}: not JSON: {exc}", JSONL_FIX) from None
             text = row.get("text") if isinstance(row, dict) else None
             tags = row.get("labels") if isinstance(row, dict) else None
             if not isinstance(text, str) or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-                raise BadDataError(f'{path}:{number}: expected {{"text": str, "labels": [str, ...]}}')
+                raise BadDataError(f'{path}:{number}: expected {{"text": str, "labels": [str, ...]}}', JSONL_FIX)
             if len(tags) != len(text):
                 raise BadDataError(
                     f"{path}:{number}: {len(tags)} labels for a text of {len(text)} characters (one per character)",
@@ -111,7 +117,7 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
 def split_file(directory: str | Path, split: str, fmt: str) -> Path:
     """The file holding one split: `<directory>/<split>.<fmt>`."""
     if fmt not in FORMATS:
-        raise BadOptionsError(f"unknown split format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise BadOptionsError(f"unknown split format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
     return Path(directory) / f"{split}.{fmt}"
 
 

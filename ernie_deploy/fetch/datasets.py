@@ -97,7 +97,11 @@ def read_member(archive: Path, member: str) -> str:
         with tarfile.open(archive) as tf:
             fh = tf.extractfile(member)
             if fh is None:
-                raise DownloadError(f"{member} in {archive} is not a regular file")
+                raise DownloadError(
+                    f"{member} in {archive} is not a regular file",
+                    "check the member's path in the dataset's spec (fetch/datasets.py) against the archive's list "
+                    "of files",
+                )
             raw = fh.read()
     return raw.decode("utf-8")
 
@@ -116,6 +120,12 @@ def parse_thucnews(text: str) -> list[tuple[str, str]]:
 # whitespace that precedes it, so a character that is itself a space ("  O") still parses.
 _BMES_LINE = re.compile(r"(.*)\s(\S+)")
 _BMES_TAG = re.compile(r"O|[BMES]-\S+")
+
+
+BMES_FIX = (
+    "write each line as one character, a space and its tag (O, or B-/M-/E-/S- and a type), and an empty line after "
+    "each sentence"
+)
 
 
 def parse_bmes(text: str, source: str = "<text>") -> list[tuple[str, list[str]]]:
@@ -139,7 +149,8 @@ def parse_bmes(text: str, source: str = "<text>") -> list[tuple[str, list[str]]]
         match = _BMES_LINE.fullmatch(line)
         if match is None or len(match.group(1)) != 1 or not _BMES_TAG.fullmatch(match.group(2)):
             raise BadDataError(
-                f"{source}:{number}: expected one character and a BMES tag (e.g. `中 B-LOC`), got {line!r}"
+                f"{source}:{number}: expected one character and a BMES tag (e.g. `中 B-LOC`), got {line!r}",
+                BMES_FIX,
             )
         chars.append(match.group(1))
         tags.append(match.group(2))
@@ -169,7 +180,7 @@ def bmes_to_bio(tags: list[str]) -> list[str]:
             bio.append(f"I-{kind}" if open_type == kind else f"B-{kind}")
             open_type = kind if prefix == "M" else None
         else:
-            raise BadDataError(f"{tag!r} is not a BMES tag (O, or B-/M-/E-/S- and a type)")
+            raise BadDataError(f"{tag!r} is not a BMES tag (O, or B-/M-/E-/S- and a type)", BMES_FIX)
     return bio
 
 

@@ -139,7 +139,7 @@ def download(
 def _check_url(url: str) -> None:
     scheme = urlparse(url).scheme.lower()
     if scheme not in ("http", "https"):
-        raise BadOptionsError(f"only http(s) URLs can be downloaded, got {url!r}")
+        raise BadOptionsError(f"only http(s) URLs can be downloaded, got {url!r}", "pass an http:// or https:// URL")
 
 
 def _describe(exc: BaseException) -> str:
@@ -185,7 +185,10 @@ def _transfer(url: str, part: Path, *, timeout: float, progress: bool, label: st
         elif status == 200:
             offset, total, mode = 0, length, "wb"  # Range ignored (or not sent): start over
         else:
-            raise DownloadError(f"download of {url} failed: unexpected HTTP status {status}")
+            raise DownloadError(
+                f"download of {url} failed: unexpected HTTP status {status}",
+                "check that the URL serves the file itself (not a page about it), then retry",
+            )
         received = 0
         from tqdm import tqdm
 

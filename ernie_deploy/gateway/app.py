@@ -21,15 +21,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ernie_deploy.core.endpoints import GRPC_URL
-from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
+from ernie_deploy.core.errors import BadOptionsError, BadRequest
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.gateway import bodies
 from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT, DEFAULT_PORT
 from ernie_deploy.gateway.errors import (
     GatewayError,
     hugging_face_response,
-    message,
     simple_serving_response,
 )
 from ernie_deploy.gateway.metrics import Metrics
@@ -53,7 +52,7 @@ ROUTES = {
 @dataclass(frozen=True)
 class GatewaySettings:
     repository: Path = Path("models")
-    url: str = GRPC_URL
+    grpc_url: str = DEFAULT_GRPC_URL
     tls: Tls | None = None  # how to reach a tritonserver that serves gRPC over TLS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
@@ -74,7 +73,7 @@ class Gateway:
             )
         self.settings = settings
         self.models = ModelTable(settings.repository)
-        self.triton = Triton(settings.url, settings.tls, settings.timeout_s)
+        self.triton = Triton(settings.grpc_url, settings.tls, settings.timeout_s)
         self.metrics = Metrics()
         self.in_flight = 0
 
@@ -124,8 +123,8 @@ class Gateway:
                 raise GatewayError(
                     503,
                     "overloaded",
-                    f"the gateway is answering {self.in_flight} requests, its limit (--max-concurrent-requests); "
-                    "fix: retry after the Retry-After seconds, or start the gateway with a larger "
+                    f"the gateway is answering {self.in_flight} requests, its limit (--max-concurrent-requests)",
+                    fix="retry after the Retry-After seconds, or start the gateway with a larger "
                     "--max-concurrent-requests",
                     headers={"Retry-After": "1"},
                 )
@@ -139,12 +138,12 @@ class Gateway:
         except GatewayError as exc:
             error_type, response = exc.error_type, render(exc)
         except BadRequest as exc:  # a parameter the kind cannot honour (kinds/<kind>/gateway.py)
-            error_type, response = "validation", render(GatewayError(422, "validation", message(exc)))
+            error_type, response = "validation", render(GatewayError.from_error(exc))
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             error_type = "backend"
             response = render(
-                GatewayError(500, "backend", "the gateway failed to answer; fix: read the gateway's log, and retry")
+                GatewayError(500, "backend", "the gateway failed to answer", fix="read the gateway's log, and retry")
             )
         self.metrics.observe(ROUTES[route], response.status_code, time.perf_counter() - t0, error_type)
         return response
@@ -155,7 +154,7 @@ class Gateway:
         if model is None:
             known = ", ".join(self.models.models) or "(none: build one first)"
             raise GatewayError(
-                404, "not_found", f"{self.models.repository} serves no model {name!r}; fix: call one of: {known}"
+                404, "not_found", f"{self.models.repository} serves no model {name!r}", fix=f"call one of: {known}"
             )
         return model
 
@@ -207,14 +206,14 @@ class Gateway:
     async def info(self, request: Request) -> Response:
         t0 = time.perf_counter()
         body = {
-            "triton_url": self.settings.url,
+            "triton_url": self.settings.grpc_url,
             "triton_tls": self.settings.tls.describe() if self.settings.tls else None,
             "repository": str(self.settings.repository),
             "max_body_bytes": self.settings.max_body_bytes,
             "max_concurrent_requests": self.settings.max_concurrent_requests,
             "models": [
                 {**model.info(), "hugging_face_task": KIND_JSON[model.record.kind].hf_task}
-                for model in self.models.models.values()
+                for model in (await self.models.refreshed()).values()
             ],
         }
         self.metrics.observe(request.url.path, 200, time.perf_counter() - t0)
@@ -245,14 +244,14 @@ class Https:
 
         for option, path in (("--http-tls-cert", self.cert), ("--http-tls-key", self.key), ("--http-tls-ca", self.ca)):
             if path is not None and not Path(path).is_file():
-                raise ErnieDeployError(f"{option} {path}: no such file", "pass the path of an existing PEM file")
+                raise BadOptionsError(f"{option} {path}: no such file", "pass the path of an existing PEM file")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(str(self.cert), str(self.key), password=lambda: b"")
             if self.ca is not None:
                 context.load_verify_locations(cafile=str(self.ca))
         except ssl.SSLError as exc:
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"--http-tls-cert {self.cert}, --http-tls-key {self.key}"
                 + (f", --http-tls-ca {self.ca}" if self.ca else "")
                 + f" cannot be used: {exc.reason or exc}",
@@ -287,7 +286,7 @@ def serve(
     print(
         f"ernie-deploy gateway: {len(gateway.models.models)} models of {settings.repository} "
         f"({', '.join(gateway.models.models) or 'none yet'}) at {scheme}://{shown}:{port}, readiness "
-        f"{scheme}://{shown}:{port}/ready, Triton gRPC at {settings.url}",
+        f"{scheme}://{shown}:{port}/ready, Triton gRPC at {settings.grpc_url}",
         flush=True,
     )
     config = uvicorn.Config(

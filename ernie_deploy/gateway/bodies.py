@@ -31,7 +31,8 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise GatewayError(
                 400,
                 "validation",
-                f"Content-Length {declared!r} is not a number of bytes; fix: send the body's length in bytes",
+                f"Content-Length {declared!r} is not a number of bytes",
+                fix="send the body's length in bytes",
             )
         if int(declared) > limit:
             raise too_large(f"{int(declared):,}", limit)
@@ -48,8 +49,8 @@ def too_large(size: str, limit: int) -> GatewayError:
     return GatewayError(
         413,
         "validation",
-        f"the request body is {size} bytes, over this gateway's limit of {limit:,} (--max-body-bytes); fix: "
-        + BODY_FIX,
+        f"the request body is {size} bytes, over this gateway's limit of {limit:,} (--max-body-bytes)",
+        fix=BODY_FIX,
         headers={"Connection": "close"},  # what is left of the body is not read
     )
 
@@ -186,7 +187,7 @@ def hugging_face(body: object, model: ModelSpec) -> tuple[list, bool, dict]:
             items.append(tuple(value) if pair else value)
         return items, False, parameters
     if isinstance(inputs, list):
-        raise GatewayError(400, "empty", "inputs is an empty list; fix: send at least one text")
+        raise GatewayError(400, "empty", "inputs is an empty list", fix="send at least one text")
     shape = "a [text, text_pair] pair or a list of them" if pair else "a text or a list of texts"
     raise GatewayError.invalid(
         f"inputs is {type(inputs).__name__}, and {model.name} takes {shape}",

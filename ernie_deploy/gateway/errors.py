@@ -15,24 +15,31 @@ from starlette.responses import JSONResponse
 from ernie_deploy.core.errors import ErnieDeployError
 
 
-class GatewayError(Exception):
+class GatewayError(ErnieDeployError):
     """A request the gateway refuses or cannot answer: its HTTP status, TEI's error type, the message, and for a
-    problem in the body's JSON where it is (`loc`, FastAPI's path into the body)."""
+    problem in the body's JSON where it is (`loc`, FastAPI's path into the body).
+
+    The status says whose fault it is: 4xx the request's (not worth sending again unchanged), 5xx and 424 the
+    server's or the model's. `message` is what the client reads: the problem and, given `fix`, the fix, on one line.
+    A fix already written into `problem` after "; fix: " is read back as the fix."""
 
     def __init__(
         self,
         status: int,
         error_type: str,
-        message: str,
+        problem: str,
         *,
+        fix: str | None = None,
         loc: list | None = None,
         kind: str = "value_error",
         headers: dict[str, str] | None = None,
     ):
-        super().__init__(message)
+        if fix is None and _FIX in problem:
+            problem, fix = problem.split(_FIX, 1)
+        super().__init__(problem, fix)
         self.status = status
         self.error_type = error_type
-        self.message = message
+        self.message = message(self)
         self.loc = loc
         self.kind = kind
         self.headers = headers or {}
@@ -40,16 +47,20 @@ class GatewayError(Exception):
     @classmethod
     def invalid(cls, problem: str, fix: str, loc: list, kind: str = "value_error") -> GatewayError:
         """A body whose JSON or fields are not what the route takes (422)."""
-        return cls(422, "validation", f"{problem}; fix: {fix}", loc=loc, kind=kind)
+        return cls(422, "validation", problem, fix=fix, loc=loc, kind=kind)
 
     @classmethod
     def from_error(cls, error: ErnieDeployError, status: int = 422, error_type: str = "validation") -> GatewayError:
-        return cls(status, error_type, message(error))
+        return cls(status, error_type, error.problem, fix=error.fix)
+
+
+# Between the problem and the fix in a message on one line.
+_FIX = "; fix: "
 
 
 def message(error: ErnieDeployError) -> str:
     """An ErnieDeployError on one line: the problem, then the fix."""
-    return f"{error.problem}; fix: {error.fix}" if error.fix else error.problem
+    return f"{error.problem}{_FIX}{error.fix}" if error.fix else error.problem
 
 
 def simple_serving_response(error: GatewayError) -> JSONResponse:

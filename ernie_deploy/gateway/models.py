@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.serving.limits import TextLimits
 
 log = logging.getLogger("ernie_deploy.gateway")
 
@@ -20,21 +21,26 @@ REREAD_S = 1.0
 
 @dataclass(frozen=True)
 class ServedModel:
-    """One model users call: its record, the most texts one Triton request may hold (its config's max_batch_size),
-    and the limits its tokenizer holds a request to (serving.limits.TextLimits; None where the repository does not
-    say)."""
+    """One model users call, as the record of the version it serves says (core.spec): its task, labels and wire, the
+    most texts one Triton request may hold (`serving.max_batch_size`) and the limits its tokenizer holds a request
+    to (serving.limits.TextLimits)."""
 
     record: ModelSpec
-    max_batch_size: int
-    limits: object | None
 
     @property
     def name(self) -> str:
         return self.record.name
 
+    @property
+    def max_batch_size(self) -> int:
+        return self.record.serving.max_batch_size
+
+    @property
+    def limits(self) -> TextLimits:
+        return TextLimits(self.record.max_text_chars, self.record.max_request_chars)
+
     def info(self) -> dict:
         record, wire = self.record, self.record.wire
-        limits = self.limits
         return {
             "name": record.name,
             "task": record.task,
@@ -44,9 +50,13 @@ class ServedModel:
             "inputs": [spec.name for spec in wire.input_specs()],
             "outputs": [spec.name for spec in wire.output_specs()],
             "max_seq_len": record.max_seq_len,
-            "max_text_chars": limits.max_text_chars if limits else record.max_text_chars,
-            "max_request_chars": limits.max_request_chars if limits else record.max_request_chars,
+            "max_text_chars": record.max_text_chars,
+            "max_request_chars": record.max_request_chars,
             "max_batch_size": self.max_batch_size,
+            "layout": record.layout,
+            "long_text": record.long_text,
+            "thresholds": record.thresholds,
+            "serving": record.serving.to_dict(),
             "routes": {
                 "simple_serving": f"/models/{record.name}",
                 "hugging_face": f"/hf/{record.name}",
@@ -56,20 +66,10 @@ class ServedModel:
 
 
 def read_models(repository: str | Path) -> dict[str, ServedModel]:
-    """Every model the repository serves, by name."""
-    from ernie_deploy.repository.served import Existing, served_limits, served_models
+    """Every model the repository serves, by name, each as the record of the version it serves."""
+    from ernie_deploy.repository.served import served_models
 
-    records = served_models(repository)
-    configs = Existing.read(Path(repository)).configs
-    limits = served_limits(repository)
-    return {
-        name: ServedModel(
-            record,
-            configs[name].max_batch_size,
-            limits[name][1] if name in limits else None,
-        )
-        for name, record in records.items()
-    }
+    return {name: ServedModel(record) for name, record in served_models(repository).items()}
 
 
 class ModelTable:
@@ -77,6 +77,7 @@ class ModelTable:
 
     def __init__(self, repository: str | Path):
         self.repository = Path(repository)
+        self._stamp = self._configs_stamp()
         self.models: dict[str, ServedModel] = read_models(self.repository)
         self._read_at = time.monotonic()
         self._lock = asyncio.Lock()
@@ -89,9 +90,30 @@ class ModelTable:
                 await self.reread()
         return self.models.get(name)
 
+    async def refreshed(self) -> dict[str, ServedModel]:
+        """The models, read again where a served model's config changed since they were read: a rollout moves the
+        record a model serves by (repository.versions), and what the gateway shows follows it. One stat per model."""
+        async with self._lock:
+            if await asyncio.to_thread(self._configs_stamp) != self._stamp:
+                await self.reread()
+        return self.models
+
+    def _configs_stamp(self) -> tuple:
+        """When each config of the repository was last written (what a build or a rollout rewrites)."""
+        stamps = []
+        for path in sorted(self.repository.glob("*/config.pbtxt")):
+            try:
+                stamps.append((path.parent.name, path.stat().st_mtime_ns))
+            except OSError:  # removed since the listing
+                continue
+        return tuple(stamps)
+
     async def reread(self) -> None:
         try:
+            # Stamped before the read: a config written during it is read again next time.
+            stamp = await asyncio.to_thread(self._configs_stamp)
             self.models = await asyncio.to_thread(read_models, self.repository)
+            self._stamp = stamp
         except Exception as exc:  # a repository being rebuilt: keep serving what was read before
             log.warning(
                 "reading the models of %s failed, keeping the %d read before: %s",

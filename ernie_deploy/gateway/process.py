@@ -17,12 +17,13 @@ from ernie_deploy.server.procs import log_tail, start_group, stop_group, wait_ht
 
 
 class GatewayProcess:
-    """`ernie-deploy gateway -r repository --url url` on `host`:`port` (0: a free port), with `args` besides."""
+    """`ernie-deploy gateway -r repository --grpc-url grpc_url` on `host`:`port` (0: a free port), with `args`
+    besides."""
 
     def __init__(
         self,
         repository: str | os.PathLike,
-        url: str,
+        grpc_url: str,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -31,7 +32,7 @@ class GatewayProcess:
         ssl_context=None,
     ):
         self.repository = Path(repository).absolute()
-        self.grpc_url = url
+        self.grpc_url = grpc_url
         self.host = host
         self.port = port
         self.args = tuple(args)
@@ -63,7 +64,7 @@ class GatewayProcess:
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "ernie_deploy.cli", "gateway", "--repository", str(self.repository),
-            "--url", self.grpc_url, "--host", self.host, "--port", str(self.port), *self.args,
+            "--grpc-url", self.grpc_url, "--host", self.host, "--port", str(self.port), *self.args,
         ]  # fmt: skip
 
     def start(self, timeout: float = 60, ready: bool = True) -> GatewayProcess:
@@ -93,7 +94,7 @@ class GatewayProcess:
     def _fail(self, what: str, timed_out: bool = False) -> None:
         raise ServerNotReadyError(
             f"{what} (log: {self.log_path})\n  last log lines:\n{log_tail(self.log_path)}",
-            "read the log; check the Triton server it calls is up (--url)",
+            "read the log; check the Triton server it calls is up (--grpc-url)",
         )
 
     def stop(self, timeout: float = 15) -> int | None:

@@ -17,13 +17,15 @@ from ernie_deploy.client.grpc_client import grpc_client, input_columns, wire_inp
 from ernie_deploy.client.wire import native_answers
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import Tls
-from ernie_deploy.gateway.errors import GatewayError, message
+from ernie_deploy.gateway.errors import GatewayError
 from ernie_deploy.gateway.models import ServedModel
 
 # The Triton statuses that say the server or the model is not there to answer now (503: ask again later).
 UNAVAILABLE = {"StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
 # The words of a Triton refusal that name a request limit (serving.limits): a body over what the model takes.
 LIMIT_WORDS = ("max_text_chars", "max_request_chars")
+# Where str() of an ErnieDeployError (core.errors) puts the fix: a step's refusal, as Triton passes it on, holds it so.
+STEP_FIX = "\n  fix: "
 
 
 class Triton:
@@ -67,7 +69,7 @@ class Triton:
             total = sum(len(text) for column in columns for text in column)
             problem = model.limits.request_problem(total, len(items))
             if problem:
-                raise GatewayError(413, "validation", f"{problem}; fix: {model.limits.request_fix}")
+                raise GatewayError(413, "validation", problem, fix=model.limits.request_fix)
         parts = await asyncio.gather(*(self._infer(model, items[i : i + size]) for i in range(0, len(items), size)))
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
@@ -89,7 +91,9 @@ class Triton:
             answers = {o.name: result.as_numpy(o.name) for o in answered}
             return native_answers(wire, answers, columns[0], record.labels)
         except ErnieDeployError as exc:
-            raise GatewayError(424, "backend", message(exc)) from None
+            raise GatewayError(
+                424, "backend", exc.problem, fix=exc.fix or "check the served model's record (`ernie-deploy check`)"
+            ) from None
 
 
 def refusal(model: str, url: str, exc) -> GatewayError:
@@ -98,19 +102,22 @@ def refusal(model: str, url: str, exc) -> GatewayError:
     status, text = str(exc.status()), exc.message() or str(exc)
     if status == "StatusCode.INVALID_ARGUMENT":
         over = any(word in text for word in LIMIT_WORDS)
-        return GatewayError(413 if over else 422, "validation", text)
+        problem, _, fix = text.partition(STEP_FIX)  # sent on one line, as every message of the gateway
+        return GatewayError(
+            413 if over else 422, "validation", problem, fix=fix or "correct the request as the message says"
+        )
     if status in UNAVAILABLE:
         return GatewayError(
             503,
             "unhealthy",
-            f"model {model!r} is not ready at {url} ({text}); fix: wait for the server to load it, or check the "
-            "server's log",
+            f"model {model!r} is not ready at {url} ({text})",
+            fix="wait for the server to load it, or check the server's log",
             headers={"Retry-After": "1"},
         )
     if status == "StatusCode.DEADLINE_EXCEEDED":
         return GatewayError(
-            504, "backend", f"model {model!r} did not answer in time ({text}); fix: send fewer or shorter texts"
+            504, "backend", f"model {model!r} did not answer in time ({text})", fix="send fewer or shorter texts"
         )
     return GatewayError(
-        424, "backend", f"model {model!r} failed: {text} ({status.split('.')[-1]}); fix: check the server's log"
+        424, "backend", f"model {model!r} failed: {text} ({status.split('.')[-1]})", fix="check the server's log"
     )

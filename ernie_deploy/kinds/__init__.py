@@ -16,7 +16,7 @@ from importlib.util import find_spec
 from types import ModuleType
 from typing import Any
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.kinds.base import Kind
 
 
@@ -28,12 +28,12 @@ def discover() -> dict[str, Kind]:
             continue
         kind = getattr(import_module(f"{__name__}.{module.name}"), "KIND", None)
         if not isinstance(kind, Kind):
-            raise ErnieDeployError(
+            raise InstallError(
                 f"ernie_deploy/kinds/{module.name} has no KIND record",
                 f"define KIND = Kind(name={module.name!r}, ...) in its __init__.py (ernie_deploy.kinds.base.Kind)",
             )
         if kind.name != module.name:
-            raise ErnieDeployError(
+            raise InstallError(
                 f"ernie_deploy/kinds/{module.name} defines kind {kind.name!r}",
                 f"name the kind after its folder: Kind(name={module.name!r}, ...)",
             )
@@ -57,7 +57,7 @@ def layer(kind: Kind, name: str, *, optional: bool = False) -> ModuleType | None
     if find_spec(module) is None:
         if optional:
             return None
-        raise ErnieDeployError(
+        raise InstallError(
             f"kind {kind.name!r} has no {name} module ({module})",
             f"add ernie_deploy/kinds/{kind.name}/{name}.py with what the {name} layer reads of each kind",
         )
@@ -80,7 +80,7 @@ def table(
         if module is None:
             continue
         if not hasattr(module, attribute):
-            raise ErnieDeployError(
+            raise InstallError(
                 f"{module.__name__} has no {attribute}", f"define {attribute} there: the {name} layer reads it"
             )
         out[key(kind)] = getattr(module, attribute)

@@ -22,7 +22,7 @@ class Kind:
     split_format: str
     # Per-label decision thresholds stored with the model (thresholds.json beside model.onnx): `convert` chooses
     # them on the dev split, `build` puts them beside labels.json (or takes --thresholds FILE).
-    thresholds: bool = False
+    per_label_thresholds: bool = False
     # Its answers are entities decoded from per-token labels, under a NER decoding (`--ner-decoding`).
     entities: bool = False
     # How `build --graph-postprocess` expresses its postprocess as ONNX nodes appended to the converted graph (the

@@ -23,7 +23,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.client.grpc_client import Client, decode_outputs
-from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.errors import (
+    BadOptionsError,
+    BadRepositoryError,
+    ErnieDeployError,
+    FailedRequestsError,
+    ServerNotReadyError,
+)
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.repository.served import served_model
@@ -93,10 +99,12 @@ class Move:
     ) -> Move:
         model = VersionedModel.read(repository, name)
         served = served_model(repository, name)
-        current = model.serving()
+        current = model.serving_version()
         _check_served_from(model, admin)
         if to_version == current:
-            raise ErnieDeployError(f"{name} already serves version {to_version}", "nothing to do")
+            raise BadOptionsError(
+                f"{name} already serves version {to_version}", "nothing to do; to move it, name another version"
+            )
         if to_version not in model.on_disk():
             raise BadRepositoryError(
                 f"{name} has no version {to_version} in {model.repository} (versions: {model.on_disk()})",
@@ -223,7 +231,10 @@ def canary_probe(url: str, tls: Tls | None = None) -> Callable[[ModelSpec, Seque
             items = [t if len(task.inputs) == 1 else (t,) * len(task.inputs) for t in texts]
             answers = decode_outputs(task, client.infer(items))
         if len(answers) != len(texts):
-            raise ErnieDeployError(f"the canary {canary.name} answered {len(answers)} of {len(texts)} texts")
+            raise FailedRequestsError(
+                f"the canary {canary.name} answered {len(answers)} of {len(texts)} texts",
+                "read the server's log for the new version's errors; the serving version keeps answering",
+            )
 
     return probe
 
@@ -244,10 +255,10 @@ def _wait_model_ready(client: Client, model: str, timeout_s: float = 30.0) -> No
 def previous_version(repository: str | Path, name: str) -> int:
     """The version rollback returns to: the newest one on disk older than the serving one."""
     model = VersionedModel.read(repository, name)
-    current = model.serving()
+    current = model.serving_version()
     older = [v for v in model.on_disk() if v < current]
     if not older:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"{name} serves version {current} and has no older version on disk to go back to",
             "name one with --to, or build one with `ernie-deploy build --model NAME --version N`",
         )

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.client.admin import RepositoryAdmin
-from ernie_deploy.client.metrics import METRICS_URL, Sample, ShadowSummary, scrape, shadow_summary
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.client.metrics import Sample, ShadowSummary, scrape, shadow_summary
+from ernie_deploy.core.endpoints import DEFAULT_METRICS_URL
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.shadow import DEFAULT_FRACTION, SHADOW_PARAMETER, ShadowPlan, check_fraction
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP
@@ -40,9 +42,6 @@ POLL_S = 1.0
 # After the answering step is reloaded with the plan, what the step it replaced still had to push lands within one
 # push interval; the starting counts are read only after that, so that none of it is taken for the shadow's.
 SETTLE_S = 1.5
-# The config parameter naming the model the answering step labels its counts with (serving/watch.py): a step built
-# without monitoring counts nothing, so the shadow turns it on for as long as it runs.
-MONITOR_PARAMETER = "monitor"
 
 
 class ShadowRefused(ErnieDeployError):
@@ -125,8 +124,10 @@ class ShadowStep:
         config = mc.ModelConfig()
         config.CopyFrom(self.config)
         config.parameters[SHADOW_PARAMETER].string_value = self.plan.to_json()
-        if MONITOR_PARAMETER not in config.parameters:
-            config.parameters[MONITOR_PARAMETER].string_value = self.plan.model
+        # A step built without monitoring counts nothing (core.profile.WATCHED_MODEL_PARAMETER names the model it would
+        # count for): the shadow turns it on for as long as it runs.
+        if WATCHED_MODEL_PARAMETER not in config.parameters:
+            config.parameters[WATCHED_MODEL_PARAMETER].string_value = self.plan.model
         return config
 
     @property
@@ -144,7 +145,7 @@ def shadow_step(move: Move, record: ModelSpec, fraction: float) -> ShadowStep:
     step = layout.answering(record, tokenizer)
     config = model.entry if step == model.name else model.steps.get(step)
     if config is None:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"{model.name}: its answering step {step} is not one of its versioned models ({', '.join(model.steps)})",
             "rebuild the model with this version of ernie-deploy",
         )
@@ -177,7 +178,7 @@ def shadow_rollout(
     duration_s: float | None = None,
     requests: int | None = None,
     min_agreement: float | None = None,
-    metrics_url: str = METRICS_URL,
+    metrics_url: str = DEFAULT_METRICS_URL,
     probe_texts: Sequence[str] = PROBE_TEXTS,
     log: Callable[[str], None] = lambda line: None,
     read_metrics: Callable[[str], list[Sample]] = scrape,

@@ -81,12 +81,12 @@ def build_models(
     repository: str | Path,
     version: int | None = None,
     *,
-    thresholds: str | Path | None = None,
+    thresholds_file: str | Path | None = None,
     tritonserver: str | Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Built:
     """Add or replace `models` (model names, whose converted artifacts are read by name, or ModelArtifacts) in
-    `repository`; with `version`, add that version of the one model beside the one serving. `thresholds`: a
+    `repository`; with `version`, add that version of the one model beside the one serving. `thresholds_file`: a
     multi-label model's thresholds file instead of the ones `convert` chose (one such model only). `log` takes a
     line per file written, and one per model on its reference profile (repository.reference)."""
     from ernie_deploy.repository.build import build
@@ -99,14 +99,14 @@ def build_models(
         options, repository, version_of=names[0] if version is not None else None, tritonserver=tritonserver
     )
     entries = [_artifacts(m) if isinstance(m, str) else m for m in models]
-    if thresholds:
-        if len(entries) != 1 or not entries[0].model.task_spec.thresholds:
+    if thresholds_file:
+        if len(entries) != 1 or not entries[0].model.task_spec.per_label_thresholds:
             raise BadOptionsError(
                 "--thresholds replaces one multi-label model's thresholds; this build has "
                 + ", ".join(f"{e.name} ({e.model.task})" for e in entries),
                 "build exactly one multi_label model with it (--task multi_label or --model N)",
             )
-        entries[0] = replace(entries[0], thresholds=Path(thresholds))
+        entries[0] = replace(entries[0], thresholds_file=Path(thresholds_file))
     if version is not None:
         from ernie_deploy.repository.add_version import build_version
 

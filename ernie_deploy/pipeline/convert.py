@@ -43,12 +43,11 @@ def convert_model(
     return convert_checked(
         model,
         onnx_file(model, out, name),
-        max_seq_len=model.max_seq_len,
         precision=options.precision,
         gates=gates,
         opset=options.opset,
         thresholds_dev=(options.dev or split_file(data_dir(task.dataset), "dev", task.split_format))
-        if task.thresholds
+        if task.per_label_thresholds
         else None,
         optimize=options.optimize,
         calibration=calibrate,

@@ -106,14 +106,14 @@ def model_plan(where: str, entry: ModelEntry) -> ModelPlan:
 
 def build_plan(deployment: Deployment) -> BuildOptions:
     """The build options of the file's `build` section, checked as far as they can be before the models exist."""
-    from ernie_deploy.repository.options import ner_decoding
+    from ernie_deploy.repository.resolve import decides_decoding
 
     where = f"{deployment.path.name}: build"
     options = build_options_from_mapping(_settable(where, deployment.build), where)
     if options.runtime != AUTO:  # with "auto" the server found when the build runs decides what fits
         _checked(where, lambda: resolve_build_options(options, deployment.repository))
     for m in deployment.models:
-        _checked(where, lambda m=m: ner_decoding(ModelSpec.new(m.task, m.name), options))
+        _checked(where, lambda m=m: decides_decoding(ModelSpec.new(m.task, m.name), options.overrides))
     return options
 
 

@@ -109,7 +109,7 @@ class ConvertOptions(_StageOptions):
 
     def check(self, task, name: str | None = None) -> None:
         """Refuse what does not fit model `name` of `task` (a core.tasks.TaskSpec), before any conversion work."""
-        if self.dev and not task.thresholds:
+        if self.dev and not task.per_label_thresholds:
             raise BadOptionsError(
                 f"--dev chooses a multi-label model's thresholds; {name or task.name} is a {task.name} model",
                 "drop --dev",
@@ -120,7 +120,9 @@ class ConvertOptions(_StageOptions):
                 "drop --calibration-data, or add --quantize int8",
             )
         if self.calibrated and self.calibration_n < 1:
-            raise BadOptionsError(f"--calibration-n {self.calibration_n}: calibration needs at least one text")
+            raise BadOptionsError(
+                f"--calibration-n {self.calibration_n}: calibration needs at least one text", "pass 1 or more"
+            )
 
 
 # The build options a deployment file may set, beyond BuildOptions' own checks: the values each one takes. Their

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ernie_deploy.client.admin import RepositoryAdmin
@@ -132,14 +132,13 @@ def version_predictions(repository: str | Path, name: str, version: int, texts: 
     """What `version` of served model `name` answers, computed in-process with the serving code from the model's
     record (how it reads a text: max_seq_len, windows, NER decoding) and that version's own files (tokenizer,
     model.onnx, labels.json and thresholds, which a version may hold differently)."""
-    from ernie_deploy.evaluate.offline import model_files, predictions
+    from ernie_deploy.evaluate.offline import head_tokens, predictions, with_thresholds
     from ernie_deploy.serving.encoding import encode_items
     from ernie_deploy.serving.runtime import OnnxModel
     from ernie_deploy.serving.tokenizer import load_tokenizer
 
     repository = Path(repository)
     record = served_model(repository, name)
-    task = record.task_spec
     model = VersionedModel.read(repository, name)
     layout = model.layout
     shared = model.entry.ensemble_scheduling.step[0].model_name if layout.shares_tokenizer else TOKENIZER_STEP
@@ -154,39 +153,32 @@ def version_predictions(repository: str | Path, name: str, version: int, texts: 
         onnx = OnnxModel(folder(homes["model"]) / "model.onnx", outputs=("label",))
     else:
         onnx = OnnxModel(folder(homes["model"]) / "model.onnx")
-    # What else that version's postprocess reads: a multi-label model's thresholds, a token model's NER decoding.
-    files = model_files(task, folder(homes["labels"]), labels)
-    if record.ner_decoding:
-        files["decoding"] = record.ner_decoding
+    # The record as that version answers: its own labels and (a multi-label model's) thresholds, read from its
+    # folder rather than from the record of the version serving now; the reading and the NER decoding are the record's.
+    own = with_thresholds(replace(record, labels=tuple(labels), thresholds=None), folder(homes["labels"]))
     if record.long_text == "window":
-        return _in_windows(record, tokenizer, onnx, labels, list(texts), files)
+        return _in_windows(own, tokenizer, onnx, list(texts))
     out: list = []
     for start in range(0, len(texts), 64):
         batch = list(texts[start : start + 64])
-        enc = encode_items(tokenizer, batch, record.max_seq_len)
+        enc = encode_items(tokenizer, batch, own.max_seq_len, head_tokens=head_tokens(own))
         answer = onnx(enc.input_ids, enc.token_type_ids)
         if layout.answers_in_graph:
             out += [label.decode("utf-8") if isinstance(label, bytes) else str(label) for label in answer.reshape(-1)]
         else:
-            out += predictions(task, labels, answer, enc, batch, **files)
+            out += predictions(own, answer, enc, batch)
     return out
 
 
-def _in_windows(record, tokenizer, onnx, labels: list[str], texts: list[str], files: dict) -> list:
+def _in_windows(record: ModelSpec, tokenizer, onnx, texts: list[str]) -> list:
     """A model that reads texts in windows, read in the windows its record says it is served with."""
     from ernie_deploy.evaluate.offline import window_predict
     from ernie_deploy.serving.encoding import encode_whole
-    from ernie_deploy.serving.entities import DEFAULT_DECODING
     from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
-    from ernie_deploy.serving.windows import default_stride, recorded_cut
 
-    window = record.window_size or record.window_default
-    stride = record.window_stride or default_stride(window)
     specials = tuple(tokenizer.token_to_id(token) for token in (CLS, SEP, PAD))
-    decoding = files.get("decoding", DEFAULT_DECODING)
     whole = lambda batch: encode_whole(tokenizer, batch)  # noqa: E731 - the one-line reader window_predict takes
-    cut = recorded_cut(record.window_cut, record.long_text)
-    return window_predict(labels, texts, whole, onnx, specials, window, stride, decoding=decoding, cut=cut)
+    return window_predict(record, texts, whole, onnx, specials)
 
 
 def run_rollout_soak(
@@ -205,7 +197,7 @@ def run_rollout_soak(
     from ernie_deploy.server.process import TritonServer
 
     model = served_model(repository, name)
-    current = VersionedModel.read(repository, name).serving()
+    current = VersionedModel.read(repository, name).serving_version()
     references = {v: version_predictions(repository, name, v, texts) for v in (current, to_version)}
     differ = sum(a != b for a, b in zip(references[current], references[to_version]))
     with TritonServer(repository, http_port=0, grpc_port=0, metrics_port=0, grpc_tls=grpc_tls) as server:

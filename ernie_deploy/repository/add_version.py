@@ -14,12 +14,12 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import staging_dir, write_json
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.build import MODEL_PY, ModelArtifacts, pad_token_id
 from ernie_deploy.repository.layouts import caches_answers, task_configs
-from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.options import BuildOptions, check_options
 from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import digest, kept_digest, model_tokenizer, tokenizer_json
@@ -47,8 +47,8 @@ def build_version(
     keeps serving it too, and `ernie-deploy rollout` moves to the new one. The version's reference profile
     (repository.reference) goes into its answering step's version folder (reference.json): the record on the
     model's entry stays the serving version's. Returns the version folders written."""
+    check_options(options)
     name = entry.name
-    thresholds = entry.checked_thresholds()
     if version < 1:
         raise BadOptionsError(f"version {version} is not a version number", "use a whole number from 1")
     repository = Path(repository).absolute()
@@ -67,7 +67,7 @@ def build_version(
             f"build the version {'with' if caches_answers(model.entry) else 'without'} --cache",
         )
     options = _served_wire(name, model, options)
-    serving = model.serving()
+    serving = model.serving_version()
     if version == serving:
         raise BadOptionsError(f"version {version} of {name!r} is serving", "give the new version another number")
     if caches_answers(model.entry) and version in model.on_disk():
@@ -76,17 +76,20 @@ def build_version(
             "a running server may hold answers cached for it, which the new files would not give",
             f"give the new version a number not used before (the next one: {max(model.on_disk()) + 1})",
         )
-    options = entry.options(options)
-    tokenizer, payload = _version_tokenizer(entry, options, model, serving)
-    record = entry.served_record(options, thresholds, tokenizer_sha256=None)
-    check_reference_file(record, options)  # a bad --reference file fails before any work
-    configs = {c.name: c for c in task_configs(record, entry.onnx, options, tokenizer, pad_token_id(entry.vocab_file))}
+    record = entry.served(options)
+    tokenizer, payload = _version_tokenizer(entry, record, model, serving)
+    check_reference_file(record, options.reference_texts)  # a bad --reference file fails before any work
+    configs = {c.name: c for c in task_configs(record, entry.onnx, tokenizer, pad_token_id(entry.vocab_file))}
     _check_version_fits(name, version, configs, model)
-    reference = model_reference(record, entry.onnx, payload, options, pad_token_id(entry.vocab_file), log)
+    pad = pad_token_id(entry.vocab_file)
+    reference = model_reference(record, entry.onnx, payload, options.reference_texts, pad, log)
+    record = replace(
+        record, reference=reference, tokenizer_sha256=_served_fingerprint(model, tokenizer), version=version
+    )
     written = []
     homes = layout.homes(record, tokenizer)
     answering = layout.answering(record, tokenizer)
-    python_steps = layout.python_steps(record, tokenizer, options.runtime)
+    python_steps = layout.python_steps(record, tokenizer, record.serving.runtime)
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         for step in model.steps:
             folder = staging / step / str(version)
@@ -94,11 +97,11 @@ def build_version(
             if homes["tokenizer"] == step:
                 (folder / "tokenizer.json").write_bytes(payload)
             if homes["model"] == step:
-                layout.write_model_file(record, entry.onnx, options, folder / "model.onnx")
+                layout.write_model_file(record, entry.onnx, folder / "model.onnx")
             if homes["labels"] == step:
                 write_json(list(record.labels), folder / "labels.json")
-                if thresholds is not None:
-                    write_json(thresholds, folder / THRESHOLDS_FILE)
+                if record.thresholds is not None:
+                    write_json(record.thresholds, folder / THRESHOLDS_FILE)
             if answering == step and reference is not None:
                 write_reference(reference, folder)
             if step in python_steps:
@@ -110,6 +113,9 @@ def build_version(
                 os.replace(final, staging / "old" / f"{step}-{version}")
             os.replace(staging / step / str(version), final)
             written.append(final)
+    # The version's record, beside its settings in the entry's version folder (the serving version's is there from
+    # its own build): rollout and rollback move the entry's `model_spec` to it (versions.VersionedModel.pinned).
+    written.append(record.write(repository / name / str(version)))
     settings = _version_settings(model, configs)
     if settings != model.current_settings():
         # The version runs with other serving settings (instances, batching, threads): it carries them, and the
@@ -145,11 +151,20 @@ def _version_settings(model: VersionedModel, configs: dict[str, mc.ModelConfig])
     return settings
 
 
-def _version_tokenizer(entry: ModelArtifacts, options: BuildOptions, model, serving: int) -> tuple[str, bytes]:
+def _served_fingerprint(model: VersionedModel, tokenizer: str) -> str | None:
+    """The fingerprint of the tokenizer step a version is served by: the shared step's (a version keeps its model's
+    tokenizer), as the serving record says."""
+    from ernie_deploy.repository.layouts import entry_record
+
+    record = entry_record(model.name, model.entry)
+    return record.tokenizer_sha256 if record is not None else None
+
+
+def _version_tokenizer(entry: ModelArtifacts, record, model, serving: int) -> tuple[str, bytes]:
     """The tokenizer step a new version of `model` uses and its tokenizer.json, refused when the version would
     tokenize differently from the model (a version keeps its model's tokenizer)."""
     payload = tokenizer_json(entry.vocab_file)
-    refusal = ErnieDeployError(
+    refusal = BadOptionsError(
         f"the new version of {model.name!r} tokenizes differently (vocabulary, lowercasing, max_seq_len or build "
         "options): a version keeps its model's tokenizer",
         f"build it as a new model with another --model, or use the options {model.name!r} was built with",
@@ -158,7 +173,7 @@ def _version_tokenizer(entry: ModelArtifacts, options: BuildOptions, model, serv
         tokenizer = model.entry.ensemble_scheduling.step[0].model_name
         existing = Existing.read(model.repository)
         recorded = existing.configs.get(tokenizer)
-        config, windows = model_tokenizer(entry, options, payload)
+        config, windows = model_tokenizer(record, payload)
         if recorded is None:
             raise refusal
         same = (
@@ -171,7 +186,7 @@ def _version_tokenizer(entry: ModelArtifacts, options: BuildOptions, model, serv
         return tokenizer, payload
     # The tokenizer is in the model's own version folders: the new one must hold the same file (its settings are in
     # the config, compared with the rest of it).
-    home = model.layout.homes(entry.model, TOKENIZER_STEP)["tokenizer"]
+    home = model.layout.homes(record, TOKENIZER_STEP)["tokenizer"]
     if (model.repository / home / str(serving) / "tokenizer.json").read_bytes() != payload:
         raise refusal
     return TOKENIZER_STEP, payload

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -28,17 +28,9 @@ from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.spec import SPEC_FILE, SPEC_PARAMETER, ModelSpec
 from ernie_deploy.repository.configs import render, warmup_files
 from ernie_deploy.repository.layouts import get_layout, task_configs
-from ernie_deploy.repository.options import (
-    BuildOptions,
-    head_tokens,
-    long_text_mode,
-    model_io,
-    ner_decoding,
-    window_cut,
-    window_size,
-    window_stride,
-)
+from ernie_deploy.repository.options import BuildOptions, check_options
 from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
+from ernie_deploy.repository.resolve import resolve
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import TokenizerStep, tokenizer_steps
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
@@ -57,7 +49,7 @@ class ModelArtifacts:
     model: ModelSpec
     onnx: Path
     vocab_file: Path
-    thresholds: Path | None = None
+    thresholds_file: Path | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "onnx", Path(self.onnx))
@@ -69,57 +61,19 @@ class ModelArtifacts:
 
     def checked_thresholds(self) -> dict[str, float] | None:
         """The model's thresholds, checked against its labels (None: its task has none)."""
-        if not self.model.task_spec.thresholds:
+        if not self.model.task_spec.per_label_thresholds:
             return None
         from ernie_deploy.serving.multi_label import check_thresholds, read_thresholds
 
         labels = list(self.model.labels)
-        if self.thresholds is None and self.model.thresholds is not None:
+        if self.thresholds_file is None and self.model.thresholds is not None:
             return check_thresholds(self.model.thresholds, labels, "the thresholds `convert` recorded")
-        return read_thresholds(self.thresholds or self.onnx.parent / THRESHOLDS_FILE, labels)
+        return read_thresholds(self.thresholds_file or self.onnx.parent / THRESHOLDS_FILE, labels)
 
-    def options(self, options: BuildOptions) -> BuildOptions:
-        """The build options for this model: `options`, with what its record says where no option was given (a model
-        that reads windows takes windows of about the length it was trained on), in its layout (for "auto", the
-        default one that fits its kind)."""
-        from ernie_deploy.repository.layouts import settle_layout
-
-        options = settle_layout(self.model, options)
-        if options.window_size is None and long_text_mode(self.model, options) == "window":
-            window = self.model.window_default
-            # a --window-stride too long for these windows was chosen for windows of max_seq_len: it keeps them
-            if options.window_stride is None or options.window_stride <= window - 2:
-                return replace(options, window_size=window)
-        return options
-
-    def served_record(self, options: BuildOptions, thresholds, tokenizer_sha256: str | None) -> ModelSpec:
-        """The record as served: this model's, completed with what the build decided (`options`, settled by
-        `self.options`). The served configs are generated from it."""
-        model = self.model
-        mode = long_text_mode(model, options)
-        limits = options.limits.reading(mode == "window")
-        return replace(
-            model,
-            ner_decoding=ner_decoding(model, options),
-            io=model_io(model, options),
-            thresholds=thresholds,
-            long_text=mode,
-            window_size=window_size(options, model.max_seq_len) if mode == "window" else None,
-            window_stride=window_stride(options, model.max_seq_len) if mode == "window" else None,
-            window_cut=window_cut(options) if mode == "window" else None,
-            head_tokens=head_tokens(options, model.max_seq_len),
-            max_text_chars=limits.max_text_chars,
-            max_request_chars=limits.max_request_chars,
-            layout=options.layout,
-            serving={
-                k: v
-                for k, v in asdict(options).items()
-                if k not in _RECORDED_APART
-                and (v or k not in _RECORDED_WHEN_ON)
-                and (not v or k not in _RECORDED_WHEN_OFF)
-            },
-            tokenizer_sha256=tokenizer_sha256,
-        )
+    def served(self, options: BuildOptions) -> ModelSpec:
+        """The record as served under `options` (repository.resolve), with the thresholds it serves; the build adds
+        the tokenizer's fingerprint and the reference profile. The served configs are generated from it."""
+        return resolve(replace(self.model, thresholds=self.checked_thresholds()), options.overrides, options.settings)
 
 
 def model_artifacts(static, onnx: str | Path, name: str | None = None) -> ModelArtifacts:
@@ -172,29 +126,29 @@ def build(
     no model folder ever mixes files of two builds. Other models in the repository are left alone, byte for
     byte; a model's former steps that the new build no longer uses (and a tokenizer no model uses any more)
     are removed with it."""
+    check_options(options)
     entries = [entries] if isinstance(entries, ModelArtifacts) else list(entries)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise BadOptionsError(f"model {', '.join(twice)} is listed twice", "give each model its own --model")
-    if options.reference is not None and len(entries) != 1:
+    if options.reference_texts is not None and len(entries) != 1:
         raise BadOptionsError(
             f"--reference gives one model's reference texts; this build has {len(entries)} models ({', '.join(names)})",
             "build the model with --reference on its own (--model N), the others without",
         )
-    thresholds = {e.name: e.checked_thresholds() for e in entries}  # a bad file fails before any write
+    records = {e.name: e.served(options) for e in entries}  # a bad option or thresholds file fails before any write
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
     existing = Existing.read(repository)
-    per_model = {e.name: e.options(options) for e in entries}
-    tokenizers = tokenizer_steps(entries, per_model, existing)
+    tokenizers = tokenizer_steps(entries, records, existing)
     plans = []
     for e in entries:
-        opts, tokenizer = per_model[e.name], tokenizers[e.name]
-        record = e.served_record(opts, thresholds[e.name], tokenizer.fingerprint)
-        check_reference_file(record, opts)  # a bad --reference file fails before any work
-        configs = task_configs(record, e.onnx, opts, tokenizer.name, pad_token_id(e.vocab_file))
-        plans.append(_Plan(e, record, opts, tokenizer, configs))
+        tokenizer = tokenizers[e.name]
+        record = replace(records[e.name], tokenizer_sha256=tokenizer.fingerprint, version=int(VERSION))
+        check_reference_file(record, options.reference_texts)  # a bad --reference file fails before any work
+        configs = task_configs(record, e.onnx, tokenizer.name, pad_token_id(e.vocab_file))
+        plans.append(_Plan(e, record, tokenizer, configs))
     replaced = set(names)
     kept = set().union(*(existing.members(m) for m in existing.served() if m not in replaced))
     shared = {tokenizers[n].name for n in names} & kept  # a tokenizer kept models use: identical, left as it is
@@ -206,8 +160,10 @@ def build(
                 "give the model another --model",
             )
     for plan in plans:
-        e, opts = plan.entry, plan.options
-        reference = model_reference(plan.record, e.onnx, plan.tokenizer.payload, opts, pad_token_id(e.vocab_file), log)
+        e = plan.entry
+        reference = model_reference(
+            plan.record, e.onnx, plan.tokenizer.payload, options.reference_texts, pad_token_id(e.vocab_file), log
+        )
         plan.record = replace(plan.record, reference=reference)
     with staging_dir(repository.parent, f"{repository.name}.staging") as staging:
         written = _write_models(plans, staging / "new", skip=shared)
@@ -228,36 +184,22 @@ def build(
 
 @dataclass
 class _Plan:
-    """One model of a build: its files, its record as served, its own build options, its tokenizer step and its
-    configs (generated from that record)."""
+    """One model of a build: its files, its record as served, its tokenizer step and its configs (generated from that
+    record)."""
 
     entry: ModelArtifacts
     record: ModelSpec
-    options: BuildOptions
     tokenizer: TokenizerStep
     configs: list[mc.ModelConfig]
-
-
-# BuildOptions fields the record holds as fields of its own.
-_RECORDED_APART = {
-    "layout", "long_text", "window_size", "window_stride", "window_cut", "head_tokens", "ner_decoding",
-    "max_text_chars", "max_request_chars", "io", "reference",
-}  # fmt: skip
-# BuildOptions switches the record holds only when on, so that a model built without them keeps the configs it had
-# before they existed, byte for byte (models/ is checked in).
-_RECORDED_WHEN_ON = {"response_cache"}
-# ... and those it holds only when off: a monitored model's answering step carries `monitor` as a parameter of another
-# meaning (the model its series are labelled with), and one name has one meaning in a served model.
-_RECORDED_WHEN_OFF = {"monitor"}
 
 
 def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[Path]:
     written = []
     repository.mkdir(parents=True, exist_ok=True)
     for plan in plans:
-        model, options, tokenizer = plan.record, plan.options, plan.tokenizer
-        layout = get_layout(options.layout)
-        python_steps = layout.python_steps(model, tokenizer.name, options.runtime)
+        model, tokenizer = plan.record, plan.tokenizer
+        layout = get_layout(model.layout)
+        python_steps = layout.python_steps(model, tokenizer.name, model.serving.runtime)
         for config in plan.configs:
             if config.name in skip or (config.name == tokenizer.name and not tokenizer.owner):
                 continue
@@ -282,12 +224,13 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
             with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
                 tmp.write_bytes(tokenizer.payload)
         version_dir = repository / homes["model"] / VERSION
-        layout.write_model_file(model, plan.entry.onnx, options, version_dir / "model.onnx")
+        layout.write_model_file(model, plan.entry.onnx, version_dir / "model.onnx")
         write_json(list(model.labels), repository / homes["labels"] / VERSION / "labels.json")
         if model.thresholds is not None:
             write_json(model.thresholds, repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
         if model.reference is not None:
             write_reference(model.reference, repository / layout.answering(model, tokenizer.name) / VERSION)
+        model.write(repository / model.name / VERSION)  # the version's record (core.spec)
     for version_dir in repository.glob(f"*/{VERSION}"):
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()

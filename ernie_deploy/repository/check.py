@@ -214,17 +214,33 @@ def ner_decodings(path: str | Path) -> dict[str, str]:
     return out
 
 
-def _check_record(name: str, config: mc.ModelConfig) -> list[Problem]:
+def _check_record(model_dir: Path, config: mc.ModelConfig) -> list[Problem]:
     """A model users call carries its record in this version's format (an older repository is rebuilt, not read
-    through fallbacks)."""
-    from ernie_deploy.core.spec import REBUILD
+    through fallbacks), and it is the record of the version it serves (`<name>/<version>/model.json`)."""
+    from ernie_deploy.core.spec import REBUILD, SPEC_FILE, ModelSpec
     from ernie_deploy.core.tasks import TASK_PARAMETER
     from ernie_deploy.repository.layouts import entry_record
+    from ernie_deploy.repository.versions import VersionedModel
 
+    name = model_dir.name
     if config.platform == "ensemble" and TASK_PARAMETER not in config.parameters:
         return [Problem(name, "an ensemble that names no task: built by an older ernie-deploy", REBUILD)]
     try:
-        entry_record(name, config)
+        record = entry_record(name, config)
+        if record is None:
+            return []
+        serving = VersionedModel.read(model_dir.parent, name).serving_version()
+        if not (model_dir / str(serving) / SPEC_FILE).is_file():
+            return [Problem(name, f"version {serving}, which it serves, has no record ({SPEC_FILE})", REBUILD)]
+        if record != ModelSpec.read(model_dir / str(serving)):
+            return [
+                Problem(
+                    name,
+                    f"the record its config carries is not that of version {serving}, which it serves "
+                    f"({name}/{serving}/{SPEC_FILE})",
+                    f"put the version live again: ernie-deploy rollout --model {name} --to {serving}",
+                )
+            ]
     except ErnieDeployError as exc:
         return [Problem(name, exc.problem, exc.fix or REBUILD)]
     return []
@@ -276,7 +292,7 @@ def _check_model(
         )
     problems.extend(_check_ort_options(name, config))
     problems.extend(_check_ner_decoding(name, config))
-    problems.extend(_check_record(name, config))
+    problems.extend(_check_record(model_dir, config))
     for warmup in config.model_warmup:
         for input_name, item in warmup.inputs.items():
             if item.input_data_file and not (model_dir / "warmup" / item.input_data_file).is_file():

@@ -1,33 +1,27 @@
-"""The Triton configs a layout composes (repository/layouts), built as tritonclient's typed ModelConfig from the ONNX
-signature: tokenizer, model, postprocess and ensemble, each warmed up before it reports ready."""
+"""The Triton configs a layout composes (repository/layouts), built as tritonclient's typed ModelConfig: pure functions
+of the model's record as served (repository.resolve), the ONNX signature and the pad id. Tokenizer, model,
+postprocess and ensemble, each warmed up before it reports ready."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.io import IO_PARAMETER
+from ernie_deploy.core.errors import BadCheckpointError
+from ernie_deploy.core.settings import ORT_GRAPH_LEVELS, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import (
-    TASK_PARAMETER,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     WINDOW_OUTPUTS,
     TensorSpec,
 )
-from ernie_deploy.repository.options import (
-    ORT_GRAPH_LEVELS,
-    BuildOptions,
-    head_tokens,
-    long_text_mode,
-    model_io,
-    ner_decoding,
-    window_cut,
-    window_size,
-    window_stride,
-)
 from ernie_deploy.repository.signature import spec_of
+from ernie_deploy.serving.limits import ReadingLimits, TextLimits
+from ernie_deploy.serving.parameters import MODEL, POSTPROCESS, TOKENIZER, WATCH, parameters
+from ernie_deploy.serving.windows import DEFAULT_CUT, default_stride
 
 
 def _tensor(message, spec: TensorSpec):
@@ -41,7 +35,7 @@ def base_config(
     name: str,
     inputs,
     outputs,
-    options: BuildOptions,
+    options: ServingSettings,
     *,
     backend: str = "",
     platform: str = "",
@@ -106,40 +100,49 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     }
 
 
-# The tokenizer config parameters that only a model reading windows uses.
+# The tokenizer config parameters that only a model reading windows has.
 WINDOW_PARAMETERS = ("window_size", "window_stride", "window_cut")
 
 
-def tokenizer_config(name: str, model: ModelSpec, options: BuildOptions) -> mc.ModelConfig:
-    """The tokenizer model of `model` (one text, or a text and its pair), as `options` settle its reading. Each
-    parameter is one of the model's record under the same name and value, or a tokenizer setting of a name no record
-    field has (the limits of both readings a shared tokenizer enforces: serving.limits)."""
-    max_seq_len, inputs = model.max_seq_len, model.task_spec.inputs
-    multiple = max_seq_len if options.classic else options.pad_to_multiple_of
-    # The request limits live with the tokenizer that enforces them (and so in its fingerprint).
-    params = {"tokenizer_file": "tokenizer.json", "max_seq_len": max_seq_len, **options.limits.parameters()}
+def tokenizer_config(name: str, model: ModelSpec) -> mc.ModelConfig:
+    """The tokenizer model of `model` (one text, or a text and its pair), reading as its record says: each parameter
+    is one of the record's fields under the same name and value, or a tokenizer setting of a name no record field
+    has (the limits per reading: serving.limits)."""
+    settings, max_seq_len, inputs = model.serving, model.max_seq_len, model.task_spec.inputs
+    multiple = max_seq_len if settings.classic else settings.pad_to_multiple_of
+    # The request limits live with the tokenizer that enforces them (and so in its fingerprint): the record's for
+    # its own reading, the default for the other one (a tokenizer shared by a classifier and a token model serves
+    # both readings, and is shared only where both agree).
+    limits = TextLimits(model.max_text_chars, model.max_request_chars)
+    reading = "windows" if model.long_text == "window" else "cut"
+    params = TOKENIZER.parameters(
+        tokenizer_file="tokenizer.json",
+        max_seq_len=max_seq_len,
+        pad_to_multiple_of=multiple if multiple > 1 else None,
+        **replace(ReadingLimits(), **{reading: limits}).parameters(),
+    )
     outputs = list(TOKENIZER_OUTPUTS)
     if len(inputs) == 1:
         # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
-        # A tokenizer step holds the windows it cuts for whichever model asks for them, so that a classifier's and a
-        # token model's can be one shared step; a layout that merges it into the model's own config keeps them only
-        # where the model reads windows (layouts.base.Parts.own_parameters), as its record says.
-        params["window_stride"] = window_stride(options, max_seq_len)
-        params["window_cut"] = window_cut(options)
-        if window_size(options, max_seq_len) != max_seq_len:
-            params["window_size"] = window_size(options, max_seq_len)
-        if head_tokens(options, max_seq_len) is not None:
-            params["head_tokens"] = head_tokens(options, max_seq_len)
+        # A tokenizer step holds the windows it cuts for whichever model asks for them (the record's, else windows of
+        # max_seq_len), so that a classifier's and a token model's can be one shared step; a layout that merges it
+        # into the model's own config keeps them only where the model reads windows (layouts.base.Parts).
+        window = model.window_size or max_seq_len
+        params |= TOKENIZER.parameters(
+            window_size=window if window != max_seq_len else None,
+            window_stride=model.window_stride or default_stride(window),
+            window_cut=model.window_cut or DEFAULT_CUT,
+            head_tokens=model.head_tokens,
+        )
     else:
         # A pair is cut the longer text first (serving.encoding.encode_pairs), never windowed: windows serve
         # token models, which read one text.
         outputs = [t for t in outputs if t.name not in WINDOW_OUTPUTS]
-    if multiple > 1:
-        params["pad_to_multiple_of"] = multiple
-    return base_config(name, list(inputs), outputs, options, backend="python", params=params)
+    return base_config(name, list(inputs), outputs, settings, backend="python", params=params)
 
 
-def model_config(model: ModelSpec, inputs, outputs, options: BuildOptions, pad_token_id: int = 0) -> mc.ModelConfig:
+def model_config(model: ModelSpec, inputs, outputs, pad_token_id: int = 0) -> mc.ModelConfig:
+    options = model.serving
     if options.runtime == "onnxruntime":
         # The ORT backend's own parameter names; 0 leaves onnxruntime's default.
         params = {}
@@ -159,70 +162,71 @@ def model_config(model: ModelSpec, inputs, outputs, options: BuildOptions, pad_t
             accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
             accelerator.parameters["precision_mode"] = "FP16"
         return config
-    params = {"model_file": "model.onnx", "pad_token_id": pad_token_id}
-    if options.ort_threads:
-        params["intra_op_threads"] = options.ort_threads
-    if options.ort_spinning != "off":
-        params["ort_spinning"] = options.ort_spinning
+    params = MODEL.parameters(
+        model_file="model.onnx",
+        pad_token_id=pad_token_id,
+        intra_op_threads=options.ort_threads or None,
+        ort_spinning=None if options.ort_spinning == "off" else options.ort_spinning,
+    )
     return base_config(model.model_step, inputs, outputs, options, backend="python", params=params)
 
 
-def postprocess_config(model: ModelSpec, logits: TensorSpec, options: BuildOptions) -> mc.ModelConfig:
-    """The postprocess step: its NER decoding is the record's, unless options.ner_decoding overrides it."""
-    from ernie_deploy.serving.entities import DECODING_PARAMETER
-
+def postprocess_config(model: ModelSpec, logits: TensorSpec) -> mc.ModelConfig:
+    """The postprocess step: its NER decoding, wire and reading are the record's."""
     inputs = [logits, *model.task_spec.postprocess_extra_inputs]
     outputs = [o for o in model.task_spec.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
-    params = {"labels_file": "labels.json"}
-    decoding = ner_decoding(model, options)
-    if decoding is not None:
-        params[DECODING_PARAMETER] = decoding  # written always, so `check` and a reader of the config see it
-    if not model_wire(model, options).native:
-        # It writes the answers the wire formats otherwise (serving.wire); the entry renames them.
-        params[IO_PARAMETER] = model_wire(model, options).name
-    if long_text_mode(model, options) == "window":
+    params = POSTPROCESS.parameters(
+        labels_file="labels.json",
+        # written always for a token model, so `check` and a reader of the config see it
+        ner_decoding=model.ner_decoding,
+        # a wire of another format: it writes the answers that way (serving.wire); the entry renames them
+        io=None if model.wire.native else model.wire.name,
+        long_text=True if model.long_text == "window" else None,
+    )
+    if model.long_text == "window":
         # The windows' logits and where each window starts in the whole text; the postprocess merges them and
         # says itself whether every token was decided (`truncated`), which the tokenizer cannot know per model.
         tokenized = {t.name: t for t in TOKENIZER_OUTPUTS}
         merged_from = ("text_offsets", "text_lengths", "window_starts", "window_ends")
         inputs = [logits, TEXT_INPUT, *(tokenized[n] for n in merged_from)]
         outputs = [o for o in model.task_spec.outputs if o.name not in set(tokenized) - {"truncated"}]
-        params["long_text"] = "window"
-    if options.monitor:
+    if model.serving.monitor:
         # It counts what it answers (serving.watch), which needs each text (its length) and whether it was cut: the
         # ensemble hands it the request's texts and the tokenizer's `truncated` where it does not say so itself.
         params.update(watch_parameters(model))
         have = {t.name for t in (*inputs, *outputs)}
         truncated = next(t for t in TOKENIZER_OUTPUTS if t.name == "truncated")
         inputs += [t for t in (*model.task_spec.inputs, truncated) if t.name not in have]
-    return base_config(model.postprocess_step, inputs, outputs, options, backend="python", params=params)
+    return base_config(model.postprocess_step, inputs, outputs, model.serving, backend="python", params=params)
 
 
 def watch_parameters(model: ModelSpec) -> dict[str, str]:
     """What the step that answers needs to watch its answers: the model its series are labelled with, and its task
     (the kind's part of the watch, and the wire a shadowed candidate is asked in)."""
-    from ernie_deploy.serving.watch import MONITOR_PARAMETER, WATCHED_TASK_PARAMETER
-
-    return {MONITOR_PARAMETER: model.name, WATCHED_TASK_PARAMETER: model.task}
+    return WATCH.parameters(watched_model=model.name, monitor_task=model.task_spec)
 
 
-def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: BuildOptions) -> mc.ModelConfig:
+def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig]) -> mc.ModelConfig:
     """Wire the steps by tensor name: a step input is the ensemble's input of that name or an earlier step's
     output of that name. A step output is mapped only where a later step or the caller reads it: Triton
     rejects ensemble tensors that lead nowhere. The ensemble's own inputs and answers carry the names of the model's
     wire (core.io: `build --io`); inside it every tensor keeps the task's own name."""
-    wire = model_wire(model, options)
+    wire = model.wire
     produced: dict[str, TensorSpec] = {t.name: t for t in model.task_spec.inputs}
     for step in steps:
         for tensor in step.input:
             if tensor.name not in produced:
-                raise ErnieDeployError(
-                    f"ensemble {model.name}: step {step.name} reads {tensor.name!r}, which no earlier step produces"
+                raise BadCheckpointError(
+                    f"ensemble {model.name}: step {step.name} reads {tensor.name!r}, which no earlier step produces",
+                    "convert the model again with `ernie-deploy convert`, which names the tensors the steps read",
                 )
         produced.update({o.name: spec_of(o) for o in step.output})
     missing = [name for name in wire.outputs if name not in produced]
     if missing:
-        raise ErnieDeployError(f"ensemble {model.name}: no step produces {missing}")
+        raise BadCheckpointError(
+            f"ensemble {model.name}: no step produces {missing}",
+            "convert the model again with `ernie-deploy convert`, which names the tensors the steps read",
+        )
     read = {t.name for step in steps for t in step.input} | set(wire.outputs)
     # A tensor two steps produce (`truncated`, from a windowed postprocess) is taken from the later one.
     source = {o.name: step.name for step in steps for o in step.output}
@@ -231,10 +235,10 @@ def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: Buil
         model.name,
         wire.input_specs(),
         answers,
-        options,
+        model.serving,
         platform="ensemble",
         batching=False,
-        params={TASK_PARAMETER: model.task},
+        params=parameters(task=model.task_spec),
     )
     for step in steps:
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
@@ -244,13 +248,6 @@ def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig], options: Buil
             if tensor.name in read and source[tensor.name] == step.name:
                 entry.output_map[tensor.name] = wire.outputs.get(tensor.name, tensor.name)
     return config
-
-
-def model_wire(model: ModelSpec, options: BuildOptions):
-    """The wire (core.io) `model` answers in under `options`."""
-    from ernie_deploy.core.io import wire
-
-    return wire(model.task_spec, model_io(model, options), model.name)
 
 
 def render(config: mc.ModelConfig) -> str:

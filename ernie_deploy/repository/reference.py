@@ -28,9 +28,8 @@ from ernie_deploy.core.errors import BadDataError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.profile import CHARS, READING, Profile
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.repository.options import BuildOptions, long_text_mode
 
-# At most this many texts make a reference, reading at most REFERENCE_CHARS characters in all. The drift score
+# At most this many texts make a reference, reading at most MAX_REFERENCE_CHARS characters in all. The drift score
 # compares shares with Jensen-Shannon divergence, and the divergence of a sample of n texts from the distribution it
 # was drawn from is about (buckets - 1) / (8 n ln 2): for 10 labels 0.002 at 1,000 texts and 0.008 at 200, against
 # the alerts' threshold of 0.1 (deployfiles/drift_rules.py). So a few hundred texts are enough, and the bound is the
@@ -38,8 +37,8 @@ from ernie_deploy.repository.options import BuildOptions, long_text_mode
 # it costs. Measured on this 2-core host, with other work running: the demo classifier's 1,000 dev titles (19k
 # characters) took 1.8-2.4 s (2 CPU seconds), and 1,000 of the demo NER model's dev sentences (42k characters, most
 # read in windows) 6.9 CPU seconds; at 25,000 characters the NER model reads 586 of them in 3.9-5.2 s (3.5 CPU s).
-REFERENCE_TEXTS = 1_000
-REFERENCE_CHARS = 25_000
+MAX_REFERENCE_TEXTS = 1_000
+MAX_REFERENCE_CHARS = 25_000
 # The largest --reference file read at all, checked before reading it: 1,000 texts of 16 KiB each (a cut text is read
 # up to the model's length; the rest of a longer one only costs the build its bytes).
 REFERENCE_FILE_BYTES = 16 * 1024 * 1024
@@ -53,7 +52,7 @@ DEV_SPLIT = "dev split"
 # What a user gives when the build finds no texts of the model's own.
 REFERENCE_FIX = (
     "pass `--reference FILE`: texts like those the model will serve, one per line (UTF-8; a pair model's as "
-    f"text<TAB>text_pair), at most {REFERENCE_TEXTS:,}; or a .tsv / .jsonl split file of the model's format"
+    f"text<TAB>text_pair), at most {MAX_REFERENCE_TEXTS:,}; or a .tsv / .jsonl split file of the model's format"
 )
 
 
@@ -73,8 +72,8 @@ def read_reference_file(path: str | Path, model: ModelSpec) -> ReferenceTexts:
     if path.stat().st_size > REFERENCE_FILE_BYTES:
         raise BadDataError(
             f"--reference {path} is {path.stat().st_size:,} bytes; a reference file is at most "
-            f"{REFERENCE_FILE_BYTES:,} (it is read whole, and at most {REFERENCE_TEXTS:,} of its texts are used)",
-            f"pass at most {REFERENCE_TEXTS:,} texts like the traffic to expect",
+            f"{REFERENCE_FILE_BYTES:,} (it is read whole, and at most {MAX_REFERENCE_TEXTS:,} of its texts are used)",
+            f"pass at most {MAX_REFERENCE_TEXTS:,} texts like the traffic to expect",
         )
     pairs = len(model.task_spec.inputs) == 2
     if path.suffix in (".tsv", ".jsonl"):
@@ -93,11 +92,11 @@ def read_reference_file(path: str | Path, model: ModelSpec) -> ReferenceTexts:
         texts, where = _text_lines(path, pairs)
     if not texts:
         raise BadDataError(f"--reference {path} holds no texts", REFERENCE_FIX)
-    if len(texts) > REFERENCE_TEXTS:
+    if len(texts) > MAX_REFERENCE_TEXTS:
         raise BadDataError(
-            f"--reference {path} holds {len(texts):,} texts; a reference is at most {REFERENCE_TEXTS:,} (enough for "
-            "the drift score, in seconds)",
-            f"pass a sample of at most {REFERENCE_TEXTS:,} of them, e.g. `shuf -n {REFERENCE_TEXTS} "
+            f"--reference {path} holds {len(texts):,} texts; a reference is at most {MAX_REFERENCE_TEXTS:,} (enough "
+            "for the drift score, in seconds)",
+            f"pass a sample of at most {MAX_REFERENCE_TEXTS:,} of them, e.g. `shuf -n {MAX_REFERENCE_TEXTS} "
             "--random-source=FILE FILE > sample.txt`",
         )
     limit = model.max_text_chars
@@ -110,11 +109,11 @@ def read_reference_file(path: str | Path, model: ModelSpec) -> ReferenceTexts:
                 "(its max_text_chars), or build it with a larger --max-text-chars",
             )
     read = [read_chars(t, model) for t in texts]
-    if sum(read) > REFERENCE_CHARS:
-        fit = int(np.searchsorted(np.cumsum(read), REFERENCE_CHARS, side="right"))
+    if sum(read) > MAX_REFERENCE_CHARS:
+        fit = int(np.searchsorted(np.cumsum(read), MAX_REFERENCE_CHARS, side="right"))
         raise BadDataError(
             f"--reference {path}: the model would read {sum(read):,} characters of its texts; a reference reads at "
-            f"most {REFERENCE_CHARS:,}, to keep the build within seconds",
+            f"most {MAX_REFERENCE_CHARS:,}, to keep the build within seconds",
             f"pass fewer or shorter texts (its first {fit:,} fit)",
         )
     return ReferenceTexts(path.name, list(texts))
@@ -174,9 +173,9 @@ def _text_problem(text, limit: int | None) -> str | None:
 
 def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
     """The model's dev split (its task's dataset, prepared by `ernie-deploy fetch-data`) as reference texts: a seeded
-    sample of at most REFERENCE_TEXTS, reading at most REFERENCE_CHARS characters; or None and why not: the split is
-    not there, or it is labelled with labels the model does not have (a model of the task trained on other data:
-    those texts are not its own)."""
+    sample of at most MAX_REFERENCE_TEXTS, reading at most MAX_REFERENCE_CHARS characters; or None and why not: the
+    split is not there, or it is labelled with labels the model does not have (a model of the task trained on other
+    data: those texts are not its own)."""
     from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
     task = model.task_spec
@@ -199,7 +198,7 @@ def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
     kept, read = [], 0
     for i in order:
         read += read_chars(texts[i], model)
-        if len(kept) == REFERENCE_TEXTS or read > REFERENCE_CHARS:
+        if len(kept) == MAX_REFERENCE_TEXTS or read > MAX_REFERENCE_CHARS:
             break
         kept.append(i)
     return ReferenceTexts(DEV_SPLIT, [texts[i] for i in sorted(kept)]), ""
@@ -207,20 +206,18 @@ def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
 
 # The profile -------------------------------------------------------------------------------------------------------
 def reference_profile(
-    model: ModelSpec, onnx: Path, tokenizer_json: bytes, options: BuildOptions, pad_token_id: int, texts: ReferenceTexts
+    model: ModelSpec, onnx: Path, tokenizer_json: bytes, pad_token_id: int, texts: ReferenceTexts
 ) -> dict:
-    """`model` (its record as served, built with `options`) run offline on `texts`: {"source", "texts", "shares"}
+    """`model` (its record as served) run offline on `texts`: {"source", "texts", "shares"}
     (ModelSpec.reference), every bucket of the kind's series, chars and reading."""
     from ernie_deploy.serving.postprocess_steps import WATCHES
 
-    profile = count_profile(model, onnx, tokenizer_json, options, pad_token_id, texts.texts)
+    profile = count_profile(model, onnx, tokenizer_json, pad_token_id, texts.texts)
     series = (*WATCHES[model.kind].series, CHARS, READING)
     return {"source": texts.source, "texts": profile.texts, "shares": profile.shares(series, model.labels)}
 
 
-def count_profile(
-    model: ModelSpec, onnx: Path, tokenizer_json: bytes, options: BuildOptions, pad_token_id: int, texts: list
-) -> Profile:
+def count_profile(model: ModelSpec, onnx: Path, tokenizer_json: bytes, pad_token_id: int, texts: list) -> Profile:
     """What `model` answers to `texts` (each a str, or a pair), counted as its served step counts: one fused python
     step over a version folder of the served files, fed requests of up to REQUEST_TEXTS texts, each request's texts
     and answers counted by serving.watch.observe."""
@@ -231,7 +228,7 @@ def count_profile(
 
     labels = list(model.labels)
     watch = WATCHES[model.kind]
-    config = offline_config(model, onnx, options, pad_token_id)
+    config = offline_config(model, onnx, pad_token_id)
     profile = Profile()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-reference.") as tmp:
         folder = Path(tmp)
@@ -254,9 +251,9 @@ def count_profile(
     return profile
 
 
-def offline_config(model: ModelSpec, onnx: Path, options: BuildOptions, pad_token_id: int) -> dict:
+def offline_config(model: ModelSpec, onnx: Path, pad_token_id: int) -> dict:
     """The config dict Triton would hand `model`'s fused python step (tokenizer, model and postprocess in one), built
-    as the fused layout builds it from the record and the build's options: the same reading (cut or windows, their
+    as the fused layout builds it from the record as served: the same reading (cut or windows, their
     sizes, the limits), decoding and thresholds as the served model in any layout. Only what does not change an
     answer differs: the python runtime on the CPU, ernie-deploy's own tensor names (the served watch reads them before
     a PaddleNLP wire renames them), no cache and no monitoring. It also answers the tensor that says how each text
@@ -264,28 +261,16 @@ def offline_config(model: ModelSpec, onnx: Path, options: BuildOptions, pad_toke
     from google.protobuf.json_format import MessageToDict
 
     from ernie_deploy.core.io import NATIVE
+    from ernie_deploy.core.settings import ServingSettings
     from ernie_deploy.core.tasks import TOKENIZER_STEP
     from ernie_deploy.repository.layouts import task_configs
 
-    offline = replace(
-        options,
-        layout="fused",
-        runtime="python",
-        device="cpu",
-        trt_fp16=False,
-        ort_graph_level="all",
-        ort_inter_op_threads=0,
-        ort_threads=0,  # every core: the build waits for it
-        ort_spinning="off",
-        classic=False,
-        response_cache=False,
-        monitor=False,
-        reference=None,
-        io=NATIVE,
-    )
-    config = task_configs(replace(model, io=NATIVE), onnx, offline, TOKENIZER_STEP, pad_token_id)[-1]
+    # ServingSettings' defaults where they change no answer, with every core for onnxruntime (the build waits for it).
+    offline = ServingSettings(runtime="python", monitor=False, max_batch_size=model.serving.max_batch_size)
+    fused = replace(model, io=NATIVE, layout="fused", serving=offline)
+    config = task_configs(fused, onnx, TOKENIZER_STEP, pad_token_id)[-1]
     as_dict = MessageToDict(config, preserving_proto_field_name=True)
-    reading = "window_starts" if long_text_mode(model, offline) == "window" else "truncated"
+    reading = "window_starts" if model.long_text == "window" else "truncated"
     if reading not in {o["name"] for o in as_dict.get("output", [])}:
         as_dict.setdefault("output", []).append({"name": reading})
     return as_dict
@@ -340,24 +325,25 @@ def model_reference(
     model: ModelSpec,
     onnx: Path,
     tokenizer_json: bytes,
-    options: BuildOptions,
+    reference_texts: str | None,
     pad_token_id: int,
     log: Callable[[str], None] | None = None,
 ) -> dict | None:
-    """The reference profile `build` records for `model` (its record as served): on options.reference's texts, else
-    on its dev split; None with `build --no-monitor`, or where there are no texts (said in one line, with the fix)."""
+    """The reference profile `build` records for `model` (its record as served): on the texts of the file
+    `reference_texts`, else on its dev split; None for a model built unmonitored (`build --no-monitor`), or where there
+    are no texts (said in one line, with the fix)."""
     log = log or (lambda line: None)
-    if not options.monitor:
+    if not model.serving.monitor:
         return None
-    if options.reference is not None:
-        texts = read_reference_file(options.reference, model)
+    if reference_texts is not None:
+        texts = read_reference_file(reference_texts, model)
     else:
         texts, why = dev_split_texts(model)
         if texts is None:
             log(f"{model.name}: no reference profile recorded: {why}; {REFERENCE_FIX}")
             return None
     start = time.perf_counter()
-    reference = reference_profile(model, onnx, tokenizer_json, options, pad_token_id, texts)
+    reference = reference_profile(model, onnx, tokenizer_json, pad_token_id, texts)
     log(
         f"{model.name}: reference profile of {reference['texts']:,} texts ({texts.source}) in "
         f"{time.perf_counter() - start:.1f} s"
@@ -365,10 +351,10 @@ def model_reference(
     return reference
 
 
-def check_reference_file(model: ModelSpec, options: BuildOptions) -> None:
+def check_reference_file(model: ModelSpec, reference_texts: str | None) -> None:
     """Refuse a bad --reference file for `model` (the build calls it before anything is computed or written)."""
-    if options.monitor and options.reference is not None:
-        read_reference_file(options.reference, model)
+    if model.serving.monitor and reference_texts is not None:
+        read_reference_file(reference_texts, model)
 
 
 def write_reference(reference: dict, version_dir: Path) -> Path:

@@ -28,7 +28,11 @@ def model_signature(model, path: str | Path = "<graph>") -> tuple[list[TensorSpe
     def spec(value) -> TensorSpec:
         tensor = value.type.tensor_type
         if tensor.elem_type not in _ONNX_TO_TRITON:
-            raise BadCheckpointError(f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}")
+            raise BadCheckpointError(
+                f"{path}: tensor {value.name!r} has unsupported element type {tensor.elem_type}",
+                "export the model with inputs and outputs of the ONNX element types Triton serves here: "
+                + ", ".join(f"{number} ({name})" for number, name in _ONNX_TO_TRITON.items()),
+            )
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
         if not dims or dims[0] not in (-1,):
             raise BadCheckpointError(

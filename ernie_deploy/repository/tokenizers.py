@@ -14,7 +14,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.configs import WINDOW_PARAMETERS, render, tokenizer_config
-from ernie_deploy.repository.options import BuildOptions, long_text_mode
 from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
 
 VERSION = "1"
@@ -47,10 +46,9 @@ def digest(config: mc.ModelConfig, payload: bytes, *, windows: bool = True) -> s
     return hashlib.sha256(render(copy).encode() + b"\0" + payload).hexdigest()
 
 
-def model_tokenizer(entry, options: BuildOptions, payload: bytes) -> tuple[mc.ModelConfig, bool]:
-    """The tokenizer config model `entry` (a build.ModelArtifacts) would have, and whether it reads windows."""
-    config = tokenizer_config("tokenizer", entry.model, options)
-    return config, long_text_mode(entry.model, options) == "window"
+def model_tokenizer(model, payload: bytes) -> tuple[mc.ModelConfig, bool]:
+    """The tokenizer config `model` (its record as served) has, and whether it reads windows."""
+    return tokenizer_config("tokenizer", model), model.long_text == "window"
 
 
 def kept_digest(existing: Existing, name: str) -> str | None:
@@ -61,8 +59,8 @@ def kept_digest(existing: Existing, name: str) -> str | None:
     return digest(existing.configs[name], path.read_bytes(), windows=False)
 
 
-def tokenizer_steps(entries: list, options: dict[str, BuildOptions], existing: Existing | None = None) -> dict:
-    """model name -> TokenizerStep, for `entries` (build.ModelArtifacts) built with `options` (per model name). A
+def tokenizer_steps(entries: list, records: dict, existing: Existing | None = None) -> dict:
+    """model name -> TokenizerStep, for `entries` (build.ModelArtifacts) as their `records` (per model name) serve. A
     tokenizer the repository already has keeps its name; a new one is `ernie_tokenizer` while that name is free,
     else `ernie_tokenizer_<fingerprint>`. Models that read windows are placed first, so that a model reading cut
     texts joins their tokenizer."""
@@ -77,7 +75,7 @@ def tokenizer_steps(entries: list, options: dict[str, BuildOptions], existing: E
     prepared = []
     for entry in entries:
         payload = tokenizer_json(entry.vocab_file)
-        config, windows = model_tokenizer(entry, options[entry.name], payload)
+        config, windows = model_tokenizer(records[entry.name], payload)
         prepared.append((not windows, entry.name, entry, payload, config, windows))
     for _, model, _, payload, config, windows in sorted(prepared, key=lambda p: p[:2]):
         own, shared = digest(config, payload), digest(config, payload, windows=False)

@@ -19,9 +19,9 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.files import atomic_path
-from ernie_deploy.core.spec import SPEC_PARAMETER
+from ernie_deploy.core.spec import SPEC_FILE, SPEC_PARAMETER, ModelSpec
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import Layout, caches_answers, entry_record, layout_of
 
@@ -65,7 +65,7 @@ class VersionedModel:
                 configs[step.model_name] = _read(repository, step.model_name)
         model = entry_record(name, entry)
         if model is None:
-            raise ErnieDeployError(f"{name!r} in {repository} is not a model users call", "name a served model")
+            raise BadRepositoryError(f"{name!r} in {repository} is not a model users call", "name a served model")
         layout = layout_of(name, configs)
         steps = {}
         for step_name in layout.versioned(model):
@@ -92,7 +92,7 @@ class VersionedModel:
             found = numbers if found is None else found & numbers
         return sorted(found or ())
 
-    def serving(self) -> int:
+    def serving_version(self) -> int:
         """The version that answers: the ensemble's pin (a fused model's policy), or the newest on disk where none is
         pinned."""
         if self.routed:
@@ -101,7 +101,8 @@ class VersionedModel:
             pins = set(self.entry.version_policy.specific.versions) or {-1}
         if len(pins) != 1:
             raise BadRepositoryError(
-                f"{self.name}: its versioned models are pinned to different versions {sorted(pins)}"
+                f"{self.name}: its versioned models are pinned to different versions {sorted(pins)}",
+                f"pin them to one version: ernie-deploy rollout --model {self.name} --to N, or rebuild the model",
             )
         pin = pins.pop()
         if pin > 0:
@@ -124,7 +125,20 @@ class VersionedModel:
             # A caching ensemble is itself version N while it pins version N: Triton keys cached answers by the
             # entry's version (layouts.cache_answers), so no answer of another version can be served from the cache.
             config.version_policy.specific.versions[:] = [version]
+        # The entry carries the record of the version it serves, so that what reads a served model's record (check,
+        # stats, the gateway, tune, the shadow) reads that version's.
+        config.parameters[SPEC_PARAMETER].string_value = self.record(version).to_json()
         return self._set(config, self.name, version)
+
+    def record(self, version: int) -> ModelSpec:
+        """The record of `version` (core.spec), from its folder in the entry: `<name>/<version>/model.json`."""
+        folder = self.repository / self.name / str(version)
+        if not (folder / SPEC_FILE).is_file():
+            raise BadRepositoryError(
+                f"version {version} of {self.name!r} has no record ({folder / SPEC_FILE})",
+                f"build the version again: ernie-deploy build --model {self.name} --version {version}",
+            )
+        return ModelSpec.read(folder)
 
     def with_versions(self, step: str, versions: list[int], settings_of: int | None = None) -> mc.ModelConfig:
         """A versioned model's config that loads exactly `versions`, with the serving settings of version

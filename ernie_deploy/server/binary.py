@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.core.files import staging_dir
 from ernie_deploy.core.paths import cache_dir
 
@@ -64,7 +64,7 @@ def is_wheel_binary(path: Path) -> bool:
 def _binary_at(path: str, source: str) -> TritonBinary:
     found = shutil.which(path) if os.sep not in path else (path if os.access(path, os.X_OK) else None)
     if not found or not os.path.isfile(found):
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"tritonserver not found at {path!r} (from {source})",
             "point --tritonserver / TRITONSERVER at an executable tritonserver, or unset it to use the "
             "one in the nvidia-pytriton wheel (pip install nvidia-pytriton)",
@@ -113,7 +113,7 @@ def find_tritonserver(explicit: str | os.PathLike | None = None) -> TritonBinary
     on_path = shutil.which("tritonserver")
     if on_path:
         return _binary_at(on_path, "PATH")
-    raise ErnieDeployError(
+    raise InstallError(
         "no tritonserver found: nvidia-pytriton is not installed and there is no tritonserver on PATH",
         "pip install nvidia-pytriton (it ships a tritonserver with the Python backend), run inside "
         "NVIDIA's tritonserver container, or pass --tritonserver PATH / set TRITONSERVER=PATH",
@@ -138,7 +138,7 @@ def _stub_for_this_python(root: Path) -> Path:
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         have = sorted(p.name for p in (root / "python_backend_stubs").iterdir() if p.is_dir())
-        raise ErnieDeployError(
+        raise InstallError(
             f"nvidia-pytriton has no Python backend stub for Python {version} (it has {', '.join(have)})",
             "run ernie-deploy with one of those Python versions, or use NVIDIA's tritonserver container",
         )

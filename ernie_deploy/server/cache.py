@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.server.binary import TritonBinary
 
 # 64 MiB: one answer of the demo classifier took 288 bytes of the local cache (8 answers used 0.22% of 1 MiB), so
@@ -73,7 +73,7 @@ def check_cache(repository: str | os.PathLike, cache_bytes: int, binary: TritonB
     at start), and models that ask for the cache on a server started without one (Triton loads them and answers every
     request uncached, without a word: measured 0 hits and 0 misses, nothing in the log)."""
     if cache_bytes and caches_folder(binary) is None:
-        raise ErnieDeployError(
+        raise InstallError(
             f"no local response cache library ({LOCAL_CACHE_LIBRARY}) for {binary.path}: looked in "
             f"{', '.join(map(str, _candidates(binary)))}, and tritonserver would exit at start",
             "reinstall nvidia-pytriton (it ships caches/local), run NVIDIA's tritonserver container, or start the "

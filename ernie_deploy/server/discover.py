@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, AdminKey
-from ernie_deploy.core.errors import ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.probe import ProbeFailed, http_json, takes_texts
@@ -50,6 +51,7 @@ class LocalRecord:
 
     folder: str
     models: dict[str, RecordedModel]
+    records: dict[str, ModelSpec] = field(default_factory=dict)  # each served model's record (core.spec)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class ServedOnServer:
     # Without the configs: the served ensembles whose steps came from a local repository's record, and that folder.
     local: list[str] = field(default_factory=list)
     repository: str = ""
+    # Each served model's record (core.spec), of the version it serves: from the server's configs where they answer,
+    # else from the local repository's.
+    records: dict[str, ModelSpec] = field(default_factory=dict)
 
     @property
     def unattached(self) -> list[str]:
@@ -110,13 +115,15 @@ def served_on_server(
         index = http_json(f"{url}/v2/repository/index", timeout, {}, headers=headers, tls=tls)
         configs = _answers(url, names, "/config", timeout, headers=headers, tls=tls)
     except ProbeFailed as exc:
-        if _RESTRICTED not in str(exc):
+        if _RESTRICTED not in exc.problem:
             raise ServerNotReadyError(
-                f"cannot read {url}'s repository index: {exc}", "check that the server is up and serves Triton's API"
+                f"cannot read {url}'s repository index: {exc.problem}",
+                "check that the server is up and serves Triton's API",
             ) from None
         if key is not None:
-            raise ErnieDeployError(
-                f"{url} refused the admin key from {key.source}, which is not the key it was started with ({exc})",
+            raise BadOptionsError(
+                f"{url} refused the admin key from {key.source}, which is not the key it was started with "
+                f"({exc.problem})",
                 "use the key the server was started with (its ERNIE_DEPLOY_ADMIN_KEY or admin key file; on "
                 "Kubernetes, the Secret its Deployment mounts)",
             ) from None
@@ -132,7 +139,7 @@ def _answers(url: str, names: list[str], path: str, timeout: float, **kw) -> dic
         try:
             out[name] = http_json(f"{url}/v2/models/{quote(name, safe='')}{path}", timeout, **kw)
         except ProbeFailed as exc:
-            if _RESTRICTED in str(exc):
+            if _RESTRICTED in exc.problem:
                 raise
     return out
 
@@ -155,7 +162,15 @@ def _from_configs(url: str, index: list[dict], configs: dict[str, dict]) -> Serv
             steps[name] = [name]
     # Each loaded version ran its own warm-up (the versions of a model share its config).
     warmups = {name: max(1, versions.get(name, 1)) * _warmup_per_load(config) for name, config in configs.items()}
-    return ServedOnServer(url, dict(sorted(steps.items())), sorted(configs), warmups)
+    records = {}
+    for name, config in configs.items():
+        text = config.get("parameters", {}).get(SPEC_PARAMETER, {}).get("string_value")
+        if text:
+            try:
+                records[name] = ModelSpec.from_json(text, f"{name}'s record on {url}")
+            except ErnieDeployError:  # a record of another format: `check` names it; the numbers stand without it
+                continue
+    return ServedOnServer(url, dict(sorted(steps.items())), sorted(configs), warmups, records=records)
 
 
 def _warmup_per_load(config: dict) -> int:
@@ -182,7 +197,10 @@ def _from_metadata(url: str, meta: dict[str, dict], local: LocalRecord | None) -
     matched = sorted(name for name in steps if steps[name] is None and name in recorded)
     for name in matched:
         steps[name] = recorded[name]
-    return ServedOnServer(url, steps, sorted(meta), None, local=matched, repository=local.folder if local else "")
+    records = {name: record for name, record in (local.records if local else {}).items() if name in steps}
+    return ServedOnServer(
+        url, steps, sorted(meta), None, local=matched, repository=local.folder if local else "", records=records
+    )
 
 
 def _local_steps(local: LocalRecord, meta: dict[str, dict]) -> dict[str, list[str]]:

@@ -11,7 +11,7 @@ import re
 import socket
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.host import gpu_count
 
 MiB = 1 << 20
@@ -107,7 +107,7 @@ def check_shm(
         return need
     suggest = shm_size_for(need) // MiB
     suggest_s = f"{suggest}m" if suggest < 1024 or suggest % 1024 else f"{suggest // 1024}g"
-    raise ErnieDeployError(
+    raise ServerNotReadyError(
         f"{shm_path} has {_human(free)} free, but the {instances} Python-backend model instance(s) in "
         f"{model_repository} need about {_human(need)}: each gets a {_human(shm_default_byte_size)} "
         f"shared-memory region plus {_human(growth)} to grow "
@@ -138,7 +138,7 @@ def check_port_free(host: str, port: int, what: str) -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise ErnieDeployError(
+            raise ServerNotReadyError(
                 f"cannot use {host}:{port} for the {what} endpoint: {exc.strerror} "
                 "(another tritonserver still running?)",
                 f"stop whatever listens there, or pick another port (--{what}-port N, or 0 for a free one)",

@@ -21,16 +21,17 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from ernie_deploy.core.endpoints import HTTP_URL
+from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL
+from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.tls import Tls
 
-DEFAULT_URL = HTTP_URL
 PROBE_TEXT = "ok"
 # The server is local to the probe: an HTTP(S)_PROXY in the environment must not route it elsewhere.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # The most an answer of Triton's HTTP API may weigh here. Its largest, the statistics of every loaded model, is ~600
 # bytes per model version (measured: 1,215 bytes for the two demo models); past this the URL is not a Triton server.
 MAX_ANSWER_BYTES = 16 << 20
+NOT_TRITON_FIX = "point the URL at tritonserver's HTTP port (8000 unless it was started with another)"
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,9 @@ class ProbeResult:
     message: str = ""
 
 
-class ProbeFailed(Exception):
-    """The server cannot be probed at all (down, or nothing to send a text to)."""
+class ProbeFailed(ServerNotReadyError):
+    """The server cannot be probed at all (down, or nothing to send a text to), or one model cannot be. A caller
+    that wraps it in an error of its own quotes its `problem` and gives the fix that fits the call it made."""
 
 
 def _opener(tls: Tls | None) -> urllib.request.OpenerDirector:
@@ -69,18 +71,27 @@ def http_json(
             reason = json.loads(e.read() or b"{}").get("error") or e.reason
         except ValueError:
             reason = e.reason
-        raise ProbeFailed(f"HTTP {e.code}: {reason}") from None
+        raise ProbeFailed(
+            f"HTTP {e.code}: {reason}",
+            "wait for the model to load (a model not ready answers 400), check its name, and send the server's admin "
+            "key where it asks for one",
+        ) from None
     except (urllib.error.URLError, OSError) as e:
-        raise ProbeFailed(f"no answer from {url}: {getattr(e, 'reason', e)}") from None
+        raise ProbeFailed(
+            f"no answer from {url}: {getattr(e, 'reason', e)}",
+            "check that tritonserver is up and that the URL is its HTTP port",
+        ) from None
     if len(payload) > MAX_ANSWER_BYTES:
-        raise ProbeFailed(f"{url} answered more than {MAX_ANSWER_BYTES >> 20} MiB: not Triton's HTTP API")
+        raise ProbeFailed(
+            f"{url} answered more than {MAX_ANSWER_BYTES >> 20} MiB: not Triton's HTTP API", NOT_TRITON_FIX
+        )
     try:
         return json.loads(payload) if payload else {}
     except ValueError:  # an HTML page, another service on the port
-        raise ProbeFailed(f"{url} answered something other than JSON: not Triton's HTTP API") from None
+        raise ProbeFailed(f"{url} answered something other than JSON: not Triton's HTTP API", NOT_TRITON_FIX) from None
 
 
-def ensembles(url: str = DEFAULT_URL, timeout: float = 5.0, tls: Tls | None = None) -> list[str]:
+def ensembles(url: str = DEFAULT_HTTP_URL, timeout: float = 5.0, tls: Tls | None = None) -> list[str]:
     """Names of the ready models users call: ensembles, each covering every step it wires, and fused models
     (python models that take only texts and do not answer with token ids, as a tokenizer step does).
 
@@ -109,7 +120,7 @@ def _text_tensor(spec: dict, text: str) -> dict:
 
 
 def probe_model(
-    name: str, url: str = DEFAULT_URL, text: str = PROBE_TEXT, timeout: float = 5.0, tls: Tls | None = None
+    name: str, url: str = DEFAULT_HTTP_URL, text: str = PROBE_TEXT, timeout: float = 5.0, tls: Tls | None = None
 ) -> ProbeResult:
     """One inference of `text` through model `name`, its text inputs found from the model's metadata."""
     t0 = time.monotonic()
@@ -117,19 +128,22 @@ def probe_model(
         meta = http_json(f"{url}/v2/models/{name}", timeout, tls=tls)
         inputs = meta.get("inputs", [])
         if not inputs or any(i.get("datatype") != "BYTES" for i in inputs):
-            raise ProbeFailed(f"expects inputs {[i['name'] for i in inputs]}, not the text inputs a probe can send")
+            raise ProbeFailed(
+                f"expects inputs {[i['name'] for i in inputs]}, not the text inputs a probe can send",
+                "probe the ensemble or fused model that takes the texts (without --model, every one is probed)",
+            )
         # The same text in every text input: a pair model is probed with the text paired with itself.
         body = {"inputs": [_text_tensor(i, text) for i in inputs]}
         answer = http_json(f"{url}/v2/models/{name}/infer", timeout, body, tls=tls)
         if not answer.get("outputs"):
-            raise ProbeFailed("answered with no outputs")
-    except ProbeFailed as e:
-        return ProbeResult(name, False, time.monotonic() - t0, str(e))
+            raise ProbeFailed("answered with no outputs", "read the server's log for the model's errors")
+    except ProbeFailed as e:  # the problem alone: the command that prints the results says what to do
+        return ProbeResult(name, False, time.monotonic() - t0, e.problem)
     return ProbeResult(name, True, time.monotonic() - t0)
 
 
 def probe(
-    url: str = DEFAULT_URL,
+    url: str = DEFAULT_HTTP_URL,
     models: list[str] | None = None,
     text: str = PROBE_TEXT,
     timeout: float = 5.0,
@@ -142,5 +156,8 @@ def probe(
     http_json(f"{url}/v2/health/live", timeout, tls=tls)
     names = models or ensembles(url, timeout, tls)
     if not names:
-        raise ProbeFailed(f"{url} has no ready ensemble to send a text to")
+        raise ProbeFailed(
+            f"{url} has no ready ensemble to send a text to",
+            "wait for the server to load its models, or build one into its repository (`ernie-deploy build`)",
+        )
     return [probe_model(name, url, text, timeout, tls) for name in names]

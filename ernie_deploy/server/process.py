@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ernie_deploy.core.admin_key import AdminKey, check_admin_key, read_admin_key_file
 from ernie_deploy.core.endpoints import PORTS
-from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ServerNotReadyError
 from ernie_deploy.core.tls import ServerTls
 from ernie_deploy.server.args import grpc_tls_args, restricted_args, server_args
 from ernie_deploy.server.binary import TritonBinary, find_tritonserver, prepared_backend_dir, server_env
@@ -95,7 +95,10 @@ class TritonServer:
         load_models: Sequence[str] | None = None,
     ):
         if shm_default_byte_size <= 0:
-            raise BadOptionsError(f"shm_default_byte_size must be positive, got {shm_default_byte_size}")
+            raise BadOptionsError(
+                f"shm_default_byte_size must be positive, got {shm_default_byte_size}",
+                "pass a number of bytes (--shm-default-byte-size), at least 1 MiB",
+            )
         if isinstance(admin_key, str):
             admin_key = check_admin_key(admin_key, "the admin_key argument")
         self.admin_key: AdminKey | None = admin_key or (read_admin_key_file(admin_key_file) if admin_key_file else None)
@@ -245,7 +248,9 @@ class TritonServer:
 
     def start(self, timeout: float = 120) -> TritonServer:
         if self.is_running():
-            raise ErnieDeployError(f"tritonserver is already running (pid {self.pid})")
+            raise BadOptionsError(
+                f"tritonserver is already running (pid {self.pid})", "stop() it first, or use the one running"
+            )
         t0 = time.monotonic()
         self.binary = (
             self._tritonserver
@@ -257,7 +262,10 @@ class TritonServer:
         picked = iter(free_ports(sum(1 for v in self.ports.values() if not v), self.host))
         self.ports = {k: (v or next(picked)) for k, v in self.ports.items()}
         if len(set(self.ports.values())) != len(self.ports):
-            raise BadOptionsError(f"the http, grpc and metrics ports must differ, got {self.ports}")
+            raise BadOptionsError(
+                f"the http, grpc and metrics ports must differ, got {self.ports}",
+                "give each its own port (--http-port, --grpc-port, --metrics-port; 0 picks a free one)",
+            )
         argv = self.command()
         self._log_path = self._log_file or Path(tempfile.mkdtemp(prefix="ernie-deploy-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)

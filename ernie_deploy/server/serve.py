@@ -73,10 +73,10 @@ def admin_key_for(host: str, key_file: str | None = None, environ=None) -> tuple
     return key, path
 
 
-def _url_option(server_kw: dict) -> str:
-    """` --url ...` for stats when the HTTP port is not the one it asks by default."""
+def _http_url_option(server_kw: dict) -> str:
+    """` --http-url ...` for stats when the HTTP port is not the one it asks by default."""
     port = server_kw.get("http_port", PORTS["http"])
-    return "" if port == PORTS["http"] else f" --url http://127.0.0.1:{port}"
+    return "" if port == PORTS["http"] else f" --http-url http://127.0.0.1:{port}"
 
 
 def serve(
@@ -107,8 +107,8 @@ def serve(
             f"admin key: none set ({ADMIN_KEY_ENV}, {ADMIN_KEY_FILE_ENV}, --admin-key-file), so one was generated "
             f"for this run in {generated} (mode 0600, removed on stop).\n"
             f"  Load/unload and model configs need it in the header {ADMIN_KEY_HEADER}; inference does not.\n"
-            f"  `ernie-deploy stats{_url_option(server_kw)} --admin-key-file {generated}` reads each ensemble's steps "
-            "and warm-up with it.",
+            f"  `ernie-deploy stats{_http_url_option(server_kw)} --admin-key-file {generated}` reads each "
+            "ensemble's steps and warm-up with it.",
             file=sys.stderr,
             flush=True,
         )

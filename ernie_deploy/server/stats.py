@@ -100,7 +100,8 @@ def loaded_stats(url: str, timeout: float = 5.0, tls: Tls | None = None) -> list
         return http_json(f"{url}/v2/models/stats", timeout, tls=tls).get("model_stats", [])
     except ProbeFailed as exc:
         raise ServerNotReadyError(
-            f"cannot read statistics from {url}: {exc}", "check that the server is up and the URL is its HTTP port"
+            f"cannot read statistics from {url}: {exc.problem}",
+            "check that the server is up and the URL is its HTTP port",
         ) from None
 
 

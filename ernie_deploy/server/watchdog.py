@@ -110,7 +110,9 @@ class StubWatchdog(threading.Thread):
             http_json(f"{self.url}/v2/repository/models/{model}/load", 300, body, headers=self.headers)
             event = StubRestart(model, died, time.monotonic() - t0, self._ready(model))
         except Exception as exc:  # keep watching the other models; the failure is reported
-            event = StubRestart(model, died, time.monotonic() - t0, False, str(exc))
+            # a refused HTTP call on one line, its reason only: the fix it carries is for a caller of the API
+            why = exc.problem if isinstance(exc, ProbeFailed) else str(exc)
+            event = StubRestart(model, died, time.monotonic() - t0, False, why)
         self.restarts.append(event)
         if self.on_restart:
             self.on_restart(event)

@@ -26,6 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ernie_deploy.core.errors import BadRepositoryError
+from ernie_deploy.serving.parameters import (
+    CUT_MAX_REQUEST_CHARS,
+    CUT_MAX_TEXT_CHARS,
+    WINDOW_MAX_REQUEST_CHARS,
+    WINDOW_MAX_TEXT_CHARS,
+)
 
 
 @dataclass(frozen=True)
@@ -92,14 +98,17 @@ class ReadingLimits:
     cut: TextLimits = CUT
     windows: TextLimits = WINDOWS
 
-    # config parameter -> (reading, field). Each names its reading: a model's record has `max_text_chars` and
-    # `max_request_chars` for the one reading it does, and a parameter never shares a record field's name.
-    PARAMETERS = {
-        "cut_max_text_chars": ("cut", "max_text_chars"),
-        "cut_max_request_chars": ("cut", "max_request_chars"),
-        "window_max_text_chars": ("windows", "max_text_chars"),
-        "window_max_request_chars": ("windows", "max_request_chars"),
+    # config parameter (serving.parameters) -> (reading, field). Each names its reading: a model's record has
+    # `max_text_chars` and `max_request_chars` for the one reading it does, and a parameter never shares a record
+    # field's name.
+    LIMITS = {
+        CUT_MAX_TEXT_CHARS: ("cut", "max_text_chars"),
+        CUT_MAX_REQUEST_CHARS: ("cut", "max_request_chars"),
+        WINDOW_MAX_TEXT_CHARS: ("windows", "max_text_chars"),
+        WINDOW_MAX_REQUEST_CHARS: ("windows", "max_request_chars"),
     }
+    # The same, by the parameter's name.
+    PARAMETERS = {parameter.name: where for parameter, where in LIMITS.items()}
 
     @classmethod
     def given(cls, max_text_chars: int | None = None, max_request_chars: int | None = None) -> ReadingLimits:
@@ -120,9 +129,15 @@ class ReadingLimits:
         return {key: getattr(getattr(self, reading), field) for key, (reading, field) in self.PARAMETERS.items()}
 
     @classmethod
+    def from_config(cls, config: dict) -> ReadingLimits:
+        """From the config Triton hands a python step."""
+        return cls.from_parameters({parameter.name: parameter.given(config) for parameter in cls.LIMITS}.get)
+
+    @classmethod
     def from_parameters(cls, read) -> ReadingLimits:
         """From a model config's parameters (`read(key)` -> str, or None where absent). `build` writes all four; a
-        config without them is refused (a model never runs unbounded)."""
+        config without them is refused (a model never runs unbounded), and one of them not a whole number of at
+        least 1, by name."""
         missing = [key for key in cls.PARAMETERS if read(key) is None]
         if missing:
             raise BadRepositoryError(
@@ -130,6 +145,6 @@ class ReadingLimits:
                 "rebuild the repository with `ernie-deploy build`, which writes the limits",
             )
         values = {"cut": {}, "windows": {}}
-        for key, (reading, field) in cls.PARAMETERS.items():
-            values[reading][field] = int(read(key))
+        for parameter, (reading, field) in cls.LIMITS.items():
+            values[reading][field] = parameter.parse(read(parameter.name))
         return cls(TextLimits(**values["cut"]), TextLimits(**values["windows"]))

@@ -10,7 +10,8 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, WINDOW_INPUTS
-from ernie_deploy.serving.step import Step, parameter, split_rows
+from ernie_deploy.serving.parameters import INTRA_OP_THREADS, MODEL_FILE, ORT_SPINNING, PAD_TOKEN_ID
+from ernie_deploy.serving.step import Step, split_rows
 
 
 class OnnxStep(Step):
@@ -21,20 +22,20 @@ class OnnxStep(Step):
     request's own length."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.runtime import OnnxModel, spin_mode
+        from ernie_deploy.serving.runtime import OnnxModel
 
-        threads = int(parameter(config, "intra_op_threads", "0"))
+        threads = INTRA_OP_THREADS.read(config)
         # What the model answers: its logits, or (build --graph-postprocess) the postprocess's tensors, one row per
         # text, which the graph computed after the logits.
         outputs = [o["name"] for o in config.get("output", [])]
         self.outputs = (LOGITS,) if not outputs or LOGITS in outputs else tuple(outputs)
         self.model = OnnxModel(
-            Path(version_dir) / parameter(config, "model_file", "model.onnx"),
+            Path(version_dir) / MODEL_FILE.read(config),
             intra_op_threads=threads or None,
-            spinning=spin_mode(parameter(config, "ort_spinning", "off")),
+            spinning=ORT_SPINNING.read(config),
             outputs=self.outputs,
         )
-        self.pad_id = int(parameter(config, "pad_token_id", "0"))
+        self.pad_id = PAD_TOKEN_ID.read(config)
         # The config's inputs: input_ids and token_type_ids, or a windowed model's window_ids and window_type_ids.
         names = [i["name"] for i in config.get("input", [])]
         self.names = tuple(names) if names in (list(MODEL_INPUTS), list(WINDOW_INPUTS)) else MODEL_INPUTS

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import BadRepositoryError
-from ernie_deploy.core.io import IO_PARAMETER, NATIVE, wire
-from ernie_deploy.core.tasks import (
-    MODEL_INPUTS,
-    TASK_PARAMETER,
-    TEXT_INPUT,
-    TOKENIZER_OUTPUTS,
-    WINDOW_INPUTS,
-    WINDOW_OUTPUTS,
-    get_task,
-)
+from ernie_deploy.core.io import NATIVE, wire
+from ernie_deploy.core.tasks import MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
 from ernie_deploy.serving.model_steps import OnnxStep
+from ernie_deploy.serving.parameters import IO, LONG_TEXT, POSTPROCESS_STEP, TASK
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS
-from ernie_deploy.serving.step import Step, parameter
+from ernie_deploy.serving.step import Step
 from ernie_deploy.serving.tokenizer_steps import TokenizerStep
 
 _WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
@@ -30,28 +22,22 @@ class PipelineStep(Step):
 
     def __init__(self, config: dict, version_dir: Path):
         # Its own inputs and outputs carry the names of the model's wire (core.io); its steps work under the task's.
-        io = parameter(config, IO_PARAMETER, NATIVE)
+        io = IO.read(config)
         if io == NATIVE:
             self.wire_inputs = {i["name"]: i["name"] for i in config.get("input") or [{"name": TEXT_INPUT.name}]}
             answered = {}
         else:
-            wired = wire(get_task(parameter(config, TASK_PARAMETER)), io)
+            wired = wire(TASK.read(config), io)
             self.wire_inputs, answered = wired.inputs, {w: name for name, w in wired.outputs.items()}
         native_inputs = [{"name": name} for name in self.wire_inputs]
         self.tokenizer = TokenizerStep({**config, "input": native_inputs, "output": []}, version_dir)
         self.model = OnnxStep({**config, "output": []}, version_dir)  # answers logits
-        postprocess = parameter(config, "postprocess")
-        if postprocess not in POSTPROCESS_STEPS:
-            raise BadRepositoryError(
-                f"model {config.get('name')!r} names postprocess {postprocess!r}, which is none of "
-                f"{', '.join(POSTPROCESS_STEPS)}",
-                "rebuild the repository with `ernie-deploy build`",
-            )
-        self.post = POSTPROCESS_STEPS[postprocess](config, version_dir)
+        # one of POSTPROCESS_STEPS: the schema's choices are every kind's postprocess key, as that table's are
+        self.post = POSTPROCESS_STEPS[POSTPROCESS_STEP.read(config)](config, version_dir)
         # Each output it answers: the task's own tensor of that meaning.
         self.outputs = {o["name"]: answered.get(o["name"], o["name"]) for o in config.get("output", [])}
         # The tensors the ensemble's steps would pass: the windows (build --long-text window) or the cut text.
-        windowed = parameter(config, "long_text", "") == "window"
+        windowed = LONG_TEXT.read(config)
         self.inputs = WINDOW_INPUTS if windowed else MODEL_INPUTS
         self.tokens = set(_WINDOW_OUTPUTS) if windowed else {t.name for t in TOKENIZER_OUTPUTS} - _WINDOW_OUTPUTS
 

@@ -15,12 +15,6 @@ from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 SPIN_MODES = ("off", "run", "always")
 
 
-def spin_mode(value: str) -> str:
-    """A model config's `ort_spinning` parameter as a SPIN_MODES entry; "true" and "false" are what repositories
-    built before the "run" mode hold."""
-    return {"true": "always", "false": "off"}.get(value, value)
-
-
 class OnnxModel:
     """An onnxruntime session over `model.onnx` whose signature is checked against what the pipeline feeds."""
 

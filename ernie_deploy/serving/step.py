@@ -1,6 +1,7 @@
 """What every serving step is: built from its model config (the dict Triton passes to `initialize`) and the version
 folder holding its files, it maps the requests Triton merged into one `execute` (each a dict of numpy arrays) to
-their outputs, checking each request alone and running the good ones as one batch."""
+their outputs, checking each request alone and running the good ones as one batch. A step reads its config's
+parameters through serving.parameters, the one schema of their names, types and defaults."""
 
 from __future__ import annotations
 
@@ -10,15 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
-
-
-def parameter(config: dict, key: str, default: str | None = None) -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", default)
-    if value is None:
-        raise BadRepositoryError(
-            f"model {config.get('name')!r} has no parameter {key!r}", "rebuild the repository with `ernie-deploy build`"
-        )
-    return value
 
 
 def read_labels(labels_file: Path) -> list[str]:

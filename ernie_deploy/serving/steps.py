@@ -10,18 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.serving.model_steps import OnnxStep
+from ernie_deploy.serving.parameters import WATCHED_MODEL
 from ernie_deploy.serving.pipeline import PipelineStep
 from ernie_deploy.serving.postprocess_steps import POSTPROCESS_STEPS, WATCHES
-from ernie_deploy.serving.step import Step, parameter
+from ernie_deploy.serving.step import Step
 from ernie_deploy.serving.tokenizer_steps import TokenizerOnnxStep, TokenizerStep
-from ernie_deploy.serving.watch import MONITOR_PARAMETER, Watched, watched_task
+from ernie_deploy.serving.watch import Watched, watched_task
 
 
 def _model_step(config: dict, version_dir) -> Step:
     """The model step; watched where it answers (`--graph-postprocess`: the graph computes the answers, and `build`
     names the model to watch on this step's config)."""
     step = OnnxStep(config, version_dir)
-    if not parameter(config, MONITOR_PARAMETER, ""):
+    if WATCHED_MODEL.read(config) is None:
         return step
     kind = watched_task(config).kind
     return Watched(step, config, Path(version_dir), WATCHES[kind], texts=False)

@@ -12,7 +12,17 @@ from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.model_steps import OnnxStep
-from ernie_deploy.serving.step import Step, parameter, split_rows
+from ernie_deploy.serving.parameters import (
+    HEAD_TOKENS,
+    LONG_TEXT,
+    MAX_SEQ_LEN,
+    PAD_TO_MULTIPLE_OF,
+    TOKENIZER_FILE,
+    WINDOW_CUT,
+    WINDOW_SIZE,
+    WINDOW_STRIDE,
+)
+from ernie_deploy.serving.step import Step, split_rows
 from ernie_deploy.serving.texts import decode_inputs
 
 _WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
@@ -27,21 +37,19 @@ class TokenizerStep(Step):
     def __init__(self, config: dict, version_dir: Path):
         from ernie_deploy.serving.tokenizer import load_tokenizer
 
-        self.tokenizer = load_tokenizer(Path(version_dir) / parameter(config, "tokenizer_file", "tokenizer.json"))
+        self.tokenizer = load_tokenizer(Path(version_dir) / TOKENIZER_FILE.read(config))
         # What it reads: the text, or a text and its pair (from its config's inputs).
         self.inputs = [i["name"] for i in config.get("input", [])] or [TEXT_INPUT.name]
-        self.max_seq_len = int(parameter(config, "max_seq_len", "128"))
-        self.pad_to_multiple_of = int(parameter(config, "pad_to_multiple_of", "1"))
+        self.max_seq_len = MAX_SEQ_LEN.read(config)
+        self.pad_to_multiple_of = PAD_TO_MULTIPLE_OF.read(config)
         # How texts longer than max_seq_len are cut (ernie_deploy.serving.encoding): windows for the models that
         # read `window_*`, the head (or head and tail) for those that read `input_ids`.
-        self.window = int(parameter(config, "window_size", str(self.max_seq_len)))  # tokens, [CLS] and [SEP] too
-        self.stride = int(parameter(config, "window_stride", str(max(1, (self.window - 2) // 2))))
-        # a config written before sentence windows has no cut: it slid
-        self.cut = parameter(config, "window_cut", "sliding")
-        head = parameter(config, "head_tokens", "")
-        self.head_tokens = int(head) if head else None
+        self.window = WINDOW_SIZE.read(config)
+        self.stride = WINDOW_STRIDE.read(config)
+        self.cut = WINDOW_CUT.read(config)
+        self.head_tokens = HEAD_TOKENS.read(config)
         # What one request may cost (serving.limits), per reading: checked before anything is tokenized.
-        self.limits = ReadingLimits.from_parameters(lambda key: parameter(config, key, "") or None)
+        self.limits = ReadingLimits.from_config(config)
         # What it can make: every tokenizer output, but windows for a single text only (a pair is cut, never windowed).
         able = [t.name for t in TOKENIZER_OUTPUTS if len(self.inputs) == 1 or t.name not in WINDOW_OUTPUTS]
         self.outputs = [o["name"] for o in config.get("output", [])] or able
@@ -147,7 +155,7 @@ class TokenizerOnnxStep(Step):
     def __init__(self, config: dict, version_dir: Path):
         self.tokenizer = TokenizerStep({**config, "output": []}, version_dir)  # reads the model's text inputs
         self.model = OnnxStep({**config, "output": []}, version_dir)
-        self.inputs = WINDOW_INPUTS if parameter(config, "long_text", "") == "window" else MODEL_INPUTS
+        self.inputs = WINDOW_INPUTS if LONG_TEXT.read(config) else MODEL_INPUTS
         self.outputs = [o["name"] for o in config.get("output", [])] or [LOGITS]
 
     def check(self, inputs):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ernie_deploy.core.errors import ErnieDeployError
-from ernie_deploy.core.io import IO_PARAMETER, NATIVE, wire
+from ernie_deploy.core.io import wire
 from ernie_deploy.core.profile import (
     CHARS,
     CUT,
@@ -42,18 +42,12 @@ from ernie_deploy.core.shadow import (
     SHADOW_LATENCY_EDGES,
     SHADOW_LATENCY_METRIC,
     SHADOW_METRIC,
-    SHADOW_PARAMETER,
     ShadowPlan,
 )
-from ernie_deploy.core.tasks import TASK_PARAMETER, get_task
 from ernie_deploy.serving.metrics import Counts, metric_key
-from ernie_deploy.serving.step import Step, parameter
+from ernie_deploy.serving.parameters import IO, LABELS_FILE, SHADOW, WATCHED_MODEL, WATCHED_TASK
+from ernie_deploy.serving.step import Step
 
-# The answering step's config parameter naming the model its series are labelled with; absent: not watched
-# (`build --no-monitor`).
-MONITOR_PARAMETER = "monitor"
-# The task of the watched model, on a step that is not an entry (only entries carry `task`: it is what marks them).
-WATCHED_TASK_PARAMETER = "monitor_task"
 REFERENCE_FILE = "reference.json"
 TEXT_NAMES = ("text", "text_pair")
 
@@ -91,13 +85,13 @@ class Watched(Step):
         # texts: whether the step sees the request's texts (a model step that answers sees token ids only: it counts
         # no lengths and no readings, rather than count them wrong)
         self.step, self.watch, self.texts = step, watch, texts
-        self.model = parameter(config, MONITOR_PARAMETER, "")
+        self.model = WATCHED_MODEL.read(config)
         self.version = Path(version_dir).name
         self.counts: Counts | None = None
         self.mirror: Mirror | None = None
         if not self.model:
             return
-        labels_file = Path(version_dir) / parameter(config, "labels_file", "labels.json")
+        labels_file = Path(version_dir) / LABELS_FILE.read(config)
         self.labels = json.loads(labels_file.read_text(encoding="utf-8")) if labels_file.exists() else []
         self.series = (*watch.series, CHARS, READING) if texts else watch.series
         self.counts = Counts(DESCRIPTIONS)
@@ -121,12 +115,11 @@ class Watched(Step):
             for series, by_bucket in shares.items():
                 for bucket, share in by_bucket.items():
                     self.counts.set(REFERENCE_METRIC, {**own, "series": series, "bucket": bucket}, float(share))
-        plan = parameter(config, SHADOW_PARAMETER, "")
-        if plan:
-            plan = ShadowPlan.from_json(plan)
+        plan = SHADOW.read(config)
+        if plan is not None:
             if str(plan.serving) == self.version:  # the candidate's own step answers; it does not mirror
                 task = watched_task(config)
-                names = wire(task, parameter(config, IO_PARAMETER, NATIVE))
+                names = wire(task, IO.read(config))
                 self.mirror = Mirror(plan, self.counts, own, watch, self.labels, names)
         # Pushed before the model reports ready (about 60 metrics calls, under 10 ms of its load): a server that is
         # ready shows every series of its models, at 0, and a scrape right after start sees them.
@@ -215,7 +208,7 @@ def json_item(item):
 
 def watched_task(config: dict):
     """The task of the model a step watches (core.tasks.TaskSpec)."""
-    return get_task(parameter(config, WATCHED_TASK_PARAMETER, parameter(config, TASK_PARAMETER, "")))
+    return WATCHED_TASK.read(config)
 
 
 def _readings(seen: dict, outputs: dict, rows: int) -> list[str]:

@@ -27,12 +27,15 @@ from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 # windows of one size sliding by a stride.
 CUTS = ("sentences", "sliding")
 DEFAULT_CUT = "sentences"
+# The cut of windows built before the cut was a choice: they slid. A record or a tokenizer config that names no cut
+# but reads windows is one of those, and must keep its answers.
+UNRECORDED_CUT = "sliding"
 
 
 def recorded_cut(window_cut: str | None, long_text: str | None) -> str:
     """How a model record's windows are cut: as it says; a model built to read windows before the cut was a choice
     slid; one not built yet reads as `build` cuts by default."""
-    return window_cut or ("sliding" if long_text == "window" else DEFAULT_CUT)
+    return window_cut or (UNRECORDED_CUT if long_text == "window" else DEFAULT_CUT)
 
 
 def check_cut(cut: str) -> str:

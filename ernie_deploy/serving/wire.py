@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
-from ernie_deploy.core.io import IO_PARAMETER, NATIVE, PADDLENLP, check_io
-from ernie_deploy.serving.step import Step, parameter
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.io import PADDLENLP
+from ernie_deploy.serving.parameters import IO
+from ernie_deploy.serving.step import Step
 
 
 class WireAnswers(Step):
@@ -48,14 +49,7 @@ def in_wire(step_class, formats: dict[str, Callable[[bytes], bytes]]):
 
     def make(config: dict, version_dir) -> Step:
         step = step_class(config, version_dir)
-        io = parameter(config, IO_PARAMETER, NATIVE)
-        try:
-            check_io(io)
-        except ErnieDeployError as exc:
-            raise BadRepositoryError(
-                f"model {config.get('name')!r}: {exc.problem}", "rebuild the repository with `ernie-deploy build`"
-            ) from None
-        return WireAnswers(step, formats) if io == PADDLENLP and formats else step
+        return WireAnswers(step, formats) if IO.read(config) == PADDLENLP and formats else step
 
     make.__name__ = step_class.__name__
     return make

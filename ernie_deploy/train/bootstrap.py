@@ -218,7 +218,7 @@ def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, p
         run.join()
     failed = [f"{task.name} (exit {run.exitcode})" for task, run in zip(wave, runs) if run.exitcode]
     if failed:
-        raise ErnieDeployError(
+        raise BadCheckpointError(
             f"training the bootstrap models at once failed for {', '.join(failed)}",
             "train each alone to see its error: `ernie-deploy fetch --bootstrap --task TASK`",
         )

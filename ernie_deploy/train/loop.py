@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError, InstallError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
@@ -88,8 +88,9 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
     write_vocab(vocab, out / "vocab.txt")
     tokenizer = ppt.ErnieTokenizer(str(out / "vocab.txt"))
     if tokenizer.pad_token_id != 0:
-        raise ErnieDeployError(
-            f"[PAD] has id {tokenizer.pad_token_id}, expected 0", "put [PAD] first in the vocabulary (build_vocab does)"
+        raise BadCheckpointError(
+            f"[PAD] has id {tokenizer.pad_token_id}, expected 0",
+            "train from a base checkpoint whose vocab.txt has [PAD] on its first line (build_vocab puts it there)",
         )
     t_tok = time.time()
     # Training reads train and dev; the test split is scored once, on the exported model (`ernie-deploy eval`).
@@ -120,7 +121,7 @@ def _build_model(task: TaskSpec, recipe: dict[str, Any], enc: _Encoded, base: Pa
 
     model_cls = getattr(ppt, task.paddle_class, None)
     if model_cls is None:
-        raise ErnieDeployError(
+        raise InstallError(
             f"paddlenlp.transformers has no {task.paddle_class}", "check paddlenlp==2.8.1 is installed"
         )
     config = ppt.ErnieConfig(

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.fetch import datasets
 from ernie_deploy.serving.tokenizer import is_cjk
@@ -69,7 +69,11 @@ def build_vocab(texts: list[str], min_word_freq: int = 2) -> list[str]:
 def write_vocab(vocab: list[str], path: Path) -> None:
     for tok in vocab:
         if not tok or any(c in tok for c in "\n\r") or tok != tok.strip():
-            raise ErnieDeployError(f"vocabulary entry {tok!r} cannot be written one per line")
+            raise BadDataError(
+                f"vocabulary entry {tok!r} cannot be written one per line",
+                "drop the entry, or strip the whitespace and line breaks from it where it comes from (the base "
+                "checkpoint's vocab.txt, or the training texts)",
+            )
     path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
 
 

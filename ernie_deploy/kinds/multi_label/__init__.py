@@ -10,5 +10,5 @@ KIND = Kind(
     metric="micro_f1",
     postprocess="multi_label_postprocess",
     split_format="labels.tsv",
-    thresholds=True,
+    per_label_thresholds=True,
 )

@@ -11,7 +11,8 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
 from ernie_deploy.core.tasks import LOGITS
-from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+from ernie_deploy.serving.parameters import LABELS_FILE, THRESHOLDS
+from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch, json_item
 
 
@@ -20,12 +21,11 @@ class MultiLabelPostprocess(Step):
     reaches its threshold (thresholds.json), best first; scores [B, C] FP32: every label's sigmoid score."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+        from ernie_deploy.serving.multi_label import read_thresholds
 
         version_dir = Path(version_dir)
-        self.labels = read_labels(version_dir / parameter(config, "labels_file", "labels.json"))
-        thresholds_file = version_dir / parameter(config, "thresholds_file", THRESHOLDS_FILE)
-        self.thresholds = read_thresholds(thresholds_file, self.labels)
+        self.labels = read_labels(version_dir / LABELS_FILE.read(config))
+        self.thresholds = read_thresholds(version_dir / THRESHOLDS.read(config), self.labels)
 
     def check(self, inputs):
         logits = inputs[LOGITS]

@@ -9,7 +9,8 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import CONFIDENCE, LABEL, confidence_bucket
 from ernie_deploy.core.tasks import LOGITS
-from ernie_deploy.serving.step import Step, parameter, read_labels, split_rows
+from ernie_deploy.serving.parameters import LABELS_FILE
+from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch
 
 
@@ -23,7 +24,7 @@ class SeqClsPostprocess(Step):
     """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
 
     def __init__(self, config: dict, version_dir: Path):
-        self.labels = read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        self.labels = read_labels(Path(version_dir) / LABELS_FILE.read(config))
         self._names = np.array([label.encode("utf-8") for label in self.labels], dtype=np.object_)
 
     def check(self, inputs):

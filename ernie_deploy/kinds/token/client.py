@@ -14,7 +14,7 @@ def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
     kinds/token/serving.py) back as the native `entities` JSON, each entity's text cut from the text sent."""
     import json
 
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import BadRepositoryError
     from ernie_deploy.serving.entities import entities_to_json
 
     try:
@@ -22,7 +22,7 @@ def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
         bounds = [(s["label"], int(s["pos"][0]), int(s["pos"][1]) + 1) for s in spans]
         entities = [{"type": kind, "start": a, "end": b, "text": text[a:b]} for kind, a, b in bounds]
     except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f'OUTPUT {item[:200]!r} is not a JSON list of {{"pos": [start, end], "label": ...}}: {exc}',
             "call a model built with --io paddlenlp, or read its answers as its wire says (ernie-deploy check)",
         ) from None

@@ -10,7 +10,8 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import ENTITIES_PER_TEXT, ENTITY_TYPE, count_bucket
 from ernie_deploy.core.tasks import LOGITS
-from ernie_deploy.serving.step import Step, parameter, read_labels
+from ernie_deploy.serving.parameters import LABELS_FILE, LONG_TEXT, NER_DECODING
+from ernie_deploy.serving.step import Step, read_labels
 from ernie_deploy.serving.texts import decode_texts
 from ernie_deploy.serving.watch import KindWatch, json_item
 
@@ -20,13 +21,11 @@ class TokenClsPostprocess(Step):
     {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
 
     def __init__(self, config: dict, version_dir: Path):
-        self.labels = read_labels(Path(version_dir) / parameter(config, "labels_file", "labels.json"))
+        self.labels = read_labels(Path(version_dir) / LABELS_FILE.read(config))
         # build --long-text window: the logits of each text's windows, merged here
-        self.windowed = parameter(config, "long_text", "") == "window"
-        from ernie_deploy.serving.entities import DECODING_PARAMETER, DEFAULT_DECODING, check_decoding
-
+        self.windowed = LONG_TEXT.read(config)
         # build --ner-decoding (or what export recorded): argmax as PaddleNLP, or the best valid IOB2 sequence
-        self.decoding = check_decoding(parameter(config, DECODING_PARAMETER, DEFAULT_DECODING))
+        self.decoding = NER_DECODING.read(config)
 
     def check(self, inputs):
         if self.windowed:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import REBUILD, SPEC_PARAMETER, ModelSpec, OldRecord
 from ernie_deploy.core.tasks import TASK_PARAMETER, TOKENIZER_STEP
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
-from ernie_deploy.repository.options import BuildOptions, check_options, check_task_options
+from ernie_deploy.repository.options import BuildOptions, check_options
 
 # The layout listed first (and the one a model whose layout cannot fit falls back to naming in its refusal).
 ENSEMBLE = "ensemble"
@@ -55,7 +55,7 @@ def get_layout(name: str) -> Layout:
 
 def check_build_options(options: BuildOptions) -> Layout | None:
     """Refuse option combinations Triton would reject at load time or silently ignore; returns the layout (None for
-    "auto": each model's is settled by `settle_layout`, once its kind is known)."""
+    "auto": each model's is settled by `repository.resolve`, once its kind is known)."""
     if options.layout == AUTO:
         check_options(options)
         _default_candidates(options)
@@ -66,8 +66,9 @@ def check_build_options(options: BuildOptions) -> Layout | None:
     return layout
 
 
-def _default_candidates(options: BuildOptions) -> list[Layout]:
-    """The default layouts that can honour `options` on their runtime, in order; a refusal when none can."""
+def _default_candidates(options: ServingSettings) -> list[Layout]:
+    """The default layouts that can honour the settings `options` on their runtime, in order; a refusal when none
+    can."""
     order = DEFAULT_LAYOUTS.get(options.runtime)
     if order is None:
         raise BadOptionsError(
@@ -87,39 +88,29 @@ def _default_candidates(options: BuildOptions) -> list[Layout]:
     return fitting
 
 
-def default_layout(model: ModelSpec, options: BuildOptions) -> Layout:
-    """The layout `model` gets when none is named: the first of DEFAULT_LAYOUTS[runtime] that fits it."""
-    candidates = _default_candidates(options)
+def default_layout(model: ModelSpec) -> Layout:
+    """The layout `model` (its reading and serving settings decided) gets when none is named: the first of
+    DEFAULT_LAYOUTS[runtime] that fits it."""
+    candidates = _default_candidates(model.serving)
     for layout in candidates:
-        if layout.fits(model, options) is None:
+        if layout.fits(model) is None:
             return layout
     return candidates[-1]  # its refusal names the problem and the fix (layout.check)
 
 
-def settle_layout(model: ModelSpec, options: BuildOptions) -> BuildOptions:
-    """`options` with the layout `model` is built in: the named one, or for "auto" its default."""
-    if options.layout != AUTO:
-        return options
-    return replace(options, layout=default_layout(model, options).name)
-
-
 def task_configs(
-    model: ModelSpec,
-    onnx_path: str | Path,
-    options: BuildOptions,
-    tokenizer_step: str = TOKENIZER_STEP,
-    pad_token_id: int = 0,
+    model: ModelSpec, onnx_path: str | Path, tokenizer_step: str = TOKENIZER_STEP, pad_token_id: int = 0
 ) -> list[mc.ModelConfig]:
-    """Every Triton model config of `model` in `options.layout`, derived from its record and the ONNX file (names and
-    dims are checked, not assumed), the entry (the model users call) last. The record's labels make the
-    graph-postprocess layout's graph; its NER decoding is the postprocess's (options.ner_decoding overrides it)."""
-    options = settle_layout(model, options)
-    layout = check_build_options(options)
-    check_task_options(model, options)
-    layout.check(model, options)
-    parts = Parts(model, Path(onnx_path), options, tokenizer_step, pad_token_id)
-    configs = layout.configs(parts)
-    if options.response_cache:
+    """Every Triton model config of `model` (its record as served: repository.resolve) in its layout, derived from
+    the record and the ONNX file (names and dims are checked, not assumed), the entry (the model users call) last."""
+    if model.layout is None or model.serving is None:
+        raise BadOptionsError(
+            f"model {model.name!r}: its record is not resolved (no layout or serving settings)",
+            "resolve it first: ernie_deploy.repository.resolve.resolve(record, overrides, settings)",
+        )
+    layout = get_layout(model.layout)
+    configs = layout.configs(Parts(model, Path(onnx_path), tokenizer_step, pad_token_id))
+    if model.serving.response_cache:
         cache_answers(configs[-1])
     return configs
 
@@ -178,5 +169,4 @@ __all__ = [
     "get_layout",
     "layout_of",
     "entry_record",
-    "settle_layout",
 ]

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS, TOKENIZER_STEP
 from ernie_deploy.repository.configs import (
@@ -27,7 +28,6 @@ from ernie_deploy.repository.configs import (
     postprocess_config,
     tokenizer_config,
 )
-from ernie_deploy.repository.options import BuildOptions, long_text_mode
 from ernie_deploy.repository.signature import onnx_signature
 
 # The files a served model needs, each held by one Triton model of its layout (`Layout.homes`).
@@ -38,13 +38,12 @@ LAYOUT_PARAMETER = "layout"
 
 @dataclass
 class Parts:
-    """The pieces every layout composes, for one model (its record: name, labels, decoding, windows, limits): the
-    checked ONNX signature and the typed configs of the tokenizer, model and postprocess steps as the default
-    ensemble would have them."""
+    """The pieces every layout composes, for one model (its record as served: name, labels, decoding, windows, limits,
+    serving settings): the checked ONNX signature and the typed configs of the tokenizer, model and postprocess steps
+    as the default ensemble would have them."""
 
     model: ModelSpec
     onnx: Path
-    options: BuildOptions
     tokenizer_step: str = TOKENIZER_STEP
     pad_token_id: int = 0
     inputs: list = field(default_factory=list)
@@ -53,7 +52,7 @@ class Parts:
     def __post_init__(self):
         self.onnx = Path(self.onnx)
         self.inputs, self.outputs = checked_signature(self.model, self.onnx)
-        if long_text_mode(self.model, self.options) == "window":
+        if self.model.long_text == "window":
             # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
             # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
             from ernie_deploy.repository.windows import windowed_signature
@@ -61,26 +60,26 @@ class Parts:
             self.inputs, self.outputs = windowed_signature(self.inputs, self.outputs)
 
     def tokenizer(self) -> mc.ModelConfig:
-        return tokenizer_config(self.tokenizer_step, self.model, self.options)
+        return tokenizer_config(self.tokenizer_step, self.model)
 
     def model_step(self, outputs=None) -> mc.ModelConfig:
-        return model_config(self.model, self.inputs, outputs or self.outputs, self.options, self.pad_token_id)
+        return model_config(self.model, self.inputs, outputs or self.outputs, self.pad_token_id)
 
     def postprocess(self) -> mc.ModelConfig:
-        return postprocess_config(self.model, self.outputs[0], self.options)
+        return postprocess_config(self.model, self.outputs[0])
 
     def own_parameters(self, *steps: mc.ModelConfig) -> dict[str, str]:
         """The parameters of `steps` merged into one config of the model's own (a fused model, the tokenizer inside
-        the model step): every parameter its record has a field of, with that field's value; a shared tokenizer's
-        windows stay out where the model reads no windows (its record has none)."""
+        the model step): each step's parameters are generated from the one record, so none disagree; a shared
+        tokenizer's windows stay out where the model reads no windows (its record has none)."""
         params = {key: value.string_value for step in steps for key, value in step.parameters.items()}
-        if long_text_mode(self.model, self.options) != "window":
+        if self.model.long_text != "window":
             for key in WINDOW_PARAMETERS:
                 params.pop(key, None)
         return params
 
     def ensemble(self, steps: list[mc.ModelConfig], layout: str) -> mc.ModelConfig:
-        config = ensemble_config(self.model, steps, self.options)
+        config = ensemble_config(self.model, steps)
         config.parameters[LAYOUT_PARAMETER].string_value = layout
         return config
 
@@ -130,19 +129,19 @@ class Layout:
         return f"Layout({self.name!r})"
 
     # What fits -----------------------------------------------------------------------------------------------------
-    def fits(self, model: ModelSpec, options: BuildOptions) -> str | None:
-        """Why `model` cannot be laid out this way with `options`, or None."""
+    def fits(self, model: ModelSpec) -> str | None:
+        """Why `model` (its reading and settings decided) cannot be laid out this way, or None."""
         return None
 
-    def check(self, model: ModelSpec, options: BuildOptions) -> None:
-        problem = self.fits(model, options)
+    def check(self, model: ModelSpec) -> None:
+        problem = self.fits(model)
         if problem:
             raise BadOptionsError(
                 problem, f"build {model.name!r} with another --layout (build models of other kinds separately)"
             )
 
-    def check_options(self, options: BuildOptions) -> None:
-        """Refuse options this layout cannot honour for any model."""
+    def check_options(self, options: ServingSettings) -> None:
+        """Refuse serving settings this layout cannot honour for any model."""
         if options.runtime not in self.runtimes:
             raise BadOptionsError(
                 f"--layout {self.name} runs onnxruntime inside a python model, but the model step was asked to run "
@@ -189,10 +188,10 @@ class Layout:
         return ()
 
     # Its files ---------------------------------------------------------------------------------------------------
-    def write_model_file(self, model: ModelSpec, onnx: Path, options: BuildOptions, path: Path):
+    def write_model_file(self, model: ModelSpec, onnx: Path, path: Path):
         """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens]
         (repository/windows.py)."""
-        if options.runtime == "onnxruntime" and long_text_mode(model, options) == "window":
+        if model.serving.runtime == "onnxruntime" and model.long_text == "window":
             from ernie_deploy.repository.windows import window_model
 
             window_model(onnx, path)

@@ -4,12 +4,12 @@ name: the same tensors for clients, no hops. Its versions are version folders of
 from __future__ import annotations
 
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.core.tasks import TASK_PARAMETER
-from ernie_deploy.repository.configs import base_config, model_wire
+from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
-from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.signature import spec_of
+from ernie_deploy.serving.parameters import PIPELINE
 
 
 class Fused(Layout):
@@ -18,7 +18,7 @@ class Fused(Layout):
     runtimes = ("python",)
     shares_tokenizer = False
 
-    def check_options(self, options: BuildOptions) -> None:
+    def check_options(self, options: ServingSettings) -> None:
         super().check_options(options)
         if options.response_cache:
             # Measured on Triton 2.51: a python model's refused request (an empty text) went into the response cache
@@ -35,17 +35,16 @@ class Fused(Layout):
         steps = [parts.tokenizer(), parts.model_step(), parts.postprocess()]
         ensemble = parts.ensemble(steps, self.name)  # the interface it answers with
         params = parts.own_parameters(*steps)
-        params["postprocess"] = parts.model.task_spec.postprocess
-        params[TASK_PARAMETER] = parts.model.task
+        params |= PIPELINE.parameters(postprocess=parts.model.task_spec.postprocess, task=parts.model.task_spec)
         params[LAYOUT_PARAMETER] = self.name
         outputs = [spec_of(o) for o in ensemble.output]
         model = parts.model
         return [
             base_config(
                 model.name,
-                model_wire(model, parts.options).input_specs(),
+                model.wire.input_specs(),
                 outputs,
-                parts.options,
+                model.serving,
                 backend="python",
                 params=params,
             )

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.configs import watch_parameters
 from ernie_deploy.repository.layouts.base import Layout, Parts
-from ernie_deploy.repository.options import BuildOptions
 
 
 class GraphPostprocess(Layout):
@@ -17,14 +16,14 @@ class GraphPostprocess(Layout):
     summary = "tokenizer -> model with the postprocess in its graph (classifiers; the ORT backend runs it too)"
     answers_in_graph = True
 
-    def fits(self, model: ModelSpec, options: BuildOptions):
+    def fits(self, model: ModelSpec):
         if not model.task_spec.graph_postprocess:
             return (
                 f"--layout {self.name}: the postprocess of {model.kind} model {model.name!r} "
                 f"({model.task_spec.postprocess}) is not expressed as an ONNX graph"
             )
-        if options.long_text not in ("auto", "head", "head_tail"):
-            return f"--layout {self.name} reads one logits row per text; --long-text {options.long_text} gives windows"
+        if model.long_text == "window":
+            return f"--layout {self.name} reads one logits row per text; --long-text {model.long_text} gives windows"
         return None
 
     def configs(self, parts: Parts):
@@ -32,11 +31,14 @@ class GraphPostprocess(Layout):
         from ernie_deploy.repository.signature import model_signature
 
         if not parts.model.labels:
-            raise ErnieDeployError(f"--layout {self.name} needs the label names of {parts.model.name!r}")
+            raise BadOptionsError(
+                f"--layout {self.name} needs the label names of {parts.model.name!r}",
+                "build it in another --layout, or from a model whose record names its labels (`--labels FILE`)",
+            )
         # The model step answers what the postprocess would: its outputs are the appended graph's.
         _, outputs = model_signature(postprocess_graph(parts.model, parts.onnx), parts.onnx)
         steps = [parts.tokenizer(), parts.model_step(outputs)]
-        if parts.options.monitor and parts.options.runtime == "python":
+        if parts.model.serving.monitor and parts.model.serving.runtime == "python":
             # The model step answers, so it is the one that watches the answers (serving.watch). On the ORT backend
             # no python step sees an answer: docs/OPERATIONS.md says what is exported there.
             for key, value in watch_parameters(parts.model).items():
@@ -59,7 +61,7 @@ class GraphPostprocess(Layout):
     def graph_models(self, model: ModelSpec):
         return (model.model_step,)
 
-    def write_model_file(self, model, onnx: Path, options, path: Path):
+    def write_model_file(self, model, onnx: Path, path: Path):
         from ernie_deploy.repository.postprocess_graph import write_with_postprocess
 
         write_with_postprocess(model, onnx, path)

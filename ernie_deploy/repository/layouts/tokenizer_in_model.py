@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import MODEL_INPUTS
-from ernie_deploy.repository.configs import base_config, model_wire
+from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.signature import spec_of
+from ernie_deploy.serving.parameters import TOKENIZER_MODEL
 
 
 class TokenizerInModel(Layout):
@@ -21,13 +22,14 @@ class TokenizerInModel(Layout):
         model = parts.model
         # It takes the ensemble's inputs and returns the logits and whatever tokenizer outputs the postprocess or the
         # caller reads (offsets, lengths, truncated; the windows' positions), so the postprocess step stays as it is.
-        read = {t.name for t in post.input} | set(model_wire(model, parts.options).outputs)
+        read = {t.name for t in post.input} | set(model.wire.outputs)
         outputs = [spec_of(o) for o in step.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
         params = parts.own_parameters(tokenizer, step)
         if [t.name for t in step.input] != list(MODEL_INPUTS):
-            params["long_text"] = "window"  # the model reads the windows (window_ids, window_type_ids)
+            # the model reads the windows (window_ids, window_type_ids)
+            params |= TOKENIZER_MODEL.parameters(long_text=True)
         merged = base_config(
-            model.model_step, list(model.task_spec.inputs), outputs, parts.options, backend="python", params=params
+            model.model_step, list(model.task_spec.inputs), outputs, model.serving, backend="python", params=params
         )
         steps = [merged, post]
         return [*steps, parts.ensemble(steps, self.name)]

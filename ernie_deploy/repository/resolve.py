@@ -1,0 +1,169 @@
+"""Resolve once: a model's record, the build's overrides and its serving settings become the record as served.
+
+`resolve` decides every open field of the record (its layout, how it reads long texts and in what windows, its
+limits, its decoding, its wire) and checks each once; every config, file and fact of the served model is then read
+from the completed record (repository.configs, repository.layouts), never worked out again. A field the record
+already holds stays as it is unless an override names another value: a record resolved again with no overrides is
+itself (what `tune` and a new version's build rely on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.settings import AUTO, ServingSettings
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.repository.options import BuildOptions, RecordOverrides, check_options
+from ernie_deploy.serving.limits import ReadingLimits
+
+
+def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSettings) -> ModelSpec:
+    """`record` as served with `overrides` and `settings` (the runtime settled), every field decided, or a refusal
+    that names the flag and the fix."""
+    check_options(BuildOptions(**settings.to_dict(), **_fields(overrides.overrides)))
+    settings = settings.settings
+    model = replace(
+        record,
+        ner_decoding=decides_decoding(record, overrides),
+        io=_io(record, overrides),
+        **_reading(record, overrides),
+        layout=None,
+        serving=settings,
+    )
+    return replace(model, layout=_layout(record, overrides, model).name)
+
+
+def resolve_options(record: ModelSpec, options: BuildOptions) -> ModelSpec:
+    """`resolve` with the build options' two parts."""
+    return resolve(record, options.overrides, options.settings)
+
+
+def resolves(record: ModelSpec, options: BuildOptions) -> bool:
+    """Whether `record` can be served with `options` (its layout fits it and the settings): what a search over
+    layouts and settings tries before it builds."""
+    from ernie_deploy.core.errors import ErnieDeployError
+
+    try:
+        resolve_options(record, options)
+    except ErnieDeployError:
+        return False
+    return True
+
+
+def _fields(overrides: RecordOverrides) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(overrides, f.name) for f in fields(RecordOverrides)}
+
+
+def _io(record: ModelSpec, overrides: RecordOverrides) -> str:
+    """The wire the model answers in (core.io): the override, else what its record says, else ernie-deploy's own; a
+    refusal where its kind has no such wire."""
+    from ernie_deploy.core.io import NATIVE, wire
+
+    io = overrides.io or record.io or NATIVE
+    wire(record.task_spec, io, record.name)
+    return io
+
+
+def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:
+    """How a token model turns logits into entities: the override, else what its record says, else the default; None
+    for a model of another kind, which has no entities (an override for it is refused)."""
+    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+
+    if not record.kind_facts.entities:
+        if overrides.ner_decoding is not None:
+            raise BadOptionsError(
+                f"--ner-decoding sets how a token model decodes entities; {record.name!r} is a {record.kind} model",
+                "build token models separately with it (--task token_cls or --model N), or record it per model "
+                "with `ernie-deploy export --ner-decoding` (a deployment file's export: {ner_decoding: ...})",
+            )
+        return None
+    return check_decoding(overrides.ner_decoding or record.ner_decoding or DEFAULT_DECODING)
+
+
+def _reading(record: ModelSpec, overrides: RecordOverrides) -> dict:
+    """How the model reads a text longer than max_seq_len, its windows or its head, and what one request may cost:
+    the record fields `long_text`, `window_*`, `head_tokens`, `max_text_chars` and `max_request_chars`."""
+    from ernie_deploy.serving.windows import (
+        DEFAULT_CUT,
+        check_head_tokens,
+        check_stride,
+        default_head_tokens,
+        default_stride,
+    )
+
+    modes = record.kind_facts.long_text_modes
+    mode = (overrides.long_text if overrides.long_text != AUTO else None) or record.long_text or modes[0]
+    if mode not in modes:
+        why = {
+            "window": "a window decides each token, but a label per text needs the text in one model input",
+            "head_tail": "cutting out a text's middle leaves no labels for the tokens there",
+        }.get(mode, "")
+        raise BadOptionsError(
+            f"--long-text {mode} does not fit {record.kind} model {record.name!r}{': ' + why if why else ''}",
+            f"build it with --long-text {' or '.join(('auto', *modes))} (build models of other kinds separately, "
+            "with --task or --model)",
+        )
+    if mode == "head_tail" and len(record.task_spec.inputs) != 1:
+        raise BadOptionsError(
+            f"--long-text head_tail cuts one text; {record.name!r} takes {len(record.task_spec.inputs)}",
+            "build it with --long-text head (pairs are cut the longer text first)",
+        )
+    # The record's own reading is kept where the mode is the one it has; another mode starts from the defaults.
+    kept = record if record.long_text == mode else replace(record, **dict.fromkeys(_READING))
+    length = record.max_seq_len
+    out = dict.fromkeys(_READING)
+    out["long_text"] = mode
+    if mode == "head_tail":
+        head = overrides.head_tokens if overrides.head_tokens is not None else kept.head_tokens
+        out["head_tokens"] = default_head_tokens(length) if head is None else head
+        check_head_tokens(out["head_tokens"], length)
+    if mode == "window":
+        window = overrides.window_size or kept.window_size
+        stride = overrides.window_stride or kept.window_stride
+        if window is None:
+            # Windows of about the length the model was trained on; a stride too long for them was chosen for
+            # windows of max_seq_len, which it keeps.
+            window = record.window_default if stride is None or stride <= record.window_default - 2 else length
+        if not 3 <= window <= length:
+            raise BadOptionsError(
+                f"--window-size {window} does not fit model {record.name!r}: a window holds [CLS], [SEP] and at "
+                f"least one token, and at most the model's max_seq_len ({length}) tokens",
+                f"pass --window-size from 3 to {length}, or leave it out for {record.window_default}",
+            )
+        stride = default_stride(window) if stride is None else stride
+        check_stride(stride, window)
+        out.update(window_size=window, window_stride=stride, window_cut=overrides.window_cut or kept.window_cut)
+        out["window_cut"] = out["window_cut"] or DEFAULT_CUT
+    given = (overrides.max_text_chars, overrides.max_request_chars)
+    if any(v is not None for v in given):
+        limits = ReadingLimits.given(*given).reading(mode == "window")
+        out.update(max_text_chars=limits.max_text_chars, max_request_chars=limits.max_request_chars)
+    elif kept.max_text_chars is not None and kept.max_request_chars is not None:
+        out.update(max_text_chars=kept.max_text_chars, max_request_chars=kept.max_request_chars)
+    else:
+        limits = ReadingLimits().reading(mode == "window")
+        out.update(max_text_chars=limits.max_text_chars, max_request_chars=limits.max_request_chars)
+    return out
+
+
+# The record fields `_reading` decides together.
+_READING = (
+    "long_text", "window_size", "window_stride", "window_cut", "head_tokens", "max_text_chars", "max_request_chars",
+)  # fmt: skip
+
+
+def _layout(record: ModelSpec, overrides: RecordOverrides, model: ModelSpec):
+    """The layout the model is served in: the override, else the record's, else the first default of its runtime
+    that fits it (layouts.DEFAULT_LAYOUTS); a refusal where the one named does not fit."""
+    from ernie_deploy.repository.layouts import default_layout, get_layout
+
+    named = (overrides.layout if overrides.layout != AUTO else None) or record.layout
+    if named is None:
+        return default_layout(model)
+    layout = get_layout(named)
+    layout.check_options(model.serving)
+    layout.check(model)
+    return layout
