@@ -29,8 +29,8 @@ def test_a_record_without_a_window_reads_the_window_default_and_the_default_stri
     assert window_of(_record(trained_tokens=None)) == (64, W.default_stride(64), W.DEFAULT_CUT)
     built = _record(long_text="window", window_size=40, window_stride=7, window_cut="sliding")
     assert window_of(built) == (40, 7, "sliding")
-    # a record built to read windows before the cut was recorded keeps the windows it was served with
-    assert window_of(_record(long_text="window", window_size=40)).cut == W.recorded_cut(None, "window")
+    # a record that reads windows but names no cut reads them cut as `build` cuts by default
+    assert window_of(_record(long_text="window", window_size=40)).cut == W.recorded_cut(None) == W.DEFAULT_CUT
 
 
 def test_window_predict_runs_windows_of_the_records_size():

@@ -432,13 +432,11 @@ def test_windowed_ensemble_steps_answer_as_the_offline_reference(tiny_token_pipe
     assert not isinstance(result[1], Exception)
 
 
-def test_a_postprocess_of_a_repository_built_before_window_ends_reads_sliding_windows(tiny_token_pipeline, tmp_path):
-    """A repository built before windows carried their ends wires no `window_ends` into the postprocess; its windows
-    slid, all of one size, so the postprocess infers their ends and answers as it does with them."""
+def test_a_postprocess_sent_no_window_ends_refuses_by_name(tiny_token_pipeline, tmp_path):
+    """The windows' ends are part of what the tokenizer sends a windowed postprocess: a request without them is
+    refused by name (no ends are guessed), and the request beside it in the batch is answered."""
     repo = tmp_path / "models"
-    build(
-        [_artifacts(tiny_token_pipeline)], repo, BuildOptions(runtime="python", layout="ensemble", window_cut="sliding")
-    )
+    build([_artifacts(tiny_token_pipeline)], repo, BuildOptions(runtime="python", layout="ensemble"))
     load = _steps(repo)
     tok, model = load("ernie_tokenizer", "tokenizer"), load(TOKEN.model_step, "onnx")
     post = load(TOKEN.postprocess_step, "token_cls_postprocess")
@@ -447,14 +445,10 @@ def test_a_postprocess_of_a_repository_built_before_window_ends_reads_sliding_wi
     tokens = tok.run_requests([{"text": texts}], wanted)[0]
     logits = model.run_requests([{n: tokens[n] for n in WINDOW_INPUTS}])[0]["logits"]
     request = {**tokens, "logits": logits, "text": texts}
-    assert (tokens["window_starts"] >= 0).sum() > 3  # several texts of several windows
-    old = {k: v for k, v in request.items() if k != "window_ends"}
-    with_ends, without = post.run_requests([request, old])
-    assert not isinstance(without, Exception), without
-    assert with_ends["entities"].tolist() == without["entities"].tolist()
-    np.testing.assert_array_equal(
-        W.sliding_ends(tokens["window_starts"], tokens["text_lengths"]), tokens["window_ends"]
-    )
+    without = {k: v for k, v in request.items() if k != "window_ends"}
+    answered, refused = post.run_requests([request, without])
+    assert not isinstance(answered, Exception), answered
+    assert isinstance(refused, BadRequest) and "window_ends None" in refused.problem
 
 
 def test_wrapped_model_for_the_ort_backend_gives_the_python_steps_logits(tiny_token_pipeline, tmp_path):

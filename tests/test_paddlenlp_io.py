@@ -16,6 +16,7 @@ from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.io import NATIVE, PADDLENLP, wire
 from ernie_deploy.core.tasks import MULTI_LABEL, PAIR_CLS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
+from ernie_deploy.repository.resolve import resolves
 from ernie_deploy.repository.options import BuildOptions
 from tests.conftest import NEWS_TEXTS, ROOT, artifacts
 
@@ -100,7 +101,7 @@ def wired(tmp_path_factory, tiny_pipeline, tiny_pipeline_v2, tiny_token_pipeline
         names[("news", layout)] = f"pn_news_{suffix}"
         build([artifacts(tiny_pipeline, f"pn_news_{suffix}")], repo, options)
         build_version(artifacts(tiny_pipeline_v2, f"pn_news_{suffix}"), repo, replace(options, io=None), version=2)
-        if LAYOUTS[layout].fits(artifacts(tiny_token_pipeline, "x").model, options) is None:
+        if resolves(artifacts(tiny_token_pipeline, "x").model, options):
             names[("ner", layout)] = f"pn_ner_{suffix}"
             build([artifacts(tiny_token_pipeline, f"pn_ner_{suffix}")], repo, options)
     cached = BuildOptions(runtime="python", layout="tokenizer-in-model", io=PADDLENLP, response_cache=True)

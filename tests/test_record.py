@@ -39,7 +39,7 @@ def test_a_record_of_another_format_is_refused_with_the_rebuild_command():
 def _record_values(model: ModelSpec) -> dict[str, object]:
     """Every record field by name, and the build options it keeps under `serving`."""
     values = {f.name: getattr(model, f.name) for f in fields(ModelSpec) if f.name != "serving"}
-    return {**model.serving, **values}
+    return {**model.serving.to_dict(), **values}
 
 
 def _served_parameters(repository: Path, name: str) -> dict[str, dict[str, str]]:

@@ -376,3 +376,38 @@ def test_fused_layout_is_one_python_model_with_the_ensembles_interface(tiny_toke
         task_configs(
             resolve_options(TOKEN, BuildOptions(layout="fused", runtime="onnxruntime")), tiny_token_pipeline.onnx
         )
+
+
+def test_every_step_parameter_named_as_a_record_field_carries_the_records_value(tiny_pipeline, tiny_token_pipeline):
+    """The configs are functions of the resolved record: a parameter a step reads under a record field's name holds
+    that field's value, in every layout (a record field a step reads reaches it with no writer code of its own)."""
+    from dataclasses import fields
+
+    from ernie_deploy.core.spec import ModelSpec
+    from ernie_deploy.repository.layouts import LAYOUTS
+    from ernie_deploy.repository.resolve import resolves
+    from ernie_deploy.serving.parameters import SCHEMA
+
+    record_fields = {f.name for f in fields(ModelSpec)}
+    checked = set()
+    for pipeline in (tiny_pipeline, tiny_token_pipeline):
+        model = pipeline.static.spec
+        for layout in LAYOUTS:
+            options = BuildOptions(runtime="python", layout=layout, max_text_chars=321)
+            if not resolves(model, options):
+                continue
+            record = resolve_options(model, options)
+            for config in task_configs(record, pipeline.onnx):
+                for key, value in config.parameters.items():
+                    # (a field the record leaves None, such as a classifier's windows, is the step's default)
+                    if key in record_fields and key in SCHEMA and getattr(record, key) is not None:
+                        parse = SCHEMA[key].parse
+                        assert parse(value.string_value, config.name) == parse(
+                            str(getattr(record, key)), config.name
+                        ), (
+                            layout,
+                            config.name,
+                            key,
+                        )
+                        checked.add(key)
+    assert {"max_seq_len", "ner_decoding"} <= checked

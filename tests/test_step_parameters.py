@@ -26,7 +26,6 @@ from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.parameter_types import Choice, FileName, Flag, Name, Plan, Task, Whole
 from ernie_deploy.serving.parameters import (
     GROUPS,
-    LONG_TEXT,
     MAX_SEQ_LEN,
     ORT_SPINNING,
     SCHEMA,
@@ -188,7 +187,7 @@ def test_no_reader_keeps_a_parameter_name_or_a_default_of_its_own():
         ('x = parameter(config, key="max_seq_len")', "reads around the schema"),
         ("stride = max(1, (window - 2) // 2)", "windows.default_stride's formula"),
         ('name = "labels_file"', "names parameter 'labels_file' itself"),
-        ('name = "monitor"', "names parameter 'monitor' itself"),
+        ('name = "watched_model"', "names parameter 'watched_model' itself"),
         ('x = config["parameters"]["max_seq_len"]', "around the schema ('parameters')"),
     ],
 )
@@ -203,7 +202,7 @@ def test_the_scan_lets_a_name_constant_and_a_docstring_be():
 
 
 # (c) Round trips and refusals -----------------------------------------------------------------------------------------
-PLAN = ShadowPlan(model="m", serving=1, candidate="m_canary", version=2)
+PLAN = ShadowPlan(model="m", serving_version=1, candidate="m_canary", version=2)
 
 
 def _values(parameter: Parameter) -> list:
@@ -218,7 +217,7 @@ def _values(parameter: Parameter) -> list:
         Name: ["some_model"],
         Flag: [True, False],
         Task: list(TASKS.values()),
-        Plan: [PLAN, ShadowPlan(model="m", serving=3, candidate="m", version=4, fraction=1.0, sends="step")],
+        Plan: [PLAN, ShadowPlan(model="m", serving_version=3, candidate="m", version=4, fraction=1.0, sends="step")],
     }[type(kind)]
 
 
@@ -310,6 +309,7 @@ def test_the_watched_model_has_one_name_for_writer_and_reader_and_it_is_not_the_
 
     from ernie_deploy.repository.configs import watch_parameters
     from ernie_deploy.repository.options import BuildOptions
+
     assert WATCHED_MODEL.name == WATCHED_MODEL_PARAMETER
     assert WATCHED_MODEL.name not in {f.name for f in fields(BuildOptions)}
     written = watch_parameters(ModelSpec.new(TOKEN_CLS))

@@ -127,7 +127,7 @@ def test_a_label_set_counts_each_label_and_the_set_size():
 
 def test_the_shadow_counts_agreement_and_flips_and_a_short_answer_as_failed():
     counts = Counts({})
-    plan = ShadowPlan(model="news", serving=1, candidate="news_canary", version=2, fraction=1.0)
+    plan = ShadowPlan(model="news", serving_version=1, candidate="news_canary", version=2, fraction=1.0)
     mirror = Mirror.__new__(Mirror)  # its counting alone: no thread, no Triton
     mirror.plan, mirror.counts, mirror.watch, mirror.labels = plan, counts, WATCHES["sequence"], LABELS
     mirror.own = {"model": "news", "version": "1", "candidate": "2"}
@@ -151,6 +151,6 @@ def test_a_shadow_plan_refuses_a_fraction_that_is_no_share():
 
     for fraction in (0, -0.1, 1.5):
         with pytest.raises(BadOptionsError, match="not a share"):
-            ShadowPlan(model="news", serving=1, candidate="news_canary", version=2, fraction=fraction)
-    plan = ShadowPlan(model="news", serving=1, candidate="news_canary", version=2)
+            ShadowPlan(model="news", serving_version=1, candidate="news_canary", version=2, fraction=fraction)
+    plan = ShadowPlan(model="news", serving_version=1, candidate="news_canary", version=2)
     assert ShadowPlan.from_json(plan.to_json()) == plan

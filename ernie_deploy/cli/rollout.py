@@ -116,7 +116,7 @@ def run(args, to_version: int | None = None) -> None:
                 probe_texts=args.probe_text or PROBE_TEXTS,
                 log=print,
             )
-        print(f"{shadow.name}: now serving version {shadow.candidate} (was {shadow.serving})")
+        print(f"{shadow.name}: now serving version {shadow.candidate} (was {shadow.serving_version})")
         return
     with RepositoryAdmin.from_env(args.grpc_url, args.admin_key_file, tls=tls) as admin:
         report = rollout(

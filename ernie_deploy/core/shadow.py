@@ -46,7 +46,7 @@ class ShadowPlan:
     the candidate's version number: the series' `candidate` label."""
 
     model: str  # the served model's name (the series' `model` label)
-    serving: int  # the version whose step mirrors; its other versions do not
+    serving_version: int  # the version whose step mirrors; its other versions do not
     candidate: str
     version: int
     fraction: float = DEFAULT_FRACTION

@@ -74,7 +74,7 @@ class ModelSpec:
     long_text: str | None = None
     window_size: int | None = None
     window_stride: int | None = None
-    window_cut: str | None = None  # serving.windows.CUTS; None: not windowed (or built before there was a choice)
+    window_cut: str | None = None  # serving.windows.CUTS; None: not windowed
     head_tokens: int | None = None
     # What one request may cost, in characters (serving.limits), for the reading the model does.
     max_text_chars: int | None = None

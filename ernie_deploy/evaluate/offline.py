@@ -70,7 +70,7 @@ def window_of(model: ModelSpec) -> Windows:
     by default: windows of `ModelSpec.window_default`, half a window apart (serving.windows.default_stride), cut as
     serving.windows.recorded_cut says for the record."""
     size = model.window_size or model.window_default
-    return Windows(size, model.window_stride or default_stride(size), recorded_cut(model.window_cut, model.long_text))
+    return Windows(size, model.window_stride or default_stride(size), recorded_cut(model.window_cut))
 
 
 def head_tokens(model: ModelSpec) -> int | None:

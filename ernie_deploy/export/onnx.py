@@ -48,7 +48,10 @@ def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_O
                 optimize_tool="polygraphy",
             )
         if not tmp.exists() or tmp.stat().st_size == 0:
-            raise ErnieDeployError(f"paddle2onnx produced no model from {static.model_file}: {log.getvalue()[-800:]}")
+            raise BadCheckpointError(
+                f"paddle2onnx produced no model from {static.model_file}: {log.getvalue()[-800:]}",
+                "read paddle2onnx's log above, and export again with the paddle2onnx of the [export] extra",
+            )
         model = onnx.load(str(tmp))
         name_tensors(model)
         onnx.checker.check_model(model)
@@ -68,7 +71,10 @@ def name_tensors(model) -> None:
             "export the model with `ernie-deploy export`, which fixes the input names",
         )
     if len(model.graph.output) != 1:
-        raise BadCheckpointError(f"expected one graph output, found {[o.name for o in model.graph.output]}")
+        raise BadCheckpointError(
+            f"expected one graph output, found {[o.name for o in model.graph.output]}",
+            "export the model with `ernie-deploy export`, whose graph answers its logits only",
+        )
     old = model.graph.output[0].name
     if old == LOGITS:
         return

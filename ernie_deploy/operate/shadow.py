@@ -53,7 +53,7 @@ class ShadowRefused(ErnieDeployError):
 @dataclass
 class ShadowReport:
     name: str
-    serving: int
+    serving_version: int
     candidate: int
     fraction: float
     seconds: float = 0.0
@@ -94,7 +94,7 @@ class ShadowReport:
     def lines(self, flips: int = 10) -> list[str]:
         agreement = "n/a" if self.agreement is None else f"{self.agreement:.4f}"
         out = [
-            f"{self.name}: shadow of version {self.candidate} beside version {self.serving} "
+            f"{self.name}: shadow of version {self.candidate} beside version {self.serving_version} "
             f"({self.fraction:g} of requests, {self.seconds:.1f}s)",
             f"  compared {self.compared} texts: agree {self.agree}, disagree {self.disagree}, failed {self.failed}; "
             f"skipped {self.skipped} (the candidate behind)",
@@ -305,7 +305,7 @@ def _refusal(report: ShadowReport) -> ShadowRefused | None:
         if report.failed:
             return ShadowRefused(
                 f"{name}: version {version} failed every one of the {report.failed} texts mirrored to it (skipped "
-                f"{report.skipped}), so nothing was compared; version {report.serving} keeps serving",
+                f"{report.skipped}), so nothing was compared; version {report.serving_version} keeps serving",
                 "read the server log for the candidate's errors, fix the version and try again",
             )
         why = (
@@ -315,16 +315,16 @@ def _refusal(report: ShadowReport) -> ShadowRefused | None:
         )
         return ShadowRefused(
             f"{name}: the shadow compared no text in {report.seconds:.0f}s ({why}; failed {report.failed}, skipped "
-            f"{report.skipped}); version {report.serving} keeps serving",
+            f"{report.skipped}); version {report.serving_version} keeps serving",
             "send traffic to the model during the shadow, or lengthen --duration (or raise --fraction)",
         )
     if report.min_agreement is not None and report.agreement < report.min_agreement:
         flips = ", ".join(f"{s} -> {c} ({n})" for s, c, n in report.flips[:3]) or "none counted"
         return ShadowRefused(
-            f"{name}: version {version} agrees with version {report.serving} on {report.agreement:.2%} of "
+            f"{name}: version {version} agrees with version {report.serving_version} on {report.agreement:.2%} of "
             f"{report.agree + report.disagree} texts, {report.min_agreement - report.agreement:.2%} below "
             f"--min-agreement {report.min_agreement:g} (most common flips: {flips}); not promoted, version "
-            f"{report.serving} keeps serving",
+            f"{report.serving_version} keeps serving",
             "look at the flips before promoting; promote anyway with a lower --min-agreement, or without --shadow",
         )
     return None

@@ -4,7 +4,7 @@ postprocess and ensemble, each warmed up before it reports ready."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -20,7 +20,7 @@ from ernie_deploy.core.tasks import (
 )
 from ernie_deploy.repository.signature import spec_of
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
-from ernie_deploy.serving.parameters import MODEL, POSTPROCESS, TOKENIZER, WATCH, parameters
+from ernie_deploy.serving.parameters import MODEL, POSTPROCESS, TOKENIZER, WATCH, Group, parameters
 from ernie_deploy.serving.windows import DEFAULT_CUT, default_stride
 
 
@@ -115,30 +115,43 @@ def tokenizer_config(name: str, model: ModelSpec) -> mc.ModelConfig:
     # both readings, and is shared only where both agree).
     limits = TextLimits(model.max_text_chars, model.max_request_chars)
     reading = "windows" if model.long_text == "window" else "cut"
-    params = TOKENIZER.parameters(
-        tokenizer_file="tokenizer.json",
-        max_seq_len=max_seq_len,
-        pad_to_multiple_of=multiple if multiple > 1 else None,
-        **replace(ReadingLimits(), **{reading: limits}).parameters(),
-    )
     outputs = list(TOKENIZER_OUTPUTS)
+    windows = dict.fromkeys(WINDOW_PARAMETERS)
     if len(inputs) == 1:
         # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
         # A tokenizer step holds the windows it cuts for whichever model asks for them (the record's, else windows of
         # max_seq_len), so that a classifier's and a token model's can be one shared step; a layout that merges it
         # into the model's own config keeps them only where the model reads windows (layouts.base.Parts).
         window = model.window_size or max_seq_len
-        params |= TOKENIZER.parameters(
-            window_size=window if window != max_seq_len else None,
-            window_stride=model.window_stride or default_stride(window),
-            window_cut=model.window_cut or DEFAULT_CUT,
-            head_tokens=model.head_tokens,
-        )
+        windows = {
+            "window_size": window if window != max_seq_len else None,
+            "window_stride": model.window_stride or default_stride(window),
+            "window_cut": model.window_cut or DEFAULT_CUT,
+        }
     else:
         # A pair is cut the longer text first (serving.encoding.encode_pairs), never windowed: windows serve
         # token models, which read one text.
         outputs = [t for t in outputs if t.name not in WINDOW_OUTPUTS]
+    params = recorded_parameters(
+        TOKENIZER,
+        model,
+        tokenizer_file="tokenizer.json",
+        pad_to_multiple_of=multiple if multiple > 1 else None,
+        **replace(ReadingLimits(), **{reading: limits}).parameters(),
+        **windows,
+    )
     return base_config(name, list(inputs), outputs, settings, backend="python", params=params)
+
+
+def recorded_parameters(group: Group, model: ModelSpec, **values) -> dict[str, str]:
+    """The parameters of a step (`group`, serving.parameters) that `model`'s record holds under the same name, with the
+    record's values (None: absent), and `values`, which the caller works out (and which win): a record field a step
+    reads reaches it with no code of its own here."""
+    recorded = {p.name: getattr(model, p.name) for p in group if p.name in _RECORD_FIELDS and p.name not in values}
+    return group.parameters(**recorded, **values)
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(ModelSpec))
 
 
 def model_config(model: ModelSpec, inputs, outputs, pad_token_id: int = 0) -> mc.ModelConfig:
@@ -175,10 +188,10 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec) -> mc.ModelConfig:
     """The postprocess step: its NER decoding, wire and reading are the record's."""
     inputs = [logits, *model.task_spec.postprocess_extra_inputs]
     outputs = [o for o in model.task_spec.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
-    params = POSTPROCESS.parameters(
+    params = recorded_parameters(
+        POSTPROCESS,
+        model,
         labels_file="labels.json",
-        # written always for a token model, so `check` and a reader of the config see it
-        ner_decoding=model.ner_decoding,
         # a wire of another format: it writes the answers that way (serving.wire); the entry renames them
         io=None if model.wire.native else model.wire.name,
         long_text=True if model.long_text == "window" else None,

@@ -24,7 +24,7 @@ from itertools import chain
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRequest
 from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
 from ernie_deploy.serving.windows import Windowed, check_head_tokens, check_stride, head_tail_ids, windows_from_tokens
 
@@ -73,7 +73,7 @@ def tokenize_whole(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ErnieDeployError(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
+            raise BadRequest(f"text {i} is {type(text).__name__}, not str", "decode bytes as UTF-8 first")
     # Whatever a loaded tokenizer.json or an earlier caller set: every text whole, cut and padded here.
     if tokenizer.truncation is not None:
         tokenizer.no_truncation()
@@ -119,7 +119,7 @@ def encode_items(
             tokenizer, items, max_seq_len, head_tokens=head_tokens, pad_to_multiple_of=pad_to_multiple_of, whole=whole
         )
     if not all(pairs) or any(len(item) != 2 for item in items):
-        raise ErnieDeployError(
+        raise BadRequest(
             "a batch mixes texts and text pairs", "send (text, text_pair) tuples to a pair model, strings otherwise"
         )
     texts, second = zip(*items)
@@ -143,7 +143,9 @@ def encode_batch(
     batches of different texts get the same shape: Triton's dynamic batcher merges only requests whose
     shapes match, unless the model takes ragged inputs."""
     if max_seq_len < 2:
-        raise BadOptionsError(f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}")
+        raise BadOptionsError(
+            f"max_seq_len must be at least 2 ([CLS] and [SEP]), got {max_seq_len}", "pass a max_seq_len of at least 2"
+        )
     keep = max_seq_len - 2
     head = keep if head_tokens is None else head_tokens
     check_head_tokens(head, max_seq_len)
@@ -191,9 +193,12 @@ def encode_pairs(
     Offsets are into each token's own text (the pair's tokens into the pair); `truncated` says either text was cut.
     """
     if max_seq_len < 3:
-        raise BadOptionsError(f"max_seq_len must be at least 3 for a pair ([CLS] and two [SEP]), got {max_seq_len}")
+        raise BadOptionsError(
+            f"max_seq_len must be at least 3 for a pair ([CLS] and two [SEP]), got {max_seq_len}",
+            "pass a max_seq_len of at least 3",
+        )
     if len(texts) != len(pairs):
-        raise ErnieDeployError(f"{len(texts)} texts but {len(pairs)} pairs", "send one text_pair per text")
+        raise BadRequest(f"{len(texts)} texts but {len(pairs)} pairs", "send one text_pair per text")
     encodings = tokenize_whole(tokenizer, [*texts, *pairs])
     cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
     rows, truncated = [], []

@@ -15,9 +15,11 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, BadOptionsError, BadRepositoryError
 
 ENTITY_KEYS = frozenset({"type", "start", "end", "text"})
+# What `entities_from_json` answers a text that is not the entities a token model writes: it came from another model.
+_WIRE_FIX = "call a token classification model; `ernie-deploy check` shows the wire it answers in"
 
 # How a token model's logits become entities, a setting of each model (`export --ner-decoding`, recorded in
 # model.json; `build --ner-decoding` overrides it; the postprocess reads it from its config parameter
@@ -39,7 +41,10 @@ def _split_tag(tag: str) -> tuple[str, str]:
         return "O", ""
     prefix, sep, kind = tag.partition("-")
     if not sep or not kind or prefix not in ("B", "I"):
-        raise ErnieDeployError(f"{tag!r} is not a BIO tag (O, or B-/I- and a type)")
+        raise BadDataError(
+            f"{tag!r} is not a BIO tag (O, or B-/I- and a type)",
+            "use BIO tags: O, or B-/I- and the entity type (e.g. B-PER)",
+        )
     return prefix, kind
 
 
@@ -64,11 +69,12 @@ def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 def spans_to_bio(spans: Iterable[tuple[str, int, int]], length: int) -> list[str]:
     """(type, start, end_exclusive) spans -> a BIO sequence of `length` tags (B on the first, I on the rest)."""
     tags = ["O"] * length
+    fix = "give entities that lie inside the text and do not overlap"
     for kind, start, end in spans:
         if not 0 <= start < end <= length:
-            raise ErnieDeployError(f"span {kind} [{start}, {end}) does not fit in a sequence of {length}")
+            raise BadDataError(f"span {kind} [{start}, {end}) does not fit in a sequence of {length}", fix)
         if any(t != "O" for t in tags[start:end]):
-            raise ErnieDeployError(f"span {kind} [{start}, {end}) overlaps another span")
+            raise BadDataError(f"span {kind} [{start}, {end}) overlaps another span", fix)
         tags[start:end] = [f"B-{kind}"] + [f"I-{kind}"] * (end - start - 1)
     return tags
 
@@ -122,7 +128,10 @@ def decode_entities(
     real = label_ids[1:last]
     if real.min() < 0 or real.max() >= len(labels):
         bad = int(real[(real < 0) | (real >= len(labels))][0])
-        raise ErnieDeployError(f"label id {bad} is out of range for {len(labels)} labels")
+        raise BadRepositoryError(
+            f"label id {bad} is out of range for {len(labels)} labels",
+            "rebuild the repository so labels.json comes from the same model",
+        )
     tags = [labels[i] for i in real.tolist()]
     entities = []
     for kind, first, stop in (span for span in bio_spans(tags) if not strict or tags[span[1]].startswith("B-")):
@@ -298,8 +307,9 @@ def char_labels_to_token_labels(
     for i in range(1, max(last, 1)):
         start = int(offsets[i][0])
         if not 0 <= start < len(char_tags):
-            raise ErnieDeployError(
-                f"token {i} starts at character {start}, outside a text of {len(char_tags)} labelled characters"
+            raise BadDataError(
+                f"token {i} starts at character {start}, outside a text of {len(char_tags)} labelled characters",
+                "fetch the data again (`ernie-deploy fetch-data`): each text needs one label per character",
             )
         tag = char_tags[start]
         if start == prev_start and tag.startswith("B-") and f"I-{tag[2:]}" in label_to_id:
@@ -309,7 +319,10 @@ def char_labels_to_token_labels(
             # keep the target valid IOB2, since decoding drops runs that open with I-.
             tag = f"B-{tag[2:]}"
         if tag not in label_to_id:
-            raise ErnieDeployError(f"tag {tag!r} is not among the labels {sorted(label_to_id)}")
+            raise BadDataError(
+                f"tag {tag!r} is not among the labels {sorted(label_to_id)}",
+                "label the data with the model's labels only",
+            )
         target[i] = label_to_id[tag]
         prev_start, prev_tag = start, tag
     return target
@@ -331,26 +344,30 @@ def entities_from_json(data: bytes | str) -> list[dict]:
         try:
             data = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ErnieDeployError(f"entities are not UTF-8: {exc}") from None
+            raise BadRepositoryError(f"entities are not UTF-8: {exc}", _WIRE_FIX) from None
     if not isinstance(data, str):
-        raise ErnieDeployError(f"entities must be JSON bytes or str, got {type(data).__name__}")
+        raise BadRepositoryError(f"entities must be JSON bytes or str, got {type(data).__name__}", _WIRE_FIX)
     try:
         value = json.loads(data)
     except json.JSONDecodeError as exc:
-        raise ErnieDeployError(f"entities are not valid JSON: {exc}") from None
+        raise BadRepositoryError(f"entities are not valid JSON: {exc}", _WIRE_FIX) from None
     if not isinstance(value, list):
-        raise ErnieDeployError(f"entities must be a JSON list, got {type(value).__name__}")
+        raise BadRepositoryError(f"entities must be a JSON list, got {type(value).__name__}", _WIRE_FIX)
     for i, entity in enumerate(value):
         if not isinstance(entity, dict):
-            raise ErnieDeployError(f"entity {i} is {type(entity).__name__}, not an object")
+            raise BadRepositoryError(f"entity {i} is {type(entity).__name__}, not an object", _WIRE_FIX)
         if set(entity) != ENTITY_KEYS:
-            raise ErnieDeployError(f"entity {i} has keys {sorted(entity)}, expected {sorted(ENTITY_KEYS)}")
+            raise BadRepositoryError(f"entity {i} has keys {sorted(entity)}, expected {sorted(ENTITY_KEYS)}", _WIRE_FIX)
         start, end = entity["start"], entity["end"]
         # bool is an int subclass; true/false are not offsets.
         if any(not isinstance(v, int) or isinstance(v, bool) for v in (start, end)):
-            raise ErnieDeployError(f"entity {i}: start and end must be integers, got {start!r} and {end!r}")
+            raise BadRepositoryError(
+                f"entity {i}: start and end must be integers, got {start!r} and {end!r}", _WIRE_FIX
+            )
         if not isinstance(entity["type"], str) or not isinstance(entity["text"], str):
-            raise ErnieDeployError(f"entity {i}: type and text must be strings")
+            raise BadRepositoryError(f"entity {i}: type and text must be strings", _WIRE_FIX)
         if not 0 <= start < end or len(entity["text"]) != end - start:
-            raise ErnieDeployError(f"entity {i}: [{start}, {end}) does not match its text {entity['text']!r}")
+            raise BadRepositoryError(
+                f"entity {i}: [{start}, {end}) does not match its text {entity['text']!r}", _WIRE_FIX
+            )
     return value

@@ -52,7 +52,8 @@ class OnnxStep(Step):
             shape = "[batch, windows, tokens]" if self.rank == 3 else "[batch, tokens]"
             raise BadRequest(
                 f"{self.names[0]} {list(ids.shape)} and {self.names[1]} {list(types.shape)} must have the same "
-                f"{shape} shape"
+                f"{shape} shape",
+                "send both with the same shape, as the tokenizer step writes them",
             )
         return ids, types
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, BadRepositoryError
 
 THRESHOLDS_FILE = "thresholds.json"
 DEFAULT_THRESHOLD = 0.5
@@ -35,14 +35,12 @@ def check_thresholds(thresholds, labels: list[str], source: str) -> dict[str, fl
         + "; or build without --thresholds, which uses the ones `ernie-deploy convert` chose"
     )
     if not isinstance(thresholds, dict):
-        raise ErnieDeployError(f"{source} holds {type(thresholds).__name__}, not a {{label: threshold}} object", fix)
+        raise BadDataError(f"{source} holds {type(thresholds).__name__}, not a {{label: threshold}} object", fix)
     missing = [label for label in labels if label not in thresholds]
     extra = sorted(set(thresholds) - set(labels))
     if missing or extra:
         parts = [f"lacks {', '.join(missing)}" if missing else "", f"names unknown {', '.join(extra)}" if extra else ""]
-        raise ErnieDeployError(
-            f"{source} does not match the model's labels: it {' and '.join(p for p in parts if p)}", fix
-        )
+        raise BadDataError(f"{source} does not match the model's labels: it {' and '.join(p for p in parts if p)}", fix)
     bad = [
         f"{label}: {thresholds[label]!r}"
         for label in labels
@@ -51,7 +49,7 @@ def check_thresholds(thresholds, labels: list[str], source: str) -> dict[str, fl
         or not (math.isfinite(thresholds[label]) and 0.0 <= thresholds[label] <= 1.0)
     ]
     if bad:
-        raise ErnieDeployError(f"{source}: thresholds must be numbers in [0, 1], got {'; '.join(bad)}", fix)
+        raise BadDataError(f"{source}: thresholds must be numbers in [0, 1], got {'; '.join(bad)}", fix)
     return {label: float(thresholds[label]) for label in labels}
 
 
@@ -59,14 +57,14 @@ def read_thresholds(path: str | Path, labels: list[str]) -> dict[str, float]:
     """The thresholds file at `path`, checked against the model's labels."""
     path = Path(path)
     if not path.is_file():
-        raise ErnieDeployError(
+        raise BadDataError(
             f"no thresholds file at {path}",
             "run `ernie-deploy convert` (it chooses them on the dev split), or pass `ernie-deploy build --thresholds`",
         )
     try:
         thresholds = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ErnieDeployError(f"{path} is not JSON: {exc}", "write it as a {label: threshold} JSON object") from None
+        raise BadDataError(f"{path} is not JSON: {exc}", "write it as a {label: threshold} JSON object") from None
     return check_thresholds(thresholds, labels, str(path))
 
 
@@ -88,7 +86,7 @@ def predictions_from_json(item: bytes | str) -> list[dict]:
         isinstance(v, dict) and isinstance(v.get("label"), str) and isinstance(v.get("score"), int | float)
         for v in value
     ):
-        raise ErnieDeployError(
+        raise BadRepositoryError(
             f"expected a JSON list of {{'label', 'score'}} objects, got {str(value)[:200]}",
             "call a multi_label model",
         )

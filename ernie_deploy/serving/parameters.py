@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import InstallError
 from ernie_deploy.core.io import IO_PARAMETER, IOS, NATIVE
 from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.shadow import SHADOW_PARAMETER
@@ -132,7 +132,10 @@ GROUPS = (TOKENIZER, MODEL, POSTPROCESS, WATCH, TOKENIZER_MODEL, PIPELINE)
 EVERY = union("any", *GROUPS)
 SCHEMA: dict[str, Parameter] = {p.name: p for p in EVERY}
 if len(SCHEMA) != len(EVERY.members):  # two parameters of one name: one would shadow the other in a config
-    raise ErnieDeployError(f"serving.parameters names a parameter twice, among {sorted(p.name for p in EVERY)}")
+    raise InstallError(
+        f"serving.parameters names a parameter twice, among {sorted(p.name for p in EVERY)}",
+        "give each parameter of serving/parameters.py its own name",
+    )
 
 
 def parameters(**values: Any) -> dict[str, str]:

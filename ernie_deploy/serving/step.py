@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError, FailedRequestsError
 
 
 def read_labels(labels_file: Path) -> list[str]:
@@ -73,7 +73,7 @@ class Step:
         except ErnieDeployError as exc:
             return exc
         except Exception as exc:
-            return ErnieDeployError(
+            return FailedRequestsError(
                 f"{type(self).__name__} failed on this request: {exc}",
                 "check the request's tensors against the model's config",
             )

@@ -117,7 +117,7 @@ class Watched(Step):
                     self.counts.set(REFERENCE_METRIC, {**own, "series": series, "bucket": bucket}, float(share))
         plan = SHADOW.read(config)
         if plan is not None:
-            if str(plan.serving) == self.version:  # the candidate's own step answers; it does not mirror
+            if str(plan.serving_version) == self.version:  # the candidate's own step answers; it does not mirror
                 task = watched_task(config)
                 names = wire(task, IO.read(config))
                 self.mirror = Mirror(plan, self.counts, own, watch, self.labels, names)

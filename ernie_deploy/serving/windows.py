@@ -21,21 +21,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, BadRequest
 
 # How a long text is cut into windows: whole sentences packed (the default: docs/LONG_TEXTS.md measures both), or
 # windows of one size sliding by a stride.
 CUTS = ("sentences", "sliding")
 DEFAULT_CUT = "sentences"
-# The cut of windows built before the cut was a choice: they slid. A record or a tokenizer config that names no cut
-# but reads windows is one of those, and must keep its answers.
-UNRECORDED_CUT = "sliding"
+# What a refusal of window logits that do not fit their windows tells: the two steps were built apart.
+_ONE_BUILD = "rebuild the model so its tokenizer and model steps come from one build"
 
 
-def recorded_cut(window_cut: str | None, long_text: str | None) -> str:
-    """How a model record's windows are cut: as it says; a model built to read windows before the cut was a choice
-    slid; one not built yet reads as `build` cuts by default."""
-    return window_cut or (UNRECORDED_CUT if long_text == "window" else DEFAULT_CUT)
+def recorded_cut(window_cut: str | None) -> str:
+    """How a model record's windows are cut: as it says (a record `build` made holds the cut of the windows it
+    reads); a record `build` has not completed reads as `build` cuts by default."""
+    return window_cut or DEFAULT_CUT
 
 
 def check_cut(cut: str) -> str:
@@ -81,7 +80,10 @@ def window_starts(tokens: int, size: int, stride: int) -> list[int]:
     """Start of each window over `tokens` real tokens, `size` real tokens a window, one every `stride` tokens; the
     last window ends on the last token. A text that fits gets one window at 0 (an empty text too)."""
     if size < 1 or not 1 <= stride <= size:
-        raise ErnieDeployError(f"window stride {stride} must be from 1 to the window's {size} real tokens")
+        raise BadOptionsError(
+            f"window stride {stride} must be from 1 to the window's {size} real tokens",
+            "pass --window-stride from 1 to --window-size",
+        )
     if tokens <= size:
         return [0]
     last = tokens - size
@@ -134,7 +136,10 @@ def sentence_windows(
     most `size` tokens; a sentence longer than `size` gets sliding windows of its own (`window_starts` within it),
     the only place where windows overlap. A text of no tokens gets one empty window."""
     if size < 1 or not 1 <= stride <= size:
-        raise ErnieDeployError(f"window stride {stride} must be from 1 to the window's {size} real tokens")
+        raise BadOptionsError(
+            f"window stride {stride} must be from 1 to the window's {size} real tokens",
+            "pass --window-stride from 1 to --window-size",
+        )
     if tokens == 0:
         return [0], [0]
     bounds = [*sorted({s for s in starts_of_sentences if 0 <= s < tokens} | {0}), tokens]
@@ -196,8 +201,9 @@ def merge_window_logits(
     window_logits = np.asarray(window_logits)
     starts, ends = list(starts), list(ends)
     if window_logits.ndim != 3 or window_logits.shape[0] < len(starts) or len(ends) != len(starts):
-        raise ErnieDeployError(
-            f"window logits {list(window_logits.shape)} do not cover {len(starts)} windows of [tokens, labels]"
+        raise BadRepositoryError(
+            f"window logits {list(window_logits.shape)} do not cover {len(starts)} windows of [tokens, labels]",
+            _ONE_BUILD,
         )
     merged = np.empty((tokens + 2, window_logits.shape[-1]), dtype=window_logits.dtype)
     merged[0] = window_logits[0, 0]
@@ -291,18 +297,6 @@ def windows_from_tokens(
     return Windowed(window_ids, np.zeros_like(window_ids), window_starts_arr, window_ends_arr, text_offsets, lengths)
 
 
-def sliding_ends(window_starts: np.ndarray, text_lengths: np.ndarray) -> np.ndarray:
-    """window_ends [B, W] of sliding windows known by their starts alone, as a tokenizer built before windows carried
-    their ends sent them: all of one size, the last ending on the text's last token (so the size is the tokens from
-    the last start; a text of one window is whole in it); -1 where no window."""
-    starts = np.asarray(window_starts).reshape(len(np.asarray(text_lengths).reshape(-1)), -1)
-    tokens = np.asarray(text_lengths).reshape(-1) - 2
-    count = (starts >= 0).sum(axis=1)
-    last = starts[np.arange(len(starts)), np.maximum(count - 1, 0)]
-    size = np.where(count > 1, tokens - last, np.maximum(tokens, 1))
-    return np.where(starts >= 0, np.minimum(starts + size[:, None], tokens[:, None]), -1)
-
-
 def merge_windows(
     window_logits: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray, text_lengths: np.ndarray
 ) -> np.ndarray:
@@ -327,12 +321,13 @@ def merge_windows(
         real = starts[b] >= 0
         own, own_ends = [int(s) for s in starts[b][real]], [int(e) for e in ends[b][real]]
         if not own:
-            raise ErnieDeployError(f"text {b} has no window", "send the tokenizer's window_starts unchanged")
+            raise BadRequest(f"text {b} has no window", "send the tokenizer's window_starts unchanged")
         tokens = length - 2
         widest = max(e - s for s, e in zip(own, own_ends))
         if window_logits.shape[2] < widest + 2:
-            raise ErnieDeployError(
-                f"window logits of {window_logits.shape[2]} tokens cannot hold text {b}'s windows of {widest} tokens"
+            raise BadRepositoryError(
+                f"window logits of {window_logits.shape[2]} tokens cannot hold text {b}'s windows of {widest} tokens",
+                _ONE_BUILD,
             )
         merged[b, :length] = merge_window_logits(window_logits[b], own, own_ends, tokens)
     return merged

@@ -121,9 +121,7 @@ def _build_model(task: TaskSpec, recipe: dict[str, Any], enc: _Encoded, base: Pa
 
     model_cls = getattr(ppt, task.paddle_class, None)
     if model_cls is None:
-        raise InstallError(
-            f"paddlenlp.transformers has no {task.paddle_class}", "check paddlenlp==2.8.1 is installed"
-        )
+        raise InstallError(f"paddlenlp.transformers has no {task.paddle_class}", "check paddlenlp==2.8.1 is installed")
     config = ppt.ErnieConfig(
         vocab_size=len(enc.vocab),
         hidden_size=recipe["hidden_size"],

@@ -38,7 +38,10 @@ class TokenClsPostprocess(Step):
                 "rebuild the repository so labels.json comes from the same model",
             )
         if offsets.shape[:2] != logits.shape[:2]:
-            raise BadRequest(f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}")
+            raise BadRequest(
+                f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}",
+                "send the tokenizer step's offsets unchanged, with the logits of the same texts",
+            )
         from ernie_deploy.serving.entities import label_ids
 
         lengths = inputs["lengths"].reshape(-1)
@@ -49,11 +52,9 @@ class TokenClsPostprocess(Step):
         and window_ends [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into
         whole-text logits (ernie_deploy.serving.windows), then decoded like a text that fit."""
         from ernie_deploy.serving.entities import label_ids
-        from ernie_deploy.serving.windows import merge_windows, sliding_ends
+        from ernie_deploy.serving.windows import merge_windows
 
-        logits, starts = inputs[LOGITS], inputs["window_starts"]
-        # a repository built before windows carried their ends wires none: its windows slid, all of one size
-        ends = inputs["window_ends"] if "window_ends" in inputs else None
+        logits, starts, ends = inputs[LOGITS], inputs["window_starts"], inputs.get("window_ends")
         offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
         if logits.ndim != 4 or logits.shape[-1] != len(self.labels):
             raise BadRequest(
@@ -61,8 +62,6 @@ class TokenClsPostprocess(Step):
                 f"{len(self.labels)}] for the labels in labels.json",
                 "rebuild the repository so labels.json comes from the same model",
             )
-        if ends is None and starts.shape[:1] == lengths.shape[:1]:
-            ends = sliding_ends(starts, np.maximum(lengths, 2))
         fits = ends is not None and starts.shape == ends.shape == logits.shape[:2]
         if not fits or offsets.shape[:1] != logits.shape[:1] or len(lengths) != len(logits):
             raise BadRequest(
