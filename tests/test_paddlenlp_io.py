@@ -16,8 +16,8 @@ from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.io import NATIVE, PADDLENLP, wire
 from ernie_deploy.core.tasks import MULTI_LABEL, PAIR_CLS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
-from ernie_deploy.repository.resolve import resolves
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import resolves
 from tests.conftest import NEWS_TEXTS, ROOT, artifacts
 
 CLIENT = ROOT / "tests" / "drop_in" / "paddlenlp_triton_client.py"
