@@ -9,7 +9,7 @@ itself (what `tune` and a new version's build rely on).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.settings import AUTO, ServingSettings
@@ -21,7 +21,7 @@ from ernie_deploy.serving.limits import ReadingLimits
 def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSettings) -> ModelSpec:
     """`record` as served with `overrides` and `settings` (the runtime settled), every field decided, or a refusal
     that names the flag and the fix."""
-    check_options(BuildOptions(**settings.to_dict(), **_fields(overrides.overrides)))
+    check_options(BuildOptions(**settings.to_dict(), **asdict(overrides.overrides)))
     settings = settings.settings
     model = replace(
         record,
@@ -49,12 +49,6 @@ def resolves(record: ModelSpec, options: BuildOptions) -> bool:
     except ErnieDeployError:
         return False
     return True
-
-
-def _fields(overrides: RecordOverrides) -> dict:
-    from dataclasses import fields
-
-    return {f.name: getattr(overrides, f.name) for f in fields(RecordOverrides)}
 
 
 def _io(record: ModelSpec, overrides: RecordOverrides) -> str:
