@@ -137,7 +137,8 @@ class Move:
             self.phase("load")
             model.write_canary(to_version)
             _load_canary(model, admin)
-            probe(replace(self.served, name=model.canary), list(probe_texts))
+            # The canary answers as the candidate's record says (its labels, its wire), under the canary's name.
+            probe(replace(model.record(to_version), name=model.canary), list(probe_texts))
             self.phase("probe")
         except BaseException:
             self.undo()
