@@ -112,6 +112,14 @@ class Checkpoint:
         return read_model_config(self.config_file) if self.config_file else {}
 
     @property
+    def heads(self) -> list[str]:
+        """The paddlenlp classes the checkpoint's config says it was saved from (`architectures`, or the older
+        `init_class`); [] where it says none."""
+        config = self.model_config()
+        heads = config.get("architectures") or ([config["init_class"]] if config.get("init_class") else [])
+        return [str(head) for head in heads] if isinstance(heads, list) else []
+
+    @property
     def max_positions(self) -> int | None:
         """The longest input the model takes, in tokens (max_position_embeddings); None when no config says."""
         value = self.model_config().get("max_position_embeddings")

@@ -49,13 +49,6 @@ class NewModel:
         )
 
 
-def checkpoint_heads(config: dict) -> list[str]:
-    """The paddlenlp classes a checkpoint's config says it was saved from (`architectures`, or the older
-    `init_class`); [] where it says none."""
-    heads = config.get("architectures") or ([config["init_class"]] if config.get("init_class") else [])
-    return [str(head) for head in heads] if isinstance(heads, list) else []
-
-
 _PER = {1: "a label per text", 2: "a label per token"}
 
 
@@ -66,7 +59,7 @@ def check_head(task: TaskSpec, checkpoint) -> None:
     if checkpoint.kind == "static":
         _check_static_head(task, checkpoint)
         return
-    heads = checkpoint_heads(checkpoint.model_config())
+    heads = checkpoint.heads
     if not heads or task.paddle_class in heads:
         return
     fits = sorted(name for name, spec in TASKS.items() if spec.paddle_class in heads)
