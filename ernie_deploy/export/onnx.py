@@ -26,33 +26,41 @@ from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 DEFAULT_OPSET = 14  # ORT 1.32 and the NGC containers' ORT backend both run it; 13 lacks some fusions.
 
 
-def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_OPSET) -> Path:
-    """Convert with paddle2onnx into out_path (atomically), renaming the output to `logits`."""
+def paddle2onnx_model(model_file: Path, params_file: Path, tmp: Path, opset: int):
+    """paddle2onnx of a static model (its program and weights) into `tmp`, loaded back (an onnx.ModelProto), or a
+    refusal with paddle2onnx's own log where it made nothing."""
     import onnx
     import paddle2onnx
 
     if opset < 13:
         raise BadOptionsError(f"opset {opset} is too old", "use --opset 13 or newer")
+    log = io.StringIO()
+    # paddle2onnx logs failures instead of raising; keep its chatter and report it if nothing comes out.
+    with contextlib.redirect_stdout(log):
+        paddle2onnx.export(
+            str(model_file),
+            str(params_file),
+            str(tmp),
+            opset_version=opset,
+            auto_upgrade_opset=False,
+            enable_onnx_checker=True,
+            optimize_tool="polygraphy",
+        )
+    if not tmp.exists() or tmp.stat().st_size == 0:
+        raise BadCheckpointError(
+            f"paddle2onnx produced no model from {model_file}: {log.getvalue()[-800:]}",
+            "read paddle2onnx's log above, and export again with the paddle2onnx of the [export] extra",
+        )
+    return onnx.load(str(tmp))
+
+
+def convert(static: StaticModel, out_path: str | Path, *, opset: int = DEFAULT_OPSET) -> Path:
+    """Convert with paddle2onnx into out_path (atomically), renaming the output to `logits`."""
+    import onnx
+
     out_path = Path(out_path)
     with atomic_path(out_path, suffix=".onnx") as tmp:
-        log = io.StringIO()
-        # paddle2onnx logs failures instead of raising; keep its chatter and report it if nothing comes out.
-        with contextlib.redirect_stdout(log):
-            paddle2onnx.export(
-                str(static.model_file),
-                str(static.params_file),
-                str(tmp),
-                opset_version=opset,
-                auto_upgrade_opset=False,
-                enable_onnx_checker=True,
-                optimize_tool="polygraphy",
-            )
-        if not tmp.exists() or tmp.stat().st_size == 0:
-            raise BadCheckpointError(
-                f"paddle2onnx produced no model from {static.model_file}: {log.getvalue()[-800:]}",
-                "read paddle2onnx's log above, and export again with the paddle2onnx of the [export] extra",
-            )
-        model = onnx.load(str(tmp))
+        model = paddle2onnx_model(static.model_file, static.params_file, tmp, opset)
         name_tensors(model)
         onnx.checker.check_model(model)
         onnx.save(model, str(tmp))

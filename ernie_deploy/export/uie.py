@@ -12,8 +12,6 @@ stages read; export.json beside the static model says what the later steps of th
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -132,29 +130,12 @@ def convert_uie(static: UIEStatic, out_path: str | Path, *, opset: int | None = 
     """paddle2onnx of the static model into out_path (atomically), its outputs named start_prob and end_prob.
     export.onnx.convert does not fit: it takes a model with a record and one output, which it names logits."""
     import onnx
-    import paddle2onnx
 
-    from ernie_deploy.export.onnx import DEFAULT_OPSET
+    from ernie_deploy.export.onnx import DEFAULT_OPSET, paddle2onnx_model
 
     out_path = Path(out_path)
     with atomic_path(out_path, suffix=".onnx") as tmp:
-        log = io.StringIO()
-        with contextlib.redirect_stdout(log):  # paddle2onnx logs a failure rather than raising it
-            paddle2onnx.export(
-                str(static.model_file),
-                str(static.params_file),
-                str(tmp),
-                opset_version=opset or DEFAULT_OPSET,
-                auto_upgrade_opset=False,
-                enable_onnx_checker=True,
-                optimize_tool="polygraphy",
-            )
-        if not tmp.exists() or tmp.stat().st_size == 0:
-            raise BadCheckpointError(
-                f"paddle2onnx produced no model from {static.model_file}: {log.getvalue()[-800:]}",
-                "read paddle2onnx's log above, and export again with the paddle2onnx of the [export] extra",
-            )
-        model = onnx.load(str(tmp))
+        model = paddle2onnx_model(static.model_file, static.params_file, tmp, opset or DEFAULT_OPSET)
         _name_outputs(model, static.model_file)
         onnx.checker.check_model(model)
         onnx.save(model, str(tmp))
