@@ -17,13 +17,13 @@ RELATION_SCHEMA = {"人物": ["公司", "职位"]}
 START_BIAS, END_BIAS = -4.0, -2.0  # logits added to the heads (see the uie fixture)
 
 
-@pytest.fixture(scope="module")
-def uie(tmp_path_factory):
+def biased_uie(folder, texts=TEXTS, names=(*ENTITY_SCHEMA, *RELATION_SCHEMA["人物"], "的")):
     """(model, paddlenlp tokenizer, our tokenizer): UIE over ERNIE 3.0 nano's configuration, random weights, its
-    heads scaled and biased (START_BIAS, END_BIAS). A random-init head gives every token about 0.5 (0.43 to 0.57
-    measured), where a difference in the last digits could flip a token over the threshold, and pairs nearly every
-    token with itself; scaled by 10 and biased down, about 44% of start and 13% of end probabilities pass 0.5
-    (none within 0.01 of it), which makes spans of one and of several characters in both stages."""
+    heads scaled and biased (START_BIAS, END_BIAS), saved as a PaddleNLP checkpoint in `folder`; its vocabulary holds
+    the characters of `texts` and `names`. A random-init head gives every token about 0.5 (0.43 to 0.57 measured),
+    where a difference in the last digits could flip a token over the threshold, and pairs nearly every token with
+    itself; scaled by 10 and biased down, about 44% of start and 13% of end probabilities pass 0.5 (none within 0.01
+    of it), which makes spans of one and of several characters in both stages."""
     import paddle
     from paddlenlp.transformers import UIE, ErnieConfig, ErnieTokenizer
     from paddlenlp.transformers.ernie.configuration import ERNIE_PRETRAINED_INIT_CONFIGURATION
@@ -31,10 +31,10 @@ def uie(tmp_path_factory):
     from ernie_deploy.fetch.shapes import filled_vocab
 
     config = dict(ERNIE_PRETRAINED_INIT_CONFIGURATION["ernie-3.0-nano-zh"])
-    chars = sorted(set("".join(TEXTS) + "".join(ENTITY_SCHEMA) + "".join(RELATION_SCHEMA["人物"]) + "的"))
+    chars = sorted(set("".join(texts) + "".join(names)))
     latin = list("abcdefghijklmnopqrstuvwxyz0123456789")
     tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *chars, *latin, *(f"##{c}" for c in latin)]
-    folder = tmp_path_factory.mktemp("uie")
+    folder.mkdir(parents=True, exist_ok=True)
     vocab = folder / "vocab.txt"
     vocab.write_text("\n".join(filled_vocab(tokens, config["vocab_size"])) + "\n", encoding="utf-8")
     paddle.seed(7)
@@ -43,7 +43,15 @@ def uie(tmp_path_factory):
     for head, bias in ((model.linear_start, START_BIAS), (model.linear_end, END_BIAS)):
         head.weight.set_value(head.weight * 10.0)
         head.bias.set_value(paddle.full_like(head.bias, bias))
-    return model, ErnieTokenizer(str(vocab)), build_tokenizer(vocab)
+    model.save_pretrained(str(folder))
+    paddle_tokenizer = ErnieTokenizer(str(vocab))
+    paddle_tokenizer.save_pretrained(str(folder))
+    return model, paddle_tokenizer, build_tokenizer(vocab)
+
+
+@pytest.fixture(scope="module")
+def uie(tmp_path_factory):
+    return biased_uie(tmp_path_factory.mktemp("uie") / "checkpoint")
 
 
 def paddle_run(model):

@@ -23,7 +23,7 @@ from ernie_deploy.repository.unmade import FILE_SUFFIX
 from ernie_deploy.repository.versions import SETTING_PARAMETERS
 from ernie_deploy.serving import windows
 from ernie_deploy.serving.limits import ReadingLimits
-from ernie_deploy.serving.parameter_types import Choice, FileName, Flag, Name, Plan, Task, Whole
+from ernie_deploy.serving.parameter_types import Choice, FileName, Flag, Json, Name, Plan, Probability, Task, Whole
 from ernie_deploy.serving.parameters import (
     GROUPS,
     MAX_SEQ_LEN,
@@ -218,6 +218,8 @@ def _values(parameter: Parameter) -> list:
         Flag: [True, False],
         Task: list(TASKS.values()),
         Plan: [PLAN, ShadowPlan(model="m", serving_version=3, candidate="m", version=4, fraction=1.0, sends="step")],
+        Probability: [0.0, 0.5, 0.875],
+        Json: [["人名"], {"人物": ["出生地", {"公司": "总部"}]}, "地名"],
     }[type(kind)]
 
 
@@ -233,6 +235,8 @@ def _malformed(parameter: Parameter) -> list[str]:
         Flag: ["yes", "true"],
         Task: ["nope"],
         Plan: ["{", "[]", '{"model": "m"}', json.dumps({**json.loads(PLAN.to_json()), "fraction": 2.0})],
+        Probability: ["abc", "1.0", "-0.1", "nan"],
+        Json: ["[人名", "42", '[""]', "[]"],
     }[type(kind)]
 
 
@@ -248,6 +252,8 @@ def _unwritable(parameter: Parameter) -> list:
         Flag: ["window", 1],
         Task: [SEQ_CLS.name],
         Plan: [PLAN.to_json()],
+        Probability: [1.0, -0.5, "0.5", True],
+        Json: [42, [""], {"a": 3}],
     }[type(kind)]
 
 

@@ -20,16 +20,16 @@ import pytest
 from ernie_deploy.core.errors import BadCheckpointError, ParityError
 from ernie_deploy.core.tasks import MODEL_INPUTS
 from ernie_deploy.export import uie
+from ernie_deploy.export.static import StaticModel
 from ernie_deploy.export.uie import (
     OUTPUTS,
     PARITY_EXAMPLES,
     TOLERANCE,
-    UIEStatic,
     check_uie_parity,
     convert_uie_checked,
     export_uie,
-    inspect_uie,
 )
+from ernie_deploy.fetch.uie import inspect_uie
 
 from .conftest import make_tiny_checkpoint
 from .test_real_shapes import real_vocab
@@ -71,7 +71,7 @@ def dygraph_probs(model, vocab: Path) -> tuple[list[np.ndarray], np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def nano(tmp_path_factory) -> UIEStatic:
+def nano(tmp_path_factory) -> StaticModel:
     root = tmp_path_factory.mktemp("uie_nano")
     make_uie(root / "checkpoint", "nano")
     return export_uie(inspect_uie(root / "checkpoint"), root / "static")
@@ -138,7 +138,7 @@ def test_the_static_model_is_refused_as_a_checkpoint(nano):
         inspect_uie(nano.root)
 
 
-def _refused_leaves_nothing(static: UIEStatic, out: Path, **options) -> ParityError:
+def _refused_leaves_nothing(static: StaticModel, out: Path, **options) -> ParityError:
     """A refused conversion: ParityError, and the folder holds what it held before (a previous model, unchanged)."""
     out.parent.mkdir(parents=True)
     out.write_bytes(b"previous model")

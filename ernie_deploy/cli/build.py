@@ -272,6 +272,17 @@ def _reading_arguments(p) -> None:
         "inclusive), so its clients run unchanged (docs/FROM_PADDLENLP.md); for a new --version, its model's",
     )
     p.add_argument(
+        "--schema",
+        help="extraction models only: what a request that sends no schema extracts, JSON in Taskflow's forms, e.g. "
+        '\'["人名", "地名"]\' or \'{"人物": ["出生地"]}\' (default: the types the model was trained on, where its '
+        "checkpoint says; else each request sends one)",
+    )
+    p.add_argument(
+        "--position-prob",
+        type=float,
+        help="extraction models only: how sure the model must be of a span's start and of its end (default: 0.5)",
+    )
+    p.add_argument(
         "--max-text-chars",
         type=int,
         help="the longest text a request may carry, in characters; a longer one is refused by name before it is "

@@ -38,6 +38,7 @@ from ernie_deploy.core.profile import (
     READINGS,
     REFERENCE_METRIC,
     SERIES,
+    SPANS_PER_TEXT,
     TEXTS_METRIC,
 )
 from ernie_deploy.core.shadow import SHADOW_FLIPS_METRIC, SHADOW_LATENCY_METRIC, SHADOW_METRIC, SHADOW_OUTCOMES
@@ -50,6 +51,7 @@ _ORDER = {
     READING: READINGS,
     LABELS_PER_TEXT: COUNT_BUCKETS,
     ENTITIES_PER_TEXT: COUNT_BUCKETS,
+    SPANS_PER_TEXT: COUNT_BUCKETS,
 }
 # Triton's own per-model series, to tell that a scrape is the same server's as its statistics.
 _TRITON_SUCCESS = "nv_inference_request_success"

@@ -46,7 +46,7 @@ class Wire:
 
     def input_specs(self) -> list[TensorSpec]:
         """The tensors a client sends, in the task's input order."""
-        return [TensorSpec(self.inputs[t.name], t.data_type, t.dims) for t in self.task.inputs]
+        return [TensorSpec(self.inputs[t.name], t.data_type, t.dims, t.optional) for t in self.task.inputs]
 
     def output_specs(self) -> list[TensorSpec]:
         """The tensors a client reads: each the task's tensor of that meaning, renamed (types and dims kept)."""

@@ -34,10 +34,12 @@ LABEL = "label"  # a classifier's answer per text; a multi-label model's every a
 LABELS_PER_TEXT = "labels_per_text"  # multi-label: how many labels a text got
 ENTITY_TYPE = "entity_type"  # token models: entities per type
 ENTITIES_PER_TEXT = "entities_per_text"  # token models: how many entities a text held
-CONFIDENCE = "confidence"  # the top confidence of a classifier's answer
+SPAN_TYPE = "span_type"  # extraction models: spans per type (relations too)
+SPANS_PER_TEXT = "spans_per_text"  # extraction models: how many spans a text's answer held
+CONFIDENCE = "confidence"  # the top confidence of a classifier's answer; an extracted span's probability
 CHARS = "chars"  # text length in characters (both texts of a pair)
 READING = "reading"  # how the text was read: whole, cut to the model's length, or in windows
-SERIES = (LABEL, LABELS_PER_TEXT, ENTITY_TYPE, ENTITIES_PER_TEXT, CONFIDENCE, CHARS, READING)
+SERIES = (LABEL, LABELS_PER_TEXT, ENTITY_TYPE, ENTITIES_PER_TEXT, SPAN_TYPE, SPANS_PER_TEXT, CONFIDENCE, CHARS, READING)
 
 # Top-confidence buckets: finer near 1, where a trained classifier's answers sit (the demo classifier answers 80% of
 # its test split above 0.9), so a slide of confidence shows before the answers turn.
@@ -81,6 +83,7 @@ def entity_types(labels: Iterable[str]) -> list[str]:
 _FIXED = {
     LABELS_PER_TEXT: COUNT_BUCKETS,
     ENTITIES_PER_TEXT: COUNT_BUCKETS,
+    SPANS_PER_TEXT: COUNT_BUCKETS,
     CONFIDENCE: CONFIDENCE_BUCKETS,
     CHARS: CHAR_BUCKETS,
     READING: READINGS,
@@ -91,7 +94,7 @@ def buckets(series: str, labels: Iterable[str]) -> tuple[str, ...]:
     """Every bucket `series` has for a model with `labels`."""
     if series in _FIXED:
         return _FIXED[series]
-    if series == LABEL:
+    if series in (LABEL, SPAN_TYPE):  # an extraction model's labels are the types it was trained to find
         return tuple(labels)
     if series == ENTITY_TYPE:
         return tuple(entity_types(labels))

@@ -79,6 +79,10 @@ class ModelSpec:
     # What one request may cost, in characters (serving.limits), for the reading the model does.
     max_text_chars: int | None = None
     max_request_chars: int | None = None
+    # Extraction models (UIE): the schema a request that sends none is answered with (Taskflow's forms, as JSON), and
+    # the probability a span's start and end must pass (serving.spans.DEFAULT_POSITION_PROB where None).
+    schema: list | dict | str | None = None
+    position_prob: float | None = None
     layout: str | None = None  # repository.layouts.LAYOUTS
     # The names and formats clients send and read (core.io: ernie-deploy or paddlenlp); None: ernie-deploy's own.
     io: str | None = None

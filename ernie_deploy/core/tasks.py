@@ -23,11 +23,16 @@ class TensorSpec:
     name: str
     data_type: str  # Triton's name without the TYPE_ prefix: "INT64", "FP32", "BYTES"
     dims: tuple[int, ...]
+    # A request may leave it out (Triton's `optional`): the step that reads it says what it takes instead.
+    optional: bool = False
 
 
 # The ensemble's inputs: one text per item, and for text pairs its second text.
 TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
+# What to extract from each text (UIE): a schema in Taskflow's JSON forms (serving.spans.parse_schema); left out, the
+# one the model was built with (`build --schema`).
+SCHEMA_INPUT = TensorSpec("schema", "BYTES", (1,), optional=True)
 
 
 @dataclass(frozen=True)
@@ -183,7 +188,17 @@ MULTI_LABEL = TaskSpec(
     ),
 )
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL)}
+# Spans of the types a schema names, and their relations (PaddleNLP's UIE): one JSON answer per text.
+UIE = TaskSpec(
+    name="uie",
+    kind="uie",
+    dataset="msra_ner",
+    paddle_class="UIE",
+    outputs=(TensorSpec("result", "BYTES", (1,)),),  # JSON: {type: [{"text", "start", "end", "probability", ...}]}
+    inputs=(TEXT_INPUT, SCHEMA_INPUT),
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}
 # The demo model of each task: the name a model of that task gets when none is given (the Triton model users call,
 # and the prefix of its steps). A model's name is a fact of the model (core.spec.ModelSpec.name), not of its task.
 DEMO_MODELS: dict[str, str] = {
@@ -191,6 +206,7 @@ DEMO_MODELS: dict[str, str] = {
     "token_cls": "ernie_tokencls",
     "pair_cls": "ernie_paircls",
     "multi_label": "ernie_multilabel",
+    "uie": "ernie_uie",
 }
 # The longest input in tokens ([CLS] and [SEP] included) an export takes when neither the user nor the checkpoint
 # says otherwise.

@@ -145,7 +145,18 @@ def export(
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}
-    labels = labels or label_names_from_config(config)
+    facts = {}
+    if task.kind_facts.label_head:
+        labels = labels or label_names_from_config(config)
+    else:
+        # No label head (UIE): the labels are the types it was trained to extract, where its config says, which are
+        # also what it answers a request that sends no schema.
+        from ernie_deploy.fetch.uie import inspect_uie, trained_schema
+
+        if checkpoint.kind == "dygraph":
+            inspect_uie(root)  # a classifier's weights would export as UIE's heads' and answer nonsense
+        labels = labels or trained_schema(config)
+        facts["schema"] = list(labels) or None
     max_positions = int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None
     max_seq_len = choose_max_seq_len(max_seq_len, max_positions)
     do_lower_case = checkpoint.do_lower_case
@@ -173,6 +184,7 @@ def export(
             max_positions=max_positions,
             trained_tokens=trained_tokens(root),
             ner_decoding=decoding,
+            **facts,
         ).write(tmp)
     return StaticModel.load(out_dir)
 

@@ -6,31 +6,26 @@ token, the probability (a sigmoid) that an answer span starts there (`start_prob
 paddlenlp's defaults (positions 0.., padding masked where input_ids is the pad id), so the saved program takes the
 project's two inputs (core.tasks.MODEL_INPUTS) like every other model it serves.
 
-Standalone on purpose: UIE is no task kind yet, so nothing here writes the model record (model.json) the kinds'
-stages read; export.json beside the static model says what the later steps of this module need.
+The static model is written by export.static.export like every other (its record, model.json, names task `uie`);
+what this module adds is recognising the checkpoint, converting both heads and the parity gate on them.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, ParityError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS
-from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, Checkpoint, inspect_checkpoint
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.fetch.checkpoints import Checkpoint
+from ernie_deploy.fetch.uie import inspect_uie
 
-UIE_CLASS = "UIE"
 OUTPUTS = ("start_prob", "end_prob")
-# Heads of paddlenlp's other UIE families: other encoders and inputs (ERNIE-M takes no token_type_ids, ERNIE-Layout
-# takes a layout), so this export does not fit them; named in the refusal rather than called "not UIE".
-OTHER_UIE = ("UIEM", "UIEX")
 # Max abs diff of start/end probabilities between Paddle Inference and onnxruntime (opset 14, CPU) on
 # PARITY_EXAMPLES, measured on random-weight ERNIE 3.0 shapes (2-core x86 host): nano 1.8e-07, mini 2.1e-07,
 # medium 3.6e-07, base 4.5e-07 (tests/test_uie_export.py prints them). It grows with depth and width, so 1e-5 leaves
@@ -49,84 +44,16 @@ PARITY_EXAMPLES = (
 )
 
 
-def inspect_uie(path: str | Path) -> Checkpoint:
-    """The PaddleNLP UIE checkpoint at `path` (config.json naming UIE, model_state.pdparams, vocab.txt), else
-    BadCheckpointError naming what the folder is."""
-    checkpoint = inspect_checkpoint(path)  # refuses missing weights, config or vocab.txt, and a misfit vocab
-    if checkpoint.kind != "dygraph":
-        raise BadCheckpointError(
-            f"{checkpoint.root} is a static model; the UIE export reads a PaddleNLP checkpoint",
-            f"point at the folder {UIE_CLASS}.save_pretrained wrote (config.json, model_state.pdparams, vocab.txt)",
-        )
-    heads = checkpoint.heads
-    if UIE_CLASS in heads:
-        return checkpoint
-    name = Path(checkpoint.config_file).name
-    if not heads:
-        raise BadCheckpointError(
-            f"{checkpoint.root}: {name} names no model class (no architectures), so it cannot be told to be UIE",
-            f'add "architectures": ["{UIE_CLASS}"] to {name} if the weights are a UIE model\'s',
-        )
-    other = [head for head in heads if head in OTHER_UIE]
-    raise BadCheckpointError(
-        f"{checkpoint.root} holds {', '.join(heads)} (its {name} says), not {UIE_CLASS}"
-        + (f": {other[0]} is another encoder with other inputs, which this export does not take" if other else ""),
-        f"export a checkpoint saved from paddlenlp.transformers.{UIE_CLASS}; a classifier or tagger is exported "
-        "with `ernie-deploy export --task ...`",
-    )
-
-
-@dataclass(frozen=True)
-class UIEStatic:
-    """A UIE Paddle inference model with its vocabulary, as export_uie wrote it."""
-
-    root: Path
-    model_file: Path
-    params_file: Path
-    vocab_file: Path
-    max_positions: int | None
-
-    @classmethod
-    def load(cls, root: str | Path) -> UIEStatic:
-        root = Path(root)
-        meta = root / "export.json"
-        info = json.loads(meta.read_text()) if meta.exists() else {}
-        if info.get("model") != UIE_CLASS:
-            raise BadCheckpointError(f"{root} is not an exported UIE model", "run export_uie on the checkpoint first")
-        files = (root / info["model_file"], root / info["params_file"], root / "vocab.txt")
-        return cls(root, *files, info.get("max_positions"))
-
-
-def export_uie(checkpoint: Checkpoint, out_dir: str | Path) -> UIEStatic:
-    """Write the Paddle static model of a UIE checkpoint (inspect_uie's) into out_dir, atomically: inputs
+def export_uie(checkpoint: Checkpoint, out_dir: str | Path, *, name: str | None = None, max_seq_len=None):
+    """The static model of a UIE checkpoint (inspect_uie's) in out_dir (export.static.export, task `uie`): inputs
     MODEL_INPUTS (int64 [batch, seq], both dynamic), outputs start_prob then end_prob."""
-    from ernie_deploy.export.static import PREFIX, _save_static
+    from ernie_deploy.core.tasks import UIE
+    from ernie_deploy.export.static import export
 
-    config = checkpoint.model_config()
-    max_positions = int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None
-    out_dir = Path(out_dir)
-    with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
-        # static's saver loads the paddlenlp class a task names; UIE is that class here.
-        model_name = _save_static(Path(checkpoint.root), SimpleNamespace(paddle_class=UIE_CLASS), tmp / PREFIX)
-        shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
-        tokenizer_config = {}
-        if checkpoint.tokenizer_config_file is not None:
-            tokenizer_config = json.loads(Path(checkpoint.tokenizer_config_file).read_text(encoding="utf-8"))
-        write_json({**tokenizer_config, "do_lower_case": checkpoint.do_lower_case}, tmp / TOKENIZER_CONFIG)
-        meta = {
-            "model": UIE_CLASS,
-            "model_file": model_name,
-            "params_file": f"{PREFIX}.pdiparams",
-            "inputs": list(MODEL_INPUTS),
-            "outputs": list(OUTPUTS),  # in the program's fetch order
-            "max_positions": max_positions,
-        }
-        write_json(meta, tmp / "export.json")
-    return UIEStatic.load(out_dir)
+    return export(inspect_uie(checkpoint.root), UIE, out_dir, max_seq_len=max_seq_len, name=name)
 
 
-def convert_uie(static: UIEStatic, out_path: str | Path, *, opset: int | None = None) -> Path:
+def convert_uie(static: StaticModel, out_path: str | Path, *, opset: int | None = None) -> Path:
     """paddle2onnx of the static model into out_path (atomically), its outputs named start_prob and end_prob.
     export.onnx.convert does not fit: it takes a model with a record and one output, which it names logits."""
     import onnx
@@ -159,7 +86,7 @@ def _name_outputs(model, source: Path) -> None:
         output.name = rename[output.name]
 
 
-def _paddle_runner(static: UIEStatic):
+def _paddle_runner(static: StaticModel):
     """Paddle Inference over the static model, both outputs of a run (static.PaddlePredictor answers the first)."""
     from ernie_deploy.export.static import PaddlePredictor
 
@@ -203,7 +130,7 @@ class UIEParityReport:
 
 
 def check_uie_parity(
-    static: UIEStatic, onnx_path: str | Path, examples=PARITY_EXAMPLES, *, tolerance: float = TOLERANCE
+    static: StaticModel, onnx_path: str | Path, examples=PARITY_EXAMPLES, *, tolerance: float = TOLERANCE
 ) -> UIEParityReport:
     """Paddle Inference and onnxruntime on the same `examples` ((prompt, text) pairs, tokenized as the serving
     tokenizer does: `[CLS] prompt [SEP] text [SEP]`, token types 0 then 1), start and end probabilities compared."""
@@ -230,7 +157,7 @@ def check_uie_parity(
 
 
 def convert_uie_checked(
-    static: UIEStatic,
+    static: StaticModel,
     out: str | Path,
     *,
     examples=PARITY_EXAMPLES,
@@ -238,7 +165,8 @@ def convert_uie_checked(
     opset: int | None = None,
     log=print,
 ) -> UIEParityReport:
-    """static -> `out` (ONNX) with parity.json beside it, both moved in only after the parity gate passed; a
+    """static -> `out` (ONNX) with parity.json and the record (model.json) beside it, moved in only after the parity
+    gate passed; a
     refused model (ParityError) leaves nothing behind and whatever was at `out` as it was."""
     out = Path(out)
     with staging_dir(out.parent, f"{out.stem}.uie") as staging:
@@ -252,6 +180,8 @@ def convert_uie_checked(
                 "convert again with another opset; do not serve this model",
             )
         write_json(report.to_dict(), staging / "parity.json")
-        os.replace(staging / "parity.json", out.parent / "parity.json")  # the model last: never one without it
+        record = replace(static.spec, precision="fp32").write(staging)
+        os.replace(staging / "parity.json", out.parent / "parity.json")
+        os.replace(record, out.parent / record.name)  # the model last: never one without its report and record
         os.replace(model, out)
     return report

@@ -35,6 +35,15 @@ class Kind:
     # The task's outputs that wire writes in another format, by the kind's serving step (PADDLENLP_FORMATS in
     # kinds/<kind>/serving.py) and read back by its client (PADDLENLP_READERS in kinds/<kind>/client.py).
     paddlenlp_formats: tuple[str, ...] = ()
+    # What its ONNX model answers, in order: the logits of a label head, or (UIE) a start and an end probability per
+    # token. Each has `logits_rank` dims per row.
+    model_outputs: tuple[str, ...] = ("logits",)
+    # Its model ends in a label head, whose size the checkpoint's config gives (id2label, num_labels); False: it has
+    # no fixed labels (UIE extracts the types a schema names, per request).
+    label_head: bool = True
+    # Its model runs in stages within one request, each prompted by what the one before found (UIE: a relation is
+    # asked of each span found): only a layout that runs the whole pipeline in one python model can serve it.
+    staged: bool = False
 
     def __post_init__(self):
         if self.logits_rank not in (1, 2):

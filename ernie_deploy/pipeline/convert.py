@@ -31,6 +31,8 @@ def convert_model(
         model, name = static_model(None, None, model), model
     task = model.task
     options.check(task, name)
+    if not task.kind_facts.label_head:
+        return _convert_extraction(model, options, onnx_file(model, out, name), name, log)
     calibrate = calibration(options, model)
     texts = parity_texts(options, model)
     gates = Gates(
@@ -53,6 +55,29 @@ def convert_model(
         calibration=calibrate,
         log=lambda line: (log or print)(f"{name or task.name}: {line}"),
     )
+
+
+def _convert_extraction(model: StaticModel, options: ConvertOptions, out: Path, name, log) -> Path:
+    """A model with no label head (UIE): both probability heads converted and gated on (prompt, text) rows
+    (export.uie); no reduced precision yet, and no thresholds."""
+    from ernie_deploy.export.gates import DEFAULT_TOLERANCE
+    from ernie_deploy.export.uie import TOLERANCE, convert_uie_checked
+
+    if options.precision != "fp32":
+        raise BadOptionsError(
+            f"--quantize {options.precision}: an extraction model is converted in fp32 only",
+            "convert it without --quantize",
+        )
+    prefix = f"{name or model.task.name}: "
+    convert_uie_checked(
+        model,
+        out,
+        # The logits' default tolerance is not a probability's: the heads' own (export.uie.TOLERANCE), unless given.
+        tolerance=TOLERANCE if options.tolerance == DEFAULT_TOLERANCE else options.tolerance,
+        opset=options.opset,
+        log=lambda line: (log or print)(prefix + line),
+    )
+    return out
 
 
 def parity_texts(options: ConvertOptions, static: StaticModel) -> list[str]:

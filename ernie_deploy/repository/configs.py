@@ -13,6 +13,7 @@ from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.settings import ORT_GRAPH_LEVELS, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import (
+    SCHEMA_INPUT,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     WINDOW_OUTPUTS,
@@ -20,7 +21,7 @@ from ernie_deploy.core.tasks import (
 )
 from ernie_deploy.repository.signature import spec_of
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
-from ernie_deploy.serving.parameters import MODEL, POSTPROCESS, TOKENIZER, WATCH, Group, parameters
+from ernie_deploy.serving.parameters import EXTRACTION, MODEL, POSTPROCESS, TOKENIZER, WATCH, Group, parameters
 from ernie_deploy.serving.windows import DEFAULT_CUT, default_stride
 
 
@@ -28,6 +29,8 @@ def _tensor(message, spec: TensorSpec):
     message.name = spec.name
     message.data_type = mc.DataType.Value("TYPE_STRING" if spec.data_type == "BYTES" else f"TYPE_{spec.data_type}")
     message.dims.extend(spec.dims)
+    if spec.optional:
+        message.optional = True
     return message
 
 
@@ -69,6 +72,8 @@ def base_config(
 
 
 WARMUP_TEXT = "ERNIE 预热：新华社北京电。"
+# What the warmup sends for an input that is not a text (the file `build` writes under its name).
+WARMUP_VALUES = {SCHEMA_INPUT.name: '["时间"]'}
 WARMUP_TOKENS = 16  # the length given to token-level warmup tensors (dims of -1)
 
 
@@ -91,9 +96,12 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     length, then the bytes)."""
     import struct
 
-    text = WARMUP_TEXT.encode("utf-8")
+    def element(name: str) -> bytes:
+        value = WARMUP_VALUES.get(name, WARMUP_TEXT).encode("utf-8")
+        return struct.pack("<I", len(value)) + value
+
     return {
-        item.input_data_file: struct.pack("<I", len(text)) + text
+        item.input_data_file: element(item.input_data_file)
         for w in config.model_warmup
         for item in w.inputs.values()
         if item.input_data_file
@@ -211,6 +219,30 @@ def postprocess_config(model: ModelSpec, logits: TensorSpec) -> mc.ModelConfig:
         truncated = next(t for t in TOKENIZER_OUTPUTS if t.name == "truncated")
         inputs += [t for t in (*model.task_spec.inputs, truncated) if t.name not in have]
     return base_config(model.postprocess_step, inputs, outputs, model.serving, backend="python", params=params)
+
+
+def extraction_config(model: ModelSpec, pad_token_id: int = 0) -> mc.ModelConfig:
+    """The one python model of a staged kind (UIE, kinds/uie/serving.py): its tokenizer, model, schema, position
+    threshold, rows and limits as its record says. A row is `[CLS] prompt [SEP] text window [SEP]` of the record's
+    window size; its limits are the windows reading's, as the whole text is read."""
+    settings = model.serving
+    params = recorded_parameters(
+        EXTRACTION,
+        model,
+        tokenizer_file="tokenizer.json",
+        model_file="model.onnx",
+        pad_token_id=pad_token_id,
+        intra_op_threads=settings.ort_threads or None,
+        ort_spinning=None if settings.ort_spinning == "off" else settings.ort_spinning,
+        window_max_text_chars=model.max_text_chars,
+        window_max_request_chars=model.max_request_chars,
+        labels_file="labels.json",
+        task=model.task_spec,
+        watched_model=model.name if settings.monitor else None,
+    )
+    return base_config(
+        model.name, model.wire.input_specs(), model.wire.output_specs(), settings, backend="python", params=params
+    )
 
 
 def watch_parameters(model: ModelSpec) -> dict[str, str]:

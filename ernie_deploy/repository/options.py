@@ -57,6 +57,10 @@ class RecordOverrides:
     # pipeline's tensors (`INPUT`; `label` ids and `confidence`, or `OUTPUT`), so that its clients run unchanged.
     # None: what the model's record says (a new version: its model's), else ernie-deploy's own.
     io: str | None = None
+    # Extraction models (UIE): the schema a request that sends none is answered with (JSON in Taskflow's forms), and
+    # how sure the model must be of a span's start and end. None: what the record says. Refused for other kinds.
+    schema: str | None = None
+    position_prob: float | None = None
 
     @property
     def overrides(self) -> RecordOverrides:

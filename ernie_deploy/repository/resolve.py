@@ -27,6 +27,7 @@ def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSett
         record,
         ner_decoding=decides_decoding(record, overrides),
         io=_io(record, overrides),
+        **_extraction(record, overrides),
         **_reading(record, overrides),
         layout=None,
         serving=settings,
@@ -59,6 +60,41 @@ def _io(record: ModelSpec, overrides: RecordOverrides) -> str:
     io = overrides.io or record.io or NATIVE
     wire(record.task_spec, io, record.name)
     return io
+
+
+def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
+    """An extraction model's default schema and span threshold: the override, else the record's (the threshold: else
+    serving.schema's default); refused for a model of another kind."""
+    import json
+
+    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema
+
+    given = {"--schema": overrides.schema, "--position-prob": overrides.position_prob}
+    if record.kind_facts.label_head:
+        named = [flag for flag, value in given.items() if value is not None]
+        if named:
+            raise BadOptionsError(
+                f"{' and '.join(named)} set what an extraction model extracts; {record.name!r} is a {record.kind} "
+                "model",
+                f"drop {' and '.join(named)}, or build extraction models separately with it (--task uie or --model N)",
+            )
+        return {}
+    schema = record.schema
+    if overrides.schema is not None:
+        try:
+            schema = json.loads(overrides.schema)
+            parse_schema(schema)
+        except (ValueError, ErnieDeployError) as exc:
+            raise BadOptionsError(
+                f"--schema {overrides.schema!r} is not a schema: {exc}",
+                'pass JSON in Taskflow\'s forms, e.g. --schema \'["人名", "地名"]\' or \'{"人物": ["出生地"]}\'',
+            ) from None
+    position_prob = overrides.position_prob if overrides.position_prob is not None else record.position_prob
+    position_prob = DEFAULT_POSITION_PROB if position_prob is None else position_prob
+    if not 0.0 <= position_prob < 1.0:
+        raise BadOptionsError(f"--position-prob {position_prob} is not a probability below 1", "pass e.g. 0.5")
+    return {"schema": schema, "position_prob": position_prob}
 
 
 def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:

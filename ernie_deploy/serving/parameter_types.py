@@ -66,6 +66,55 @@ class Whole(Type[int]):
 
 
 @dataclass(frozen=True)
+class Probability(Type[float]):
+    """A probability in [0, 1), as repr(float) writes it (a threshold a probability must pass)."""
+
+    what = "a probability from 0 up to (not including) 1"
+
+    def parse(self, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(text) from None
+        self.text(value)
+        return value
+
+    def text(self, value: float) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+            raise ValueError(value)
+        return repr(float(value))
+
+
+@dataclass(frozen=True)
+class Json(Type[Any]):
+    """A JSON value, written compact with its characters as they are (`check`: what a value must be, raising ValueError
+    otherwise)."""
+
+    what: str = "a JSON value"
+    check: Callable[[Any], Any] | None = None
+
+    def parse(self, text: str) -> Any:
+        import json
+
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(text) from None
+        self.text(value)
+        return value
+
+    def text(self, value: Any) -> str:
+        import json
+
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ErnieDeployError:
+                raise ValueError(value) from None
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
 class FileName(Type[str]):
     """A file in the step's version folder, by its bare name: a path out of the folder is never one of its files."""
 

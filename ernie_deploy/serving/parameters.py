@@ -26,7 +26,7 @@ from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.shadow import SHADOW_PARAMETER
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TASK_PARAMETER
 from ernie_deploy.kinds import KINDS
-from ernie_deploy.serving import windows
+from ernie_deploy.serving import schema, windows
 from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS, DEFAULT_DECODING
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 from ernie_deploy.serving.parameter_types import (
@@ -37,9 +37,11 @@ from ernie_deploy.serving.parameter_types import (
     FileName,
     Flag,
     Group,
+    Json,
     Name,
     Parameter,
     Plan,
+    Probability,
     Task,
     Type,
     Whole,
@@ -127,7 +129,29 @@ TOKENIZER_MODEL = union("tokenizer_model", TOKENIZER, MODEL, LONG_TEXT)
 POSTPROCESS_STEP = Parameter("postprocess", Choice(tuple(kind.postprocess for kind in KINDS.values())))
 PIPELINE = union("pipeline", TOKENIZER, MODEL, POSTPROCESS, WATCH, POSTPROCESS_STEP)
 
-GROUPS = (TOKENIZER, MODEL, POSTPROCESS, WATCH, TOKENIZER_MODEL, PIPELINE)
+# The extraction model (kinds/uie/serving.py): tokenizer, model runs and span decoding in one python model ----------
+# The schema a request that sends none is answered with (the record's `schema`); absent: every request sends one.
+SCHEMA_DEFAULT = Parameter("schema", Json("a schema in Taskflow's JSON forms", schema.parse_schema), None)
+# How sure the model must be of a span's start and of its end (the record's `position_prob`).
+POSITION_PROB = Parameter("position_prob", Probability(), schema.DEFAULT_POSITION_PROB)
+# The most model rows (texts x prompts x windows) one request's first stage may take (serving.schema.MAX_REQUEST_ROWS).
+MAX_REQUEST_ROWS = Parameter("max_request_rows", Whole(1), schema.MAX_REQUEST_ROWS)
+EXTRACTION = union(
+    "extraction",
+    TOKENIZER_FILE,
+    MAX_SEQ_LEN,
+    WINDOW_SIZE,
+    WINDOW_STRIDE,
+    WINDOW_MAX_TEXT_CHARS,
+    WINDOW_MAX_REQUEST_CHARS,
+    MODEL,
+    SCHEMA_DEFAULT,
+    POSITION_PROB,
+    MAX_REQUEST_ROWS,
+    WATCH,
+)
+
+GROUPS = (TOKENIZER, MODEL, POSTPROCESS, WATCH, TOKENIZER_MODEL, PIPELINE, EXTRACTION)
 # Every parameter by name, and every step's (the writer's `parameters`).
 EVERY = union("any", *GROUPS)
 SCHEMA: dict[str, Parameter] = {p.name: p for p in EVERY}

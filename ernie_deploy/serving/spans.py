@@ -32,96 +32,37 @@ from tokenizers import Tokenizer
 
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, BadRequest
 from ernie_deploy.serving.encoding import tokenize_whole
+from ernie_deploy.serving.schema import (
+    DEFAULT_MAX_SEQ_LEN,
+    DEFAULT_POSITION_PROB,
+    MAX_REQUEST_ROWS,
+    MAX_SCHEMA_NAMES,
+    SchemaNode,
+    parse_schema,
+)
 from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
 from ernie_deploy.serving.windows import window_starts
 
+__all__ = [
+    "DEFAULT_MAX_SEQ_LEN",
+    "DEFAULT_POSITION_PROB",
+    "MAX_REQUEST_ROWS",
+    "MAX_SCHEMA_NAMES",
+    "Rows",
+    "SchemaNode",
+    "decode_rows",
+    "extract",
+    "pair_positions",
+    "parse_schema",
+    "prompt_rows",
+    "row_spans",
+]
+
 # The prompt of a later stage: a span's text, then the relation's name (Taskflow's Chinese template).
 RELATION_TEMPLATE = "{span}的{relation}"
-DEFAULT_POSITION_PROB = 0.5  # Taskflow's position_prob
-DEFAULT_MAX_SEQ_LEN = 512  # Taskflow's max_seq_len for UIE
-# At most this many names (types and relations, at every depth) in one schema. Each top-level type costs a model row
-# per text window, and each relation a row per distinct span its parent found, so a request's cost grows with the
-# schema as much as with its texts; Taskflow's published schemas have under 20 names, and 64 leaves room for a rich
-# one while keeping a single request from fanning out into thousands of rows.
-MAX_SCHEMA_NAMES = 64
-_SCHEMA_FIX = (
-    "send a type name, a list of them, or a dict from a type name to its relation names, "
-    'e.g. ["人物", {"公司": ["总部"]}]'
-)
 # Full-width ASCII forms and the ideographic space as their half-width selves: Taskflow folds every prompt this way
 # before tokenizing it, and the tokenizer keeps full-width forms, so an unfolded prompt would read other tokens.
 _HALF_WIDTH = {0x3000: " ", **{cp: chr(cp - 0xFEE0) for cp in range(0xFF01, 0xFF5F)}}
-
-
-# ----------------------------------------------------------------------------------------------------
-# Schema
-
-
-@dataclass(frozen=True)
-class SchemaNode:
-    """One name of a schema: a top-level type (entity) or a relation of its parent's spans; children: the
-    relations asked of the spans this node finds."""
-
-    name: str
-    children: tuple[SchemaNode, ...] = ()
-
-
-def _nodes(items: list, where: str) -> tuple[SchemaNode, ...]:
-    """The nodes of one level: each item a name, or a dict name -> a name or a list of items (Taskflow's forms)."""
-    nodes: list[SchemaNode] = []
-    for item in items:
-        if isinstance(item, str):
-            nodes.append(SchemaNode(_name(item, where)))
-        elif isinstance(item, dict):
-            for key, value in item.items():
-                name = _name(key, where)
-                if isinstance(value, str):
-                    value = [value]
-                if not isinstance(value, list):
-                    raise BadRequest(
-                        f"schema {where}: the relations of {name!r} are {type(value).__name__}, not a list or a name",
-                        _SCHEMA_FIX,
-                    )
-                nodes.append(SchemaNode(name, _nodes(value, f"under {name!r}")))
-        else:
-            raise BadRequest(f"schema {where}: an item is {type(item).__name__}, not a name or a dict", _SCHEMA_FIX)
-    names = [node.name for node in nodes]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        # Taskflow would run such a name twice and answer its spans twice.
-        raise BadRequest(f"schema {where}: {', '.join(map(repr, repeated))} named twice", "name each once")
-    return tuple(nodes)
-
-
-def _name(name, where: str) -> str:
-    if not isinstance(name, str):
-        raise BadRequest(f"schema {where}: a name is {type(name).__name__}, not a string", _SCHEMA_FIX)
-    if not name.strip():
-        raise BadRequest(f"schema {where}: an empty type or relation name", "give every type and relation a name")
-    return name
-
-
-def _count(nodes: Sequence[SchemaNode]) -> int:
-    return sum(1 + _count(node.children) for node in nodes)
-
-
-def parse_schema(schema) -> tuple[SchemaNode, ...]:
-    """Taskflow's schema forms as a tree: a name; a list of names and dicts; a dict name -> a name or a list of the
-    same forms, to any depth. Refused (BadRequest): any other value, an empty name, a name twice among siblings, an
-    empty schema, more than MAX_SCHEMA_NAMES names in all."""
-    if isinstance(schema, (str, dict)):
-        schema = [schema]
-    if not isinstance(schema, list):
-        raise BadRequest(f"the schema is {type(schema).__name__}, not a name, list or dict", _SCHEMA_FIX)
-    nodes = _nodes(schema, "at the top")
-    if not nodes:
-        raise BadRequest("the schema names no type", _SCHEMA_FIX)
-    if (total := _count(nodes)) > MAX_SCHEMA_NAMES:
-        raise BadRequest(
-            f"the schema names {total} types and relations, more than the {MAX_SCHEMA_NAMES} one request may ask",
-            "split the schema over several requests",
-        )
-    return nodes
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -158,25 +99,43 @@ def half_width(prompt: str) -> str:
     return prompt.translate(_HALF_WIDTH)
 
 
+def _text_part(max_seq_len: int, prompt_tokens: int, stride: int | None) -> tuple[int, int]:
+    """(W, step): tokens of the text a row holds beside a prompt of `prompt_tokens` (already cut), and the stride
+    between its windows' starts (see prompt_rows)."""
+    size = max_seq_len - 3 - prompt_tokens
+    return size, max(1, min(size, size // 2 if stride is None else stride))
+
+
+def _check_reading(max_seq_len: int, stride: int | None) -> None:
+    if max_seq_len < 5:
+        raise BadOptionsError(f"max_seq_len {max_seq_len} leaves no room for a prompt and a text", "pass 5 or more")
+    if stride is not None and stride < 1:
+        raise BadOptionsError(f"a window stride of {stride} tokens would never move", "pass a stride of 1 or more")
+
+
+def row_count(text_tokens: int, prompt_tokens: int, max_seq_len: int, stride: int | None = None) -> int:
+    """The rows one (text, prompt) pair takes: its windows (prompt_rows), from the two token counts."""
+    size, step = _text_part(max_seq_len, min(prompt_tokens, (max_seq_len - 3) // 2), stride)
+    return len(window_starts(text_tokens, size, step))
+
+
 def prompt_rows(
     tokenizer: Tokenizer,
     texts: Sequence[str],
     prompts: Sequence[str] | Sequence[Sequence[str]],
     max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
     stride: int | None = None,
+    encodings: Sequence | None = None,
 ) -> Rows:
     """The rows for each text and each of its prompts: `prompts` a list of prompts for every text (n x k pairs,
-    text-major), or one list per text.
+    text-major), or one list per text. encodings: the texts already tokenized (serving.encoding.tokenize_whole).
 
     Window rule: a prompt keeps at most its first (max_seq_len - 3) // 2 tokens, so the text part always has at
     least half a row. The text part of a row holds W = max_seq_len - 3 - prompt tokens of the text; a text of at most
     W tokens is one row, a longer one is read in windows of W tokens starting every `stride` tokens (None: W // 2,
     at least 1; more than W: W), the last window ending on the text's last token, each window with the prompt again.
     """
-    if max_seq_len < 5:
-        raise BadOptionsError(f"max_seq_len {max_seq_len} leaves no room for a prompt and a text", "pass 5 or more")
-    if stride is not None and stride < 1:
-        raise BadOptionsError(f"a window stride of {stride} tokens would never move", "pass a stride of 1 or more")
+    _check_reading(max_seq_len, stride)
     texts = list(texts)
     if prompts and all(isinstance(p, str) for p in prompts):
         prompts = [list(prompts)] * len(texts)
@@ -184,7 +143,7 @@ def prompt_rows(
         raise BadRequest(f"{len(texts)} texts but {len(prompts)} prompt lists", "send one list of prompts per text")
     pairs = [(i, p) for i, ps in enumerate(prompts) for p in ps]
     distinct = sorted({half_width(p) for _, p in pairs})
-    text_tokens = tokenize_whole(tokenizer, texts)
+    text_tokens = list(encodings) if encodings is not None else tokenize_whole(tokenizer, texts)
     prompt_tokens = dict(zip(distinct, (e.ids for e in tokenize_whole(tokenizer, distinct))))
     cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
     pad = tokenizer.token_to_id(PAD) or 0
@@ -193,8 +152,7 @@ def prompt_rows(
     for index, (i, prompt) in enumerate(pairs):
         head = prompt_tokens[half_width(prompt)][:keep_prompt]
         ids, offsets = text_tokens[i].ids, text_tokens[i].offsets
-        size = max_seq_len - 3 - len(head)
-        step = max(1, min(size, size // 2 if stride is None else stride))
+        size, step = _text_part(max_seq_len, len(head), stride)
         for s in window_starts(len(ids), size, step):
             rows.append(([cls, *head, sep, *ids[s : s + size], sep], offsets[s : s + size], len(head), index))
     width = max((len(r[0]) for r in rows), default=0)
@@ -301,6 +259,24 @@ def decode_rows(rows: Rows, start_probs, end_probs, position_prob: float = DEFAU
 RunFn = Callable[[Rows], tuple[np.ndarray, np.ndarray]]
 
 
+def first_stage_rows(
+    tokenizer: Tokenizer,
+    encodings: Sequence,
+    schemas: Sequence[tuple[SchemaNode, ...]],
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+    stride: int | None = None,
+) -> list[int]:
+    """Each text's rows in the first stage (every top-level type of its schema, in windows): what the request limit
+    (MAX_REQUEST_ROWS) counts, from the texts' tokens, before any model runs."""
+    _check_reading(max_seq_len, stride)
+    names = sorted({half_width(node.name) for nodes in schemas for node in nodes})
+    lengths = dict(zip(names, (len(e.ids) for e in tokenize_whole(tokenizer, names))))
+    return [
+        sum(row_count(len(e.ids), lengths[half_width(node.name)], max_seq_len, stride) for node in nodes)
+        for e, nodes in zip(encodings, schemas)
+    ]
+
+
 def extract(
     tokenizer: Tokenizer,
     texts: Sequence[str],
@@ -310,56 +286,65 @@ def extract(
     max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
     stride: int | None = None,
     position_prob: float = DEFAULT_POSITION_PROB,
+    encodings: Sequence | None = None,
 ) -> list[dict]:
     """Taskflow's answer for each text (see the module docstring). Stages go one schema depth at a time, each one
     `run` call over all its rows (every text, every prompt of every node at that depth); a stage with no prompt
-    (no span found above it) makes no call. schema: a form `parse_schema` reads, or its parsed tree."""
+    (no span found above it) makes no call. schema: a form `parse_schema` reads or its parsed tree, for every text;
+    or a list of parsed trees, one per text (texts of several requests, each with its own schema, in one batch).
+    encodings: the texts already tokenized."""
     if not 0.0 <= position_prob < 1.0:
         raise BadOptionsError(f"position_prob {position_prob} is not in [0, 1)", "pass a probability such as 0.5")
-    nodes = schema if isinstance(schema, tuple) else parse_schema(schema)
     texts = list(texts)
+    if isinstance(schema, list) and schema and all(isinstance(nodes, tuple) for nodes in schema):
+        schemas = list(schema)
+    else:
+        schemas = [schema if isinstance(schema, tuple) else parse_schema(schema)] * len(texts)
+    if len(schemas) != len(texts):
+        raise BadRequest(f"{len(texts)} texts but {len(schemas)} schemas", "send one schema per text")
     answers: list[dict] = [{} for _ in texts]
-    # Each node to read at this depth, with the spans (per text) of its parent; None: a top-level type.
-    stage: list[tuple[SchemaNode, list[list[dict]] | None]] = [(node, None) for node in nodes]
-    while stage:
+    # Per text: each node to read at this depth, with the spans of its parent (None: a top-level type).
+    stage: list[list[tuple[SchemaNode, list[dict] | None]]] = [[(node, None) for node in nodes] for nodes in schemas]
+    while any(stage):
         prompts: list[list[str]] = [[] for _ in texts]
-        asked = []  # per stage entry: per text, prompt -> the parent spans it is attached to
-        for node, parents in stage:
-            per_text = []
-            for i in range(len(texts)):
+        # per text, per stage entry: prompt -> the parent spans it is attached to (None: a top-level type)
+        asked: list[list[dict]] = []
+        for i, entries in enumerate(stage):
+            per_entry = []
+            for node, parents in entries:
                 if parents is None:
                     targets = {node.name: None}
                 else:
                     targets = {}
-                    for span in parents[i]:
-                        targets.setdefault(RELATION_TEMPLATE.format(span=span["text"], relation=node.name), []).append(
-                            span
-                        )
+                    for span in parents:
+                        prompt = RELATION_TEMPLATE.format(span=span["text"], relation=node.name)
+                        targets.setdefault(prompt, []).append(span)
                 prompts[i].extend(p for p in targets if p not in prompts[i])
-                per_text.append(targets)
-            asked.append(per_text)
+                per_entry.append(targets)
+            asked.append(per_entry)
         if not any(prompts):
             break
-        rows = prompt_rows(tokenizer, texts, prompts, max_seq_len, stride)
+        rows = prompt_rows(tokenizer, texts, prompts, max_seq_len, stride, encodings)
         start_probs, end_probs = run(rows)
         found = dict(zip(rows.pairs, decode_rows(rows, start_probs, end_probs, position_prob)))
-        next_stage = []
-        for (node, _), per_text in zip(stage, asked):
-            made: list[list[dict]] = [[] for _ in texts]
-            for i, targets in enumerate(per_text):
+        next_stage: list[list[tuple[SchemaNode, list[dict]]]] = [[] for _ in texts]
+        for i, (entries, per_entry) in enumerate(zip(stage, asked)):
+            for (node, _), targets in zip(entries, per_entry):
+                made: list[dict] = []
                 for prompt, spans_above in targets.items():
                     spans = found[(i, prompt)]
                     if not spans:
                         continue
                     if spans_above is None:
                         answers[i][node.name] = spans
-                        made[i].extend(spans)
+                        made.extend(spans)
                         continue
                     for parent in spans_above:
                         # A copy each: a later stage attaches its own relations to each parent's spans.
                         own = copy.deepcopy(spans)
                         parent.setdefault("relations", {})[node.name] = own
-                        made[i].extend(own)
-            next_stage.extend((child, made) for child in node.children)
+                        made.extend(own)
+                if made:
+                    next_stage[i].extend((child, made) for child in node.children)
         stage = next_stage
     return answers

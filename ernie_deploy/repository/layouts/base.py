@@ -20,7 +20,7 @@ from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TOKENIZER_OUTPUTS, TOKENIZER_STEP
+from ernie_deploy.core.tasks import MODEL_INPUTS, TOKENIZER_OUTPUTS, TOKENIZER_STEP
 from ernie_deploy.repository.configs import (
     WINDOW_PARAMETERS,
     ensemble_config,
@@ -52,7 +52,7 @@ class Parts:
     def __post_init__(self):
         self.onnx = Path(self.onnx)
         self.inputs, self.outputs = checked_signature(self.model, self.onnx)
-        if self.model.long_text == "window":
+        if self.model.long_text == "window" and not self.model.kind_facts.staged:
             # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
             # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
             from ernie_deploy.repository.windows import windowed_signature
@@ -86,13 +86,14 @@ class Parts:
 
 def checked_signature(model: ModelSpec, onnx_path: Path) -> tuple[list, list]:
     """The converted model's inputs (in the order the pipeline feeds them) and outputs; names, types and ranks are
-    checked against what the pipeline feeds and reads, not assumed."""
+    checked against what the pipeline feeds and reads (the kind's model outputs: Kind.model_outputs), not assumed."""
     inputs, outputs = onnx_signature(onnx_path)
     names = sorted(s.name for s in inputs)
-    if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != [LOGITS]:
+    expected = list(model.kind_facts.model_outputs)
+    if names != sorted(MODEL_INPUTS) or [o.name for o in outputs] != expected:
         raise BadCheckpointError(
             f"{onnx_path} has inputs {names} and outputs {[o.name for o in outputs]}; "
-            f"the pipeline feeds {list(MODEL_INPUTS)} and reads {LOGITS!r}",
+            f"the pipeline feeds {list(MODEL_INPUTS)} and reads {', '.join(map(repr, expected))}",
             "convert with `ernie-deploy convert`, which names the tensors",
         )
     by_name = {s.name: s for s in inputs}
@@ -104,12 +105,14 @@ def checked_signature(model: ModelSpec, onnx_path: Path) -> tuple[list, list]:
                 f"per item; the tokenizer feeds {tokenized[name].data_type} [-1]",
                 "export with int64 [batch, sequence] inputs (`ernie-deploy export`)",
             )
-    if len(outputs[0].dims) != model.task_spec.logits_rank:
-        raise BadCheckpointError(
-            f"{onnx_path}: {LOGITS!r} has dims {list(outputs[0].dims)} per item, which does not fit task "
-            f"{model.task} ({'[classes]' if model.task_spec.logits_rank == 1 else '[tokens, classes]'})",
-            f"export the checkpoint with --task {model.task}, or pick the task the model was trained for",
-        )
+    rank = model.task_spec.logits_rank
+    for output in outputs:
+        if len(output.dims) != rank:
+            raise BadCheckpointError(
+                f"{onnx_path}: {output.name!r} has dims {list(output.dims)} per item, which does not fit task "
+                f"{model.task} ({rank} dims per item)",
+                f"export the checkpoint with --task {model.task}, or pick the task the model was trained for",
+            )
     return [by_name[n] for n in MODEL_INPUTS], outputs
 
 
@@ -124,6 +127,9 @@ class Layout:
     shares_tokenizer: ClassVar[bool] = True
     # Whether the model.onnx it serves answers the labels itself (the postprocess appended to the graph).
     answers_in_graph: ClassVar[bool] = False
+    # Whether it runs a model's whole pipeline in one python model, where a staged kind's model can run once per stage
+    # of a request (Kind.staged).
+    runs_stages: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"Layout({self.name!r})"
@@ -131,6 +137,11 @@ class Layout:
     # What fits -----------------------------------------------------------------------------------------------------
     def fits(self, model: ModelSpec) -> str | None:
         """Why `model` (its reading and settings decided) cannot be laid out this way, or None."""
+        if model.kind_facts.staged and not self.runs_stages:
+            return (
+                f"--layout {self.name} runs each step once per request, but {model.kind} model {model.name!r} runs its "
+                "model again for each stage, prompted by what the stage before found"
+            )
         return None
 
     def check(self, model: ModelSpec) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.repository.configs import base_config
+from ernie_deploy.repository.configs import base_config, extraction_config
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
 from ernie_deploy.repository.signature import spec_of
 from ernie_deploy.serving.parameters import PIPELINE
@@ -17,6 +17,7 @@ class Fused(Layout):
     summary = "tokenizer, model and postprocess in one python model (python runtime only)"
     runtimes = ("python",)
     shares_tokenizer = False
+    runs_stages = True
 
     def check_options(self, options: ServingSettings) -> None:
         super().check_options(options)
@@ -32,6 +33,10 @@ class Fused(Layout):
             )
 
     def configs(self, parts: Parts):
+        if parts.model.kind_facts.staged:
+            config = extraction_config(parts.model, parts.pad_token_id)
+            config.parameters[LAYOUT_PARAMETER].string_value = self.name
+            return [config]
         steps = [parts.tokenizer(), parts.model_step(), parts.postprocess()]
         ensemble = parts.ensemble(steps, self.name)  # the interface it answers with
         params = parts.own_parameters(*steps)
@@ -54,7 +59,8 @@ class Fused(Layout):
         return dict.fromkeys(("tokenizer", "model", "labels"), model.name)
 
     def python_steps(self, model: ModelSpec, tokenizer: str, runtime: str):
-        return {model.name: "pipeline"}
+        # A staged kind's one step is its whole extraction (its `postprocess` key: kinds/<kind>/serving.py).
+        return {model.name: model.task_spec.postprocess if model.kind_facts.staged else "pipeline"}
 
     def versioned(self, model: ModelSpec):
         return (model.name,)

@@ -17,6 +17,8 @@ class GraphPostprocess(Layout):
     answers_in_graph = True
 
     def fits(self, model: ModelSpec):
+        if problem := super().fits(model):
+            return problem
         if not model.task_spec.graph_postprocess:
             return (
                 f"--layout {self.name}: the postprocess of {model.kind} model {model.name!r} "

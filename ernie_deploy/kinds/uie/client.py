@@ -1,0 +1,25 @@
+"""How the client reads an extraction answer: one element of the `result` output, Taskflow's JSON for one text."""
+
+from __future__ import annotations
+
+
+def decode(item: bytes) -> dict:
+    import json
+
+    from ernie_deploy.core.errors import BadRepositoryError
+
+    try:
+        answer = json.loads(item.decode("utf-8") if isinstance(item, bytes) else item)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRepositoryError(
+            f"result {item[:200]!r} is not JSON: {exc}", "call a model built with `ernie-deploy build --task uie`"
+        ) from None
+    if not isinstance(answer, dict):
+        raise BadRepositoryError(
+            f"result {item[:200]!r} is not a JSON object of types", "call a model built with `ernie-deploy build`"
+        )
+    return answer
+
+
+# Nothing of this kind is written otherwise under PaddleNLP's wire (Kind.paddlenlp_formats).
+PADDLENLP_READERS: dict = {}

@@ -1,0 +1,144 @@
+"""How extraction answers are scored, reported and shown: span precision, recall and F1, per type and overall, of the
+top-level spans a schema of entity types finds, against the spans of a split's per-character tags (MSRA NER: a
+PER, LOC or ORG entity is a span of the type its prompt names, ENTITY_PROMPTS)."""
+
+from __future__ import annotations
+
+import json
+
+# The demo's entity types as UIE prompts (the schema it is trained and scored with): MSRA's tags and Taskflow's names.
+ENTITY_PROMPTS = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}
+
+
+def gold_spans(tags: list[str]) -> set[tuple[str, int, int]]:
+    """(prompt, start, end) of each entity in a text's per-character BIO tags, end exclusive."""
+    from ernie_deploy.serving.entities import bio_spans
+
+    return {(ENTITY_PROMPTS.get(kind, kind), start, end) for kind, start, end in bio_spans(tags)}
+
+
+def answer_spans(answer: dict) -> set[tuple[str, int, int]]:
+    """(type, start, end) of each top-level span of one text's answer (Taskflow's shape)."""
+    return {(kind, int(span["start"]), int(span["end"])) for kind, spans in answer.items() for span in spans}
+
+
+def _prf(hit: int, predicted: int, gold: int) -> dict:
+    precision = hit / predicted if predicted else 0.0
+    recall = hit / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "support": gold}
+
+
+def score(texts: list[str], gold: list[list[str]], predicted: list[dict], labels: list[str]) -> dict:
+    """Span-level scores: a span counts only where its type, start and end all match a gold one (micro over types)."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold texts but {len(predicted)} answers")
+    truth = [gold_spans(tags) for tags in gold]
+    found = [answer_spans(answer) for answer in predicted]
+    types = sorted({kind for spans in (*truth, *found) for kind, _, _ in spans} | set(labels))
+    per_type = {}
+    for kind in types:
+        hit = sum(len({s for s in f if s[0] == kind} & t) for f, t in zip(found, truth))
+        per_type[kind] = _prf(
+            hit, sum(1 for f in found for s in f if s[0] == kind), sum(1 for t in truth for s in t if s[0] == kind)
+        )
+    overall = _prf(sum(len(f & t) for f, t in zip(found, truth)), sum(map(len, found)), sum(map(len, truth)))
+    return {
+        "metric": "span_f1",
+        "span_f1": overall["f1"],
+        "precision": overall["precision"],
+        "recall": overall["recall"],
+        "n": len(gold),
+        "spans": overall["support"],
+        "per_type": per_type,
+    }
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for name, row in report["per_type"].items():
+        lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
+    lines.append(
+        f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['span_f1']:>9.4f} "
+        f"{report['spans']:>8}"
+    )
+    return "\n".join(lines)
+
+
+def show(text: str, prediction: dict, out: dict, i: int) -> None:
+    print(text)
+    print(json.dumps(prediction, ensure_ascii=False, indent=1))
+
+
+def predict(labels: list[str], logits, enc, texts: list[str]) -> list:
+    """Extraction has no one-pass logits to read: its answers come from staged model runs (serving.spans.extract)."""
+    from ernie_deploy.core.errors import BadOptionsError
+
+    raise BadOptionsError(
+        "an extraction model's answers are not read from one batch of logits",
+        "evaluate it with serving.spans.extract over the model (kinds/uie/evaluate.py extract_answers)",
+    )
+
+
+def paddle_runner(model, batch_size: int = 64):
+    """A `run(rows) -> (start_probs, end_probs)` for serving.spans.extract over a paddlenlp UIE model in dygraph
+    (eval mode, no gradients), in batches of `batch_size` rows; positions and the padding mask are the model's
+    defaults, as in the exported program (export/uie.py)."""
+    import numpy as np
+    import paddle
+
+    model.eval()
+
+    def run(rows):
+        starts, ends = [], []
+        with paddle.no_grad():
+            for at in range(0, len(rows), batch_size):
+                part = slice(at, at + batch_size)
+                start, end = model(
+                    paddle.to_tensor(rows.input_ids[part]), token_type_ids=paddle.to_tensor(rows.token_type_ids[part])
+                )
+                starts.append(start.numpy())
+                ends.append(end.numpy())
+        return np.concatenate(starts), np.concatenate(ends)
+
+    return run
+
+
+def extract_answers(
+    run, tokenizer, texts: list[str], schema, max_seq_len: int, *, stride=None, position_prob=None, chunk: int = 256
+) -> list[dict]:
+    """Each text's answer (Taskflow's shape) from serving.spans.extract over `run`, `chunk` texts a call so that
+    the rows of a whole split are not padded to its longest text at once."""
+    from ernie_deploy.serving.spans import DEFAULT_POSITION_PROB, extract
+
+    prob = DEFAULT_POSITION_PROB if position_prob is None else position_prob
+    answers: list[dict] = []
+    for at in range(0, len(texts), chunk):
+        answers += extract(
+            tokenizer, texts[at : at + chunk], schema, run, max_seq_len=max_seq_len, stride=stride, position_prob=prob
+        )
+    return answers
+
+
+def score_checkpoint(checkpoint, data_dir, split: str = "test", limit: int | None = None, max_seq_len=None) -> dict:
+    """Span scores of a UIE checkpoint (PaddleNLP layout) on a split of per-character tags, read in Paddle: the
+    schema is the checkpoint's trained types (config.json `uie_schema`), else ENTITY_PROMPTS' prompts."""
+    from pathlib import Path
+
+    import paddle
+    from paddlenlp.transformers import UIE
+
+    from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN
+    from ernie_deploy.fetch import data as data_mod
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+
+    checkpoint = Path(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    schema = list(config.get("uie_schema") or ENTITY_PROMPTS.values())
+    texts, tags = data_mod.read_split(Path(data_dir), split, "jsonl")
+    texts, tags = texts[:limit], tags[:limit]
+    paddle.set_device("cpu")
+    model = UIE.from_pretrained(str(checkpoint))
+    tokenizer = build_tokenizer(checkpoint / "vocab.txt", lowercase=True)
+    answers = extract_answers(paddle_runner(model), tokenizer, texts, schema, max_seq_len or DEFAULT_MAX_SEQ_LEN)
+    return score(texts, tags, answers, schema)

@@ -1,0 +1,163 @@
+"""An extraction model (UIE) through every stage on a real server: a PaddleNLP UIE checkpoint (ERNIE 3.0 nano shape,
+random weights, heads biased so that spans are found) exported, converted under the parity gate and built with
+the commands users run, then asked over gRPC. Its answers must be what Taskflow's rules read from the Paddle model
+for the same texts, schemas and checkpoint (tests/test_spans.reference_spans), and bad requests must fail alone, by
+name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.serving.schema import MAX_REQUEST_ROWS
+
+from .test_spans import ENTITY_SCHEMA, RELATION_SCHEMA, TEXTS, as_table, assert_same, biased_uie, reference_spans
+
+NAME = "uie_nano"
+LONG = "王五在上海的腾讯公司工作。" * 20  # 260 characters: three rows of 128 tokens for each type
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(model, paddlenlp tokenizer, repository, artifacts): the checkpoint through export, convert and build."""
+    from ernie_deploy.cli import main
+
+    root = tmp_path_factory.mktemp("uie_served")
+    names = (*ENTITY_SCHEMA, *RELATION_SCHEMA["人物"], "的类型")
+    model, paddle_tok, _ = biased_uie(root / "checkpoint", texts=[*TEXTS, LONG], names=names)
+    artifacts = root / "artifacts"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(artifacts))
+        assert main(["export", "--task", "uie", "--model", NAME, "--checkpoint", str(root / "checkpoint")]) == 0
+        assert main(["convert", "--model", NAME]) == 0
+        schema = json.dumps(ENTITY_SCHEMA, ensure_ascii=False)
+        argv = ["build", "--model", NAME, "-r", str(root / "models"), "--runtime", "python", "--schema", schema]
+        assert main(argv) == 0
+    return model, paddle_tok, root / "models", artifacts
+
+
+@pytest.fixture(scope="module")
+def client(built):
+    import tritonclient.grpc as grpcclient
+
+    from ernie_deploy.server.process import TritonServer
+
+    server = TritonServer(built[2], http_port=0, grpc_port=0, metrics_port=0, log_file=built[2].parent / "server.log")
+    server.start(timeout=180)
+    yield grpcclient.InferenceServerClient(server.grpc_url)
+    server.stop()
+
+
+def ask(client, texts, schemas=None):
+    """One request: each text with its schema (one given: the same for every text; none: the built one)."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name, values):
+        array = np.array([v.encode("utf-8") for v in values], dtype=np.object_).reshape(-1, 1)
+        t = grpcclient.InferInput(name, list(array.shape), "BYTES")
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [tensor("text", texts)]
+    if schemas is not None:
+        schemas = schemas * len(texts) if len(schemas) == 1 else schemas
+        inputs.append(
+            tensor("schema", [s if isinstance(s, str) else json.dumps(s, ensure_ascii=False) for s in schemas])
+        )
+    result = client.infer(NAME, inputs, outputs=[grpcclient.InferRequestedOutput("result")])
+    return [json.loads(item) for item in result.as_numpy("result").reshape(-1)]
+
+
+def test_every_stage_writes_the_record(built):
+    _, _, repo, artifacts = built
+    record = ModelSpec.read(repo / NAME / "1")
+    assert (record.task, record.layout, record.long_text) == ("uie", "fused", "window")
+    assert record.schema == ENTITY_SCHEMA and record.position_prob == 0.5
+    parity = json.loads((artifacts / "onnx" / NAME / "parity.json").read_text())
+    assert parity["ok"] and max(parity["max_abs_diff"].values()) < 1e-5
+
+
+def test_entity_schema_answers_as_taskflow_reads_the_paddle_model(built, client):
+    model, paddle_tok, _, _ = built
+    answers = ask(client, TEXTS)  # no schema sent: the one built in
+    compared = 0
+    for text, answer in zip(TEXTS, answers):
+        assert set(answer) <= set(ENTITY_SCHEMA)
+        for name in ENTITY_SCHEMA:
+            reference = reference_spans(model, paddle_tok, text, name)
+            assert_same(as_table(answer.get(name, []), text), reference)
+            compared += len(reference)
+    assert compared >= 8
+
+
+def test_relation_schema_answers_as_taskflow_reads_the_paddle_model(built, client):
+    model, paddle_tok, _, _ = built
+    answers = ask(client, TEXTS, [RELATION_SCHEMA])
+    relations = 0
+    for text, answer in zip(TEXTS, answers):
+        people = answer.get("人物", [])
+        assert_same(as_table(people, text), reference_spans(model, paddle_tok, text, "人物"))
+        for person in people:
+            for relation in RELATION_SCHEMA["人物"]:
+                reference = reference_spans(model, paddle_tok, text, f"{person['text']}的{relation}")
+                assert_same(as_table(person.get("relations", {}).get(relation, []), text), reference)
+                relations += len(reference)
+    assert relations >= 12
+
+
+def test_each_text_its_own_schema_in_one_request(built, client):
+    both = ask(client, TEXTS, [["人物"], ["公司"]])
+    alone = [ask(client, [TEXTS[0]], [["人物"]])[0], ask(client, [TEXTS[1]], [["公司"]])[0]]
+    assert both == alone and set(both[0]) <= {"人物"} and set(both[1]) <= {"公司"}
+
+
+def test_a_long_text_is_read_in_windows_and_mapped_to_its_characters(built, client):
+    answer = ask(client, [LONG], [["人物"]])[0]
+    spans = answer.get("人物", [])
+    assert spans and max(s["end"] for s in spans) > 200  # spans found past the first window
+    for span in spans:
+        assert LONG[span["start"] : span["end"]] == span["text"]
+    assert len({(s["start"], s["end"]) for s in spans}) == len(spans)  # a span two windows find is answered once
+
+
+@pytest.mark.parametrize(
+    "schema, says",
+    [
+        ("[人物", "is not JSON"),
+        ('[""]', "empty type"),
+        ("42", "not a name, list or dict"),
+        (json.dumps([f"类型{i}" for i in range(65)], ensure_ascii=False), "more than the 64"),
+    ],
+)
+def test_a_bad_schema_is_refused_by_name(built, client, schema, says):
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match=says):
+        ask(client, TEXTS[:1], [schema])
+    assert ask(client, TEXTS[:1])  # the model is still up
+
+
+def test_a_request_past_its_rows_is_refused_by_name(built, client):
+    """Texts x types x windows: LONG is 4 windows per type of 3 prompt tokens, so 60 types cost 240 rows a text."""
+    from tritonclient.utils import InferenceServerException
+
+    many = [f"类型{i}" for i in range(60)]
+    assert 2 * 60 * 4 <= MAX_REQUEST_ROWS < 3 * 60 * 4
+    with pytest.raises(InferenceServerException, match=f"720 model rows .* more than the {MAX_REQUEST_ROWS} one"):
+        ask(client, [LONG] * 3, [many])
+    assert len(ask(client, [LONG] * 2, [many])) == 2
+
+
+def test_layouts_that_run_each_step_once_are_refused_by_name(built, tmp_path, capsys):
+    from ernie_deploy.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(built[3]))
+        for layout in ("ensemble", "tokenizer-in-model", "graph-postprocess"):
+            argv = ["build", "--model", NAME, "-r", str(tmp_path / layout), "--runtime", "python"]
+            assert main([*argv, "--layout", layout]) != 0
+            assert "runs its model again for each stage" in capsys.readouterr().err
+            assert not (tmp_path / layout / NAME).exists()
