@@ -34,21 +34,28 @@ def built(tmp_path_factory):
         assert main(["export", "--task", "uie", "--model", NAME, "--checkpoint", str(root / "checkpoint")]) == 0
         assert main(["convert", "--model", NAME]) == 0
         schema = json.dumps(ENTITY_SCHEMA, ensure_ascii=False)
+        reference = root / "reference.txt"
+        reference.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
         argv = ["build", "--model", NAME, "-r", str(root / "models"), "--runtime", "python", "--schema", schema]
-        assert main(argv) == 0
+        assert main([*argv, "--reference", str(reference)]) == 0
     return model, paddle_tok, root / "models", artifacts
 
 
 @pytest.fixture(scope="module")
-def client(built):
-    import tritonclient.grpc as grpcclient
-
+def server(built):
     from ernie_deploy.server.process import TritonServer
 
     server = TritonServer(built[2], http_port=0, grpc_port=0, metrics_port=0, log_file=built[2].parent / "server.log")
     server.start(timeout=180)
-    yield grpcclient.InferenceServerClient(server.grpc_url)
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(server.grpc_url)
 
 
 def ask(client, texts, schemas=None):
@@ -161,3 +168,70 @@ def test_layouts_that_run_each_step_once_are_refused_by_name(built, tmp_path, ca
             assert main([*argv, "--layout", layout]) != 0
             assert "runs its model again for each stage" in capsys.readouterr().err
             assert not (tmp_path / layout / NAME).exists()
+
+
+def test_answer_series_count_span_types_spans_per_text_and_probabilities(built, server, client):
+    import urllib.request
+
+    from ernie_deploy.client.metrics import parse
+
+    record = ModelSpec.read(built[2] / NAME / "1")
+    shares = record.reference["shares"]  # recorded at build on the --reference texts, as the served step counts
+    assert {"span_type", "spans_per_text", "confidence"} <= set(shares) and record.reference["texts"] == len(TEXTS)
+
+    def counts() -> dict:
+        with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+            samples = parse(response.read().decode("utf-8"))
+        return {
+            (s.labels["series"], s.labels["bucket"]): s.value
+            for s in samples
+            if s.name.startswith("ernie_deploy_profile") and s.labels.get("model") == NAME
+        }
+
+    import time
+
+    from ernie_deploy.serving.metrics import PUSH_INTERVAL_S
+
+    time.sleep(3 * PUSH_INTERVAL_S)  # what earlier tests asked is pushed before the count starts
+    before = counts()
+    answers = ask(client, TEXTS, [ENTITY_SCHEMA])
+    spans = [(kind, s) for answer in answers for kind, found in answer.items() for s in found]
+    time.sleep(3 * PUSH_INTERVAL_S)  # the step pushes its counts once a push interval
+    after = counts()
+    added = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    for kind in ENTITY_SCHEMA:
+        assert added.get(("span_type", kind), 0) == sum(1 for k, _ in spans if k == kind)
+    assert sum(v for (series, _), v in added.items() if series == "spans_per_text") == len(TEXTS)
+    assert sum(v for (series, _), v in added.items() if series == "confidence") == len(spans) > 0
+
+
+def test_versions_roll_out_and_back(built, tmp_path, capsys):
+    """A second version (here: two instances) beside the first; rollout and rollback move what serves. The schema
+    and the span threshold are the model's, in its one config: a version with others is refused by name."""
+    import shutil
+
+    import tritonclient.grpc as grpcclient
+
+    from ernie_deploy.cli import main
+    from ernie_deploy.server.process import TritonServer
+
+    repo = tmp_path / "models"
+    shutil.copytree(built[2], repo)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(built[3]))
+        schema = json.dumps(ENTITY_SCHEMA, ensure_ascii=False)
+        argv = ["build", "--model", NAME, "-r", str(repo), "--version", "2", "--schema", schema]
+        assert main([*argv, "--position-prob", "0.9"]) != 0
+        assert "does not fit uie_nano's config" in capsys.readouterr().err
+        assert main([*argv, "--instances", "2"]) == 0
+    assert ModelSpec.read(repo / NAME / "2").serving.instances == 2
+    with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=tmp_path / "server.log") as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        first = ask(client, TEXTS)
+        control = ["--model", NAME, "--repository", str(repo), "--grpc-url", server.grpc_url]
+        for command, version in ((["rollout", "--to", "2"], 2), (["rollback"], 1)):
+            assert main([*command, *control]) == 0
+            capsys.readouterr()
+            assert main(["check", "--repository", str(repo)]) == 0
+            assert f"{NAME}: serving version {version}" in capsys.readouterr().out
+            assert ask(client, TEXTS) == first

@@ -271,16 +271,18 @@ def _as_text(column: list) -> list[str]:
 
 def input_columns(task: TaskSpec, items: list) -> list[list]:
     """Items as the model's input tensors take them: one column of texts, or for a pair model the texts and their
-    pairs from (text, text_pair) tuples."""
-    if len(task.inputs) == 1:
-        bad = [i for i, item in enumerate(items) if isinstance(item, tuple | list)]
-        if bad:
-            raise BadRequest(
-                f"item {bad[0]} is a {type(items[bad[0]]).__name__}, but a {task.name} model takes one text",
-                "send plain strings, or call a pair model",
-            )
+    pairs from (text, text_pair) tuples. A task with options beside its text (an extraction model's schema) takes
+    plain texts, its options left unsent, or a (text, option, ...) tuple per text."""
+    every = (*task.inputs, *task.options)
+    if len(task.inputs) == 1 and not any(isinstance(item, tuple | list) for item in items):
         return [list(items)]
-    names = [spec.name for spec in task.inputs]
+    if len(every) == 1:
+        bad = next(i for i, item in enumerate(items) if isinstance(item, tuple | list))
+        raise BadRequest(
+            f"item {bad} is a {type(items[bad]).__name__}, but a {task.name} model takes one text",
+            "send plain strings, or call a pair model",
+        )
+    names = [spec.name for spec in every]
     bad = [i for i, item in enumerate(items) if not isinstance(item, tuple | list) or len(item) != len(names)]
     if bad:
         raise BadRequest(

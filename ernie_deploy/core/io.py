@@ -45,8 +45,11 @@ class Wire:
         return self.name == NATIVE
 
     def input_specs(self) -> list[TensorSpec]:
-        """The tensors a client sends, in the task's input order."""
-        return [TensorSpec(self.inputs[t.name], t.data_type, t.dims, t.optional) for t in self.task.inputs]
+        """The tensors a client sends, in the task's input order: its texts, then what it may send beside them."""
+        return [
+            TensorSpec(self.inputs[t.name], t.data_type, t.dims, t.optional)
+            for t in (*self.task.inputs, *self.task.options)
+        ]
 
     def output_specs(self) -> list[TensorSpec]:
         """The tensors a client reads: each the task's tensor of that meaning, renamed (types and dims kept)."""
@@ -73,7 +76,8 @@ def wire(task: TaskSpec, io: str | None = None, model: str = "") -> Wire:
     kind has no such wire."""
     io = check_io(io or NATIVE)
     if io == NATIVE:
-        return Wire(NATIVE, task, {t.name: t.name for t in task.inputs}, {t.name: t.name for t in task.outputs})
+        inputs = {t.name: t.name for t in (*task.inputs, *task.options)}
+        return Wire(NATIVE, task, inputs, {t.name: t.name for t in task.outputs})
     outputs = task.kind_facts.paddlenlp_outputs
     if not outputs:
         raise BadOptionsError(

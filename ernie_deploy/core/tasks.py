@@ -47,6 +47,8 @@ class TaskSpec:
     postprocess_extra_inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the ensemble takes, per request item: the text, or a text and its pair.
     inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
+    # What a request may send beside its texts, per text (UIE: what to extract from it).
+    options: tuple[TensorSpec, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -195,7 +197,7 @@ UIE = TaskSpec(
     dataset="msra_ner",
     paddle_class="UIE",
     outputs=(TensorSpec("result", "BYTES", (1,)),),  # JSON: {type: [{"text", "start", "end", "probability", ...}]}
-    inputs=(TEXT_INPUT, SCHEMA_INPUT),
+    options=(SCHEMA_INPUT,),
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}

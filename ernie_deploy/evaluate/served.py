@@ -34,6 +34,13 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--text", action="append", help="run this text and print the result (repeatable)")
     if len(task.inputs) > 1:
         parser.add_argument("--text-pair", action="append", help="the second text of each --text, in order")
+    for option in task.options:  # what a request may send beside each text (UIE: its schema), the same for every one
+        parser.add_argument(
+            f"--{option.name}",
+            metavar="JSON",
+            help=f'sent as each text\'s {option.name!r} input, e.g. \'["人物", {{"公司": ["总部"]}}]\' (default: '
+            f"the model's own, from `build --{option.name}`)",
+        )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")
     parser.add_argument(
@@ -45,20 +52,28 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
     return parser
 
 
+def with_options(task: TaskSpec, args, texts: list) -> list:
+    """The request items of `texts`: each text alone, or with the options given (`--schema`: the same for each)."""
+    given = [getattr(args, option.name) for option in task.options]
+    if all(value is None for value in given):
+        return texts
+    return [(text, *given) for text in texts]
+
+
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
     args = build_parser(task, doc).parse_args(argv)
     try:
         with Client(task, args.grpc_url, model=args.model, tls=tls_from_args(args)) as client:
             client.check_ready()
             if args.text:
-                items = args.text
+                items = with_options(task, args, args.text)
                 if len(task.inputs) > 1:
                     pairs = args.text_pair or []
                     if len(pairs) != len(items):
                         raise BadOptionsError(
                             f"{len(items)} --text but {len(pairs)} --text-pair", "give each --text its --text-pair"
                         )
-                    items = list(zip(items, pairs))
+                    items = list(zip(args.text, pairs))
                 out = client.infer(items)
                 show = PRINTERS[task.kind]
                 for i, (text, prediction) in enumerate(zip(items, decode_outputs(task, out))):
@@ -71,7 +86,7 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
                 texts, gold = read_split_file(args.data)
             else:
                 texts, gold = read_split(data_dir(task.dataset), "test", task.split_format)
-            predicted = client.predict(texts, args.batch_size)
+            predicted = client.predict(with_options(task, args, texts), args.batch_size)
         report = score(task, texts, gold, predicted)
         print(format_report(report))
         if args.report:

@@ -32,7 +32,7 @@ from ernie_deploy.gateway.errors import (
     simple_serving_response,
 )
 from ernie_deploy.gateway.metrics import Metrics
-from ernie_deploy.gateway.models import ModelTable, ServedModel
+from ernie_deploy.gateway.models import ModelTable, ServedModel, reads_schema
 from ernie_deploy.gateway.triton import Triton
 from ernie_deploy.kinds import table
 
@@ -44,6 +44,7 @@ KIND_JSON = table("gateway", "JSON")
 
 ROUTES = {
     "simple_serving": "/models/{model}",
+    "taskflow": "/taskflow/{model}",
     "hugging_face": "/hf/{model}",
     "tei_predict": "/hf/{model}/predict",
 }
@@ -89,6 +90,7 @@ class Gateway:
 
         routes = [
             Route(ROUTES["simple_serving"], self.simple_serving, methods=["POST"]),
+            Route(ROUTES["taskflow"], self.taskflow, methods=["POST"]),
             Route(ROUTES["hugging_face"], self.hugging_face, methods=["POST"]),
             Route(ROUTES["tei_predict"], self.tei_predict, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
@@ -102,6 +104,9 @@ class Gateway:
     # -- inference routes -----------------------------------------------------------------------------------------
     async def simple_serving(self, request: Request) -> Response:
         return await self._inference(request, "simple_serving", simple_serving_response, self._simple_serving)
+
+    async def taskflow(self, request: Request) -> Response:
+        return await self._inference(request, "taskflow", simple_serving_response, self._simple_serving)
 
     async def hugging_face(self, request: Request) -> Response:
         return await self._inference(request, "hugging_face", hugging_face_response, self._hugging_face)
@@ -158,21 +163,31 @@ class Gateway:
             )
         return model
 
-    async def _items(self, request: Request, parse) -> tuple[ServedModel, object]:
+    async def _items(self, request: Request, parse, route: str) -> tuple[ServedModel, object]:
         model = await self._model(request)
+        if route == "taskflow" and not reads_schema(model.record):
+            # SimpleServing registers a taskflow route for a Taskflow only: no other model has this one.
+            raise GatewayError(
+                404,
+                "not_found",
+                f"{model.name} is a {model.record.task} model, which reads no schema: the taskflow route serves "
+                "extraction (uie) models only",
+                fix=f"call POST {ROUTES['simple_serving'].format(model=model.name)} (SimpleServing's model route) "
+                f"or POST {ROUTES['hugging_face'].format(model=model.name)}",
+            )
         body = await bodies.read_body(request, self.settings.max_body_bytes)
         return model, parse(bodies.parse_json(body), model.record)
 
     async def _simple_serving(self, request: Request, route: str) -> Response:
-        model, (items, parameters) = await self._items(request, bodies.simple_serving)
+        model, (items, parameters) = await self._items(request, bodies.simple_serving, route)
         if not items:
             raise GatewayError.invalid("data.text is an empty list", "send at least one text", ["body", "data", "text"])
-        answers = await self.triton.infer(model, items)
+        answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record))
         return JSONResponse({"result": KIND_JSON[model.record.kind].simple_serving(answers, model.record, parameters)})
 
     async def _hugging_face(self, request: Request, route: str) -> Response:
-        model, (items, single, parameters) = await self._items(request, bodies.hugging_face)
-        answers = await self.triton.infer(model, items)
+        model, (items, single, parameters) = await self._items(request, bodies.hugging_face, route)
+        answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record))
         kind = model.record.kind
         per_text = KIND_JSON[kind].hugging_face(answers, model.record, parameters)
         if not single:

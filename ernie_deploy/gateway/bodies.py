@@ -5,7 +5,9 @@
 - Hugging Face / TEI: `{"inputs": ..., "parameters": {...}}`. For a one-text model `inputs` is a text, a list of
   texts, or TEI's batch of one-text lists ([["a"], ["b"]]); for a pair model `[text, text_pair]` or a list of them.
   TEI's `truncate` and `truncation_direction` are accepted (the model reads a long text as it was built to:
-  docs/LONG_TEXTS.md); `raw_scores: true` is refused (logits are not served)."""
+  docs/LONG_TEXTS.md); `raw_scores: true` is refused (logits are not served).
+- An extraction model (one that reads a schema) takes its schema as `parameters.schema` on every route (with_schema):
+  Taskflow's forms, checked here so that a malformed one is refused by the field's name before Triton is asked."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import json
 
 from starlette.requests import Request
 
+from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.errors import GatewayError
+from ernie_deploy.gateway.models import reads_schema
 
 BODY_FIX = (
     "send at most --max-body-bytes bytes (fewer or shorter texts per request), or start the gateway with a "
@@ -195,3 +199,34 @@ def hugging_face(body: object, model: ModelSpec) -> tuple[list, bool, dict]:
         ["body", "inputs"],
         "string_type",
     )
+
+
+def with_schema(items: list, parameters: dict, model: ModelSpec) -> list:
+    """`items` as sent to `model`. An extraction model gets each text with `parameters.schema` as JSON, the same for
+    every text as Taskflow applies one schema to a call; without one, the texts alone, which the model answers with
+    the schema it was built with. Another model's items are as they were (it reads no schema, as it reads no other
+    parameter it does not know)."""
+    schema = parameters.get("schema")
+    if not reads_schema(model):
+        return items
+    loc = ["body", "parameters", "schema"]
+    if schema is None:
+        if model.schema is None:
+            # Asked here rather than of Triton: the model's own refusal names its tensor, not this field.
+            raise GatewayError(
+                400,
+                "validation",
+                f"no schema: {model.name} was built without one, so each request names what to extract",
+                fix='send parameters.schema (e.g. ["人物", "地点"]), or build the model with --schema',
+                loc=loc,
+                kind="missing",
+            )
+        return items
+    from ernie_deploy.serving.schema import parse_schema
+
+    try:
+        parse_schema(schema)
+    except BadRequest as exc:
+        raise GatewayError.invalid(f"parameters.schema: {exc.problem}", exc.fix, loc) from None
+    text = json.dumps(schema, ensure_ascii=False)
+    return [(item, text) for item in items]

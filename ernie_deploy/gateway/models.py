@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import SCHEMA_INPUT
 from ernie_deploy.serving.limits import TextLimits
 
 log = logging.getLogger("ernie_deploy.gateway")
@@ -59,10 +60,17 @@ class ServedModel:
             "serving": record.serving.to_dict(),
             "routes": {
                 "simple_serving": f"/models/{record.name}",
+                **({"taskflow": f"/taskflow/{record.name}"} if reads_schema(record) else {}),
                 "hugging_face": f"/hf/{record.name}",
                 "tei_predict": f"/hf/{record.name}/predict",
             },
         }
+
+
+def reads_schema(record: ModelSpec) -> bool:
+    """Whether the model reads a schema (an extraction model): the models SimpleServing's taskflow route serves."""
+    task = record.task_spec
+    return any(spec.name == SCHEMA_INPUT.name for spec in (*task.inputs, *task.options))
 
 
 def read_models(repository: str | Path) -> dict[str, ServedModel]:

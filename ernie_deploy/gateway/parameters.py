@@ -60,7 +60,8 @@ def strings(parameters: dict, name: str) -> list[str]:
 class KindJson:
     """How one kind's answers become the gateway's JSON: the `JSON` of kinds/<kind>/gateway.py.
 
-    simple_serving(answers, model, parameters) -> the `result` object of SimpleServing's answer for all the texts;
+    simple_serving(answers, model, parameters) -> the `result` of SimpleServing's answer for all the texts (an
+    object of columns, or for extraction a list of Taskflow's answers, one per text);
     hugging_face(answers, model, parameters) -> one Hugging Face answer per text. `answers` are the task's own
     tensors (client.wire.native_answers), first axis = texts. Both raise core.errors.BadRequest for a parameter the
     model cannot honour."""
@@ -69,5 +70,5 @@ class KindJson:
     # How the Hugging Face Inference API answers one text (not a list): as a list holding its one answer (text
     # classification: huggingface_hub's text_classification reads it back with [0]), or as the answer itself.
     one_text_as_list: bool
-    simple_serving: Callable[[dict, ModelSpec, dict], dict]
+    simple_serving: Callable[[dict, ModelSpec, dict], dict | list]
     hugging_face: Callable[[dict, ModelSpec, dict], list]

@@ -65,8 +65,10 @@ class Triton:
         """`items` (texts, or (text, text_pair) pairs) answered by `model`, as the task's own outputs."""
         size = model.max_batch_size if model.max_batch_size > 0 else len(items)
         if len(items) > size and model.limits is not None:
-            columns = input_columns(model.record.task_spec, items)
-            total = sum(len(text) for column in columns for text in column)
+            task = model.record.task_spec
+            # The texts only, as the model counts them: an option beside them (a schema) is not one.
+            texts = input_columns(task, items)[: len(task.inputs)]
+            total = sum(len(text) for column in texts for text in column)
             problem = model.limits.request_problem(total, len(items))
             if problem:
                 raise GatewayError(413, "validation", problem, fix=model.limits.request_fix)

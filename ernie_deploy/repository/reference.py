@@ -2,10 +2,11 @@
 will serve, counted in the buckets of core.profile, the baseline its live answers are compared with (drift).
 
 The profile is counted the way the served model counts its own answers: the model runs offline as one fused python
-step (serving.pipeline.PipelineStep, built from the config dict Triton would hand it, over a version folder holding
-the files the build serves) on requests of up to REQUEST_TEXTS texts, and each request's texts and answers go
-through the same `serving.watch.observe` the answering step calls. The texts are the `--reference FILE` given, else
-the model's dev split when the build finds it (the demo models have one; a model trained on other data does not).
+step (the fused layout's: serving.pipeline.PipelineStep, or a staged kind's own, built from the config dict Triton
+would hand it, over a version folder holding the files the build serves) on requests of up to REQUEST_TEXTS texts,
+and each request's texts and answers go through the same `serving.watch.observe` the answering step calls. The texts
+are the `--reference FILE` given, else the model's dev split when the build finds it (the demo models have one; a
+model trained on other data does not).
 
 The result goes into the record (`ModelSpec.reference`) and, as reference.json, into the version folder of the
 answering step (`Layout.answering`), where the served step reads it at load and exports it as gauges.
@@ -221,9 +222,11 @@ def count_profile(model: ModelSpec, onnx: Path, tokenizer_json: bytes, pad_token
     """What `model` answers to `texts` (each a str, or a pair), counted as its served step counts: one fused python
     step over a version folder of the served files, fed requests of up to REQUEST_TEXTS texts, each request's texts
     and answers counted by serving.watch.observe."""
+    from ernie_deploy.core.tasks import TOKENIZER_STEP
+    from ernie_deploy.repository.layouts import get_layout
     from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
-    from ernie_deploy.serving.pipeline import PipelineStep
     from ernie_deploy.serving.postprocess_steps import WATCHES
+    from ernie_deploy.serving.steps import STEPS
     from ernie_deploy.serving.watch import observe
 
     labels = list(model.labels)
@@ -237,7 +240,8 @@ def count_profile(model: ModelSpec, onnx: Path, tokenizer_json: bytes, pad_token
         write_json(labels, folder / "labels.json")
         if model.thresholds is not None:
             write_json(model.thresholds, folder / THRESHOLDS_FILE)
-        step = PipelineStep(config, folder)
+        # The fused model's step (the whole pipeline; a staged kind's own extraction step).
+        step = STEPS[get_layout("fused").python_steps(model, TOKENIZER_STEP, "python")[model.name]](config, folder)
         try:
             for request in _requests(texts, model):
                 result = step.run_requests([request])[0]

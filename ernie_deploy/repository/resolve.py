@@ -68,7 +68,7 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
     import json
 
     from ernie_deploy.core.errors import ErnieDeployError
-    from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema
+    from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema, schema_names
 
     given = {"--schema": overrides.schema, "--position-prob": overrides.position_prob}
     if record.kind_facts.label_head:
@@ -94,7 +94,10 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
     position_prob = DEFAULT_POSITION_PROB if position_prob is None else position_prob
     if not 0.0 <= position_prob < 1.0:
         raise BadOptionsError(f"--position-prob {position_prob} is not a probability below 1", "pass e.g. 0.5")
-    return {"schema": schema, "position_prob": position_prob}
+    # Its labels are the names it answers when a request sends no schema (the series of span types count them), else
+    # the types it was trained on.
+    labels = record.labels if schema is None else tuple(schema_names(parse_schema(schema)))
+    return {"schema": schema, "position_prob": position_prob, "labels": labels}
 
 
 def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:

@@ -16,6 +16,7 @@ from ernie_deploy.repository.configs import parse
 from ernie_deploy.repository.layouts import Layout, entry_record, layout_of
 from ernie_deploy.repository.unmade import Unmade, unmade_entries, unmade_models
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
+from ernie_deploy.serving.parameters import CUT_MAX_TEXT_CHARS, WINDOW_MAX_REQUEST_CHARS, WINDOW_MAX_TEXT_CHARS
 
 # A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
 # tokenizer it can share without comparing files (repository/tokenizers.py).
@@ -105,6 +106,11 @@ def served_limits(repository: str | Path) -> dict[str, tuple[str, TextLimits]]:
                 def read(key, parameters=parameters):
                     return parameters[key].string_value if key in parameters else None
 
+                if read(CUT_MAX_TEXT_CHARS.name) is None and read(WINDOW_MAX_TEXT_CHARS.name) is not None:
+                    # An extraction model's own step reads every text whole, in windows: it holds their limits alone.
+                    limits = [p.parse(read(p.name), name) for p in (WINDOW_MAX_TEXT_CHARS, WINDOW_MAX_REQUEST_CHARS)]
+                    out[name] = (step, TextLimits(*limits))
+                    break
                 # an ensemble asks its tokenizer for the window tensors; a fused model reads them itself
                 windows = bool(asked & set(WINDOW_OUTPUTS)) or read("long_text") == "window"
                 out[name] = (step, ReadingLimits.from_parameters(read).reading(windows))

@@ -81,6 +81,15 @@ def _count(nodes: Sequence[SchemaNode]) -> int:
     return sum(1 + _count(node.children) for node in nodes)
 
 
+def schema_names(nodes: Sequence[SchemaNode]) -> list[str]:
+    """Every name of a parsed schema, each once, types before their relations (depth first, in order)."""
+    names: dict[str, None] = {}
+    for node in nodes:
+        names.setdefault(node.name, None)
+        names.update(dict.fromkeys(schema_names(node.children)))
+    return list(names)
+
+
 def parse_schema(schema) -> tuple[SchemaNode, ...]:
     """Taskflow's schema forms as a tree: a name; a list of names and dicts; a dict name -> a name or a list of the
     same forms, to any depth. Refused (BadRequest): any other value, an empty name, a name twice among siblings, an

@@ -1,11 +1,12 @@
-"""How the client reads an extraction answer: one element of the `result` output, Taskflow's JSON for one text."""
+"""How the client reads an extraction answer (one element of the `result` output, Taskflow's JSON for one text), and
+the extraction client script (clients/uie_grpc_client.py): answers for a few texts, or span F1 on a split."""
 
 from __future__ import annotations
 
+import json
+
 
 def decode(item: bytes) -> dict:
-    import json
-
     from ernie_deploy.core.errors import BadRepositoryError
 
     try:

@@ -65,9 +65,10 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def show(text: str, prediction: dict, out: dict, i: int) -> None:
-    print(text)
-    print(json.dumps(prediction, ensure_ascii=False, indent=1))
+def show(text, prediction: dict, out: dict, i: int) -> None:
+    """The text, then its answer as one line of JSON (what `json.loads` reads back)."""
+    print(text[0] if isinstance(text, tuple) else text)  # a text sent with its schema: the text
+    print(json.dumps(prediction, ensure_ascii=False), flush=True)
 
 
 def predict(labels: list[str], logits, enc, texts: list[str]) -> list:
