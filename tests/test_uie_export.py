@@ -38,7 +38,8 @@ SHAPES = ("nano", "mini", "medium", "base")
 
 
 def make_uie(out: Path, shape: str, seed: int = 3):
-    """A save_pretrained UIE checkpoint of an ERNIE 3.0 shape with random weights; returns the model too."""
+    """A save_pretrained UIE checkpoint of an ERNIE 3.0 shape with random weights, its heads calibrated
+    (calibrate_heads); returns the model too."""
     import paddle
     from paddlenlp.transformers import UIE, ErnieConfig, ErnieTokenizer
 
@@ -50,9 +51,42 @@ def make_uie(out: Path, shape: str, seed: int = 3):
     model.eval()
     out.mkdir(parents=True)
     (out / "vocab.txt").write_text("\n".join(real_vocab(config.vocab_size)) + "\n", encoding="utf-8")
+    calibrate_heads(model, ErnieTokenizer(str(out / "vocab.txt")))
     model.save_pretrained(str(out))
     ErnieTokenizer(str(out / "vocab.txt")).save_pretrained(str(out))
     return model
+
+
+# The share of (prompt, text) tokens whose start, and whose end, a calibrated head puts past 0.5 (test_spans' texts).
+START_SHARE, END_SHARE = 0.4, 0.15
+
+
+def calibrate_heads(model, tokenizer) -> None:
+    """Heads that find spans of one and of several characters at every shape: each head's weights scaled by 10 (a
+    random head gives every token about 0.5, where the last digits decide), then biased so that START_SHARE and
+    END_SHARE of the tokens of test_spans' texts under its entity prompts pass 0.5, the threshold halfway between two
+    neighbouring logits (random shapes differ by several logits: one fixed bias finds no end at nano)."""
+    import paddle
+
+    from .test_spans import ENTITY_SCHEMA, TEXTS
+
+    for head in (model.linear_start, model.linear_end):
+        head.weight.set_value(head.weight * 10.0)
+        head.bias.set_value(paddle.zeros_like(head.bias))
+    rows = [tokenizer(text=prompt, text_pair=text) for text in TEXTS for prompt in ENTITY_SCHEMA]
+    logits = [[], []]
+    with paddle.no_grad():
+        for row in rows:
+            probs = model(
+                paddle.to_tensor([row["input_ids"]]), token_type_ids=paddle.to_tensor([row["token_type_ids"]])
+            )
+            for kept, p in zip(logits, probs):
+                p = np.clip(p.numpy()[0].astype(np.float64), 1e-12, 1 - 1e-12)
+                kept.extend(np.log(p / (1 - p)))
+    for head, values, share in zip((model.linear_start, model.linear_end), logits, (START_SHARE, END_SHARE)):
+        ordered = np.sort(values)
+        k = int(len(ordered) * (1 - share))
+        head.bias.set_value(paddle.full_like(head.bias, -(ordered[k - 1] + ordered[k]) / 2))
 
 
 def dygraph_probs(model, vocab: Path) -> tuple[list[np.ndarray], np.ndarray]:
@@ -89,7 +123,7 @@ def test_uie_checkpoint_exports_converts_and_passes_parity(shape, tmp_path, caps
 
     assert report.ok and report.n == len(PARITY_EXAMPLES) and report.spans_agree == 1.0
     assert set(report.max_abs_diff) == set(OUTPUTS) and report.worst <= TOLERANCE
-    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["model.onnx", "parity.json"]
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["model.json", "model.onnx", "parity.json"]
     assert json.loads((tmp_path / "onnx" / "parity.json").read_text())["ok"] is True
 
     # The ONNX signature: the project's two inputs, the two heads by name, [batch, seq] each.
@@ -108,11 +142,51 @@ def test_uie_checkpoint_exports_converts_and_passes_parity(shape, tmp_path, caps
         got = run(*(np.array([row[k]], dtype=np.int64) for k in MODEL_INPUTS))
         assert [a.dtype for a in got] == [np.float32] * 2
         np.testing.assert_allclose(np.stack([a[0] for a in got]), expected, atol=1e-5)
+    # Served: the step `build` makes of it answers an entity and a relation schema as Taskflow reads the model.
+    compared = served_answers_as_taskflow(model, static, tmp_path / "onnx" / "model.onnx", tmp_path / "models")
     with capsys.disabled():
         print(
             f"\nUIE {shape}: {report.summary()}; export {exported - started:.1f} s, "
-            f"convert + parity {finished - exported:.1f} s"
+            f"convert + parity {finished - exported:.1f} s; {compared} served spans as Taskflow's"
         )
+
+
+def served_answers_as_taskflow(model, static: StaticModel, onnx: Path, repository: Path) -> int:
+    """Build the converted model (fused, as served) and run its step in process on test_spans' texts with its entity
+    and relation schemas; each answer must hold the spans Taskflow's rules read from the Paddle model. Returns the
+    spans compared."""
+    from google.protobuf.json_format import MessageToDict
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from ernie_deploy.kinds.uie.serving import ExtractionStep
+    from ernie_deploy.repository.build import BuildOptions, ModelArtifacts, build
+    from ernie_deploy.repository.configs import parse
+
+    from .test_spans import ENTITY_SCHEMA, RELATION_SCHEMA, TEXTS, as_table, assert_same, reference_spans
+
+    build(ModelArtifacts(static.spec, onnx, static.vocab_file), repository, BuildOptions(runtime="python"))
+    folder = repository / static.spec.name
+    config = MessageToDict(parse((folder / "config.pbtxt").read_text()), preserving_proto_field_name=True)
+    step = ExtractionStep(config, folder / "1")
+    tokenizer = ErnieTokenizer(str(static.vocab_file))
+    compared = 0
+    for schema in (ENTITY_SCHEMA, RELATION_SCHEMA):
+        sent = np.array([json.dumps(schema, ensure_ascii=False).encode()] * len(TEXTS), dtype=np.object_)
+        out = step({"text": np.array([t.encode() for t in TEXTS], dtype=np.object_)[:, None], "schema": sent[:, None]})
+        for text, item in zip(TEXTS, out["result"].reshape(-1)):
+            answer = json.loads(item)
+            for name in ENTITY_SCHEMA if schema is ENTITY_SCHEMA else ["人物"]:
+                reference = reference_spans(model, tokenizer, text, name)
+                assert_same(as_table(answer.get(name, []), text), reference)
+                compared += len(reference)
+                for span in answer.get(name, []) if schema is RELATION_SCHEMA else []:
+                    for relation in RELATION_SCHEMA["人物"]:
+                        found = span.get("relations", {}).get(relation, [])
+                        reference = reference_spans(model, tokenizer, text, f"{span['text']}的{relation}")
+                        assert_same(as_table(found, text), reference)
+                        compared += len(reference)
+    assert compared >= 8
+    return compared
 
 
 def test_a_sequence_classifier_is_refused_by_name(tmp_path):

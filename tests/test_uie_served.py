@@ -235,3 +235,22 @@ def test_versions_roll_out_and_back(built, tmp_path, capsys):
             assert main(["check", "--repository", str(repo)]) == 0
             assert f"{NAME}: serving version {version}" in capsys.readouterr().out
             assert ask(client, TEXTS) == first
+
+
+def test_the_front_door_adds_a_uie_checkpoint_of_ones_own(built, tmp_path, capsys):
+    """`ernie-deploy add` (scripts/convert.sh --model): a UIE folder becomes a served model beside the others, and the
+    printed client command names the extraction client."""
+    from ernie_deploy.cli import main
+
+    checkpoint = built[2].parent / "checkpoint"
+    repo = tmp_path / "models"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(tmp_path / "artifacts"))
+        argv = ["add", "--task", "uie", "--model", "my_uie", "--source", str(checkpoint), "--repository", str(repo)]
+        assert main([*argv, "--runtime", "python"]) == 0
+        assert "uie_grpc_client.py" in capsys.readouterr().out
+        wrong = ["add", "--task", "token_cls", "--model", "not_uie", "--source", str(checkpoint)]
+        assert main([*wrong, "--repository", str(repo), "--runtime", "python"]) != 0
+        assert "--task uie" in capsys.readouterr().err
+    record = ModelSpec.read(repo / "my_uie" / "1")
+    assert (record.task, record.layout, record.schema) == ("uie", "fused", None)

@@ -95,19 +95,19 @@ def _check_static_head(task: TaskSpec, checkpoint) -> None:
     )
 
 
-def check_labels(checkpoint, export: ExportOptions) -> None:
+def check_labels(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
     """Refuse a checkpoint whose label names cannot be read (its config has neither id2label nor num_labels) unless
-    --labels names them."""
+    --labels names them; a model with no label head (UIE) has none to read."""
     from ernie_deploy.export.static import label_names_from_config
 
-    if not export.labels:
+    if task.kind_facts.label_head and not export.labels:
         label_names_from_config(checkpoint.model_config())
 
 
 def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
     """What a checkpoint found on disk must be to serve as `task`: its head the task's, its labels readable."""
     check_head(task, checkpoint)
-    check_labels(checkpoint, export)
+    check_labels(task, checkpoint, export)
 
 
 def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:
