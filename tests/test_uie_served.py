@@ -254,3 +254,15 @@ def test_the_front_door_adds_a_uie_checkpoint_of_ones_own(built, tmp_path, capsy
         assert "--task uie" in capsys.readouterr().err
     record = ModelSpec.read(repo / "my_uie" / "1")
     assert (record.task, record.layout, record.schema) == ("uie", "fused", None)
+
+
+def test_probe_and_stats_read_an_extraction_model(built, server, capsys):
+    """The liveness probe sends a text and, beside it, the schema's example; `stats` shows the model and its series."""
+    from ernie_deploy.cli import main
+
+    assert main(["probe", "--http-url", server.http_url]) == 0
+    assert NAME in capsys.readouterr().out
+    stats = ["stats", "--http-url", server.http_url, "--metrics-url", server.metrics_url]
+    assert main([*stats, "--repository", str(built[2])]) == 0
+    out = capsys.readouterr().out
+    assert f"{NAME}: serving version 1" in out and "span_type" in out

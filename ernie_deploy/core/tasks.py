@@ -25,6 +25,8 @@ class TensorSpec:
     dims: tuple[int, ...]
     # A request may leave it out (Triton's `optional`): the step that reads it says what it takes instead.
     optional: bool = False
+    # What a warm-up or a probe sends for it where it is not a text (a text input gets a text).
+    example: str | None = None
 
 
 # The ensemble's inputs: one text per item, and for text pairs its second text.
@@ -32,7 +34,7 @@ TEXT_INPUT = TensorSpec("text", "BYTES", (1,))
 TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
 # What to extract from each text (UIE): a schema in Taskflow's JSON forms (serving.spans.parse_schema); left out, the
 # one the model was built with (`build --schema`).
-SCHEMA_INPUT = TensorSpec("schema", "BYTES", (1,), optional=True)
+SCHEMA_INPUT = TensorSpec("schema", "BYTES", (1,), optional=True, example='["时间"]')
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,8 @@ UIE = TaskSpec(
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}
+# What a request may send beside its texts, every task's, by name (a probe sends each its example).
+OPTIONS: dict[str, TensorSpec] = {option.name: option for task in TASKS.values() for option in task.options}
 # The demo model of each task: the name a model of that task gets when none is given (the Triton model users call,
 # and the prefix of its steps). A model's name is a fact of the model (core.spec.ModelSpec.name), not of its task.
 DEMO_MODELS: dict[str, str] = {

@@ -13,7 +13,7 @@ from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.settings import ORT_GRAPH_LEVELS, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import (
-    SCHEMA_INPUT,
+    OPTIONS,
     TEXT_INPUT,
     TOKENIZER_OUTPUTS,
     WINDOW_OUTPUTS,
@@ -72,8 +72,7 @@ def base_config(
 
 
 WARMUP_TEXT = "ERNIE 预热：新华社北京电。"
-# What the warmup sends for an input that is not a text (the file `build` writes under its name).
-WARMUP_VALUES = {SCHEMA_INPUT.name: '["时间"]'}
+
 WARMUP_TOKENS = 16  # the length given to token-level warmup tensors (dims of -1)
 
 
@@ -97,7 +96,8 @@ def warmup_files(config: mc.ModelConfig) -> dict[str, bytes]:
     import struct
 
     def element(name: str) -> bytes:
-        value = WARMUP_VALUES.get(name, WARMUP_TEXT).encode("utf-8")
+        option = OPTIONS.get(name)  # what a request may send beside its texts: its example
+        value = (option.example if option is not None else WARMUP_TEXT).encode("utf-8")
         return struct.pack("<I", len(value)) + value
 
     return {

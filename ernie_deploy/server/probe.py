@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL
 from ernie_deploy.core.errors import ServerNotReadyError
+from ernie_deploy.core.tasks import OPTIONS
 from ernie_deploy.core.tls import Tls
 
 PROBE_TEXT = "ok"
@@ -115,8 +116,11 @@ def takes_texts(meta: dict) -> bool:
 
 
 def _text_tensor(spec: dict, text: str) -> dict:
+    """The probe text for a text input; for what a request sends beside its texts (a UIE schema), its example."""
     shape = [1 if d < 0 else d for d in spec["shape"]]  # -1: the batch (or a variable) dim
-    return {"name": spec["name"], "datatype": "BYTES", "shape": shape, "data": [text] * math.prod(shape)}
+    option = OPTIONS.get(spec["name"])
+    value = option.example if option is not None else text
+    return {"name": spec["name"], "datatype": "BYTES", "shape": shape, "data": [value] * math.prod(shape)}
 
 
 def probe_model(
