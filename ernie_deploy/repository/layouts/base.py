@@ -106,11 +106,12 @@ def checked_signature(model: ModelSpec, onnx_path: Path) -> tuple[list, list]:
                 "export with int64 [batch, sequence] inputs (`ernie-deploy export`)",
             )
     rank = model.task_spec.logits_rank
+    per_item = "[tokens, classes]" if rank == 2 else "[classes]" if model.kind_facts.label_head else "[tokens]"
     for output in outputs:
         if len(output.dims) != rank:
             raise BadCheckpointError(
                 f"{onnx_path}: {output.name!r} has dims {list(output.dims)} per item, which does not fit task "
-                f"{model.task} ({rank} dims per item)",
+                f"{model.task} ({per_item})",
                 f"export the checkpoint with --task {model.task}, or pick the task the model was trained for",
             )
     return [by_name[n] for n in MODEL_INPUTS], outputs
