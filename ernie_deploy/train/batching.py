@@ -54,6 +54,7 @@ def evaluate(
     model, rows, kind: KindRecipe, pad_id: int, sep_id: int, batch_size: int, names: list[str]
 ) -> tuple[float, list]:
     """The model's metric on encoded `rows` (batches of similar length, no dropout), and its logits per batch."""
+    import numpy as np
     import paddle
 
     model.eval()
@@ -64,7 +65,10 @@ def evaluate(
             idx = order[start : start + batch_size]
             ids, types, labels = collate(rows, idx, kind, pad_id, sep_id)
             logits = model(paddle.to_tensor(ids), token_type_ids=paddle.to_tensor(types))
-            logits_out.append(logits.numpy())
+            if isinstance(logits, tuple | list):  # a model of several outputs per token (UIE: start, end): [B, L, k]
+                logits_out.append(np.stack([out.numpy() for out in logits], axis=-1))
+            else:
+                logits_out.append(logits.numpy())
             labels_out.append(labels)
     model.train()
     return kind.metric(logits_out, labels_out, names), logits_out

@@ -30,3 +30,18 @@ class KindRecipe:
     # (encoded train rows, most tokens a row) -> rows that pack consecutive ones, [CLS] and [SEP] once per row;
     # None: a kind whose answer is one per text cannot join texts (the recipe's `pack_tokens` is refused there)
     pack: Callable[[list, int], list] | None = None
+    # (tokenizer, text, label, label2id) -> the rows of one text, for a kind that reads a text as several rows (UIE:
+    # one per prompt, each row's label then being what `encode` takes for it); None: the one row `encode` gives
+    expand: Callable[..., list] | None = None
+    # (encoded train rows, full recipe) -> the rows trained on (UIE: a seeded share of its negative rows, the recipe's
+    # `negative_rows`); None: all of them
+    thin: Callable[[list, dict], list] | None = None
+    # label names -> entries added to the saved checkpoint's config.json (keys paddlenlp ignores); None: none
+    config_extra: Callable[[list[str]], dict] | None = None
+
+
+def text_rows(kind: KindRecipe, tokenizer, text, label, label2id: dict[str, int]) -> list:
+    """The encoded rows of one text: the one `kind.encode` gives, or those of `kind.expand`."""
+    if kind.expand is None:
+        return [kind.encode(tokenizer, text, label, label2id)]
+    return kind.expand(tokenizer, text, label, label2id)

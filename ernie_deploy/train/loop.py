@@ -13,6 +13,7 @@ paddle and paddlenlp are imported inside functions: importing ernie_deploy stays
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.batching import collate, evaluate, seed_everything, shuffled_batches
 from ernie_deploy.train.cores import follow_cores, threads_in_use
-from ernie_deploy.train.kind_recipe import KindRecipe
+from ernie_deploy.train.kind_recipe import KindRecipe, text_rows
 from ernie_deploy.train.plan import Plan
 from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION
 from ernie_deploy.train.rows import length_record, train_subset
@@ -95,7 +96,10 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
     t_tok = time.time()
     # Training reads train and dev; the test split is scored once, on the exported model (`ernie-deploy eval`).
     encoder = training_tokenizer(out / "vocab.txt", recipe["max_seq_len"])
-    rows = {split: [kind.encode(encoder, t, y, label2id) for t, y in zip(*splits[split])] for split in ("train", "dev")}
+    rows = {
+        split: [row for t, y in zip(*splits[split]) for row in text_rows(kind, encoder, t, y, label2id)]
+        for split in ("train", "dev")
+    }
     if recipe.get("pack_tokens"):
         if kind.pack is None:
             raise BadOptionsError(
@@ -103,6 +107,8 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
                 "drop pack_tokens from this task's recipe",
             )
         rows["train"] = kind.pack(rows["train"], recipe["pack_tokens"])
+    if kind.thin is not None:
+        rows["train"] = kind.thin(rows["train"], recipe)
     tokenize_s = time.time() - t_tok
     # Both texts of a pair count toward the [UNK] rate.
     test_texts = [t for item in splits["test"][0] for t in (item if isinstance(item, tuple) else (item,))]
@@ -321,6 +327,10 @@ def train_into(
     model.eval()
 
     model.save_pretrained(str(out))
+    if kind.config_extra is not None:
+        config_file = out / "config.json"
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        write_json({**config, **kind.config_extra(enc.labels)}, config_file)
     enc.tokenizer.save_pretrained(str(out))
     write_vocab(enc.vocab, out / "vocab.txt")  # the file the model was trained with, byte for byte
     write_json(_meta(task, kind, data_dir, recipe, enc, trainer, threads, t_start), out / META_FILE)

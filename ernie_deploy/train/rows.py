@@ -51,6 +51,7 @@ def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str,
     """Add the record to a checkpoint cached before lengths were recorded, computed as training computes them: the
     same train rows encoded by the same tokenizer over the checkpoint's own vocabulary."""
     from ernie_deploy.fetch import data as data_mod
+    from ernie_deploy.train.kind_recipe import text_rows
     from ernie_deploy.train.recipes import KIND_RECIPES
     from ernie_deploy.train.vocab import training_tokenizer
 
@@ -63,5 +64,6 @@ def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str,
     label2id = {name: i for i, name in enumerate(kind.label_list(labels))}  # as training reads them: every row
     texts, labels = train_subset(texts, labels, recipe)
     tokenizer = training_tokenizer(Path(ckpt) / "vocab.txt", recipe["max_seq_len"])
-    lengths = [len(kind.encode(tokenizer, t, y, label2id)[0]) for t, y in zip(texts, labels)]
+    rows = [row for t, y in zip(texts, labels) for row in text_rows(kind, tokenizer, t, y, label2id)]
+    lengths = [len(ids) for ids, _ in (kind.thin(rows, recipe) if kind.thin is not None else rows)]
     write_json({**meta, **length_record(lengths)}, path)
