@@ -161,11 +161,10 @@ def test_the_uie_recipe_loads_the_taggers_encoder_and_leaves_other_tasks_as_they
     recipe = recipe_for(get_task("uie"))
     assert recipe["init_from"] == "token_cls" and recipe["paddle_class"] == "UIE" and recipe["token_dropout"] == 0
     assert recipe["intermediate_size"] == recipe_for(get_task("token_cls"))["intermediate_size"]
-    assert recipe["budget_minutes"] and recipe["dataset"] == "msra_ner"
+    assert not recipe["budget_minutes"] and recipe["dataset"] == "msra_ner"  # its steps, whatever the host's speed
     assert all(
         KIND_RECIPES[k].expand is None and KIND_RECIPES[k].config_extra is None for k in KIND_RECIPES if k != "uie"
     )
-    assert all("budget_minutes" not in TASK_RECIPES[t] for t in TASK_RECIPES if t != "uie")
 
 
 def test_a_tiny_uie_learns_the_rows_and_extracts_as_served(tmp_path):
