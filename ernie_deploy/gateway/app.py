@@ -2,10 +2,11 @@
 
 Per request, in this order: an inference request beyond --max-concurrent-requests gets 503 with Retry-After at once
 (as TEI sheds load: nothing is queued, so a client backs off instead of waiting behind a queue it cannot see); the
-model is looked up (the repository is read again for a name not known); the body is refused with 413 past
---max-body-bytes before it is read; then the JSON, the texts, Triton's answer and the kind's JSON
-(kinds/<kind>/gateway.py). Any refusal is answered in the error shape of the route's contract (gateway.errors), and
-an unexpected failure is logged and answered as a 500 in that shape: the gateway itself keeps serving."""
+model is looked up (the repository is read again for a name not known); a body past --max-body-bytes is refused
+with 413, read and thrown away first up to a bound (gateway.bodies); then the JSON, the texts, Triton's answer and
+the kind's JSON (kinds/<kind>/gateway.py). Any refusal is answered in the error shape of the route's contract
+(gateway.errors), and an unexpected failure is logged and answered as a 500 in that shape: the gateway itself keeps
+serving."""
 
 from __future__ import annotations
 

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
@@ -20,6 +22,13 @@ from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.errors import GatewayError
 from ernie_deploy.gateway.models import reads_schema
 
+# A refused body is read and thrown away up to this many bytes past --max-body-bytes, for at most DISCARD_S seconds,
+# before its 413 is sent (read_body): 64 MiB holds any body a client would send by mistake many times over (an 8 MB
+# one against the default 4 MiB limit) and at the bound cost the gateway 24-56 ms of CPU and no memory, measured
+# (docs/GATEWAY.md, Limits); 30 s is nginx's default lingering_time, the longest a slow client is waited for.
+DISCARD_BYTES = 64 * 1024 * 1024
+DISCARD_S = 30.0
+
 BODY_FIX = (
     "send at most --max-body-bytes bytes (fewer or shorter texts per request), or start the gateway with a "
     "larger --max-body-bytes"
@@ -27,8 +36,11 @@ BODY_FIX = (
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to be over `limit` bytes: by its Content-Length before a
-    byte is read, or while a body without one (chunked) is streamed in."""
+    """The body, refused with 413 once it is known to be over `limit` bytes: by its Content-Length, or while a body
+    without one (chunked) is streamed in. A refused body of up to `limit` + DISCARD_BYTES is read to its end and
+    thrown away before the 413 is sent, so that a client that sends its whole body before it reads (Python's
+    urllib.request) reads the 413 instead of a reset connection (the lingering close nginx does); a larger one, or
+    one that takes over DISCARD_S to come in, is answered at once and its connection closed."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -39,23 +51,49 @@ async def read_body(request: Request, limit: int) -> bytes:
                 fix="send the body's length in bytes",
             )
         if int(declared) > limit:
-            raise too_large(f"{int(declared):,}", limit)
+            size = f"{int(declared):,}"
+            if int(declared) > limit + DISCARD_BYTES:
+                raise too_large(size, limit, read=False)
+            raise too_large(size, limit, read=await _discard(request.stream(), 0, limit + DISCARD_BYTES))
     chunks, size = [], 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
-            raise too_large(f"more than {limit:,}", limit)
+            chunks.clear()  # what was kept is freed before the rest is discarded
+            raise too_large(f"more than {limit:,}", limit, read=await _discard(stream, size, limit + DISCARD_BYTES))
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def too_large(size: str, limit: int) -> GatewayError:
+async def _discard(stream: AsyncIterator[bytes], size: int, bound: int) -> bool:
+    """Whether the rest of the body came in, read and dropped chunk by chunk (none is kept), within `bound` bytes in
+    all and DISCARD_S seconds."""
+
+    async def drain() -> bool:
+        nonlocal size
+        async for chunk in stream:
+            size += len(chunk)
+            if size > bound:
+                return False
+        return True
+
+    try:
+        async with asyncio.timeout(DISCARD_S):
+            return await drain()
+    except TimeoutError:
+        return False
+
+
+def too_large(size: str, limit: int, read: bool = True) -> GatewayError:
+    """The 413 of a body over `limit`; `read`: whether the body was read to its end (else the connection is closed
+    after the answer: the rest of the body is not read)."""
     return GatewayError(
         413,
         "validation",
         f"the request body is {size} bytes, over this gateway's limit of {limit:,} (--max-body-bytes)",
         fix=BODY_FIX,
-        headers={"Connection": "close"},  # what is left of the body is not read
+        headers={} if read else {"Connection": "close"},
     )
 
 

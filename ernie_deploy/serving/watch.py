@@ -3,7 +3,8 @@
 process and pushed to Triton's /metrics once a second (serving/metrics.py); the reference profile its version was
 built with (reference.json beside labels.json) set as gauges beside them; and, while a candidate version is
 shadowed (core.shadow), a share of the requests mirrored to the candidate from a background thread, after the
-serving answers are computed, and the two answers compared.
+serving answers are computed, and the two answers compared. Neither counts the warm-up Triton runs through each
+instance as it loads (`warmup_requests`): the series count what clients were answered.
 
 Every kind's part (what its answer is, which series it feeds, when two answers agree) is the kind's
 (`WATCH` in kinds/<kind>/serving.py); nothing here reads a task's name.
@@ -50,6 +51,7 @@ from ernie_deploy.serving.step import Step
 
 REFERENCE_FILE = "reference.json"
 TEXT_NAMES = ("text", "text_pair")
+WARMUP = object()  # what a warm-up request's inputs are seen as: neither counted nor mirrored
 
 DESCRIPTIONS = {
     PROFILE_METRIC: "Texts answered, per profile series and bucket (answers per label, entities per type, top "
@@ -91,6 +93,7 @@ class Watched(Step):
         self.mirror: Mirror | None = None
         if not self.model:
             return
+        self.warmup = warmup_requests(config)  # this instance's warm-up requests not yet seen
         labels_file = Path(version_dir) / LABELS_FILE.read(config)
         self.labels = json.loads(labels_file.read_text(encoding="utf-8")) if labels_file.exists() else []
         self.series = (*watch.series, CHARS, READING) if texts else watch.series
@@ -126,11 +129,14 @@ class Watched(Step):
         self.counts.push()
 
     # The step protocol, passed through ---------------------------------------------------------------------------
+    # Seen before the step checks it: a warm-up request the step refuses is still one of the instance's warm-up.
     def check_request(self, inputs, wanted):
-        return self.step.check_request(inputs, wanted), self._seen(inputs)
+        seen = self._seen(inputs)
+        return self.step.check_request(inputs, wanted), seen
 
     def check(self, inputs):
-        return self.step.check(inputs), self._seen(inputs)
+        seen = self._seen(inputs)
+        return self.step.check(inputs), seen
 
     def run(self, items, requested=None):
         if self.counts is not None and requested is not None:
@@ -151,6 +157,11 @@ class Watched(Step):
     def _seen(self, inputs: dict) -> dict | None:
         if self.counts is None:
             return None
+        if self.warmup > 0:
+            # An instance's first requests are its warm-up: Triton runs them through this execute before the model
+            # is ready, so no client request can come before them (one execute at a time per instance).
+            self.warmup -= 1
+            return WARMUP
         # The arrays are the request's own (Triton's tensors live until the response is sent); a mirrored request
         # copies what it sends.
         return inputs
@@ -159,7 +170,7 @@ class Watched(Step):
         """Count what a merged batch answered, in one pass; offer each request to the mirror during a shadow."""
         profile = Profile()
         for (_, seen), result in zip(items, results):
-            if isinstance(result, ErnieDeployError):
+            if seen is WARMUP or isinstance(result, ErnieDeployError):
                 continue
             try:
                 answers = observe(profile, self.watch, self.labels, seen if self.texts else None, result)
@@ -204,6 +215,16 @@ def _text(item) -> str:
 def json_item(item):
     """One BYTES element as JSON: Triton hands bytes, a step's own output may still be str."""
     return json.loads(item if isinstance(item, str) else bytes(item))
+
+
+def warmup_requests(config: dict) -> int:
+    """The requests Triton runs through each instance of the model of `config` (the dict Triton passes to
+    `initialize`) as it loads, before the model is ready: each sample of its `model_warmup`, `batch_size` requests
+    max(1, count) times (server/discover.py measured it: batch_size 2 and count 3 were 6 requests in 3 executions)."""
+    return sum(
+        max(1, int(sample.get("batch_size", 1))) * max(1, int(sample.get("count", 0)))
+        for sample in config.get("model_warmup", [])
+    )
 
 
 def watched_task(config: dict):
