@@ -207,6 +207,23 @@ def multi_label_pipeline(tmp_path_factory, msra_multilabel) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def uie_pipeline(tmp_path_factory, msra_ner) -> Pipeline:
+    """The bootstrap extraction model (trained once from the token_cls encoder, then cached) exported and converted
+    the way `ernie-deploy convert` does it: both probabilities parity-gated, its record beside them."""
+    from ernie_deploy.core.tasks import UIE
+    from ernie_deploy.export.static import export
+    from ernie_deploy.export.uie import convert_uie_checked
+    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+    from ernie_deploy.train.bootstrap import train
+
+    work = tmp_path_factory.mktemp("uie")
+    checkpoint = train(UIE, msra_ner, progress=False)
+    static = export(inspect_checkpoint(checkpoint), UIE, work / "static")
+    convert_uie_checked(static, work / "onnx" / "model.onnx", log=lambda line: None)
+    return Pipeline(UIE, checkpoint, static, work / "onnx" / "model.onnx", msra_ner)
+
+
+@pytest.fixture(scope="session")
 def repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) -> Path:
     """Both tasks built the way `scripts/convert.sh` builds models/ on a pip-only machine."""
     from ernie_deploy.repository.build import BuildOptions, build, model_artifacts
@@ -230,9 +247,12 @@ def ensemble_repository(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline) 
 
 
 @pytest.fixture(scope="session")
-def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline):
+def every_kind_server(
+    tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pair_cls_pipeline, multi_label_pipeline, uie_pipeline
+):
     """Every task kind's bootstrap model in one repository, on one real tritonserver (what a user serving several
-    models of several kinds runs)."""
+    models of several kinds runs): the classifiers and the tagger as ensembles, the extraction model in its own
+    layout (one python model: its stages cannot be ensemble steps)."""
     from ernie_deploy.repository.build import BuildOptions, build, model_artifacts
     from ernie_deploy.server.process import TritonServer
 
@@ -241,6 +261,7 @@ def every_kind_server(tmp_path_factory, seq_cls_pipeline, token_cls_pipeline, pa
     build(
         [model_artifacts(p.static, p.onnx) for p in pipelines], repo, BuildOptions(runtime="python", layout="ensemble")
     )
+    build(model_artifacts(uie_pipeline.static, uie_pipeline.onnx), repo, BuildOptions(runtime="python"))
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "every_kind.log") as s:
         yield s
 

@@ -18,7 +18,7 @@ from .conftest import ROOT, load_baseline
 
 pytestmark = pytest.mark.integration
 
-TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000, "pair_cls": 1000, "multi_label": 5000}
+TEST_SIZE = {"seq_cls": 1000, "token_cls": 5000, "pair_cls": 1000, "multi_label": 5000, "uie": 5000}
 
 
 @pytest.fixture(scope="module", params=sorted(TEST_SIZE))

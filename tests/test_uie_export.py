@@ -137,7 +137,7 @@ def test_uie_checkpoint_exports_converts_and_passes_parity(shape, tmp_path, caps
 
     # The static model answers paddlenlp's forward pass, start then end (the order the ONNX outputs are named by).
     probs, rows = dygraph_probs(model, static.vocab_file)
-    run = uie._paddle_runner(static)
+    run = uie.static_runner(static)
     for row, expected in zip(rows, probs):
         got = run(*(np.array([row[k]], dtype=np.int64) for k in MODEL_INPUTS))
         assert [a.dtype for a in got] == [np.float32] * 2

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.export.static import StaticModel
-from ernie_deploy.kinds import table
+from ernie_deploy.kinds import layer, table
 from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING
 from ernie_deploy.serving.windows import default_head_tokens, default_stride, recorded_cut
@@ -247,6 +247,8 @@ def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split
     from ernie_deploy.evaluate.metrics import score
     from ernie_deploy.fetch.data import read_split_file
 
+    if model.kind_facts.staged:  # its answers come from staged model runs, not one batch of logits: its own reading
+        return layer(model.kind_facts, "evaluate").evaluate_offline(model, static, onnx_path, split_file)
     task, labels = model.task_spec, list(model.labels)
     model = with_thresholds(model, Path(onnx_path).parent)
     texts, gold = read_split_file(split_file)

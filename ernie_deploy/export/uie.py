@@ -89,7 +89,7 @@ def _name_outputs(model, source: Path) -> None:
         output.name = rename[output.name]
 
 
-def _paddle_runner(static: StaticModel):
+def static_runner(static: StaticModel):
     """Paddle Inference over the static model, both outputs of a run (static.PaddlePredictor answers the first)."""
     from ernie_deploy.export.static import PaddlePredictor
 
@@ -144,7 +144,7 @@ def check_uie_parity(
     prompts, texts = zip(*examples)
     max_seq_len = min(DEFAULT_MAX_SEQ_LEN, static.max_positions or DEFAULT_MAX_SEQ_LEN)
     enc = encode_pairs(build_tokenizer(static.vocab_file), prompts, texts, max_seq_len)
-    paddle_out = _paddle_runner(static)(enc.input_ids, enc.token_type_ids)
+    paddle_out = static_runner(static)(enc.input_ids, enc.token_type_ids)
     onnx_out = OnnxModel(onnx_path, outputs=OUTPUTS).run(enc.input_ids, enc.token_type_ids)
     real = enc.attention_mask.astype(bool)
     diffs, same = {}, np.ones(len(prompts), bool)

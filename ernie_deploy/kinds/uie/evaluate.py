@@ -143,3 +143,50 @@ def score_checkpoint(checkpoint, data_dir, split: str = "test", limit: int | Non
     tokenizer = build_tokenizer(checkpoint / "vocab.txt", lowercase=True)
     answers = extract_answers(paddle_runner(model), tokenizer, texts, schema, max_seq_len or DEFAULT_MAX_SEQ_LEN)
     return score(texts, tags, answers, schema)
+
+
+def evaluate_offline(model, static, onnx_path, split_file) -> dict:
+    """{"paddle": report, "onnx": report}: the static model (Paddle Inference) and the converted one (onnxruntime)
+    extracting the spans of a split of per-character tags with the schema the model answers by default (its record's,
+    else its labels, else ENTITY_PROMPTS'), read as the record says it is served: rows of its window size, a new
+    window every stride, spans past its position_prob (evaluate.offline.window_of decides what the record leaves
+    open, as `build` does)."""
+    from ernie_deploy.evaluate.offline import window_of
+    from ernie_deploy.export.uie import static_runner
+    from ernie_deploy.fetch.data import read_split_file
+    from ernie_deploy.kinds.uie import KIND
+    from ernie_deploy.serving.runtime import OnnxModel
+    from ernie_deploy.serving.tokenizer import build_tokenizer
+
+    texts, gold = read_split_file(split_file)
+    schema = model.schema or list(model.labels) or list(ENTITY_PROMPTS.values())
+    tokenizer = build_tokenizer(static.vocab_file, lowercase=model.do_lower_case)
+    windows = window_of(model)
+    runners = {"paddle": static_runner(static), "onnx": OnnxModel(onnx_path, outputs=KIND.model_outputs).run}
+    reports = {}
+    for name, run in runners.items():
+        answers = extract_answers(
+            _rows_runner(run),
+            tokenizer,
+            texts,
+            schema,
+            windows.size,
+            stride=windows.stride,
+            position_prob=model.position_prob,
+        )
+        reports[name] = score(texts, gold, answers, list(model.labels))
+    return reports
+
+
+def _rows_runner(run, batch_size: int = 64):
+    """`run(input_ids, token_type_ids) -> [start, end]` as serving.spans' `run(rows)`, `batch_size` rows a call."""
+    import numpy as np
+
+    def rows_run(rows):
+        parts = [
+            run(rows.input_ids[at : at + batch_size], rows.token_type_ids[at : at + batch_size])
+            for at in range(0, len(rows), batch_size)
+        ]
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(2))
+
+    return rows_run
