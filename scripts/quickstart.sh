@@ -161,5 +161,7 @@ Next: serve $repository/ again and query it (the server above has stopped), in o
   tritonserver --model-repository=$repository
 or \`bash scripts/serve.sh $repository\`, the same server, which prints a client command per model; in another shell:
   source .venv/bin/activate
-  python clients/seq_cls_grpc_client.py --text "姚明缺阵火箭不敌湖人"
 MSG
+for task in "${tasks[@]}"; do
+  echo "  python clients/${task}_grpc_client.py --help   # --text TEXT for one text; none: its test split, scored"
+done
