@@ -172,6 +172,7 @@ def _post_inputs(text: str, logits: np.ndarray, windowed: bool) -> dict:
 @pytest.mark.parametrize("windowed", [False, True], ids=["plain", "windowed"])
 def test_postprocess_decodes_as_its_config_says_on_both_paths(tmp_path, windowed):
     from ernie_deploy.serving.entities import entities_from_json
+    from ernie_deploy.serving.entity_scores import without_scores
 
     text = "张三说李四"
     logits, _ = _logits(*OPENING_WITH_I)
@@ -179,7 +180,8 @@ def test_postprocess_decodes_as_its_config_says_on_both_paths(tmp_path, windowed
     for decoding in (None, *DECODINGS):
         post = _post(tmp_path, decoding, windowed)
         assert post.decoding == (decoding or DEFAULT_DECODING)
-        got[decoding] = entities_from_json(post(_post_inputs(text, logits, windowed))["entities"][0, 0])
+        # The spans (their scores are tests/test_entity_scores.py's)
+        got[decoding] = without_scores(entities_from_json(post(_post_inputs(text, logits, windowed))["entities"][0, 0]))
     assert got["argmax"] == [_ent("PER", 0, 2, text), _ent("PER", 3, 5, text)]
     assert got["constrained"] == got[None] == [_ent("PER", 0, 2, text)]  # no parameter: the default
 
@@ -443,6 +445,7 @@ def test_served_argmax_entities_equal_paddlenlps_on_its_own_checkpoint(tmp_path,
     from ernie_deploy.fetch.shapes import get_shape, make_checkpoint
     from ernie_deploy.server.process import TritonServer
     from ernie_deploy.serving.entities import entities_to_char_bio
+    from ernie_deploy.serving.entity_scores import without_scores
 
     checkpoint = make_checkpoint(get_shape(SHAPE), TOKEN_CLS, LABELS, _vocab(), tmp_path / "checkpoint")
     reference, outputs, tags = paddlenlp_argmax(checkpoint, TEXTS)
@@ -498,7 +501,8 @@ def test_served_argmax_entities_equal_paddlenlps_on_its_own_checkpoint(tmp_path,
         served = {}
         for name in ("people", "people_head", "people_constrained"):
             with Client(TOKEN_CLS, server.grpc_url, model=name) as client:
-                served[name] = client.predict(TEXTS, progress=False)
+                # The spans, against PaddleNLP's (which has no scores); scores: tests/test_entity_scores.py
+                served[name] = without_scores(client.predict(TEXTS, progress=False))
     assert served["people"] == reference
     assert served["people_head"] == reference
     assert served["people_constrained"] == constrained

@@ -108,7 +108,8 @@ def test_hugging_face_clients_get_what_the_grpc_client_gets(stack):
         assert [(a.entity_group, a.word, a.start, a.end) for a in answer] == [
             (e["type"], e["text"], e["start"], e["end"]) for e in entities
         ]
-        assert all(text[a.start : a.end] == a.word and a.score == 1.0 for a in answer)
+        assert all(text[a.start : a.end] == a.word for a in answer)
+        assert [a.score for a in answer] == pytest.approx([e["score"] for e in entities], abs=1e-6)
 
 
 def test_tei_predict_takes_one_input_and_a_batch(stack):
@@ -160,7 +161,7 @@ BAD = [
     ("hf", b"not json", 422, "not JSON"),
     ("hf", {"inputs": 5}, 422, "inputs is int"),
     ("hf", {"inputs": []}, 400, "empty"),
-    ("hf", {"inputs": "a", "parameters": {"function_to_apply": "sigmoid"}}, 422, "softmax"),
+    ("hf", {"inputs": "a", "parameters": {"function_to_apply": "tanh"}}, 422, "'softmax', 'sigmoid', 'none'"),
     ("hf", {"inputs": "中" * (MAX_CHARS + 1)}, 413, "max_text_chars"),
 ]
 
@@ -347,8 +348,8 @@ def test_a_set_of_labels_as_each_contracts_json():
     assert json_.simple_serving(answers, model, {"prob_limit": 0.25})["label"] == [[0, 2], [1]]
     ranked = json_.hugging_face(answers, model, {"top_k": 2})
     assert [[p["label"] for p in answer] for answer in ranked] == [["PER", "LOC"], ["ORG", "PER"]]
-    with pytest.raises(BadRequest, match="sigmoid"):
-        json_.hugging_face(answers, model, {"function_to_apply": "softmax"})
+    with pytest.raises(BadRequest, match="'softmax', 'sigmoid', 'none'"):
+        json_.hugging_face(answers, model, {"function_to_apply": "tanh"})
     with pytest.raises(BadRequest, match="top_k"):
         json_.hugging_face(answers, model, {"top_k": 0})
 

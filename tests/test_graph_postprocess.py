@@ -52,8 +52,12 @@ def test_graph_answers_what_the_python_postprocess_answers(tiny_pipeline, graph_
     # (A tiny random model puts every text in one class: test_graph_lookup_of_every_label covers each name.)
     want = SeqClsPostprocess({}, graph_dir)({"logits": logits})
     session = ort.InferenceSession(str(graph_dir / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert [o.name for o in session.get_outputs()] == ["label_id", "label", "confidence"]
-    label_id, label, confidence = session.run(None, {"input_ids": ids, "token_type_ids": types})
+    names = ["label_id", "label", "confidence", "probabilities", "logits"]
+    assert [o.name for o in session.get_outputs()] == names
+    label_id, label, confidence, probabilities, raw = session.run(None, {"input_ids": ids, "token_type_ids": types})
+    # every label's probability, as the python step answers it, and the model's own logits passed through
+    np.testing.assert_allclose(probabilities, want["probabilities"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(raw, logits, atol=1e-5, rtol=0)
     assert label_id.dtype == np.int64 and label_id.shape == (64, 1)
     assert np.array_equal(label_id, want["label_id"])
     assert [s for s in label[:, 0]] == [b.decode() for b in want["label"][:, 0]]
@@ -71,7 +75,8 @@ def test_graph_lookup_of_every_label(tiny_pipeline, tmp_path):
     graph = postprocess_graph(tiny_pipeline.static.spec, tiny_pipeline.onnx)
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     logits = np.eye(len(labels), dtype=np.float32) * 5
-    label_id, label, confidence = session.run(None, {"logits": logits})
+    label_id, label, confidence, probabilities, raw = session.run(None, {"logits": logits})
+    assert np.array_equal(raw, logits) and np.array_equal(probabilities.argmax(-1), label_id[:, 0])
     assert label_id[:, 0].tolist() == list(range(len(labels)))
     assert label[:, 0].tolist() == labels
     want = SeqClsPostprocess({}, _step_files(tiny_pipeline, tmp_path))({"logits": logits})
@@ -90,14 +95,18 @@ def test_graph_model_step_merges_requests_and_fails_a_bad_one_alone(tiny_pipelin
     tokenizer, post = tokenizer_step(config, graph_dir), SeqClsPostprocess({}, graph_dir)
     plain = OnnxStep({}, _step_files(tiny_pipeline, graph_dir.parent / "plain"))
     graph = OnnxStep(_graph_step_config(tiny_pipeline), graph_dir)
-    assert graph.outputs == ("label_id", "label", "confidence")
+    assert graph.outputs == ("label_id", "label", "confidence", "probabilities", "logits")
     tokens = tokenizer.run_requests([{"text": _texts("国足")}, {"text": _texts("股市大涨 abc123" * 3, "中国")}])
     past_vocab = {"input_ids": np.array([[1, 10**6, 2]], np.int64), "token_type_ids": np.zeros((1, 3), np.int64)}
     got = graph.run_requests([tokens[0], past_vocab, tokens[1]])
     assert isinstance(got[1], ErnieDeployError)
+    # What no request names is not copied out: the answers computed on request only stay in the graph.
+    plain_asked = graph.run_requests([tokens[0]], {"label_id", "label", "confidence"})[0]
+    assert sorted(plain_asked) == ["confidence", "label", "label_id"]
     for t, out in zip(tokens, got[::2]):
         want = post(plain(t))
         assert sorted(out) == sorted(want) and out["label"].dtype == np.object_
+        np.testing.assert_allclose(out["logits"], plain(t)["logits"], atol=1e-5, rtol=0)
         assert np.array_equal(out["label_id"], want["label_id"]) and out["label"].tolist() == want["label"].tolist()
         np.testing.assert_allclose(out["confidence"], want["confidence"], atol=1e-5, rtol=0)
 
@@ -157,6 +166,8 @@ def test_graph_postprocess_configs_come_from_the_graph_signature(tiny_pipeline, 
         "label_id": (mc.TYPE_INT64, [1]),
         "label": (mc.TYPE_STRING, [1]),
         "confidence": (mc.TYPE_FP32, [1]),
+        "probabilities": (mc.TYPE_FP32, [10]),
+        "logits": (mc.TYPE_FP32, [10]),
     }
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [tokenizer.name, model.name]
     assert {o.name for o in ensemble.output} == {o.name for o in SEQ_CLS.outputs}

@@ -549,6 +549,7 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
     from ernie_deploy.evaluate.offline import onnx_predictions, paddle_predictions, window_of
     from ernie_deploy.repository.served import served_model
     from ernie_deploy.serving.entities import entities_from_json
+    from ernie_deploy.serving.entity_scores import same_entities
 
     p = tiny_token_pipeline
     repo = tmp_path / "models"
@@ -573,7 +574,8 @@ def test_smaller_windows_than_max_seq_len(tiny_token_pipeline, tmp_path):
     assert window_of(record) == (32, 15, "sentences")
     want = onnx_predictions(record, p.onnx, p.static.vocab_file, TEXTS)
     assert served == want
-    assert paddle_predictions(record, p.static, TEXTS) == want
+    # The same spans; scores within entity_scores.SCORE_TOLERANCE (Paddle's FP32 logits are not onnxruntime's bits)
+    assert same_entities(paddle_predictions(record, p.static, TEXTS), want)
 
 
 def test_windows_go_to_length_buckets_like_input_ids(tiny_token_pipeline, tmp_path):

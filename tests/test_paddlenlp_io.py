@@ -18,6 +18,7 @@ from ernie_deploy.core.tasks import MULTI_LABEL, PAIR_CLS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.repository.layouts import LAYOUTS
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.resolve import resolves
+from ernie_deploy.serving.entity_scores import without_scores
 from tests.conftest import NEWS_TEXTS, ROOT, artifacts
 
 CLIENT = ROOT / "tests" / "drop_in" / "paddlenlp_triton_client.py"
@@ -27,7 +28,10 @@ NER_TEXTS = ["新华社北京电，国务院总理李鹏今天在人民大会堂
 def test_the_paddlenlp_wire_of_each_kind():
     seq = wire(SEQ_CLS, PADDLENLP)
     assert [(t.name, t.data_type) for t in seq.input_specs()] == [("INPUT", "BYTES")]
-    assert [(t.name, t.data_type) for t in seq.output_specs()] == [("label", "INT64"), ("confidence", "FP32")]
+    assert [(t.name, t.data_type) for t in seq.read_specs()] == [("label", "INT64"), ("confidence", "FP32")]
+    # every label's probability and the logits, under their own names, for a client that names them
+    asked = [(t.name, t.data_type) for t in seq.read_specs({"probabilities", "logits"})]
+    assert asked == [("label", "INT64"), ("confidence", "FP32"), ("probabilities", "FP32"), ("logits", "FP32")]
     assert [t.name for t in wire(PAIR_CLS, PADDLENLP).input_specs()] == ["INPUT", "INPUT_PAIR"]
     token = wire(TOKEN_CLS, PADDLENLP)
     assert [(t.name, t.data_type) for t in token.output_specs()] == [("OUTPUT", "BYTES")]
@@ -147,8 +151,8 @@ def test_every_layout_answers_the_same_in_paddlenlp_tensors(layout, wired):
         with Client(TOKEN_CLS, server.grpc_url, model="ner") as client:
             entities = client.predict(NER_TEXTS, progress=False)
         record = _served(repo, names[("ner", layout)])
-        with Client(TOKEN_CLS, server.grpc_url, model=record) as client:
-            assert client.predict(NER_TEXTS, progress=False) == entities
+        with Client(TOKEN_CLS, server.grpc_url, model=record) as client:  # PaddleNLP's OUTPUT carries no scores
+            assert client.predict(NER_TEXTS, progress=False) == without_scores(entities)
 
 
 @pytest.mark.integration

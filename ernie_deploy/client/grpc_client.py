@@ -104,6 +104,7 @@ class Client:
         timeout_s: float = 60.0,
         retry: Retry = Retry(),
         tls: Tls | None = None,
+        asked: tuple[str, ...] = (),
     ):
         import tritonclient.grpc as grpcclient
 
@@ -116,6 +117,8 @@ class Client:
         self.timeout_s = timeout_s
         self.retry = retry
         self.tls = tls
+        # The answers computed on request only (core.tasks.ON_REQUEST: "probabilities", "logits") this client reads.
+        self.asked = tuple(asked)
         self.retries = 0  # how many resends this client has made (reported by the soak test)
         self._grpc = grpcclient
         self.client = grpc_client(url, tls)
@@ -142,7 +145,13 @@ class Client:
         # A model of another task would be read wrongly, not fail: its outputs say which it is. (Metadata, not the
         # config: the model-config API may be restricted to the admin key, the metadata never is.)
         served = {o.name for o in self.client.get_model_metadata(model).outputs}
-        wanted = {o.name for o in self.wire.output_specs()}
+        wanted = {o.name for o in self.wire.read_specs(self.asked)}
+        if not wanted <= served and {o.name for o in self.wire.read_specs()} <= served:
+            raise BadOptionsError(
+                f"model {model!r} on {self.url} answers no {', '.join(sorted(wanted - served))}: it was built before "
+                "classifiers answered every label's probability",
+                "rebuild it with `ernie-deploy build` (the same options), or leave out --all-scores",
+            )
         if not wanted <= served:
             raise BadOptionsError(
                 f"model {model!r} on {self.url} answers with {sorted(served)}; this client reads {self.task.name} "
@@ -160,7 +169,7 @@ class Client:
 
         columns = input_columns(self.task, texts)
         tensors = wire_inputs(self.wire, columns)
-        answered = self.wire.output_specs()
+        answered = self.wire.read_specs(self.asked)
         outputs = [self._grpc.InferRequestedOutput(o.name) for o in answered]
         t0, tries, delays = time.monotonic(), 0, self.retry.delays()
         while True:

@@ -19,7 +19,7 @@ def native_answers(wire: Wire, answers: dict[str, np.ndarray], texts: list[str],
     only its id. Outputs the wire does not answer (`truncated` under PaddleNLP's) stay absent."""
     if wire.native:
         return dict(answers)
-    out = {name: answers[wire_name] for name, wire_name in wire.outputs.items()}
+    out = {name: answers[wire_name] for name, wire_name in wire.outputs.items() if wire_name in answers}
     readers = READERS[wire.task.kind]
     for name in wire.reformatted:
         column = out[name].reshape(len(texts), -1)[:, 0]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ernie_deploy.core.errors import BadOptionsError
-from ernie_deploy.core.tasks import TaskSpec, TensorSpec
+from ernie_deploy.core.tasks import ON_REQUEST, TaskSpec, TensorSpec
 
 NATIVE = "ernie-deploy"
 PADDLENLP = "paddlenlp"
@@ -55,6 +55,12 @@ class Wire:
         """The tensors a client reads: each the task's tensor of that meaning, renamed (types and dims kept)."""
         own = {t.name: t for t in self.task.outputs}
         return [TensorSpec(wire, own[name].data_type, own[name].dims) for name, wire in self.outputs.items()]
+
+    def read_specs(self, asked=()) -> list[TensorSpec]:
+        """The tensors a client names in its request: every answer but those computed on request only
+        (core.tasks.ON_REQUEST), and of those the ones in `asked` (the task's own names)."""
+        wired = {w: name for name, w in self.outputs.items()}
+        return [t for t in self.output_specs() if wired[t.name] not in ON_REQUEST or wired[t.name] in asked]
 
     @property
     def reformatted(self) -> tuple[str, ...]:

@@ -143,6 +143,13 @@ TOKENIZER_OUTPUTS = (
 WINDOW_OUTPUTS = ("window_ids", "window_type_ids", "window_starts", "window_ends", "text_offsets", "text_lengths")
 # The windowed model step reads the windows under their own names, so one tokenizer serves models of every mode.
 WINDOW_INPUTS = ("window_ids", "window_type_ids")
+# A classifier's answers a client gets only by naming them (tritonclient's `outputs`): every label's probability in
+# labels.json order (softmax for a label per text, each label's sigmoid for a set of labels), and the model's raw
+# logits (Hugging Face's function_to_apply="none", TEI's raw_scores). A python step computes them only for a request
+# that names them; clients of this project name every other output and leave these out unless asked.
+PROBABILITIES = TensorSpec("probabilities", "FP32", (-1,))
+RAW_LOGITS = TensorSpec(LOGITS, "FP32", (-1,))
+ON_REQUEST = frozenset({PROBABILITIES.name, RAW_LOGITS.name})
 
 SEQ_CLS = TaskSpec(
     name="seq_cls",
@@ -154,6 +161,8 @@ SEQ_CLS = TaskSpec(
         TensorSpec("label", "BYTES", (1,)),
         TensorSpec("confidence", "FP32", (1,)),
         TensorSpec("truncated", "BOOL", (1,)),  # the text was cut to max_seq_len (head, or head and tail)
+        PROBABILITIES,  # softmax over every label (on request)
+        RAW_LOGITS,  # the logits the label comes from, passed through (on request)
     ),
 )
 
@@ -189,6 +198,10 @@ MULTI_LABEL = TaskSpec(
     outputs=(
         TensorSpec("labels", "BYTES", (1,)),  # JSON list of {"label", "score"} over each label's threshold, best first
         TensorSpec("scores", "FP32", (-1,)),  # every label's sigmoid score, in labels.json order
+        # The same values as `scores`, under the name every classifier answers them by (on request): a client that
+        # reads `probabilities` reads any classifier; `scores` stays for the clients that read it already.
+        PROBABILITIES,
+        RAW_LOGITS,
     ),
 )
 

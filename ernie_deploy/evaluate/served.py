@@ -11,7 +11,7 @@ from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
 from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import write_json
-from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
+from ernie_deploy.core.tasks import DEMO_MODELS, PROBABILITIES, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.kinds import table
 
@@ -41,6 +41,13 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
             help=f'sent as each text\'s {option.name!r} input, e.g. \'["人物", {{"公司": ["总部"]}}]\' (default: '
             f"the model's own, from `build --{option.name}`)",
         )
+    if PROBABILITIES.name in {o.name for o in task.outputs}:
+        parser.add_argument(
+            "--all-scores",
+            action="store_true",
+            help="with --text: print every label's probability under each answer, best first (the model's "
+            "`probabilities` output, asked for only then)",
+        )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--report", help="write the scores as JSON")
     parser.add_argument(
@@ -50,6 +57,29 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
     )
     add_tls_arguments(parser)
     return parser
+
+
+def served_labels(client: Client) -> list[str]:
+    """The served model's label names, in labels.json order, from the record its config carries; [] where the
+    server keeps model configs to the admin key (each probability is then shown under its label id)."""
+    from tritonclient.utils import InferenceServerException
+
+    from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
+
+    try:
+        config = client.client.get_model_config(client.model).config
+        if SPEC_PARAMETER not in config.parameters:
+            return []
+        record = ModelSpec.from_json(config.parameters[SPEC_PARAMETER].string_value, f"{client.model}'s record")
+    except (InferenceServerException, ErnieDeployError):
+        return []
+    return list(record.labels)
+
+
+def all_scores_lines(probabilities, names: list[str]) -> str:
+    """One text's probabilities, a label a line, best first: `  <label>\t<probability>`."""
+    order = sorted(range(len(probabilities)), key=lambda i: -float(probabilities[i]))
+    return "\n".join(f"  {names[i] if i < len(names) else i}\t{float(probabilities[i]):.4f}" for i in order)
 
 
 def with_options(task: TaskSpec, args, texts: list) -> list:
@@ -62,8 +92,10 @@ def with_options(task: TaskSpec, args, texts: list) -> list:
 
 def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) -> int:
     args = build_parser(task, doc).parse_args(argv)
+    all_scores = getattr(args, "all_scores", False)
+    asked = (PROBABILITIES.name,) if all_scores else ()
     try:
-        with Client(task, args.grpc_url, model=args.model, tls=tls_from_args(args)) as client:
+        with Client(task, args.grpc_url, model=args.model, tls=tls_from_args(args), asked=asked) as client:
             client.check_ready()
             if args.text:
                 items = with_options(task, args, args.text)
@@ -76,8 +108,11 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
                     items = list(zip(args.text, pairs))
                 out = client.infer(items)
                 show = PRINTERS[task.kind]
+                names = served_labels(client) if all_scores else []
                 for i, (text, prediction) in enumerate(zip(items, decode_outputs(task, out))):
                     show(text, prediction, out, i)
+                    if all_scores:
+                        print(all_scores_lines(out[PROBABILITIES.name][i], names))
                 return 0
             from ernie_deploy.evaluate.metrics import format_report, score
             from ernie_deploy.fetch.data import data_dir, read_split, read_split_file

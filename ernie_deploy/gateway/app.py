@@ -188,8 +188,10 @@ class Gateway:
 
     async def _hugging_face(self, request: Request, route: str) -> Response:
         model, (items, single, parameters) = await self._items(request, bodies.hugging_face, route)
-        answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record))
         kind = model.record.kind
+        # Every label's scores are computed and sent only for a request whose parameters need them.
+        asked = KIND_JSON[kind].asks(parameters)
+        answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record), asked)
         per_text = KIND_JSON[kind].hugging_face(answers, model.record, parameters)
         if not single:
             return JSONResponse(per_text)

@@ -200,10 +200,18 @@ def hugging_face(body: object, model: ModelSpec) -> tuple[list, bool, dict]:
             "the body has no inputs", 'send {"inputs": "text", "parameters": {...}}', ["body", "inputs"], "missing"
         )
     parameters = _parameters(body)
-    if body.get("raw_scores") is True:
-        raise GatewayError.invalid(
-            "raw_scores is true, but this model's logits are not served", "leave raw_scores out", ["body", "raw_scores"]
-        )
+    raw = body.get("raw_scores")
+    if raw not in (None, True, False):
+        raise GatewayError.invalid(f"raw_scores is {raw!r}", "send true or false", ["body", "raw_scores"])
+    if raw:
+        # TEI's raw scores are the logits: Hugging Face's function_to_apply "none", which a request may not contradict.
+        if parameters.get("function_to_apply", "none") != "none":
+            raise GatewayError.invalid(
+                f"raw_scores is true and parameters.function_to_apply is {parameters['function_to_apply']!r}",
+                "send one of them: raw_scores true for the logits, or function_to_apply",
+                ["body", "raw_scores"],
+            )
+        parameters = {**parameters, "function_to_apply": "none", "top_k": parameters.get("top_k", 10**9)}
     inputs = body["inputs"]
     pair = len(model.task_spec.inputs) > 1
 

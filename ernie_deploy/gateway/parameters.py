@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.spec import ModelSpec
 
@@ -23,17 +25,55 @@ def top_k(parameters: dict) -> int | None:
     return value
 
 
-def function_to_apply(parameters: dict, computed: str) -> None:
-    """Hugging Face's `function_to_apply`: accepted when it names the function the model's scores come from
-    (`computed`: "softmax" for a label per text, "sigmoid" for a set of labels); the raw logits are not served."""
+# Hugging Face's text-classification pipeline's `function_to_apply`: what turns a label's logit into its score.
+FUNCTIONS = ("softmax", "sigmoid", "none")
+
+
+def function_to_apply(parameters: dict, computed: str) -> str:
+    """The function a request's scores come from: `function_to_apply` where sent, else the model's own (`computed`:
+    "softmax" for a label per text, "sigmoid" for a set of labels), as that pipeline defaults it."""
     value = parameters.get("function_to_apply")
-    if value is None or value == computed:
-        return
-    raise BadRequest(
-        f"parameters.function_to_apply is {value!r}, but this model answers {computed} scores only (its logits are "
-        "not served)",
-        f"leave function_to_apply out, or send {computed!r}",
-    )
+    if value is None:
+        return computed
+    if value not in FUNCTIONS:
+        raise BadRequest(
+            f"parameters.function_to_apply is {value!r}",
+            f"send one of {', '.join(map(repr, FUNCTIONS))}, or leave it out for {computed!r}",
+        )
+    return value
+
+
+def apply(function: str, logits: np.ndarray) -> np.ndarray:
+    """`function` over each row of `logits` [texts, labels]."""
+    logits = logits.astype(np.float64)
+    if function == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-logits))
+    if function == "softmax":
+        shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return shifted / shifted.sum(axis=-1, keepdims=True)
+    return logits
+
+
+def scores_needed(parameters: dict, computed: str) -> tuple[str, ...]:
+    """What a request's every-label scores are read from: the served probabilities (core.tasks.ON_REQUEST) where the
+    function is the model's own, else the raw logits, which the gateway applies the function to."""
+    return ("probabilities",) if function_to_apply(parameters, computed) == computed else ("logits",)
+
+
+def ranked(answers: dict, labels, parameters: dict, computed: str, k: int | None) -> list[list[dict]]:
+    """Per text the `k` best labels of all (None: every label), best first, each with its score under the request's
+    function (the served probabilities where it is the model's own)."""
+    function = function_to_apply(parameters, computed)
+    if function == computed:
+        scores = answers["probabilities"]
+    else:
+        scores = apply(function, answers["logits"])
+    scores = scores.reshape(len(scores), -1)
+    out = []
+    for row in scores:
+        order = np.argsort(-row, kind="stable")[:k]
+        out.append([{"label": labels[i], "score": float(row[i])} for i in order])
+    return out
 
 
 def number(parameters: dict, name: str, low: float, high: float) -> float | None:
@@ -72,3 +112,6 @@ class KindJson:
     one_text_as_list: bool
     simple_serving: Callable[[dict, ModelSpec, dict], dict | list]
     hugging_face: Callable[[dict, ModelSpec, dict], list]
+    # The answers computed on request only (core.tasks.ON_REQUEST) a Hugging Face request's parameters need; the
+    # gateway asks Triton for them only then.
+    asks: Callable[[dict], tuple[str, ...]] = lambda parameters: ()

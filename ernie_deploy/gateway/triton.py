@@ -61,8 +61,9 @@ class Triton:
                 out[name] = exc.message() or str(exc)
         return out
 
-    async def infer(self, model: ServedModel, items: list) -> dict[str, np.ndarray]:
-        """`items` (texts, or (text, text_pair) pairs) answered by `model`, as the task's own outputs."""
+    async def infer(self, model: ServedModel, items: list, asked=()) -> dict[str, np.ndarray]:
+        """`items` (texts, or (text, text_pair) pairs) answered by `model`, as the task's own outputs; `asked`: the
+        answers computed on request only (core.tasks.ON_REQUEST) the request needs, which Triton computes only then."""
         size = model.max_batch_size if model.max_batch_size > 0 else len(items)
         if len(items) > size and model.limits is not None:
             task = model.record.task_spec
@@ -72,10 +73,12 @@ class Triton:
             problem = model.limits.request_problem(total, len(items))
             if problem:
                 raise GatewayError(413, "validation", problem, fix=model.limits.request_fix)
-        parts = await asyncio.gather(*(self._infer(model, items[i : i + size]) for i in range(0, len(items), size)))
+        parts = await asyncio.gather(
+            *(self._infer(model, items[i : i + size], asked) for i in range(0, len(items), size))
+        )
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
-    async def _infer(self, model: ServedModel, items: list) -> dict[str, np.ndarray]:
+    async def _infer(self, model: ServedModel, items: list, asked=()) -> dict[str, np.ndarray]:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
@@ -83,7 +86,7 @@ class Triton:
         wire = record.wire
         columns = input_columns(record.task_spec, items)
         tensors = wire_inputs(wire, columns)
-        answered = wire.output_specs()
+        answered = wire.read_specs(asked)
         outputs = [grpcclient.InferRequestedOutput(o.name) for o in answered]
         try:
             result = await self.client.infer(record.name, tensors, outputs=outputs, client_timeout=self.timeout_s)

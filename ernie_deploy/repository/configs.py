@@ -195,6 +195,9 @@ def model_config(model: ModelSpec, inputs, outputs, pad_token_id: int = 0) -> mc
 def postprocess_config(model: ModelSpec, logits: TensorSpec) -> mc.ModelConfig:
     """The postprocess step: its NER decoding, wire and reading are the record's."""
     inputs = [logits, *model.task_spec.postprocess_extra_inputs]
+    # The raw logits a classifier answers on request are passed through by the postprocess, which reads them: an
+    # ensemble tensor that a step reads and the caller reads too is pruned by Triton 2.51's ensemble when the caller
+    # leaves it out, and the request then never finishes ("unexpected deadlock"), so the caller's comes from here.
     outputs = [o for o in model.task_spec.outputs if o.name not in {t.name for t in TOKENIZER_OUTPUTS}]
     params = recorded_parameters(
         POSTPROCESS,
@@ -285,13 +288,19 @@ def ensemble_config(model: ModelSpec, steps: list[mc.ModelConfig]) -> mc.ModelCo
         batching=False,
         params=parameters(task=model.task_spec),
     )
-    for step in steps:
+    # A tensor that a later step produces again (the logits a postprocess passes through) goes to the steps that read
+    # it under a name of its own, so that the caller's tensor has one producer.
+    inner: dict[str, str] = {}
+    for i, step in enumerate(steps):
         entry = config.ensemble_scheduling.step.add(model_name=step.name, model_version=-1)
         for tensor in step.input:
-            entry.input_map[tensor.name] = wire.inputs.get(tensor.name, tensor.name)
+            entry.input_map[tensor.name] = inner.get(tensor.name, wire.inputs.get(tensor.name, tensor.name))
+        read_later = {t.name for later in steps[i + 1 :] for t in later.input}
         for tensor in step.output:
             if tensor.name in read and source[tensor.name] == step.name:
                 entry.output_map[tensor.name] = wire.outputs.get(tensor.name, tensor.name)
+            elif tensor.name in read_later:
+                inner[tensor.name] = entry.output_map[tensor.name] = f"{step.name}.{tensor.name}"
     return config
 
 

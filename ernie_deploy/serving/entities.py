@@ -4,7 +4,8 @@ Standard library and numpy only: the Triton python backend imports this module t
 labels into entities with character offsets.
 
 An entity is a dict `{"type": str, "start": int, "end": int, "text": str}` where start/end are code-point
-offsets into the original text, end exclusive, and text == original[start:end].
+offsets into the original text, end exclusive, and text == original[start:end]; decoded with the tokens'
+probabilities, it also holds `"score"` (serving.entity_scores: the mean probability of its tokens' chosen tags).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ernie_deploy.core.errors import BadDataError, BadOptionsError, BadRepositoryError
+from ernie_deploy.serving.entity_scores import chosen_probabilities, entity_score, score_problem
 
 ENTITY_KEYS = frozenset({"type", "start", "end", "text"})
+SCORED_KEYS = ENTITY_KEYS | {"score"}
 # What `entities_from_json` answers a text that is not the entities a token model writes: it came from another model.
 _WIRE_FIX = "call a token classification model; `ernie-deploy check` shows the wire it answers in"
 
@@ -104,8 +107,10 @@ def decode_entities(
     length: int,
     labels: Sequence[str],
     decoding: str = DEFAULT_DECODING,
+    probabilities: np.ndarray | None = None,
 ) -> list[dict]:
-    """Predicted token labels of one tokenized text -> entities with character offsets into `text`.
+    """Predicted token labels of one tokenized text -> entities with character offsets into `text`, each with its
+    score when `probabilities` [L] (entity_scores.chosen_probabilities of the same label ids) are given.
 
     label_ids [L] and offsets [L, 2] cover `[CLS] tokens [SEP] padding`; `length` counts [CLS] and [SEP],
     so the real tokens are 1 .. length-2 (also when the text was truncated: [SEP] is then at
@@ -141,7 +146,10 @@ def decode_entities(
             continue  # no characters (a special token's (0, 0)) or not in this text: nothing to report
         if entities and start < entities[-1]["end"]:
             continue  # tokens of one character split between two entities: keep the first, never overlap
-        entities.append({"type": kind, "start": start, "end": end, "text": text[start:end]})
+        entity = {"type": kind, "start": start, "end": end, "text": text[start:end]}
+        if probabilities is not None:
+            entity["score"] = entity_score(np.asarray(probabilities).reshape(-1), first + 1, stop + 1)
+        entities.append(entity)
     return entities
 
 
@@ -152,12 +160,17 @@ def batch_entities(
     offsets: np.ndarray,
     labels: Sequence[str],
     decoding: str = DEFAULT_DECODING,
+    *,
+    scored: bool = False,
 ) -> list[list[dict]]:
     """Entities of each text of a batch from its logits [B, L, C], offsets [B, L, 2] and lengths [B] (as
-    TokenClsPostprocess decodes them, in two steps: `label_ids`, then `decode_entities`)."""
+    TokenClsPostprocess decodes them, in two steps: `label_ids`, then `decode_entities`), each with its score when
+    `scored` (as the postprocess answers them; without, the spans alone, for comparing two runtimes' spans)."""
     ids = label_ids(logits, lengths, labels, decoding)
+    probabilities = chosen_probabilities(logits, ids) if scored else [None] * len(texts)
     return [
-        decode_entities(text, ids[i], offsets[i], int(lengths[i]), labels, decoding) for i, text in enumerate(texts)
+        decode_entities(text, ids[i], offsets[i], int(lengths[i]), labels, decoding, probabilities[i])
+        for i, text in enumerate(texts)
     ]
 
 
@@ -356,8 +369,13 @@ def entities_from_json(data: bytes | str) -> list[dict]:
     for i, entity in enumerate(value):
         if not isinstance(entity, dict):
             raise BadRepositoryError(f"entity {i} is {type(entity).__name__}, not an object", _WIRE_FIX)
-        if set(entity) != ENTITY_KEYS:
-            raise BadRepositoryError(f"entity {i} has keys {sorted(entity)}, expected {sorted(ENTITY_KEYS)}", _WIRE_FIX)
+        if set(entity) not in (ENTITY_KEYS, SCORED_KEYS):
+            raise BadRepositoryError(
+                f"entity {i} has keys {sorted(entity)}, expected {sorted(ENTITY_KEYS)} and optionally 'score'",
+                _WIRE_FIX,
+            )
+        if "score" in entity and (problem := score_problem(entity["score"])):
+            raise BadRepositoryError(f"entity {i}: {problem}", _WIRE_FIX)
         start, end = entity["start"], entity["end"]
         # bool is an int subclass; true/false are not offsets.
         if any(not isinstance(v, int) or isinstance(v, bool) for v in (start, end)):

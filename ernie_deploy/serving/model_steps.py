@@ -26,9 +26,9 @@ class OnnxStep(Step):
 
         threads = INTRA_OP_THREADS.read(config)
         # What the model answers: its logits, or (build --graph-postprocess) the postprocess's tensors, one row per
-        # text, which the graph computed after the logits.
+        # text, which the graph computed after the logits (and the logits themselves, passed through on request).
         outputs = [o["name"] for o in config.get("output", [])]
-        self.outputs = (LOGITS,) if not outputs or LOGITS in outputs else tuple(outputs)
+        self.outputs = (LOGITS,) if outputs in ([], [LOGITS]) else tuple(outputs)
         self.model = OnnxModel(
             Path(version_dir) / MODEL_FILE.read(config),
             intra_op_threads=threads or None,
@@ -59,7 +59,7 @@ class OnnxStep(Step):
 
     def run(self, items, requested=None):
         if self.outputs != (LOGITS,):
-            return self._run_graph(items)
+            return self._run_graph(items, requested)
         if items and items[0][0].ndim == 3:
             return self._run_windows(items)
         if len(items) == 1:
@@ -80,7 +80,7 @@ class OnnxStep(Step):
         types = np.concatenate([_pad(types, width, 0) for _, types in items])
         return ids, types
 
-    def _run_graph(self, items):
+    def _run_graph(self, items, requested=None):
         """A model with its postprocess in the graph: one padded run, then each request's rows. Label names come
         out of onnxruntime as str; Triton sends BYTES, as the python postprocess returns them."""
         values = self.model.run(*self._merged(items))
@@ -90,8 +90,11 @@ class OnnxStep(Step):
             else value
             for value in values
         ]
+        # Each request's rows of what some request names: the graph computes its softmax anyway, but an answer
+        # computed on request only (core.tasks.ON_REQUEST) is not copied out for requests that do not read it.
+        named = [(name, value) for name, value in zip(self.outputs, values) if requested is None or name in requested]
         return [
-            {name: np.ascontiguousarray(value[rows]) for name, value in zip(self.outputs, values)}
+            {name: np.ascontiguousarray(value[rows]) for name, value in named}
             for rows in split_rows([len(i) for i, _ in items])
         ]
 

@@ -51,10 +51,14 @@ class PipelineStep(Step):
         # The postprocess sees what it would in the ensemble: the tokenizer's tensors, the logits and the request's
         # texts (its watch counts their lengths and how they were read).
         post_items = [self.post.check({**t, **out, **texts}) for t, out, (_, texts) in zip(tokens, logits, items)]
-        # What the ensemble passes through from the tokenizer (e.g. `truncated`) comes from `tokens`.
+        # Only what some request of the batch names (an answer computed on request only, core.tasks.ON_REQUEST, is
+        # left out of the rest); what the ensemble passes through from the tokenizer (e.g. `truncated`) comes from
+        # `tokens`, and the raw logits from the model.
+        answered = {n: own for n, own in self.outputs.items() if requested is None or n in requested}
+        posts = self.post.run(post_items, set(answered.values()))
         return [
-            {name: {**t, **out}[own] for name, own in self.outputs.items()}
-            for t, out in zip(tokens, self.post.run(post_items))
+            {name: {**t, **out, **post}[own] for name, own in answered.items()}
+            for t, out, post in zip(tokens, logits, posts)
         ]
 
     def close(self) -> None:

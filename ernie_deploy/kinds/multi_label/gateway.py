@@ -5,14 +5,17 @@ SimpleServing's route answers as PaddleNLP's multi-label post handler does: `{"l
 model's own per-label thresholds (chosen by `convert`); with `parameters.prob_limit`, as that handler reads it,
 those over that one limit instead.
 
-Hugging Face's text classification: per text every label with its sigmoid score, best first (`top_k`: the best k)."""
+Hugging Face's text classification: per text every label with its sigmoid score, best first (`top_k`: the best k);
+`function_to_apply` "softmax" or "none" (TEI's `raw_scores`) scores them from the served logits instead."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.gateway.parameters import KindJson, function_to_apply, number, top_k
+from ernie_deploy.gateway.parameters import KindJson, function_to_apply, number, ranked, top_k
+
+OWN = "sigmoid"
 
 
 def simple_serving(answers: dict[str, np.ndarray], model: ModelSpec, parameters: dict) -> dict:
@@ -35,15 +38,17 @@ def simple_serving(answers: dict[str, np.ndarray], model: ModelSpec, parameters:
     return {"label": ids, "confidence": confidences}
 
 
+def asks(parameters: dict) -> tuple[str, ...]:
+    # Its own scores are always served (`scores`); another function's come from the logits.
+    return () if function_to_apply(parameters, OWN) == OWN else ("logits",)
+
+
 def hugging_face(answers: dict[str, np.ndarray], model: ModelSpec, parameters: dict) -> list[list[dict]]:
-    k = top_k(parameters)
-    function_to_apply(parameters, "sigmoid")
-    scores = answers["scores"].reshape(len(answers["labels"]), -1)
-    out = []
-    for row in scores:
-        ranked = sorted(zip(model.labels, row.tolist()), key=lambda pair: -pair[1])
-        out.append([{"label": label, "score": float(score)} for label, score in ranked[:k]])
-    return out
+    own = function_to_apply(parameters, OWN) == OWN
+    answers = {**answers, "probabilities": answers["scores"]} if own else answers
+    return ranked(answers, model.labels, parameters, OWN, top_k(parameters))
 
 
-JSON = KindJson("text-classification", one_text_as_list=True, simple_serving=simple_serving, hugging_face=hugging_face)
+JSON = KindJson(
+    "text-classification", one_text_as_list=True, simple_serving=simple_serving, hugging_face=hugging_face, asks=asks
+)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
-from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.core.tasks import LOGITS, PROBABILITIES, RAW_LOGITS
 from ernie_deploy.serving.parameters import LABELS_FILE, THRESHOLDS
 from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch, json_item
@@ -18,7 +18,8 @@ from ernie_deploy.serving.watch import KindWatch, json_item
 
 class MultiLabelPostprocess(Step):
     """logits [B, C] -> labels [B, 1] BYTES: a JSON list of {"label", "score"} for each label whose sigmoid score
-    reaches its threshold (thresholds.json), best first; scores [B, C] FP32: every label's sigmoid score."""
+    reaches its threshold (thresholds.json), best first; scores [B, C] FP32: every label's sigmoid score; probabilities,
+    for a request that names it: the same scores under the name every classifier answers them by."""
 
     def __init__(self, config: dict, version_dir: Path):
         from ernie_deploy.serving.multi_label import read_thresholds
@@ -40,11 +41,20 @@ class MultiLabelPostprocess(Step):
     def run(self, items, requested=None):
         from ernie_deploy.serving.multi_label import labels_over, sigmoid
 
-        scores = sigmoid(np.concatenate(items))
+        logits = np.concatenate(items)
+        scores = sigmoid(logits)
         kept = labels_over(scores, self.labels, self.thresholds)
         labels = np.array([json.dumps(k, ensure_ascii=False) for k in kept], dtype=np.object_).reshape(-1, 1)
         scores = scores.astype(np.float32)
-        return [{"labels": labels[rows], "scores": scores[rows]} for rows in split_rows([len(i) for i in items])]
+        answers = [{"labels": labels[rows], "scores": scores[rows]} for rows in split_rows([len(i) for i in items])]
+        if requested is None or PROBABILITIES.name in requested:
+            for answer in answers:
+                answer[PROBABILITIES.name] = answer["scores"]
+        if requested is None or RAW_LOGITS.name in requested:  # what the scores come from, passed through
+            raw = logits.astype(np.float32)
+            for answer, rows in zip(answers, split_rows([len(i) for i in items])):
+                answer[RAW_LOGITS.name] = raw[rows]
+        return answers
 
 
 # The step serving.steps.STEPS holds under this kind's `postprocess` key.

@@ -12,6 +12,13 @@ KIND = Kind(
     postprocess="seq_cls_postprocess",
     split_format="tsv",
     graph_postprocess="softmax_argmax_label",
-    # PaddleNLP's `label` is the class id (INT64), its `confidence` the top class's softmax probability.
-    paddlenlp_outputs=(("label", "label_id"), ("confidence", "confidence")),
+    # PaddleNLP's `label` is the class id (INT64), its `confidence` the top class's softmax probability; every label's
+    # probability and the raw logits (on request: core.tasks.ON_REQUEST) keep their own names, which that pipeline
+    # never used.
+    paddlenlp_outputs=(
+        ("label", "label_id"),
+        ("confidence", "confidence"),
+        ("probabilities", "probabilities"),
+        ("logits", "logits"),
+    ),
 )

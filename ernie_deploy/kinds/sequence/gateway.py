@@ -2,16 +2,18 @@
 `{"label": [ids], "confidence": [floats]}`, and Hugging Face's text classification, one list of {"label", "score"}
 per text.
 
-The served answer holds the best label and its softmax probability only (core.tasks: label_id, label, confidence),
-so a Hugging Face answer lists that one label: `top_k` of any size answers it, and `function_to_apply` may name
-softmax only."""
+`top_k` answers the k best labels of all, best first (every label where k is at least their number), from the served
+probabilities; left out, the best label alone, as Hugging Face's pipeline answers by default. `function_to_apply`
+"sigmoid" or "none" (TEI's `raw_scores`) scores every label from the served logits instead."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.gateway.parameters import KindJson, function_to_apply, top_k
+from ernie_deploy.gateway.parameters import KindJson, function_to_apply, ranked, scores_needed, top_k
+
+OWN = "softmax"
 
 
 def simple_serving(answers: dict[str, np.ndarray], model: ModelSpec, parameters: dict) -> dict:
@@ -23,9 +25,18 @@ def simple_serving(answers: dict[str, np.ndarray], model: ModelSpec, parameters:
     }
 
 
+def _best_only(parameters: dict) -> bool:
+    """Whether the served label and confidence answer the request alone (no other label's score is needed)."""
+    return top_k(parameters) in (None, 1) and function_to_apply(parameters, OWN) == OWN
+
+
+def asks(parameters: dict) -> tuple[str, ...]:
+    return () if _best_only(parameters) else scores_needed(parameters, OWN)
+
+
 def hugging_face(answers: dict[str, np.ndarray], model: ModelSpec, parameters: dict) -> list[list[dict]]:
-    top_k(parameters)  # checked; the best label is the only one served, and every top_k holds it
-    function_to_apply(parameters, "softmax")
+    if not _best_only(parameters):
+        return ranked(answers, model.labels, parameters, OWN, top_k(parameters) or 1)
     labels = answers["label"].reshape(-1)
     confidences = answers["confidence"].reshape(-1)
     return [
@@ -34,4 +45,6 @@ def hugging_face(answers: dict[str, np.ndarray], model: ModelSpec, parameters: d
     ]
 
 
-JSON = KindJson("text-classification", one_text_as_list=True, simple_serving=simple_serving, hugging_face=hugging_face)
+JSON = KindJson(
+    "text-classification", one_text_as_list=True, simple_serving=simple_serving, hugging_face=hugging_face, asks=asks
+)

@@ -6,16 +6,19 @@ opset 2, int64 keys -> string values)."""
 from __future__ import annotations
 
 from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.core.tasks import PROBABILITIES as ANSWERED
 
 ML_DOMAIN = "ai.onnx.ml"
 ML_OPSET = 2  # LabelEncoder with typed keys and values (keys_int64s, values_strings)
-PROBABILITIES = "postprocess_probabilities"
+PROBABILITIES = ANSWERED.name  # the softmax, which the label comes from, is itself an output
 
 
 def graph(logits, labels: list[str], opset: int):
-    """logits [batch, classes] -> label_id INT64, label STRING, confidence FLOAT, each [batch, 1]: what
-    SeqClsPostprocess computes (softmax in float32; the first of equal maxima, as numpy's argmax picks); and the
-    operator sets the nodes use besides the default domain, {domain: version}."""
+    """logits [batch, classes] -> label_id INT64, label STRING, confidence FLOAT, each [batch, 1], probabilities FLOAT
+    [batch, classes] and the logits themselves: what SeqClsPostprocess computes (softmax in float32; the first of
+    equal maxima, as numpy's argmax picks) and the model's raw output; and the operator sets the nodes use besides the
+    default domain, {domain: version}. The softmax is computed for the label anyway, so answering it costs the graph
+    nothing; Triton copies out only the outputs a request names."""
     from onnx import TensorProto, helper
 
     nodes, source = [], LOGITS
@@ -52,9 +55,15 @@ def graph(logits, labels: list[str], opset: int):
             name="postprocess_label",
         )
     )
+    classes = len(labels)
     outputs = [
         helper.make_tensor_value_info("label_id", TensorProto.INT64, ["batch", 1]),
         helper.make_tensor_value_info("label", TensorProto.STRING, ["batch", 1]),
         helper.make_tensor_value_info("confidence", TensorProto.FLOAT, ["batch", 1]),
+        helper.make_tensor_value_info(PROBABILITIES, TensorProto.FLOAT, ["batch", classes]),
+        # The logits, as the converted model answers them (FP32: export.precision keeps every precision's output so):
+        # the graph's input passed through, which the merged model computes once.
+        helper.make_tensor_value_info(LOGITS, logits.type.tensor_type.elem_type, ["batch", classes]),
     ]
+
     return nodes, outputs, {ML_DOMAIN: ML_OPSET}

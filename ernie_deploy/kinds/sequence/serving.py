@@ -8,7 +8,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import CONFIDENCE, LABEL, confidence_bucket
-from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.core.tasks import LOGITS, PROBABILITIES, RAW_LOGITS
 from ernie_deploy.serving.parameters import LABELS_FILE
 from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch
@@ -21,7 +21,8 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class SeqClsPostprocess(Step):
-    """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]."""
+    """logits [B, C] -> label_id INT64, label BYTES, confidence FP32, each [B, 1]; and for a request that names it,
+    probabilities FP32 [B, C] (softmax, labels.json order) and logits FP32 [B, C] (its input, passed through)."""
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = read_labels(Path(version_dir) / LABELS_FILE.read(config))
@@ -37,15 +38,24 @@ class SeqClsPostprocess(Step):
         return logits
 
     def run(self, items, requested=None):
-        probs = softmax(np.concatenate(items).astype(np.float32))
+        logits = np.concatenate(items).astype(np.float32)
+        probs = softmax(logits)
         ids = probs.argmax(axis=-1)
         label_id = ids.astype(np.int64).reshape(-1, 1)
         label = self._names[ids].reshape(-1, 1)
         confidence = probs.max(axis=-1).astype(np.float32).reshape(-1, 1)
-        return [
+        answers = [
             {"label_id": label_id[rows], "label": label[rows], "confidence": confidence[rows]}
             for rows in split_rows([len(i) for i in items])
         ]
+        if requested is None or PROBABILITIES.name in requested:
+            # The softmax the label comes from, so that probabilities' argmax and max are label_id and confidence.
+            for answer, rows in zip(answers, split_rows([len(i) for i in items])):
+                answer[PROBABILITIES.name] = probs[rows]
+        if requested is None or RAW_LOGITS.name in requested:  # what the label comes from, passed through
+            for answer, rows in zip(answers, split_rows([len(i) for i in items])):
+                answer[RAW_LOGITS.name] = logits[rows]
+        return answers
 
 
 # The step serving.steps.STEPS holds under this kind's `postprocess` key.

@@ -19,14 +19,14 @@ def predict(
 
 
 def decoded_entities(labels: list[str], logits, lengths, offsets, texts: list[str], decoding: str | tuple) -> list:
-    """Each text's entities under `decoding` (serving.entities.DECODINGS), as TokenClsPostprocess decodes them; with
-    a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
+    """Each text's entities under `decoding` (serving.entities.DECODINGS), with their scores, as TokenClsPostprocess
+    answers them; with a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
     from ernie_deploy.serving.entities import batch_entities
 
     if not isinstance(decoding, str):
-        each = {d: batch_entities(texts, logits, lengths, offsets, labels, d) for d in decoding}
+        each = {d: batch_entities(texts, logits, lengths, offsets, labels, d, scored=True) for d in decoding}
         return [{d: each[d][i] for d in decoding} for i in range(len(texts))]
-    return batch_entities(texts, logits, lengths, offsets, labels, decoding)
+    return batch_entities(texts, logits, lengths, offsets, labels, decoding, scored=True)
 
 
 def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict:

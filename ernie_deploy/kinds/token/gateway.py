@@ -5,9 +5,10 @@ answers this project's own: `{"entities": [[{"type", "start", "end", "text"}, ..
 entities as the model answers them (character offsets into the text, end exclusive).
 
 Hugging Face's token classification: per text a list of {"entity_group", "score", "word", "start", "end"}: entities
-are whole (B- and I- tokens joined, as its `simple` aggregation joins them). The served entities come from a
-decoding of the best tag path (serving.entities), which gives no probability per entity: their score is 1.0 unless
-the answer carries one."""
+are whole (B- and I- tokens joined, as its `simple` aggregation joins them). Each entity's score is the one the model
+answers (serving.entity_scores: the mean, over its tokens, of the probability of the tag the decoding chose), as
+Hugging Face's `simple` aggregation averages its tokens' scores. A model built with `--io paddlenlp` answers
+PaddleNLP's {"pos", "label"}, which has no score: its entities answer 1.0."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ernie_deploy.gateway.parameters import KindJson, strings
 # Hugging Face's aggregation strategies that answer whole entities, as the served ones are; "none" (one answer per
 # token) is not served.
 GROUPED = (None, "simple", "first", "average", "max")
-SCORE = 1.0  # an entity's score where the model gives none (see the module docstring)
+SCORE = 1.0  # an entity's score where the wire carries none (PaddleNLP's; see the module docstring)
 
 
 def _entities(answers: dict[str, np.ndarray]) -> list[list[dict]]:

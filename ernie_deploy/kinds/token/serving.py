@@ -18,7 +18,8 @@ from ernie_deploy.serving.watch import KindWatch, json_item
 
 class TokenClsPostprocess(Step):
     """logits [B, L, C], text [B, 1], offsets [B, L, 2], lengths [B, 1] -> entities [B, 1] BYTES: a JSON list of
-    {"type", "start", "end", "text"} per text, character offsets into the text as sent (end exclusive)."""
+    {"type", "start", "end", "text", "score"} per text, character offsets into the text as sent (end exclusive), the
+    score the mean probability of the entity's tokens' chosen tags (serving.entity_scores)."""
 
     def __init__(self, config: dict, version_dir: Path):
         self.labels = read_labels(Path(version_dir) / LABELS_FILE.read(config))
@@ -42,16 +43,21 @@ class TokenClsPostprocess(Step):
                 f"offsets {list(offsets.shape)} do not match logits {list(logits.shape)}",
                 "send the tokenizer step's offsets unchanged, with the logits of the same texts",
             )
-        from ernie_deploy.serving.entities import label_ids
-
         lengths = inputs["lengths"].reshape(-1)
-        return decode_texts(inputs["text"]), label_ids(logits, lengths, self.labels, self.decoding), offsets, lengths
+        return (decode_texts(inputs["text"]), *self._decoded(logits, lengths), offsets, lengths)
+
+    def _decoded(self, logits: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The label ids [B, L] the decoding chose and their probabilities [B, L], which the entities' scores are."""
+        from ernie_deploy.serving.entities import label_ids
+        from ernie_deploy.serving.entity_scores import chosen_probabilities
+
+        ids = label_ids(logits, lengths, self.labels, self.decoding)
+        return ids, chosen_probabilities(logits, ids)
 
     def _check_windows(self, inputs):
         """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
         and window_ends [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into
         whole-text logits (ernie_deploy.serving.windows), then decoded like a text that fit."""
-        from ernie_deploy.serving.entities import label_ids
         from ernie_deploy.serving.windows import merge_windows
 
         logits, starts, ends = inputs[LOGITS], inputs["window_starts"], inputs.get("window_ends")
@@ -99,17 +105,19 @@ class TokenClsPostprocess(Step):
         # Checked above: every token lies in a window, so no entity was cut off (the response's `truncated`).
         truncated = np.zeros((len(lengths), 1), dtype=bool)
         lengths = np.where(empty, 0, lengths)
-        predicted = label_ids(merged, lengths, self.labels, self.decoding)
-        return decode_texts(inputs["text"]), predicted, offsets, lengths, truncated
+        # Scored from the merged logits, so a token two windows decide has one probability per tag.
+        return decode_texts(inputs["text"]), *self._decoded(merged, lengths), offsets, lengths, truncated
 
     def run(self, items, requested=None):
         from ernie_deploy.serving.entities import decode_entities, entities_to_json
 
         results = []
-        for texts, predicted, offsets, lengths, *truncated in items:  # decoding walks each text's spans
+        for texts, predicted, probabilities, offsets, lengths, *truncated in items:  # decoding walks each text's spans
             entities = [
                 entities_to_json(
-                    decode_entities(text, predicted[i], offsets[i], int(lengths[i]), self.labels, self.decoding)
+                    decode_entities(
+                        text, predicted[i], offsets[i], int(lengths[i]), self.labels, self.decoding, probabilities[i]
+                    )
                 )
                 for i, text in enumerate(texts)
             ]
