@@ -87,4 +87,6 @@ def entity_lines(prediction: list[dict]) -> str:
     """The entities as one JSON list, an entity to a line: what `json.loads` reads, and short enough to read."""
     if not prediction:
         return "[]"
-    return "[\n" + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in prediction) + "\n]"
+    # A score to four decimals, as the classifiers print their probabilities: what a reader compares.
+    shown = [{**e, "score": round(e["score"], 4)} if "score" in e else e for e in prediction]
+    return "[\n" + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in shown) + "\n]"
