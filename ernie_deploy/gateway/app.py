@@ -4,7 +4,8 @@ Per request, in this order: an inference request beyond --max-concurrent-request
 (as TEI sheds load: nothing is queued, so a client backs off instead of waiting behind a queue it cannot see); the
 model is looked up (the repository is read again for a name not known); a body past --max-body-bytes is refused
 with 413, read and thrown away first up to a bound (gateway.bodies); then the JSON, the texts, Triton's answer and
-the kind's JSON (kinds/<kind>/gateway.py). Any refusal is answered in the error shape of the route's contract
+the kind's JSON (kinds/<kind>/gateway.py); TEI's /tokenize is answered from the model's own tokenizer instead of
+Triton (gateway.tokenize). Any refusal is answered in the error shape of the route's contract
 (gateway.errors), and an unexpected failure is logged and answered as a 500 in that shape: the gateway itself keeps
 serving."""
 
@@ -34,6 +35,7 @@ from ernie_deploy.gateway.errors import (
 )
 from ernie_deploy.gateway.metrics import Metrics
 from ernie_deploy.gateway.models import ModelTable, ServedModel, reads_schema
+from ernie_deploy.gateway.tokenize import Tokenizers
 from ernie_deploy.gateway.triton import Triton
 from ernie_deploy.kinds import table
 
@@ -48,6 +50,7 @@ ROUTES = {
     "taskflow": "/taskflow/{model}",
     "hugging_face": "/hf/{model}",
     "tei_predict": "/hf/{model}/predict",
+    "tei_tokenize": "/hf/{model}/tokenize",
 }
 
 
@@ -75,9 +78,11 @@ class Gateway:
             )
         self.settings = settings
         self.models = ModelTable(settings.repository)
+        self.tokenizers = Tokenizers(settings.repository)
         self.triton = Triton(settings.grpc_url, settings.tls, settings.timeout_s)
         self.metrics = Metrics()
         self.in_flight = 0
+        self.metrics.count_in_flight(lambda: self.in_flight)
 
     # -- the app --------------------------------------------------------------------------------------------------
     def app(self) -> Starlette:
@@ -94,6 +99,7 @@ class Gateway:
             Route(ROUTES["taskflow"], self.taskflow, methods=["POST"]),
             Route(ROUTES["hugging_face"], self.hugging_face, methods=["POST"]),
             Route(ROUTES["tei_predict"], self.tei_predict, methods=["POST"]),
+            Route(ROUTES["tei_tokenize"], self.tei_tokenize, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/ready", self.ready, methods=["GET"]),
             Route("/info", self.info, methods=["GET"]),
@@ -115,6 +121,10 @@ class Gateway:
     async def tei_predict(self, request: Request) -> Response:
         return await self._inference(request, "tei_predict", hugging_face_response, self._hugging_face)
 
+    async def tei_tokenize(self, request: Request) -> Response:
+        # Counted and bounded as an inference request: tokenizing a request's most characters is seconds of work.
+        return await self._inference(request, "tei_tokenize", hugging_face_response, self._tokenize)
+
     async def _inference(
         self,
         request: Request,
@@ -135,12 +145,10 @@ class Gateway:
                     headers={"Retry-After": "1"},
                 )
             self.in_flight += 1
-            self.metrics.in_flight.inc()
             try:
                 response = await answer(request, route)
             finally:
                 self.in_flight -= 1
-                self.metrics.in_flight.dec()
         except GatewayError as exc:
             error_type, response = exc.error_type, render(exc)
         except BadRequest as exc:  # a parameter the kind cannot honour (kinds/<kind>/gateway.py)
@@ -198,6 +206,11 @@ class Gateway:
         # One input: TEI's /predict answers it alone; the Hugging Face Inference API as huggingface_hub reads it.
         one = per_text[0]
         return JSONResponse([one] if route == "hugging_face" and KIND_JSON[kind].one_text_as_list else one)
+
+    async def _tokenize(self, request: Request, route: str) -> Response:
+        model = await self._model(request)
+        body = await bodies.read_body(request, self.settings.max_body_bytes)
+        return JSONResponse(await self.tokenizers.answer(model, bodies.parse_json(body)))
 
     # -- health, info, metrics ------------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:

@@ -35,9 +35,22 @@ class Metrics:
         self.in_flight = Gauge(
             "ernie_gateway_inference_in_flight", "Inference requests being answered now", registry=self.registry
         )
+        # Each (route, status)'s series, looked up once: labels() takes a lock and builds its key on every call
+        # (observe took 29 us a request under cProfile, 13 us so: docs/gateway-profile.json).
+        self._series: dict[tuple[str, int], tuple] = {}
+
+    def count_in_flight(self, read) -> None:
+        """The in-flight gauge read from `read()` when scraped, instead of set twice on every request."""
+        self.in_flight.set_function(read)
 
     def observe(self, route: str, status: int, seconds: float, error_type: str | None = None) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+        series = self._series.get((route, status))
+        if series is None:
+            series = self._series[route, status] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
         if status >= 400:
             self.errors.labels(route, str(status), error_type or "").inc()

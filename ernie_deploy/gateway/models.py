@@ -63,6 +63,7 @@ class ServedModel:
                 **({"taskflow": f"/taskflow/{record.name}"} if reads_schema(record) else {}),
                 "hugging_face": f"/hf/{record.name}",
                 "tei_predict": f"/hf/{record.name}/predict",
+                "tei_tokenize": f"/hf/{record.name}/tokenize",
             },
         }
 
