@@ -250,3 +250,20 @@ def test_probe_and_stats_read_an_extraction_model(built, server, capsys):
     assert main([*stats, "--repository", str(built[2])]) == 0
     out = capsys.readouterr().out
     assert f"{NAME}: serving version 1" in out and "span_type" in out
+
+
+def test_a_static_uie_model_goes_through_every_stage(built, tmp_path):
+    """A Paddle inference model of a UIE (what `export` writes, or a static model from elsewhere) is exported through
+    as it is, converted under the parity gate and built; with no trained types beside it, it takes each request's
+    schema, or one built in."""
+    from ernie_deploy.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERNIE_DEPLOY_ARTIFACTS", str(tmp_path / "artifacts"))
+        static = built[3] / "static" / NAME
+        assert main(["export", "--task", "uie", "--model", "from_static", "--checkpoint", str(static)]) == 0
+        assert main(["convert", "--model", "from_static"]) == 0
+        argv = ["build", "--model", "from_static", "-r", str(tmp_path / "models"), "--runtime", "python"]
+        assert main([*argv, "--schema", '["人物"]']) == 0
+    record = ModelSpec.read(tmp_path / "models" / "from_static" / "1")
+    assert (record.task, record.schema, record.labels) == ("uie", ["人物"], ("人物",))
