@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from ernie_deploy.client.grpc_client import was_truncated
+from ernie_deploy.evaluate.tables import type_table
 from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DEFAULT_DECODING
 
@@ -67,14 +68,8 @@ def score(texts: list[str], gold: list[list[str]], predicted: list[list[dict]], 
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
-    for name, row in report["per_type"].items():
-        lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
-    lines.append(
-        f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['f1']:>9.4f} "
-        f"{report['entities']:>8}"
-    )
-    return "\n".join(lines)
+    overall = {"precision": report["precision"], "recall": report["recall"], "f1": report["f1"]}
+    return type_table(report["per_type"], {**overall, "support": report["entities"]})
 
 
 def show(text: str, prediction: list[dict], out: dict, i: int) -> None:

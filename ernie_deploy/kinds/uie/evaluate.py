@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from ernie_deploy.evaluate.tables import type_table
+
 # The demo's entity types as UIE prompts (the schema it is trained and scored with): MSRA's tags and Taskflow's names.
 ENTITY_PROMPTS = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}
 
@@ -55,14 +57,8 @@ def score(texts: list[str], gold: list[list[str]], predicted: list[dict], labels
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'type':<8} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
-    for name, row in report["per_type"].items():
-        lines.append(f"{name:<8} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} {row['support']:>8}")
-    lines.append(
-        f"{'overall':<8} {report['precision']:>9.4f} {report['recall']:>9.4f} {report['span_f1']:>9.4f} "
-        f"{report['spans']:>8}"
-    )
-    return "\n".join(lines)
+    overall = {"precision": report["precision"], "recall": report["recall"], "f1": report["span_f1"]}
+    return type_table(report["per_type"], {**overall, "support": report["spans"]})
 
 
 def show(text, prediction: dict, out: dict, i: int) -> None:
