@@ -19,3 +19,7 @@ KIND = Kind(
     label_head=False,
     staged=True,
 )
+
+# The demo's entity types as UIE prompts: MSRA's tags and Taskflow's names, the schema the bootstrap is trained with
+# (kinds/uie/train.py) and scored with (kinds/uie/evaluate.py).
+ENTITY_PROMPTS = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}

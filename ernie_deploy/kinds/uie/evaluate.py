@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 
 from ernie_deploy.evaluate.tables import type_table
-
-# The demo's entity types as UIE prompts (the schema it is trained and scored with): MSRA's tags and Taskflow's names.
-ENTITY_PROMPTS = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}
+from ernie_deploy.kinds.uie import ENTITY_PROMPTS
 
 
 def gold_spans(tags: list[str]) -> set[tuple[str, int, int]]:
@@ -115,30 +113,6 @@ def extract_answers(
             tokenizer, texts[at : at + chunk], schema, run, max_seq_len=max_seq_len, stride=stride, position_prob=prob
         )
     return answers
-
-
-def score_checkpoint(checkpoint, data_dir, split: str = "test", limit: int | None = None, max_seq_len=None) -> dict:
-    """Span scores of a UIE checkpoint (PaddleNLP layout) on a split of per-character tags, read in Paddle: the
-    schema is the checkpoint's trained types (config.json `uie_schema`), else ENTITY_PROMPTS' prompts."""
-    from pathlib import Path
-
-    import paddle
-    from paddlenlp.transformers import UIE
-
-    from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN
-    from ernie_deploy.fetch import data as data_mod
-    from ernie_deploy.serving.tokenizer import build_tokenizer
-
-    checkpoint = Path(checkpoint)
-    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    schema = list(config.get("uie_schema") or ENTITY_PROMPTS.values())
-    texts, tags = data_mod.read_split(Path(data_dir), split, "jsonl")
-    texts, tags = texts[:limit], tags[:limit]
-    paddle.set_device("cpu")
-    model = UIE.from_pretrained(str(checkpoint))
-    tokenizer = build_tokenizer(checkpoint / "vocab.txt", lowercase=True)
-    answers = extract_answers(paddle_runner(model), tokenizer, texts, schema, max_seq_len or DEFAULT_MAX_SEQ_LEN)
-    return score(texts, tags, answers, schema)
 
 
 def evaluate_offline(model, static, onnx_path, split_file) -> dict:

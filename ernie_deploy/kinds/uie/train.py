@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN
+from ernie_deploy.kinds.uie import ENTITY_PROMPTS
 from ernie_deploy.serving.entities import bio_spans
 from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB
 from ernie_deploy.serving.spans import half_width, pair_positions, row_spans
 from ernie_deploy.serving.tokenizer import CLS, SEP
 from ernie_deploy.train.kind_recipe import IGNORE_INDEX, KindRecipe
 
-# MSRA's entity tags as the prompts a model is trained (and served) with, Taskflow's names. The same map as
-# kinds/uie/evaluate.py ENTITY_PROMPTS, which scores the answers (the train layer cannot import the evaluate one;
-# tests/test_uie_train.py holds them equal).
-TYPE_PROMPTS = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}
+# MSRA's entity tags as the prompts a model is trained (and served) with.
+TYPE_PROMPTS = ENTITY_PROMPTS
 # Saved into the checkpoint's config.json: the types it was trained to extract, the key export reads them from
 # (fetch/uie.py TRAINED_SCHEMA; tests/test_uie_train.py holds them equal).
 SCHEMA_KEY = "uie_schema"
