@@ -10,6 +10,8 @@ measurement, which exclude each other:
     input-cost  one text's time and server memory by its length, up to each limit and past it (input_cost.json)
     gateway     the HTTP gateway against direct gRPC, and its SimpleServing route against SimpleServing (gateway.json)
     monitoring  the classifier watched (its answers counted on /metrics) against `build --no-monitor` (monitoring.json)
+    scores-cost the classifier that answers every label's probability on request, against the same model built by
+                the code from before it could, for clients that do not ask (scores-cost.json)
     render      BENCHMARKS.md and the plots rewritten from a results file, nothing measured
     long-texts  NER on documents longer than the model's window: cut and in windows, scored and timed
 
@@ -24,6 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchmarks.cli_comparisons import add_comparisons
 from benchmarks.config import ResearchConfig
 from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.bench import add_arguments, config_from_args, inputs_from_args
@@ -33,7 +36,18 @@ from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import TASKS
 
 PROG = "python -m benchmarks"
-MODES = ("run", "levers", "overload", "cache", "input-cost", "gateway", "monitoring", "render", "long-texts")
+MODES = (
+    "run",
+    "levers",
+    "overload",
+    "cache",
+    "input-cost",
+    "gateway",
+    "monitoring",
+    "scores-cost",
+    "render",
+    "long-texts",
+)
 # The flags that chose a mode before the modes were subcommands -> the subcommand.
 MODE_FLAGS = {
     "--levers": "levers",
@@ -53,7 +67,7 @@ def _sizes(text: str) -> tuple[str, ...]:
     return tuple(get_shape(size.strip()).name for size in text.split(",") if size.strip())
 
 
-def _add_out(p, what: str) -> None:
+def add_out(p, what: str) -> None:
     p.add_argument("--out", help=f"folder for {what} (default docs/; --smoke: artifacts/bench-smoke/)")
 
 
@@ -84,7 +98,7 @@ def _add_run(sub) -> None:
         help="skip the peer rows (PaddleNLP SimpleServing on the same static model; on by default where paddlenlp "
         "is installed)",
     )
-    _add_out(p, "bench.json, BENCHMARKS.md and bench.png")
+    add_out(p, "bench.json, BENCHMARKS.md and bench.png")
     p.add_argument("--no-plot", action="store_true", help="write no bench.png (matplotlib not needed)")
     p.set_defaults(func=_run)
 
@@ -104,7 +118,7 @@ def _add_measurements(sub) -> None:
         help="measure the default and only the levers that set this build option (a BuildOptions field: fused, "
         "graph_postprocess, tokenizer_in_model, ort_threads, ...; repeatable)",
     )
-    _add_out(p, "levers.json")
+    add_out(p, "levers.json")
     p.set_defaults(func=_levers)
     for name, func, what, text in (
         (
@@ -131,36 +145,8 @@ def _add_measurements(sub) -> None:
     ):
         p = sub.add_parser(name, help=f"{text}; writes {what}")
         add_arguments(p, sorted(TASKS))
-        _add_out(p, what)
+        add_out(p, what)
         p.set_defaults(func=func)
-    p = sub.add_parser(
-        "gateway",
-        help="the classifier through the HTTP gateway (SimpleServing's and Hugging Face's routes) against direct "
-        "gRPC on one server, and the SimpleServing route against SimpleServing itself; writes gateway.json",
-    )
-    add_arguments(p, sorted(TASKS))
-    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating (default %(default)s)")
-    p.add_argument("--no-peer", action="store_true", help="leave out SimpleServing itself")
-    _add_out(p, "gateway.json")
-    p.set_defaults(func=_gateway)
-    p = sub.add_parser(
-        "monitoring",
-        help="the classifier watched (what it answers counted on /metrics: build's default) against the same model "
-        "built with --no-monitor, on one server: c1 latency, c8 throughput, the scrape's size, the watch timed in "
-        "process; writes monitoring.json",
-    )
-    add_arguments(p, sorted(TASKS))
-    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating (default %(default)s)")
-    p.add_argument(
-        "--layout",
-        action="append",
-        choices=("default", "ensemble"),
-        help="measure this layout (repeatable; default: both; `default` is what build picks, fused on the python "
-        "runtime)",
-    )
-    p.add_argument("--no-in-process", action="store_true", help="skip timing the watch in this process")
-    _add_out(p, "monitoring.json")
-    p.set_defaults(func=_monitoring)
 
 
 def _add_render(sub) -> None:
@@ -199,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(MODES) + "}")
     _add_run(sub)
     _add_measurements(sub)
+    add_comparisons(sub)
     _add_render(sub)
     _add_long_texts(sub)
     return parser
@@ -228,7 +215,7 @@ def normalized(argv: list[str]) -> list[str]:
     return [mode, *([value] if value else []), *rest]
 
 
-def _out(args) -> Path:
+def out_folder(args) -> Path:
     return Path(args.out or (artifacts_dir() / "bench-smoke" if args.smoke else "docs"))
 
 
@@ -260,7 +247,7 @@ def _run(args) -> None:
     run_and_write(
         inputs_from_args(args, config),
         config,
-        _out(args),
+        out_folder(args),
         plot_png=not args.no_plot,
         repository=args.repository,
         classic_repository=args.classic_repository,
@@ -277,14 +264,14 @@ def _levers(args) -> None:
         from benchmarks.sizes import prepare_sizes
 
         inputs += prepare_sizes(inputs, config.sizes)
-    run_levers(inputs, config, _out(args), levers)
+    run_levers(inputs, config, out_folder(args), levers)
 
 
 def _overload(args) -> None:
     from benchmarks.overload import run_overload
 
     config = research_config(args)
-    run_overload(inputs_from_args(args, config), config, _out(args))
+    run_overload(inputs_from_args(args, config), config, out_folder(args))
 
 
 def _cache(args) -> None:
@@ -293,42 +280,14 @@ def _cache(args) -> None:
     config = research_config(args)
     n = args.requests or (64 if args.smoke else REQUESTS)
     concurrency = config.concurrency[0] if args.concurrency else CONCURRENCY
-    run_cache(inputs_from_args(args, config), config, _out(args), n=n, concurrency=concurrency)
+    run_cache(inputs_from_args(args, config), config, out_folder(args), n=n, concurrency=concurrency)
 
 
 def _input_cost(args) -> None:
     from benchmarks.input_cost import run_input_cost
 
     config = research_config(args)
-    run_input_cost(inputs_from_args(args, config), config, _out(args), smoke=args.smoke)
-
-
-def _gateway(args) -> None:
-    from benchmarks.gateway import run_gateway
-
-    config = research_config(args)
-    rounds = 1 if args.smoke else args.rounds
-    duration = 1.0 if args.smoke else config.duration_s
-    run_gateway(
-        inputs_from_args(args, config), _out(args), rounds=rounds, duration_s=duration, warmup_s=config.warmup_s
-    )
-
-
-def _monitoring(args) -> None:
-    from benchmarks.monitoring import LAYOUTS, run_monitoring
-
-    if not args.task and not args.model:  # it measures the classifier: the other demo models are not read
-        args.task = ["seq_cls"]
-    config = research_config(args)
-    run_monitoring(
-        inputs_from_args(args, config),
-        _out(args),
-        layouts=tuple(dict.fromkeys(args.layout or LAYOUTS)),
-        rounds=1 if args.smoke else args.rounds,
-        duration_s=1.0 if args.smoke else config.duration_s,
-        warmup_s=config.warmup_s,
-        in_process=not args.no_in_process,
-    )
+    run_input_cost(inputs_from_args(args, config), config, out_folder(args), smoke=args.smoke)
 
 
 def _render(args) -> None:

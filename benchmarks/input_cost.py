@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig
+from ernie_deploy.bench.load import named_outputs
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.run import build_layout
 from ernie_deploy.core.files import write_json
@@ -86,7 +87,7 @@ def timed_request(client, model: ModelSpec, text: str, pgid: int, timeout: float
 
     tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-    outputs = [grpcclient.InferRequestedOutput(o.name) for o in model.task_spec.outputs]
+    outputs = named_outputs(model)
     before = group_rss_bytes(pgid)
     error = None
     with RssSampler(pgid) as sampler:

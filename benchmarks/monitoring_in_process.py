@@ -10,16 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.monitoring_results import WATCHED, model_name
+from benchmarks.scores_in_process import step_config
 from ernie_deploy.evaluate.inputs import ModelInputs
-
-
-def _config(model_dir: Path) -> dict:
-    """A model's config.pbtxt as the python backend hands it to a step (its JSON form)."""
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    message = text_format.Parse((model_dir / "config.pbtxt").read_text(encoding="utf-8"), mc.ModelConfig())
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 class _Answered:
@@ -40,7 +32,7 @@ def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: 
     steps, configs = {}, {}
     for w in WATCHED:
         folder = repo / model_name("default", w)
-        configs[w] = _config(folder)
+        configs[w] = step_config(folder)
         steps[w] = STEPS["pipeline"](configs[w], folder / "1")
     name = configs["watched"]["input"][0]["name"]
     requests = [{name: np.array([[t.encode("utf-8")]], dtype=np.object_)} for t in item.texts[:texts]]

@@ -9,6 +9,7 @@
 #   scripts/bench.sh run --task seq_cls --duration 5 --repository models
 #   scripts/bench.sh render docs/bench.json   # rewrite BENCHMARKS.md and bench.png only
 #   scripts/bench.sh monitoring               # the watch's cost: watched vs build --no-monitor, one server
+#   scripts/bench.sh scores-cost              # every label's probability on request: its cost to clients not asking
 #   scripts/bench.sh levers --task seq_cls --concurrency 1,8   # also: overload, cache, input-cost, gateway, long-texts
 #
 # To time your own served model against its in-process limit, run `ernie-deploy bench` (the installed package).

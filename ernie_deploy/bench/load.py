@@ -123,6 +123,14 @@ async def closed_loop(
     return result
 
 
+def named_outputs(model: ModelSpec, asked: tuple[str, ...] = ()) -> list:
+    """The outputs a load request names: what the project's clients name (core.io.Wire.read_specs), so that the
+    answers computed on request only (core.tasks.ON_REQUEST) are computed only when `asked`."""
+    from tritonclient.grpc import InferRequestedOutput
+
+    return [InferRequestedOutput(o.name) for o in model.wire.read_specs(asked)]
+
+
 async def _drive(
     url: str,
     model: ModelSpec,
@@ -134,14 +142,14 @@ async def _drive(
     server_pgid: int | None,
     stats_url: str | None,
     tls: Tls | None,
+    asked: tuple[str, ...],
 ) -> LoadResult:
-    from tritonclient.grpc import InferRequestedOutput
     from tritonclient.utils import InferenceServerException
 
     from ernie_deploy.client.grpc_client import grpc_client
     from ernie_deploy.server.stats import snapshot, steps_between
 
-    outputs = [InferRequestedOutput(o.name) for o in model.task_spec.outputs]
+    outputs = named_outputs(model, asked)
 
     def probe() -> Callable[[], dict]:
         before = snapshot(stats_url)
@@ -176,14 +184,16 @@ def run_load(
     server_pgid: int | None = None,
     stats_url: str | None = None,
     tls: Tls | None = None,
+    asked: tuple[str, ...] = (),
 ) -> LoadResult:
     """`concurrency` workers send requests back to back (after a warm-up) for `duration_s`, or `count`
     requests in all; one gRPC channel, one event loop. `stats_url` (the server's HTTP endpoint): also each
-    pipeline step's queue and compute time over the measurement, from the server's statistics. `tls`: gRPC over TLS."""
+    pipeline step's queue and compute time over the measurement, from the server's statistics. `tls`: gRPC over TLS.
+    `asked`: the answers computed on request only (core.tasks.ON_REQUEST) to name as well, as `--all-scores` does."""
     import asyncio
 
     return asyncio.run(
-        _drive(url, model, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url, tls)
+        _drive(url, model, requests, concurrency, warmup_s, duration_s, count, server_pgid, stats_url, tls, asked)
     )
 
 
@@ -208,12 +218,11 @@ async def _open_loop(
 ):
     import asyncio
 
-    from tritonclient.grpc import InferRequestedOutput
     from tritonclient.utils import InferenceServerException
 
     from ernie_deploy.client.grpc_client import grpc_client
 
-    outputs = [InferRequestedOutput(o.name) for o in model.task_spec.outputs]
+    outputs = named_outputs(model)
     result = OpenLoopResult()
 
     async def one(client, request: PreparedRequest) -> None:
