@@ -70,6 +70,25 @@ def test_urllib_reads_the_413_of_an_8_mb_body(gateway):
     _names_the_limit_and_the_fix(json.loads(refused.read())["detail"])
 
 
+def test_urllib_reads_the_404_of_an_unknown_model_sent_an_8_mb_body(gateway):
+    """Refused before its body is read (no such model), the body is thrown away first all the same."""
+    body = b'{"inputs": "' + b"a" * 8_000_000 + b'"}'
+    refused = _urllib_post(f"{gateway.url}/hf/no_such_model", body)
+    assert refused.code == 404
+    assert "no model 'no_such_model'" in json.loads(refused.read())["error"]
+    # Past the bound it is answered at once and the connection closed, without reading the body.
+    with socket.create_connection((gateway.host, gateway.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST /models/no_such_model HTTP/1.1\r\nHost: {gateway.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {BOUND + 1}\r\n\r\n{{".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):  # until the gateway closes
+            answer += chunk
+    head = answer.decode().partition("\r\n\r\n")[0]
+    assert head.startswith("HTTP/1.1 404") and "connection: close" in head.lower(), head
+
+
 def test_a_drained_body_leaves_the_connection_open_for_the_next_request(gateway):
     connection = http.client.HTTPConnection(gateway.host, gateway.port, timeout=60)
     try:

@@ -1,13 +1,13 @@
 """The gateway's ASGI app (Starlette) and how it is served (uvicorn, one worker): the routes of docs/GATEWAY.md.
 
-Per request, in this order: an inference request beyond --max-concurrent-requests gets 503 with Retry-After at once
-(as TEI sheds load: nothing is queued, so a client backs off instead of waiting behind a queue it cannot see); the
-model is looked up (the repository is read again for a name not known); a body past --max-body-bytes is refused
-with 413, read and thrown away first up to a bound (gateway.bodies); then the JSON, the texts, Triton's answer and
-the kind's JSON (kinds/<kind>/gateway.py); TEI's /tokenize is answered from the model's own tokenizer instead of
-Triton (gateway.tokenize). Any refusal is answered in the error shape of the route's contract
-(gateway.errors), and an unexpected failure is logged and answered as a 500 in that shape: the gateway itself keeps
-serving."""
+Per request, in this order: an inference request beyond --max-concurrent-requests gets 503 with Retry-After, never
+queued (as TEI sheds load: a client backs off instead of waiting behind a queue it cannot see); the model is looked
+up (the repository is read again for a name not known); a body past --max-body-bytes is refused with 413, read and
+thrown away first up to a bound (gateway.bodies), as is the body of a request refused before it was read (404,
+503); then the JSON, the texts, Triton's answer and the kind's JSON (kinds/<kind>/gateway.py); TEI's /tokenize is
+answered from the model's own tokenizer instead of Triton (gateway.tokenize). Any refusal is answered in the error
+shape of the route's contract (gateway.errors), and an unexpected failure is logged and answered as a 500 in that
+shape: the gateway itself keeps serving."""
 
 from __future__ import annotations
 
@@ -150,6 +150,7 @@ class Gateway:
             finally:
                 self.in_flight -= 1
         except GatewayError as exc:
+            await bodies.discard_unread(request, self.settings.max_body_bytes, exc)
             error_type, response = exc.error_type, render(exc)
         except BadRequest as exc:  # a parameter the kind cannot honour (kinds/<kind>/gateway.py)
             error_type, response = "validation", render(GatewayError.from_error(exc))

@@ -5,7 +5,7 @@
 - Hugging Face / TEI: `{"inputs": ..., "parameters": {...}}`. For a one-text model `inputs` is a text, a list of
   texts, or TEI's batch of one-text lists ([["a"], ["b"]]); for a pair model `[text, text_pair]` or a list of them.
   TEI's `truncate` and `truncation_direction` are accepted (the model reads a long text as it was built to:
-  docs/LONG_TEXTS.md); `raw_scores: true` is refused (logits are not served).
+  docs/LONG_TEXTS.md); `raw_scores: true` asks for every label's logit (function_to_apply "none").
 - An extraction model (one that reads a schema) takes its schema as `parameters.schema` on every route (with_schema):
   Taskflow's forms, checked here so that a malformed one is refused by the field's name before Triton is asked."""
 
@@ -24,8 +24,8 @@ from ernie_deploy.gateway.models import reads_schema
 
 # A refused body is read and thrown away up to this many bytes past --max-body-bytes, for at most DISCARD_S seconds,
 # before its 413 is sent (read_body): 64 MiB holds any body a client would send by mistake many times over (an 8 MB
-# one against the default 4 MiB limit) and at the bound cost the gateway 24-56 ms of CPU and no memory, measured
-# (docs/GATEWAY.md, Limits); 30 s is nginx's default lingering_time, the longest a slow client is waited for.
+# one against the default 4 MiB limit) and at the bound cost the gateway 19-48 ms of CPU a request and no memory
+# (docs/BENCHMARKS.md, Refused bodies); 30 s is nginx's default lingering_time, the longest a slow client is waited.
 DISCARD_BYTES = 64 * 1024 * 1024
 DISCARD_S = 30.0
 
@@ -41,6 +41,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     thrown away before the 413 is sent, so that a client that sends its whole body before it reads (Python's
     urllib.request) reads the 413 instead of a reset connection (the lingering close nginx does); a larger one, or
     one that takes over DISCARD_S to come in, is answered at once and its connection closed."""
+    request.state.body_read = True
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -83,6 +84,19 @@ async def _discard(stream: AsyncIterator[bytes], size: int, bound: int) -> bool:
             return await drain()
     except TimeoutError:
         return False
+
+
+async def discard_unread(request: Request, limit: int, refusal: GatewayError) -> None:
+    """Before `refusal` is sent for a request refused before its body was read (an unknown model, an overloaded
+    gateway): the body read and thrown away as read_body does with one over the limit, so that a client that sends
+    its whole body before it reads gets the answer too. A body past `limit` + DISCARD_BYTES or DISCARD_S is not read
+    to its end, and the connection is closed after the answer."""
+    if getattr(request.state, "body_read", False):
+        return
+    declared, bound = request.headers.get("content-length"), limit + DISCARD_BYTES
+    fits = declared is None or (declared.isdigit() and int(declared) <= bound)
+    if not (fits and await _discard(request.stream(), 0, bound)):
+        refusal.headers["Connection"] = "close"
 
 
 def too_large(size: str, limit: int, read: bool = True) -> GatewayError:
