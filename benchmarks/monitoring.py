@@ -35,16 +35,15 @@ from benchmarks.monitoring_in_process import time_in_process
 from benchmarks.monitoring_results import (
     TARGETS,
     WATCHED,
-    best,
     model_name,
     ratios,
     render,
     scrape_cost,
     texts_counted,
 )
+from benchmarks.rounds import best, cell_row
 from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
-from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
@@ -71,31 +70,7 @@ def build_models(item: ModelInputs, repo: Path, layouts: tuple[str, ...]) -> Non
 
 
 def _row(layout: str, watched: str, concurrency: int, got: LoadResult, round_: int) -> dict:
-    if got.errors:
-        raise ErnieDeployError(
-            f"{model_name(layout, watched)} c{concurrency}: requests failed: {got.error_messages}",
-            "read the server's log (server.log in the run's folder)",
-        )
-    latencies_ms = sorted(1000 * s for s in got.latencies_s)
-    return {
-        "layout": layout,
-        "variant": watched,
-        "concurrency": concurrency,
-        "round": round_,
-        "requests": len(latencies_ms),
-        "texts": got.sequences,
-        "texts_per_s": got.sequences / got.seconds,
-        "p50_ms": percentile(latencies_ms, 50),
-        "p99_ms": percentile(latencies_ms, 99),
-        "server_cpu_ms_per_text": None
-        if got.server_cpu_s is None or not got.sequences
-        else 1000 * got.server_cpu_s / got.sequences,
-        "client_cpu_s": got.client_cpu_s,
-        "seconds": got.seconds,
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-        # per Triton model of the layout: queue and compute ms per request, texts per execution (server statistics)
-        "steps": got.steps,
-    }
+    return cell_row(layout, watched, concurrency, got, round_, "the server's log (server.log in the run's folder)")
 
 
 def _print(r: dict) -> None:

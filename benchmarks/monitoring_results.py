@@ -1,6 +1,6 @@
 """The monitoring bench's results, read (benchmarks/monitoring.py measures them): the two models of a layout by name,
-each cell's best round and the watched/unwatched ratios read from them (and paired within each round), what the
-server's /metrics carries and what of it the watch adds, and the text printed after a run."""
+the watched/unwatched ratios read from each cell's best round (benchmarks.rounds) and paired within each round, what
+the server's /metrics carries and what of it the watch adds, and the text printed after a run."""
 
 from __future__ import annotations
 
@@ -14,16 +14,6 @@ MONITOR_PREFIX = "ernie_deploy_"  # the families the watch exports (core.profile
 
 def model_name(layout: str, watched: str) -> str:
     return f"mon_{layout}" if watched == "watched" else f"mon_{layout}_off"
-
-
-def best(rows: list[dict]) -> list[dict]:
-    """Per (layout, variant, concurrency), the round with the highest throughput."""
-    kept: dict = {}
-    for r in rows:
-        key = (r["layout"], r["variant"], r["concurrency"])
-        if key not in kept or r["texts_per_s"] > kept[key]["texts_per_s"]:
-            kept[key] = r
-    return list(kept.values())
 
 
 def _compare(by: dict, layout: str) -> dict:

@@ -29,10 +29,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.monitoring_results import best as best_rounds
-from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
+from benchmarks.rounds import best as best_rounds
+from benchmarks.rounds import cell_row
+from ernie_deploy.bench.load import prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
-from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import ON_REQUEST
@@ -123,29 +123,6 @@ def _check_outputs(servers: dict) -> None:
                     )
 
 
-def _row(variant: str, layout: str, concurrency: int, got: LoadResult, round_: int) -> dict:
-    if got.errors:
-        raise ErnieDeployError(
-            f"{variant} {layout} c{concurrency}: requests failed: {got.error_messages}",
-            "read the servers' logs (before.log, after.log in the run's folder)",
-        )
-    latencies_ms = sorted(1000 * s for s in got.latencies_s)
-    return {
-        "variant": variant,
-        "layout": layout,
-        "concurrency": concurrency,
-        "round": round_,
-        "requests": len(latencies_ms),
-        "texts_per_s": got.sequences / got.seconds,
-        "p50_ms": percentile(latencies_ms, 50),
-        "p99_ms": percentile(latencies_ms, 99),
-        "server_cpu_ms_per_text": None
-        if got.server_cpu_s is None or not got.sequences
-        else 1000 * got.server_cpu_s / got.sequences,
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-    }
-
-
 def in_process(item: ModelInputs, workdir: Path, trees: dict, repos: dict, *, turns: int = 5, passes: int = 3) -> dict:
     """Each build's fused step timed in its own tree's python (benchmarks/scores_in_process.py), the trees in turn;
     the request names what the project's clients name. Microseconds per text, each its best turn."""
@@ -202,7 +179,16 @@ def measure(item: ModelInputs, workdir: Path, before: str, *, rounds: int, durat
                             server_pgid=server.pid,
                             asked=asked,
                         )
-                        rows.append(_row(variant, layout, concurrency, got, round_))
+                        rows.append(
+                            cell_row(
+                                layout,
+                                variant,
+                                concurrency,
+                                got,
+                                round_,
+                                "before.log and after.log in the run's folder",
+                            )
+                        )
                         _print(rows[-1])
     return rows, in_process(item, workdir, trees, repos)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.cli import build_parser, normalized
-from benchmarks.monitoring_results import best, model_name, ratios, scrape_cost, texts_counted
+from benchmarks.monitoring_results import model_name, ratios, scrape_cost, texts_counted
+from benchmarks.rounds import best
 
 SCRAPE = """# HELP nv_inference_count Number of inferences performed
 # TYPE nv_inference_count counter

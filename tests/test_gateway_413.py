@@ -50,6 +50,21 @@ def _urllib_post(url: str, body) -> urllib.error.HTTPError:
     return refused.value
 
 
+def _declared_past_the_bound(gateway, path: str, start: str) -> tuple[str, str]:
+    """(head, body) of the answer to a POST whose Content-Length is past the bound, of which only `start` is sent,
+    read until the gateway closes the connection."""
+    with socket.create_connection((gateway.host, gateway.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {gateway.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {BOUND + 1}\r\n\r\n{start}".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):  # until the gateway closes
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    return head, body
+
+
 def _names_the_limit_and_the_fix(message: str) -> None:
     assert f"over this gateway's limit of {DEFAULT_MAX_BODY_BYTES:,} (--max-body-bytes)" in message, message
     assert "; fix: send at most --max-body-bytes bytes" in message and "larger --max-body-bytes" in message, message
@@ -77,15 +92,7 @@ def test_urllib_reads_the_404_of_an_unknown_model_sent_an_8_mb_body(gateway):
     assert refused.code == 404
     assert "no model 'no_such_model'" in json.loads(refused.read())["error"]
     # Past the bound it is answered at once and the connection closed, without reading the body.
-    with socket.create_connection((gateway.host, gateway.port), timeout=10) as sock:
-        sock.sendall(
-            f"POST /models/no_such_model HTTP/1.1\r\nHost: {gateway.host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {BOUND + 1}\r\n\r\n{{".encode()
-        )
-        answer = b""
-        while chunk := sock.recv(65536):  # until the gateway closes
-            answer += chunk
-    head = answer.decode().partition("\r\n\r\n")[0]
+    head, _ = _declared_past_the_bound(gateway, "/models/no_such_model", "{")
     assert head.startswith("HTTP/1.1 404") and "connection: close" in head.lower(), head
 
 
@@ -105,15 +112,7 @@ def test_a_drained_body_leaves_the_connection_open_for_the_next_request(gateway)
 def test_a_body_past_the_discard_bound_is_closed_and_the_gateway_serves_on(gateway):
     host, port = gateway.host, gateway.port
     # Declared past the bound: answered at once and closed, the body never read.
-    with socket.create_connection((host, port), timeout=10) as sock:
-        sock.sendall(
-            f"POST /hf/{SEQ} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f'Content-Length: {BOUND + 1}\r\n\r\n{{"inputs": '.encode()
-        )
-        answer = b""
-        while chunk := sock.recv(65536):  # until the gateway closes
-            answer += chunk
-    head, _, body = answer.decode().partition("\r\n\r\n")
+    head, body = _declared_past_the_bound(gateway, f"/hf/{SEQ}", '{"inputs": ')
     assert head.startswith("HTTP/1.1 413") and "connection: close" in head.lower(), head
     _names_the_limit_and_the_fix(json.loads(body)["error"])
     # Chunked past the bound: the gateway closes once it has thrown the bound away, while the client still sends.
