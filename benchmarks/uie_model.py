@@ -130,7 +130,7 @@ def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None)
 def load_step(repo: Path):
     """The step the server runs for the model, built as the python backend builds it: from its config.pbtxt (as the
     JSON Triton hands `initialize`) and its version folder."""
-    from benchmarks.monitoring_in_process import _config
+    from benchmarks.scores_in_process import step_config
     from ernie_deploy.core.spec import ModelSpec
     from ernie_deploy.core.tasks import TOKENIZER_STEP
     from ernie_deploy.repository.layouts import get_layout
@@ -138,4 +138,4 @@ def load_step(repo: Path):
 
     model = ModelSpec.read(repo / NAME / "1")
     name = get_layout(model.layout).python_steps(model, TOKENIZER_STEP, "python")[NAME]
-    return STEPS[name](_config(repo / NAME), repo / NAME / "1")
+    return STEPS[name](step_config(repo / NAME), repo / NAME / "1")
