@@ -267,6 +267,30 @@ def test_real_server_serves_over_grpc_on_loopback_and_stops_cleanly(tmp_path):
     print(f"\nstart {server.start_seconds:.2f} s, stop {server.stop_seconds:.2f} s")
 
 
+@pytest.mark.parametrize(
+    "extra, on",
+    [
+        ((), True),
+        (("--allow-metrics=false",), False),
+        (("--allow-metrics", "0"), False),
+        (("--allow-metrics=false", "--allow-metrics=true"), True),  # the last one given counts
+    ],
+)
+def test_metrics_are_waited_for_unless_turned_off(tmp_path, extra, on):
+    assert TritonServer(tmp_path, extra_args=extra)._metrics_on() is on
+
+
+@pytest.mark.integration
+def test_ready_includes_metrics_and_a_server_without_them_starts(tmp_path):
+    from ernie_deploy.client.metrics import scrape
+
+    repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE)
+    with free_ports_server(repo) as server:
+        assert scrape(server.metrics_url)  # answered at once: ready includes /metrics
+    with free_ports_server(repo, extra_args=["--allow-metrics=false"]) as server:
+        assert server.ports["metrics"] not in {port for _, port in listening(server.pid)}
+
+
 @pytest.mark.integration
 def test_kill_fallback_leaves_nothing_behind(tmp_path):
     repo = write_python_model(tmp_path / "repo", "add_one", ADD_ONE, count=2)

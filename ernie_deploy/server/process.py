@@ -301,8 +301,25 @@ class TritonServer:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         url = f"{self.http_url}/v2/health/ready"
         wait_http_ok(self._proc, url, timeout, self._fail, name="tritonserver", interval=0.05, max_interval=0.5)
+        # Triton starts its metrics endpoint after the HTTP one: a scrape just after ready was refused (seen once in
+        # a full test run), so ready includes /metrics answering where it is on.
+        if self._metrics_on():
+            left = max(1.0, deadline - time.monotonic())
+            wait_http_ok(self._proc, self.metrics_url, left, self._fail, name="tritonserver's metrics", interval=0.05)
+
+    def _metrics_on(self) -> bool:
+        """Whether Triton serves /metrics: yes, unless the caller's own arguments say --allow-metrics false (the
+        last one given counts, as in Triton's parser)."""
+        on, args = True, list(self.extra_args)
+        for i, arg in enumerate(args):
+            name, given, value = arg.partition("=")
+            if name == "--allow-metrics":
+                value = value if given else (args[i + 1] if i + 1 < len(args) else "true")
+                on = value.strip().lower() not in ("false", "0", "no", "off")
+        return on
 
     def check_running(self) -> None:
         """Raise ServerNotReadyError, with the log's errors and the likely fix, if the server has exited."""
