@@ -184,6 +184,19 @@ def _best(rows: list[dict]) -> list[dict]:
     return list(best.values())
 
 
+def build_classifier(item: ModelInputs, workdir: Path, name: str):
+    """The classifier's default build (python runtime) under `name` into `workdir`/models: (that repository, the
+    model's served record)."""
+    from ernie_deploy.repository.build import ModelArtifacts, build
+    from ernie_deploy.repository.options import BuildOptions
+    from ernie_deploy.repository.served import served_model
+
+    repo = workdir / "models"
+    entry = ModelArtifacts(replace(item.model, name=name), Path(item.onnx), item.static.vocab_file)
+    build(entry, repo, BuildOptions(runtime="python"))
+    return repo, served_model(repo, name)
+
+
 @contextlib.contextmanager
 def _pinned(pin: bool):
     """With `pin`: this process on its first core; (that core, the one left for the gateway) are yielded, or None
@@ -220,18 +233,9 @@ def measure_gateway(
     pin: bool = False,
 ) -> dict:
     from ernie_deploy.gateway.process import GatewayProcess
-    from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
-    from ernie_deploy.repository.served import served_model
     from ernie_deploy.server.process import TritonServer
 
-    repo = workdir / "models"
-    build(
-        ModelArtifacts(replace(item.model, name=NAME), Path(item.onnx), item.static.vocab_file),
-        repo,
-        BuildOptions(runtime="python"),
-    )
-    model = served_model(repo, NAME)
+    repo, model = build_classifier(item, workdir, NAME)
     texts = item.texts
     grpc_requests = prepare_requests(item.task, texts, 1)
     simple = {1: prepare_peer_requests(model, texts, 1), BATCH: prepare_peer_requests(model, texts, BATCH)}

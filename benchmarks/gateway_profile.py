@@ -40,7 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 NAME = "gw_profile"
@@ -285,21 +284,13 @@ def _body(route: str, text: str) -> bytes:
 
 
 def profile(item, workdir: Path, requests: int, warmup: int, route: str = "simple") -> dict:
+    from benchmarks.gateway import build_classifier
     from ernie_deploy.bench.load import prepare_requests
     from ernie_deploy.gateway.process import GatewayProcess
-    from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
-    from ernie_deploy.repository.served import served_model
     from ernie_deploy.server.process import TritonServer
     from ernie_deploy.server.procs import group_cpu_seconds
 
-    repo = workdir / "models"
-    build(
-        ModelArtifacts(replace(item.model, name=NAME), Path(item.onnx), item.static.vocab_file),
-        repo,
-        BuildOptions(runtime="python"),
-    )
-    model = served_model(repo, NAME)
+    repo, model = build_classifier(item, workdir, NAME)
     count = warmup + requests
     texts = [item.texts[i % len(item.texts)] for i in range(count)]
     bodies = [_body(route, t) for t in texts]

@@ -6,6 +6,7 @@ and the gateway answers afterwards; /ready follows the models; /metrics counts w
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import threading
@@ -368,3 +369,22 @@ def test_the_gateway_bench_smoke_runs(tiny_pipeline, tmp_path, capsys):
     assert all(r["requests"] > 0 for r in record["best"]) and (tmp_path / "gateway.json").exists()
     assert record["ratios"]["c8_throughput_ratio"] > 0
     assert "gateway over gRPC: c1 p50" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--pin puts the gateway on a core of its own")
+def test_the_pinned_gateway_bench_gives_the_gateway_its_own_core(tiny_pipeline, tmp_path, monkeypatch):
+    import benchmarks.gateway as bench
+    from ernie_deploy.evaluate.inputs import ModelInputs
+
+    pinned: list[tuple[int, int]] = []
+    pin_group = bench._pin_group
+    monkeypatch.setattr(bench, "_pin_group", lambda pgid, core: (pinned.append((pgid, core)), pin_group(pgid, core)))
+    p = tiny_pipeline
+    item = ModelInputs(p.static.spec, p.onnx, p.static, ["国足公布世预赛名单", "股市大涨"] * 10)
+    before = os.sched_getaffinity(0)
+    record = bench.run_gateway([item], tmp_path, rounds=1, duration_s=0.3, warmup_s=0.1, peer=False, pin=True)
+    assert record["pinned"] and (tmp_path / "gateway-pinned.json").exists()
+    (server, own), (gateway, other) = pinned  # the server's threads, then the gateway's
+    assert own == min(before) and other == max(before) and server != gateway
+    assert os.sched_getaffinity(0) == before  # this process's cores given back
