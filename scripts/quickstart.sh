@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a fresh machine: install, data, model, convert, serve, measure, stop.
-# Arguments go to scripts/convert.sh, e.g. `--budget 20` trains each bootstrap model for up to 20 minutes;
+# It serves the demo models that ship with the repository (demo/, sha256-checked): nothing trains unless asked.
+# Arguments go to scripts/convert.sh, e.g. `--train` trains the demo models here with the recipes that made the shipped
+# ones, `--budget 20` trains each for up to 20 minutes instead;
 # `--task T` (repeatable) runs those tasks instead of the two demo models, `--all-tasks` every task kind. Any argument
 # builds into artifacts/models/, leaving the committed demo repository models/ as it is.
 # It refuses a Python outside setup.cfg's python_requires, or too little free disk, before it installs anything
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
       "or artifacts/models/ (any argument); for another folder use scripts/convert.sh --repository DIR" >&2; exit 2 ;;
     --model|--source|--sha256) echo "quickstart.sh: $1 is for a checkpoint of your own, which scripts/convert.sh" \
       "takes: scripts/convert.sh --task T --model NAME --source DIR" >&2; exit 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) convert_args+=("$1"); shift ;;
   esac
 done
@@ -40,10 +42,9 @@ if [ "${ERNIE_DEPLOY_PARSE_ONLY:-}" = 1 ]; then
 fi
 
 cat <<'MSG'
-ernie-deploy quickstart. The first run on a machine installs the packages and trains two small bootstrap models at
-once, each on its share of the cores (docs/first_runs.json has the time it took on a shared 2-core host; their
-progress bars show the time left). They are cached in ~/.cache/ernie-deploy, so later runs take a few minutes.
-`--budget MINUTES` trains each model for that long instead (all train rows; more time, a better model).
+ernie-deploy quickstart: the two demo models that ship with the repository (demo/), converted, served and scored.
+`--train` trains them on this machine first, with the recipes that made them (docs/CONVERT.md#the-demo-models says
+how long that took); `--budget MINUTES` trains each for that long instead.
 MSG
 
 stage "install (.venv, pip install -e .[export,serve])"
@@ -61,7 +62,7 @@ repository=models
 task_args=()
 for task in "${tasks[@]}"; do task_args+=(--task "$task"); done
 
-stage "convert: data, bootstrap models (trained on the first run), export, ONNX, parity, repository"
+stage "convert: data, demo models (shipped, or trained if asked), export, ONNX, parity, repository"
 bash scripts/convert.sh "${task_args[@]}" --repository "$repository" "${convert_args[@]}"
 done_stage "convert (scripts/convert.sh)"
 
@@ -139,7 +140,7 @@ for task in tasks:
                   f" ({meta['steps']} steps, {meta['threads']} threads)")
         else:
             record["training_s"][task] = 0
-            print(f"  of which training {task:<14}     0s (cached, trained {meta['created'][:10]})")
+            print(f"  of which training {task:<14}     0s (shipped or cached: trained {meta['created'][:10]})")
 for task in tasks:
     offline = json.load(open(f"artifacts/reports/{task}_offline.json"))
     served = json.load(open(f"artifacts/reports/{task}_served.json"))

@@ -1,5 +1,9 @@
 """Offline bootstrap: train a small ERNIE from random init on the local data split, on CPU, once per content.
 
+The checkpoints of the tasks' own recipes ship with the repository (demo/<task>/, ernie_deploy.fetch.shipped):
+`train` returns those, verified, and trains only when asked (`retrain`, `--train`, a budget or a recipe of the
+caller's), with the same recipes.
+
 No pretrained weights can be downloaded here, so the pipeline (export, convert, serve, measure) gets a
 real, accurate-enough checkpoint by training one (ernie_deploy.train.loop): a vocabulary built from train splits
 only (by default one vocabulary from both datasets, shared by both tasks as real ERNIE checkpoints share theirs), a
@@ -31,7 +35,7 @@ from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.fetch import data as data_mod
-from ernie_deploy.fetch import datasets
+from ernie_deploy.fetch import datasets, shipped
 from ernie_deploy.train.loop import META_FILE, train_into
 from ernie_deploy.train.recipes import RECIPE_VERSION, recipe_for
 from ernie_deploy.train.rows import record_lengths
@@ -93,9 +97,23 @@ def _with_base(recipe: dict[str, Any], data_dir: Path, base_checkpoint) -> dict[
     return {**recipe, "init_checkpoint": base_checkpoint(base_task, base_data).name}
 
 
-def _base_dir(recipe: dict[str, Any]) -> Path | None:
-    """The checkpoint a recipe with `init_from` starts from (resolved by `_with_base`), or None."""
-    return cache_root() / recipe["init_checkpoint"] if recipe.get("init_from") else None
+def _base_dir(recipe: dict[str, Any], retrain: bool) -> Path | None:
+    """The checkpoint a recipe with `init_from` starts from (resolved by `_with_base`), or None: the shipped one of
+    that key, unless the run retrains (its base was then trained here too, into the cache)."""
+    if not recipe.get("init_from"):
+        return None
+    key = recipe["init_checkpoint"]
+    return (None if retrain else shipped.find_shipped(key)) or cache_root() / key
+
+
+def _shipped(task: TaskSpec, data_dir: Path, key: str, recipe: dict[str, Any] | None, retrain: bool) -> Path | None:
+    """The checkpoint that ships with the repository for `task`, checked against its manifest (sha256 of every file,
+    and `key`: this checkout's recipe and data), where the caller takes the task's own recipe on the data it was made
+    from and does not ask to train; None where it asks to, trains on other data, or the task ships none."""
+    record = None if retrain or recipe is not None else shipped.manifest(task.name)
+    if record is None or not shipped.made_from(record, data_dir, task.split_format):
+        return None
+    return shipped.verified(task.name, key)
 
 
 def is_complete(ckpt: Path) -> bool:
@@ -110,14 +128,22 @@ def train(
     progress: bool = True,
     recipe: dict[str, Any] | None = None,
     position: int | None = None,
+    retrain: bool = False,
 ) -> Path:
-    """Train (or find in the cache) the bootstrap checkpoint for `task`; returns its directory.
+    """The bootstrap checkpoint for `task`; returns its directory: the one that ships with the repository (demo/,
+    verified), unless the caller asks to train (`retrain`, `force`, or a `recipe` of its own); then the one in the
+    cache, trained here first if the cache lacks it (`force`: trained again).
 
     `recipe` overrides entries of DEFAULT_RECIPE (tests use a tiny one); it is part of the cache key.
     """
     data_dir = Path(data_dir)
-    full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress))
-    final = cache_root() / cache_key(data_dir, full)
+    retrain = retrain or force
+    full = _with_base(recipe_for(task, recipe), data_dir, lambda t, d: train(t, d, progress=progress, retrain=retrain))
+    key = cache_key(data_dir, full)
+    found = _shipped(task, data_dir, key, recipe, retrain)
+    if found is not None:
+        return found
+    final = cache_root() / key
     if not force and _usable(final):
         return final
     # One trainer per checkpoint: a second process asking for the same one waits and then finds it cached,
@@ -133,19 +159,22 @@ def train(
             shutil.rmtree(stale, ignore_errors=True)
         with atomic_path(final) as tmp:
             tmp.mkdir()
-            train_into(tmp, task, data_dir, full, progress, _base_dir(full), position)
+            train_into(tmp, task, data_dir, full, progress, _base_dir(full, retrain), position)
     return final
 
 
-def is_cached(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = None) -> bool:
-    """Whether `train` would return this checkpoint without training (its base, if any, cached too)."""
+def is_cached(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = None, retrain: bool = False) -> bool:
+    """Whether `train` would return this checkpoint without training (its base, if any, at hand too)."""
+    record = None if retrain or recipe is not None else shipped.manifest(task.name)
+    if record is not None and shipped.made_from(record, data_dir, task.split_format):
+        return True  # shipped: `train` returns it, or names why it cannot
     full = recipe_for(task, recipe)
     if full.get("init_from"):
         from ernie_deploy.core.tasks import get_task
 
         base_task = get_task(full["init_from"])
         base_data = datasets.prepare(base_task.dataset, Path(data_dir).parent)
-        if not is_cached(base_task, base_data):
+        if not is_cached(base_task, base_data, retrain=retrain):
             return False
     return _usable(checkpoint_dir(task, data_dir, recipe))
 
@@ -161,28 +190,32 @@ def train_together(
     recipe: dict[str, Any] | None = None,
     progress: bool = True,
     data: dict[str, Path] | None = None,
+    retrain: bool = False,
 ) -> list[Path]:
     """Train (or find cached) several tasks' bootstrap checkpoints, those that need training at once: each in a
     process of its own, pinned to its share of the cores. Two processes pinned to a core each did 1.53x the training
     steps per second of one process on both cores (`python -m benchmarks.train_cores`, docs/CONVERT.md). A task
     that starts from another's checkpoint (`init_from`) trains in a later wave, after it. Returns each task's
-    checkpoint, in order. data: each task's data folder by name (default: its prepared dataset)."""
+    checkpoint, in order. data: each task's data folder by name (default: its prepared dataset). retrain: train
+    those the repository ships too (into the cache), as `train` does."""
     cores = sorted(os.sched_getaffinity(0))
     data = {t.name: Path(data[t.name]) if data else datasets.prepare(t.dataset) for t in tasks}
-    todo = [t for t in tasks if not is_cached(t, data[t.name], recipe)]
+    todo = [t for t in tasks if not is_cached(t, data[t.name], recipe, retrain)]
     while todo:
         # a wave: the tasks whose base checkpoint (if any) no task of this call still has to train, one per core
         waiting = {t.name for t in todo}
         wave = [t for t in todo if recipe_for(t, recipe).get("init_from") not in waiting][: len(cores)]
         if len(wave) > 1:
-            _train_at_once(wave, data, cores, recipe, progress)
+            _train_at_once(wave, data, cores, recipe, progress, retrain)
         else:
-            train(wave[0], data[wave[0].name], progress=progress, recipe=recipe)
+            train(wave[0], data[wave[0].name], progress=progress, recipe=recipe, retrain=retrain)
         todo = [t for t in todo if t not in wave]
-    return [train(task, data[task.name], progress=progress, recipe=recipe) for task in tasks]
+    return [train(task, data[task.name], progress=progress, recipe=recipe, retrain=retrain) for task in tasks]
 
 
-def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, progress: bool) -> None:
+def _train_at_once(
+    wave: list[TaskSpec], data: dict, cores: list[int], recipe, progress: bool, retrain: bool = False
+) -> None:
     """Train `wave` in processes of their own, each pinned to its share of `cores`."""
     import multiprocessing
 
@@ -191,7 +224,7 @@ def _train_at_once(wave: list[TaskSpec], data: dict, cores: list[int], recipe, p
     runs = [
         context.Process(
             target=_train_pinned,
-            args=(task.name, str(data[task.name]), share, recipe, progress, position, os.getpid()),
+            args=(task.name, str(data[task.name]), share, recipe, progress, position, os.getpid(), retrain),
             name=f"bootstrap-{task.name}",
         )
         for position, (task, share) in enumerate(zip(wave, shares))
@@ -249,6 +282,7 @@ def _train_pinned(
     progress: bool,
     position: int,
     parent: int,
+    retrain: bool = False,
 ) -> None:
     """One process of `train_together`: on `cores` only (training_threads reads them), then train."""
     from ernie_deploy.core.tasks import get_task
@@ -256,7 +290,7 @@ def _train_pinned(
     end_with_parent(parent)
     os.sched_setaffinity(0, cores)
     try:
-        train(get_task(task_name), Path(data_dir), progress=progress, recipe=recipe, position=position)
+        train(get_task(task_name), Path(data_dir), progress=progress, recipe=recipe, position=position, retrain=retrain)
     except ErnieDeployError as exc:
         print(f"error: {task_name}: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -286,9 +320,14 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised 
 
     from ernie_deploy.core.tasks import get_task
 
-    parser = argparse.ArgumentParser(description="Train the offline bootstrap checkpoint")
+    parser = argparse.ArgumentParser(description="Train the offline bootstrap checkpoint", allow_abbrev=False)
     parser.add_argument(
         "task", nargs="*", default=["seq_cls"], help="one task, or several: those not cached train at once"
+    )
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="train on this machine (cached after) instead of taking the checkpoint the repository ships",
     )
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="override a recipe entry")
@@ -300,12 +339,13 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised 
     if len(args.task) > 1:
         if args.force:
             raise BadOptionsError("--force retrains one task", "pass one task with --force")
-        for ckpt in train_together([get_task(name) for name in args.task], recipe=overrides or None):
+        tasks = [get_task(name) for name in args.task]
+        for ckpt in train_together(tasks, recipe=overrides or None, retrain=args.train):
             print(f"checkpoint: {ckpt}")
         return 0
     task = get_task(args.task[0])
     t0 = time.time()
-    ckpt = train(task, datasets.prepare(task.dataset), force=args.force, recipe=overrides or None)
+    ckpt = train(task, datasets.prepare(task.dataset), force=args.force, recipe=overrides or None, retrain=args.train)
     meta = load_meta(ckpt)
     print(f"checkpoint: {ckpt}")
     print(

@@ -61,7 +61,7 @@ DEFAULT_RECIPE: dict[str, Any] = {
 # vocabulary built here. (Not a DEFAULT_RECIPE key: the recipe is the cache key, and the existing bootstraps keep
 # theirs.)
 TASK_RECIPES: dict[str, dict[str, Any]] = {
-    "seq_cls": {},
+    "seq_cls": {"init_from": "token_cls", "intermediate_size": 512, "epochs": 8, "token_dropout": 0.1},
     # Measured on 2 cores (dev entity F1 over word pieces, per epoch): 2 x 256 with the classifier's
     # regularisation, 20,000 rows, 3 epochs: 0.42 / 0.59 / 0.64 (9.5 min); 2 x 128, lr 2e-3, all 48,289
     # rows: 0.48 after one epoch (3.4 min). The run is short enough that the model underfits, so
@@ -69,7 +69,7 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     # Pairs start from the classifier, whose encoder already tells the classes apart; the pair head learns to
     # compare two titles. Measured on 2 busy cores (dev accuracy per epoch, 250 steps each): 0.663 / 0.763 / 0.786,
     # test 0.811, 9.2 min of training while other jobs held the cores (~1.4 steps/s).
-    "pair_cls": {"init_from": "seq_cls", "epochs": 3},
+    "pair_cls": {"init_from": "seq_cls", "intermediate_size": 512, "epochs": 5},
     # Shorter runs cost entity F1, and the classifier's encoder does not buy it back (served entity F1 on the 5,000
     # test sentences, windows, constrained decoding; the learning rate decays over each run's own steps): 3 epochs
     # (1,875 steps): 0.6727; 2 epochs (1,250): 0.6256; 1 epoch (625) from the seq_cls encoder (`init_from`): 0.5084,
@@ -82,8 +82,9 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     # machine, within what a retrain moves).
     "token_cls": {
         "intermediate_size": 512,
-        "max_train_rows": 20000,
-        "epochs": 3,
+        "max_train_rows": None,
+        "pack_tokens": 64,
+        "epochs": 4,
         "learning_rate": 1e-3,
         "token_dropout": 0.0,
         "hidden_dropout_prob": 0.0,
@@ -99,7 +100,7 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     "multi_label": {
         "init_from": "token_cls",
         "intermediate_size": 512,  # token_cls's shape
-        "max_train_rows": 16000,
+        "max_train_rows": 32000,
         "epochs": 1,
         "learning_rate": 5e-4,
         "token_dropout": 0.0,
@@ -118,7 +119,7 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     "uie": {
         "init_from": "token_cls",
         "intermediate_size": 512,  # token_cls's shape
-        "max_train_rows": 17000,
+        "max_train_rows": 24000,
         "negative_rows": 0.35,
         "epochs": 1,
         "learning_rate": 1e-3,
@@ -137,7 +138,7 @@ BUDGETED: dict[str, Any] = {"max_train_rows": None, "epochs": 30}
 # Recipe entries a task's recipe may leave out (absent: off), so that adding one keeps every cache key that does not
 # use it: rows that pack consecutive train texts up to this many tokens (KindRecipe.pack); the share of UIE's
 # negative train rows kept (KindRecipe.thin).
-OPTIONAL = ("pack_tokens", "negative_rows")
+OPTIONAL = ("pack_tokens", "pack_sentences", "negative_rows")
 
 
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
