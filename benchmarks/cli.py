@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks.cli_comparisons import add_comparisons
 from benchmarks.config import ResearchConfig
-from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.arguments import add_model, exact_parser
 from ernie_deploy.cli.bench import add_arguments, config_from_args, inputs_from_args
 from ernie_deploy.cli.parse_only import parse_only
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
@@ -181,8 +181,10 @@ def _add_long_texts(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(MODES) + "}")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{" + ",".join(MODES) + "}", parser_class=exact_parser
+    )
     _add_run(sub)
     _add_measurements(sub)
     add_comparisons(sub)

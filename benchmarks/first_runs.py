@@ -7,8 +7,8 @@ first-run figures are held to it by tests/test_docs_figures.py).
   --model news --source DIR` (install, data, export, ONNX, parity, build), `tritonserver --model-repository=models`
   until ready, and `python clients/seq_cls_grpc_client.py --model news --text ...` until it prints its answer.
 - `python -m benchmarks.first_runs demo REPORT`: the demo's first run, from the report
-  (artifacts/reports/quickstart.json) that `bash scripts/quickstart.sh` wrote in a fresh clone run with empty
-  ERNIE_DEPLOY_CACHE and PIP_CACHE_DIR.
+  (artifacts/reports/quickstart.json) that `bash scripts/quickstart.sh` wrote in a fresh clone run with an empty
+  ERNIE_DEPLOY_CACHE (pip's cache warm).
 
 Each records the load average around it: the host is shared, and its speed moves between runs.
 """
@@ -144,7 +144,7 @@ def demo(args) -> None:
         {
             "command": report["command"],
             "clone": "clean",
-            "caches": "empty (ERNIE_DEPLOY_CACHE and PIP_CACHE_DIR)",
+            "caches": "empty ERNIE_DEPLOY_CACHE (no model cached), pip's cache warm",
             "load_average": report["load_average"],
             "total_s": report["total_s"],
             "stages_s": report["stages_s"],
@@ -158,14 +158,18 @@ def demo(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.first_runs", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="what", required=True)
-    p = sub.add_parser("own", help="a checkpoint of one's own to its first served answer, from a clean clone")
+    p = sub.add_parser(
+        "own", allow_abbrev=False, help="a checkpoint of one's own to its first served answer, from a clean clone"
+    )
     p.add_argument("--http-port", type=int, default=18100)
     p.add_argument("--grpc-port", type=int, default=18101)
     p.add_argument("--metrics-port", type=int, default=18102)
     p.set_defaults(func=own)
-    p = sub.add_parser("demo", help="record the demo's first run from the quickstart's report")
+    p = sub.add_parser("demo", allow_abbrev=False, help="record the demo's first run from the quickstart's report")
     p.add_argument("report", help="artifacts/reports/quickstart.json of a quickstart run on a clean clone")
     p.set_defaults(func=demo)
     args = parser.parse_args(argv)

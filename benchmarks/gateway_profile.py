@@ -192,7 +192,7 @@ def serve(argv: list[str]) -> None:
 
     from ernie_deploy.gateway.app import Gateway, GatewaySettings
 
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--repository", type=Path, required=True)
     p.add_argument("--grpc-url", required=True)
     p.add_argument("--host", default="127.0.0.1")
@@ -360,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     from ernie_deploy.core.tasks import DEMO_MODELS
     from ernie_deploy.evaluate.inputs import ModelInputs
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gateway_profile", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.gateway_profile", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     p.add_argument("--requests", type=int, default=2000, help="lone requests timed (default %(default)s)")
     p.add_argument("--warmup", type=int, default=200, help="requests sent first, not timed (default %(default)s)")
     p.add_argument("--out", type=Path, help="write the result as JSON to this file")

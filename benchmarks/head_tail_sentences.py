@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from ernie_deploy.fetch.data import read_split
     from ernie_deploy.fetch.datasets import prepare
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--static", default="artifacts/static/seq_cls")
     p.add_argument("--onnx", default="artifacts/onnx/seq_cls/model.onnx")
     p.add_argument("--report")

@@ -91,7 +91,9 @@ def measure(repo: Path, model: str, requests: int, workdir: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.refused_bodies", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.refused_bodies", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     p.add_argument("--model", default="ernie_seqcls", help="the classifier whose route is posted to")
     p.add_argument("--requests", type=int, default=9, help="requests per body and way of sending it")
     p.add_argument("--out", default="docs", help="folder for refused-bodies.json")

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
     from ernie_deploy.repository.served import served_model
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--repository", required=True, type=Path)
     p.add_argument("--model", required=True)
     p.add_argument("--to", type=int, required=True)

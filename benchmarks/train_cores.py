@@ -71,7 +71,7 @@ def measure(steps: int = 40, ffn: int = 1024) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--ffn", type=int, default=1024, help="intermediate_size (the demo recipe's: 1024)")
     args = parser.parse_args(argv)

@@ -340,7 +340,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.uie", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.uie", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     p.add_argument("--out", default="docs/uie.json", help="the results file (default docs/uie.json)")
     p.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of every cell (default {ROUNDS})")
     p.add_argument("--duration", type=float, default=DURATION_S, help=f"seconds per cell (default {DURATION_S})")

@@ -168,13 +168,13 @@ def test_the_plan_spends_the_budget_at_the_measured_rate():
 
 
 def test_a_budget_lets_the_budget_decide_the_length():
-    from ernie_deploy.core.tasks import TOKEN_CLS
+    from ernie_deploy.core.tasks import MULTI_LABEL
 
-    fixed = recipe_for(TOKEN_CLS)
-    budgeted = recipe_for(TOKEN_CLS, {"budget_minutes": 20})
+    fixed = recipe_for(MULTI_LABEL)  # a recipe of a subset of the rows
+    budgeted = recipe_for(MULTI_LABEL, {"budget_minutes": 20})
     assert fixed["budget_minutes"] is None and fixed["max_train_rows"] and fixed["epochs"] < budgeted["epochs"]
     assert budgeted["max_train_rows"] is None and budgeted["budget_minutes"] == 20
-    assert recipe_for(TOKEN_CLS, {"budget_minutes": 20, "epochs": 2})["epochs"] == 2  # the caller's word is last
+    assert recipe_for(MULTI_LABEL, {"budget_minutes": 20, "epochs": 2})["epochs"] == 2  # the caller's word is last
 
 
 def test_a_spent_budget_stops_training_and_keeps_the_best_model(tmp_path, monkeypatch):

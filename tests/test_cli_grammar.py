@@ -167,3 +167,67 @@ def test_build_with_no_flags_is_the_default_build_options():
 
     assert build_cmd.options(build_parser().parse_args(["build"])) == BuildOptions()
     assert BuildOptions().runtime == BuildOptions().layout == "auto"  # settled per machine when the build runs
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str):
+    """(name, parser) of `parser` and of every subcommand under it."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, child in action.choices.items():
+                yield from _parsers(child, f"{name} {sub}")
+
+
+def test_a_flag_is_written_whole_an_abbreviation_is_refused(capsys):
+    """No parser takes an abbreviated flag (allow_abbrev=False): `--ta` is never read as `--task`, so a command line
+    that parses today cannot change meaning or stop parsing the day a second flag shares its start."""
+    from benchmarks.cli import build_parser as benchmarks_parser
+
+    for name, parser in [*_parsers(build_parser(), "ernie-deploy"), *_parsers(benchmarks_parser(), "benchmarks")]:
+        assert parser.allow_abbrev is False, name
+    assert build_parser().parse_args(["build", "--task", "seq_cls", "--layout=ensemble"]).layout == "ensemble"
+    for argv, abbreviation in [
+        (["build", "--ta", "seq_cls"], "--ta"),
+        (["build", "--layout=ensemble", "--fus"], "--fus"),
+        (["serve", "--repo", "models"], "--repo"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(argv)
+        assert exit_.value.code == 2
+        assert f"unrecognized arguments: {abbreviation}" in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit):
+        benchmarks_parser().parse_args(["levers", "--tas", "seq_cls"])
+    assert "unrecognized arguments: --tas" in capsys.readouterr().err
+
+
+def test_every_parser_of_the_project_is_made_to_refuse_abbreviations():
+    """Every argparse.ArgumentParser(...) of the package, the benchmarks and the clients passes allow_abbrev=False,
+    and every subcommand's parser is made with it too: by add_subparsers(parser_class=exact_parser), or by each
+    add_parser(...) of a file whose add_subparsers has no parser_class."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for folder in ("ernie_deploy", "benchmarks", "clients") for p in sorted((root / folder).rglob("*.py"))]
+
+    def keywords(call: ast.Call) -> dict[str, ast.expr]:
+        return {k.arg: k.value for k in call.keywords if k.arg}
+
+    def refuses(call: ast.Call) -> bool:
+        value = keywords(call).get("allow_abbrev")
+        return isinstance(value, ast.Constant) and value.value is False
+
+    seen = 0
+    for path in files:
+        calls = [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call)]
+        named = [(c, c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")) for c in calls]
+        where = path.relative_to(root)
+        for call, name in named:
+            if name == "ArgumentParser":
+                seen += 1
+                assert refuses(call), f"{where}:{call.lineno}: ArgumentParser(...) without allow_abbrev=False"
+        if any(name == "add_subparsers" and "parser_class" not in keywords(call) for call, name in named):
+            for call, name in named:
+                if name == "add_parser":
+                    assert refuses(call), f"{where}:{call.lineno}: add_parser(...) without allow_abbrev=False"
+    assert seen >= 10

@@ -2,18 +2,29 @@
 `ernie_deploy.cli.build_parser()`, `python clients/X.py ...` with the client's own parser, `scripts/X.sh ...` and
 `bash scripts/X.sh ...` by the script itself run with ERNIE_DEPLOY_PARSE_ONLY=1 (it parses its arguments as a run
 would, then exits 0 when they are fine or 2 with its message, before making .venv, installing, downloading or writing
-anything). Nothing is run beyond that: no server, no model.
+anything), `python -m benchmarks.X ...` (a module of this project) with the parser its main() makes, `tritonserver ...`
+as the environment's tritonserver reads Triton's options (server/launcher.py: the names and arities of the wheel's
+server's --help, which tests/test_launcher.py holds to the binary's). Nothing is run beyond that: no server, no model.
+No parser takes an abbreviated flag (allow_abbrev=False), so none passes here.
 
 What is read as a command:
 - a line of a fenced block of shell (no info string, bash, sh, shell, console; in a console block only the lines
-  after a `$ ` prompt), and every inline code span, that starts with `ernie-deploy `, `scripts/X.sh`,
-  `bash scripts/X.sh`, `python clients/X.py` (or python3) or `clients/X.py`;
+  after a `$ ` prompt), and every inline code span, that starts with `ernie-deploy `, `tritonserver `,
+  `scripts/X.sh`, `bash scripts/X.sh`, `python clients/X.py` (or python3), `clients/X.py` or `python -m M` where M
+  is a module of benchmarks/ or ernie_deploy/ (not a placeholder: `python -m benchmarks.NAME`);
+- every inline code span that starts with a command of ernie-deploy (`build --layout ensemble`, `serve`), read as
+  `ernie-deploy build --layout ensemble`;
+- every inline code span that starts with a flag (`--fused`, `--layout ensemble`, `-r DIR`): flags alone, which must
+  be those of some command that takes them as written: ernie-deploy's, a client's, a script's, `python -m
+  benchmarks`', tritonserver's, or those of a module of this project or a program of another (FOREIGN_FLAGS) that
+  the span's section names (see check_flags);
+- a word `a|b|c` in a span (`--ort-spinning off|run|always`) stands for each of them, each checked;
 - split as the shell splits it: `# comments` dropped, lines ending in `\\` joined, environment assignments before the
   command dropped, each command of `a && b`, `a; b`, `a | b` and `$(...)` taken alone, redirections (`> file`,
   `2>&1`) cut off; `[--flag VALUE]` (an optional part) read as written inside the brackets;
-- not read: scripts whose name starts with `_` (sourced by the others, never run), a span of `ernie-deploy` alone
-  (the program's name), and a span whose second word ends in `:`, which quotes what a command printed
-  (`ernie-deploy check: deprecated: ...`).
+- not read: scripts whose name starts with `_` (sourced by the others, never run), a span of `ernie-deploy` or
+  `tritonserver` alone (the program's name), and a span whose second word ends in `:`, which quotes what a command
+  printed (`ernie-deploy check: deprecated: ...`).
 
 A placeholder stands for a value: a word of capitals, digits and underscores (NAME, N, T, HEX, BENCH_JSON), `<hex>`,
 `...`, or a word holding `...` or starting with `/path/to/`. It is given a value the argument takes, read from the
@@ -30,12 +41,14 @@ has no parse-only mode, or when the script exits non-zero. A command in a fenced
 is often part of a sentence that gives the rest ("`ernie-deploy apply` reads the file ..."): a span of ernie-deploy or
 a client is checked for unknown flags, bad choices and values, old spellings and moved commands, but not for missing
 required arguments, and a flag that ends it takes its value from the prose around it. A script checks its own
-arguments, so a span of one must be whole.
+arguments, so a span of one must be whole. An old spelling in a span passes where the span's paragraph says
+`deprecated` (it lists the old spellings): it fails once the command line no longer takes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import re
@@ -45,9 +58,10 @@ import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -68,7 +82,28 @@ SUBSTITUTION = re.compile(r"\$\(([^()]+)\)")
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 PLACEHOLDER = re.compile(r"^(?:(?=[A-Z0-9_]*[A-Z])[A-Z0-9_]+|<[^<>]+>|\.\.\.)$")
 MORE = "..."
+ALTERNATIVES = re.compile(r"^[^|\s]+(?:\|[^|\s]+)+$")  # `argmax|constrained` in a span: one of these
 SCRIPT_TIMEOUT_S = 30
+TRITONSERVER = "tritonserver"
+FLAGS = "(flags)"  # the program of a span of flags alone: some command that takes them (check_flags)
+MODULE = "python -m "  # the program of `python -m benchmarks.X ...`: a module of this project
+BENCHMARKS = MODULE + "benchmarks"  # what bench.sh runs
+OLD_SPELLING = "an old spelling: "
+# Programs of other projects whose flags the docs name in prose, with those flags: a span of them alone passes where
+# its section names the program (`docker run` takes `--shm-size=1g`). perf_analyzer's are those
+# ernie_deploy/bench/perf_analyzer.py passes and --max-threads; `--ssl-grpc-*` in a span stands for those that start so.
+FOREIGN_FLAGS = {
+    "docker": ("--build-arg", "--shm-size"),
+    "perf_analyzer": (
+        "--concurrency-range",
+        "--max-threads",
+        "--request-rate-range",
+        "--ssl-grpc-use-ssl",
+        "--ssl-grpc-root-certifications-file",
+        "--ssl-grpc-private-key-file",
+        "--ssl-grpc-certificate-chain-file",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +115,8 @@ class Command:
     text: str
     argv: tuple[str, ...]
     inline: bool  # an inline code span (else a line of a fenced block)
+    paragraph: str = ""  # an inline span's paragraph (it may say that an old spelling is one)
+    section: str = ""  # an inline span's section, from its heading to the next (it may name the program of flags)
 
     @property
     def id(self) -> str:
@@ -95,9 +132,36 @@ def _starts_a_command(text: str) -> bool:
     words = text.strip().removeprefix("$ ").split()
     while words and ASSIGNMENT.match(words[0]):
         words = words[1:]
+    if words[:1] and words[0] in PYTHONS and words[1:2] == ["-m"]:
+        return _project_module(words[2] if len(words) > 2 else "")
     if words[:1] and words[0] in (*PYTHONS, *SHELLS):
         words = words[1:]
-    return bool(words) and (words[0] == "ernie-deploy" or bool(SCRIPT.match(words[0]) or CLIENT.match(words[0])))
+    return bool(words) and (
+        words[0] in ("ernie-deploy", TRITONSERVER, FLAGS) or bool(SCRIPT.match(words[0]) or CLIENT.match(words[0]))
+    )
+
+
+def _project_module(name: str) -> bool:
+    """Whether `python -m name` runs a module of this project (`benchmarks.uie`; not `benchmarks.NAME`)."""
+    parts = name.split(".")
+    return parts[0] in ("benchmarks", "ernie_deploy") and not any(not p or PLACEHOLDER.match(p) for p in parts)
+
+
+@cache
+def _ernie_deploy_commands() -> frozenset[str]:
+    return frozenset(_subcommands(build_parser()))
+
+
+def _as_command(span: str) -> str:
+    """An inline span as the shell text of the command it shows: one that starts with a command of ernie-deploy
+    (`build --layout ensemble`) is `ernie-deploy build --layout ensemble`, one that starts with a flag is flags alone
+    (FLAGS), any other is as written."""
+    first = (span.split() or [""])[0]
+    if first in _ernie_deploy_commands():
+        return f"ernie-deploy {span}"
+    if _looks_like_option(first):
+        return f"{FLAGS} {span}"
+    return span
 
 
 def _program(words: list[str]) -> tuple[str, ...] | None:
@@ -106,10 +170,13 @@ def _program(words: list[str]) -> tuple[str, ...] | None:
         words = words[1:]
     if not words:
         return None
-    if words[0] == "ernie-deploy":
+    if words[0] in ("ernie-deploy", TRITONSERVER, FLAGS):
         if len(words) > 1 and words[1].endswith(":"):
             return None  # what a command printed, quoted: `ernie-deploy check: error: ...`
         return tuple(words)
+    if words[0] in PYTHONS and words[1:2] == ["-m"]:
+        module = words[2] if len(words) > 2 else ""
+        return (MODULE + module, *words[3:]) if _project_module(module) else None
     if words[0] in (*PYTHONS, *SHELLS) and len(words) > 1:
         interpreter, words = words[0], words[1:]
         if (interpreter in PYTHONS) != bool(CLIENT.match(words[0])):
@@ -201,9 +268,9 @@ def _block_lines(code: list[tuple[int, str, str]]) -> list[tuple[int, str]]:
     return lines
 
 
-def _spans(prose: list[str]) -> list[tuple[int, str]]:
-    """Each inline code span of the prose: (line number, its text); a span ends in its paragraph."""
-    spans: list[tuple[int, str]] = []
+def _spans(prose: list[str]) -> list[tuple[int, str, str]]:
+    """Each inline code span of the prose: (line number, its text, its paragraph); a span ends in its paragraph."""
+    spans: list[tuple[int, str, str]] = []
     paragraph: list[tuple[int, str]] = []
     for number, line in [*enumerate(prose, 1), (len(prose) + 1, "")]:
         if line.strip():
@@ -220,7 +287,7 @@ def _spans(prose: list[str]) -> list[tuple[int, str]]:
                     continue
                 body = text[runs[i].end() : runs[closer].start()]
                 start = paragraph[0][0] + text.count("\n", 0, runs[i].start())
-                spans.append((start, " ".join(body.replace("\\|", "|").split())))
+                spans.append((start, " ".join(body.replace("\\|", "|").split()), " ".join(text.split())))
                 i = closer + 1
         paragraph = []
     return spans
@@ -230,17 +297,26 @@ def commands_in(text: str, doc: str) -> list[Command]:
     """Every command `text` (Markdown) shows, in order of its lines. A line that starts with a command but cannot be
     split as shell (a quote left open) is one with argv ("?",), which `check` reports."""
     code, prose = _fenced(text)
+    lines = text.splitlines()
+    headings = [0, *(n for n, line in enumerate(prose, 1) if re.match(r"^#{1,6}\s", line)), len(lines) + 1]
     found = []
-    for inline, lines in ((False, _block_lines(code)), (True, _spans(prose))):
-        for number, line in lines:
-            if inline and not _starts_a_command(line):
-                continue
-            try:
-                commands = shell_commands(line)
-            except ValueError as exc:
-                commands = [("?", str(exc))] if _starts_a_command(line) else []
-            # `ernie-deploy` alone in a span names the program
-            found += [Command(doc, number, line, argv, inline) for argv in commands if not inline or len(argv) > 1]
+    blocks = [(False, number, line, "") for number, line in _block_lines(code)]
+    for inline, number, line, paragraph in [*blocks, *((True, *span) for span in _spans(prose))]:
+        heading = max(h for h in headings if h <= number)
+        section = " ".join(lines[max(heading, 1) - 1 : min(h for h in headings if h > number) - 1]) if inline else ""
+        shell = _as_command(line) if inline else line
+        if inline and not _starts_a_command(shell):
+            continue
+        try:
+            commands = shell_commands(shell)
+        except ValueError as exc:
+            commands = [("?", str(exc))] if _starts_a_command(shell) else []
+        # `ernie-deploy` alone in a span names the program
+        found += [
+            Command(doc, number, line, argv, inline, paragraph, section)
+            for argv in commands
+            if not inline or len(argv) > 1
+        ]
     return sorted(found, key=lambda c: c.line)
 
 
@@ -294,13 +370,6 @@ def _looks_like_option(word: str) -> bool:
     return word.startswith("-") and len(word) > 1 and not re.match(r"^-\d", word)
 
 
-def _option(options: dict[str, argparse.Action], flag: str) -> argparse.Action | None:
-    if flag in options:
-        return options[flag]
-    matches = [action for name, action in options.items() if name.startswith(flag) and name.startswith("--")]
-    return matches[0] if len({id(a) for a in matches}) == 1 else None
-
-
 def fill(parser: argparse.ArgumentParser | None, words: list[str], inline: bool = False) -> list[str]:
     """`words` with each placeholder replaced by a value its argument takes (parser: a subcommand's, found by name,
     also counts; None: no parser, words kept as written)."""
@@ -318,7 +387,7 @@ def fill(parser: argparse.ArgumentParser | None, words: list[str], inline: bool 
             break
         if _looks_like_option(word):
             flag, equals, value = word.partition("=")
-            action = _option(options, flag)
+            action = options.get(flag)  # written whole: no parser here takes an abbreviation
             if equals:
                 out.append(f"{flag}={_value(action, value) if _is_placeholder(value, action) else value}")
                 continue
@@ -418,7 +487,7 @@ def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[str | Non
 
 def _deprecated(stderr: str) -> str | None:
     lines = [line for line in stderr.splitlines() if "deprecated:" in line]
-    return f"an old spelling: {lines[0]}" if lines else None
+    return f"{OLD_SPELLING}{lines[0]}" if lines else None
 
 
 def _moved(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
@@ -525,16 +594,178 @@ def _check_script(command: Command, root: Path) -> str | None:
     return _deprecated(stderr)
 
 
-def check(command: Command, root: Path = ROOT) -> str | None:
-    """Why `command` does not run as written with the current command lines, or None when it parses."""
+def _check_benchmarks(command: Command) -> str | None:
+    """`python -m benchmarks [MODE] ...`, what bench.sh runs (no mode: `run`)."""
+    from benchmarks.cli import MODES
+    from benchmarks.cli import build_parser as benchmarks_parser
+
+    words = list(command.argv[1:])
+    if not words[:1] or words[0] not in (*MODES, "-h", "--help"):
+        words = ["run", *words]
+    parser = benchmarks_parser()
+    if command.inline:
+        _nothing_required(parser)
+    error, stderr, _ = _parse(parser, fill_script("bench", words, command.inline))
+    return error or _deprecated(stderr)
+
+
+class _Parsing(BaseException):
+    """Raised in place of parsing, with the parser: how _module_parser stops a main() before it does anything."""
+
+
+def _module_parser(module: str) -> argparse.ArgumentParser | str:
+    """The parser `python -m module` reads its arguments with, or why there is none: a new one each call, caught
+    when the module's main() starts to parse (it has not done anything yet) and stopped there."""
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return f"no such module: {module}"
+    main = getattr(imported, "main", None)
+    if main is None or "ArgumentParser(" not in Path(imported.__file__).read_text(encoding="utf-8"):
+        return f"{module} has no main() that parses its arguments"
+
+    def stop(parser, *args, **kwargs):
+        raise _Parsing(parser)
+
+    with mock.patch.object(argparse.ArgumentParser, "parse_known_args", stop):
+        try:
+            main([])
+        except _Parsing as parsing:
+            return parsing.args[0]
+    return f"{module}.main([]) parsed nothing"
+
+
+def _check_module(command: Command) -> str | None:
+    module = command.argv[0].removeprefix(MODULE)
+    if module == "benchmarks":
+        return _check_benchmarks(command)
+    parser = _module_parser(module)
+    if isinstance(parser, str):
+        return parser
+    if command.inline:
+        _nothing_required(parser)
+    error, stderr, _ = _parse(parser, fill(parser, list(command.argv[1:]), command.inline))
+    return error or _deprecated(stderr)
+
+
+def _check_tritonserver(command: Command) -> str | None:
+    """Triton's options by name, each with a value where it takes one, as the environment's tritonserver reads them
+    (server/launcher.py); a line of a block whole, as that tritonserver takes it (a --model-repository, nothing it
+    refuses)."""
+    from ernie_deploy.core.errors import BadOptionsError
+    from ernie_deploy.server.launcher import TRITON_OPTIONS, _split, parse_triton_args
+
+    words = list(command.argv[1:])
+    try:
+        if not command.inline:
+            parse_triton_args(words)
+            return None
+        if words and TRITON_OPTIONS.get(words[-1].removeprefix("--")):
+            words.append("VALUE")  # a flag that ends a span takes its value from the prose
+        _split(words)
+    except BadOptionsError as exc:
+        return f"tritonserver: {exc}"
+    return None
+
+
+@cache
+def _owners(root: Path) -> dict[str, list[tuple[str, ...]]]:
+    """flag -> the commands of ernie-deploy, the clients and the measurements of `python -m benchmarks` that take it,
+    each as the words that start it."""
+    from benchmarks.cli import build_parser as benchmarks_parser
+    from ernie_deploy.evaluate.served import build_parser as client_parser
+
+    parsers = [(("ernie-deploy", name), parser) for name, parser in _subcommands(build_parser()).items()]
+    parsers += [((f"clients/{p.name}",), client_parser(*_client_task(p))) for p in sorted(root.glob("clients/*.py"))]
+    parsers += [((BENCHMARKS, mode), parser) for mode, parser in _subcommands(benchmarks_parser()).items()]
+    owners: dict[str, list[tuple[str, ...]]] = {}
+    for program, parser in parsers:
+        for flag in parser._option_string_actions:
+            owners.setdefault(flag, []).append(program)
+    return owners
+
+
+@cache
+def _module_flags(module: str) -> frozenset[str]:
+    parser = _module_parser(module) if _project_module(module) else None
+    return frozenset(parser._option_string_actions if isinstance(parser, argparse.ArgumentParser) else ())
+
+
+def _takers(flag: str, root: Path, section: str):
+    """The commands that take `flag`, each as the words that start it: ernie-deploy's commands, the clients,
+    `python -m benchmarks`'s measurements, tritonserver, the modules of this project the span's section names
+    (`python -m benchmarks.uie`), then the scripts whose text holds the flag (each one a parse-only run)."""
+    from ernie_deploy.server.launcher import TRITON_OPTIONS
+
+    yield from _owners(root).get(flag, [])
+    if flag.startswith("--") and flag[2:] in TRITON_OPTIONS:
+        yield (TRITONSERVER,)
+    for module in sorted(set(re.findall(r"python3? -m ([\w.]+)", section)) - {"benchmarks"}):
+        if flag in _module_flags(module):
+            yield (MODULE + module,)
+    for path in sorted((root / "scripts").glob("[!_]*.sh")):
+        text = path.read_text(encoding="utf-8")
+        if PARSE_ONLY in text and re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
+            yield (f"scripts/{path.name}",)
+
+
+def _foreign(flag: str, known: tuple[str, ...]) -> bool:
+    return flag in known or (flag.endswith("*") and any(k.startswith(flag[:-1]) for k in known))
+
+
+def check_flags(command: Command, root: Path = ROOT) -> str | None:
+    """Why a span of flags alone (`--fused`, `--layout ensemble`) is no command line's, or None where one takes it:
+    a command that has its first flag takes them all as written (their values checked as that command checks them),
+    or its section names a program of another project that takes them (FOREIGN_FLAGS). Which of these commands the
+    prose means is not read (only which modules and other programs its section names): that some command takes the
+    span fails a misspelt flag and one that no command has now."""
+    words = command.argv[1:]
+    flag = words[0].partition("=")[0]
+    reasons = []
+    for program in _takers(flag, root, command.section):
+        reason = check(replace(command, argv=(*program, *words)), root)
+        if reason is None:
+            return None
+        reasons.append(f"as `{' '.join(program)}`'s: {reason}")
+    flags = [word.partition("=")[0] for word in words if _looks_like_option(word)]
+    for program, known in FOREIGN_FLAGS.items():
+        if program in command.section.lower() and all(_foreign(f, known) for f in flags):
+            return None
+    return reasons[0] if reasons else f"no command takes {flag} (nor a program its section names)"
+
+
+def _check(command: Command, root: Path) -> str | None:
     program = command.argv[0]
     if program == "?":
         return f"the shell cannot split it: {command.argv[1]}"
     if program == "ernie-deploy":
         return _check_ernie_deploy(command)
+    if program == TRITONSERVER:
+        return _check_tritonserver(command)
+    if program.startswith(MODULE):
+        return _check_module(command)
+    if program == FLAGS:
+        return check_flags(command, root)
     if CLIENT.match(program):
         return _check_client(command, root)
     return _check_script(command, root)
+
+
+def check(command: Command, root: Path = ROOT) -> str | None:
+    """Why `command` does not run as written with the current command lines, or None when it parses."""
+    if command.inline:
+        for i, word in enumerate(command.argv):
+            if ALTERNATIVES.match(word):  # `off|run|always`: each one
+                each = [
+                    replace(command, argv=(*command.argv[:i], one, *command.argv[i + 1 :])) for one in word.split("|")
+                ]
+                return next(filter(None, (check(one, root) for one in each)), None)
+    reason = _check(command, root)
+    if reason and reason.startswith(OLD_SPELLING) and command.inline and "deprecated" in command.paragraph.lower():
+        return None  # an old spelling, in a paragraph that says it is one
+    return reason
 
 
 # --------------------------------------------------------------------------------------------------
@@ -564,9 +795,13 @@ def test_every_command_the_docs_show_parses(command, scripts_run):
 
 
 def test_the_docs_show_commands_of_every_kind():
-    """The reader finds what the docs hold: ernie-deploy commands in blocks and in spans, scripts and clients."""
+    """The reader finds what the docs hold: ernie-deploy commands in blocks and in spans (with the program's name and
+    without), flags alone, tritonserver, scripts and clients."""
     assert any(c.argv[0] == "ernie-deploy" and not c.inline for c in COMMANDS)
-    assert any(c.argv[0] == "ernie-deploy" and c.inline for c in COMMANDS)
+    assert any(c.argv[0] == "ernie-deploy" and c.inline and c.text.startswith("ernie-deploy ") for c in COMMANDS)
+    assert any(c.argv[0] == "ernie-deploy" and c.inline and c.text.startswith("build ") for c in COMMANDS)
+    assert any(c.argv[0] == FLAGS for c in COMMANDS)
+    assert any(c.argv[0] == TRITONSERVER and not c.inline for c in COMMANDS)
     assert any(SCRIPT.match(c.argv[0]) for c in COMMANDS)
     assert any(CLIENT.match(c.argv[0]) for c in COMMANDS)
     assert {c.doc for c in COMMANDS} >= {"README.md", "docs/SERVING.md", "docs/CLIENTS.md"}
@@ -578,7 +813,7 @@ def test_the_docs_show_commands_of_every_kind():
 SAMPLE = """\
 # Sample
 
-Build with `ernie-deploy build`; the flag `--layout` alone is no command, nor is `ernie-deploy`.
+Build with `ernie-deploy build`; `ernie-deploy` alone is no command, nor is `tritonserver`.
 Then `ernie-deploy rollout --model news` puts it live (the prose names --to).
 A printed line: `ernie-deploy check: deprecated: the repository as a positional argument`.
 
@@ -663,6 +898,100 @@ def test_the_checker_fails_a_bad_flag_a_bad_choice_an_old_spelling_and_a_moved_c
     doc = SAMPLE + "\nThen `ernie-deploy build --no-fused`.\n"
     last = commands_in(doc, "docs/X.md")[-1]
     assert last.id == f"docs/X.md:{doc.count(chr(10))}" and "--no-fused" in check(last)
+
+
+SPANS = """\
+Spans without the program: `build --layout ensemble`, `serve --gateway`.
+
+Flags alone: `--fused`, `--layout ensemble`, `-r DIR`, `--layout` (its value in the prose), `--text-pair` (a client's).
+
+Each of a few: `--ort-spinning off|run|always`, `build --ner-decoding argmax|constrained`.
+
+Misspelt: `--fsued`. Gone: `build --no-such-flag`. A bad value: `--layout nowhere`, `--ort-spinning off|sometimes`.
+
+Abbreviated: `build --lay ensemble`, `--ta seq_cls`, `tritonserver --model-repo=models`.
+
+Triton's: `tritonserver --model-repository=models`, `--grpc-restricted-protocol`, `--cache-config=local,size=N`.
+
+Old spellings, deprecated: `manifests --name`, `--name`.
+
+An old spelling, not said to be one: `manifests --name`.
+
+```bash
+tritonserver --model-repository=models --http-port 8000
+tritonserver --http-port 8000
+tritonserver --model-repo=models
+python -m benchmarks.gateway_profile --requests 10 --route hf
+python -m benchmarks.gateway_profile --route nowhere
+python -m benchmarks.NAME --whatever
+python3 -m venv .venv
+```
+
+## Docker
+
+`docker run` takes `--shm-size=1g`.
+
+## Profiling
+
+`python -m benchmarks.gateway_profile` times it: `--cprofile FILE` profiles it, `--route hf` the other route.
+
+## Elsewhere
+
+Named by no program here: `--shm-size=1g`, `--cprofile FILE`. No module: `python -m benchmarks.no_such_module --x`.
+"""
+
+
+def test_spans_without_the_program_and_flags_alone_are_read_and_held_to_what_some_command_takes():
+    commands = commands_in(SPANS, "SPANS.md")
+    reasons = {(c.line, c.text): check(c) for c in commands}
+    ok = [
+        (1, "build --layout ensemble"),
+        (1, "serve --gateway"),
+        (3, "--fused"),
+        (3, "--layout ensemble"),
+        (3, "-r DIR"),
+        (3, "--layout"),
+        (3, "--text-pair"),
+        (5, "--ort-spinning off|run|always"),
+        (5, "build --ner-decoding argmax|constrained"),
+        (11, "tritonserver --model-repository=models"),
+        (11, "--grpc-restricted-protocol"),
+        (11, "--cache-config=local,size=N"),
+        (13, "manifests --name"),
+        (13, "--name"),
+        (18, "tritonserver --model-repository=models --http-port 8000"),
+        (21, "python -m benchmarks.gateway_profile --requests 10 --route hf"),
+        (29, "--shm-size=1g"),  # its section names docker
+        (33, "--cprofile FILE"),  # its section names the module
+        (33, "--route hf"),
+    ]
+    bad = {
+        (7, "--fsued"): "no command takes --fsued",
+        (7, "build --no-such-flag"): "unrecognized arguments: --no-such-flag",
+        (7, "--layout nowhere"): "invalid choice: 'nowhere'",
+        (7, "--ort-spinning off|sometimes"): "invalid choice: 'sometimes'",
+        (9, "build --lay ensemble"): "unrecognized arguments: --lay",
+        (9, "--ta seq_cls"): "no command takes --ta",
+        (9, "tritonserver --model-repo=models"): "tritonserver has no option --model-repo",
+        (15, "manifests --name"): "deprecated: --name",
+        (19, "tritonserver --http-port 8000"): "no --model-repository given",  # a block's line is whole
+        (20, "tritonserver --model-repo=models"): "tritonserver has no option --model-repo",
+        (22, "python -m benchmarks.gateway_profile --route nowhere"): "invalid choice: 'nowhere'",
+        (37, "--shm-size=1g"): "no command takes --shm-size",
+        (37, "--cprofile FILE"): "no command takes --cprofile",
+        (37, "python -m benchmarks.no_such_module --x"): "no such module: benchmarks.no_such_module",
+    }
+    # not read: `docker run` (none of this project's), a program's name alone, a placeholder module, python's venv
+    assert sorted(reasons) == sorted([*ok, *bad])
+    assert [key for key in ok if reasons[key] is not None] == []
+    for key, reason in bad.items():
+        assert reason in (reasons[key] or ""), (key, reasons[key])
+    by_text = {c.text: c for c in commands}
+    assert by_text["build --layout ensemble"].argv == ("ernie-deploy", "build", "--layout", "ensemble")
+    assert by_text["-r DIR"].argv == (FLAGS, "-r", "DIR")
+    assert (
+        by_text["python -m benchmarks.gateway_profile --route nowhere"].argv[0] == MODULE + "benchmarks.gateway_profile"
+    )
 
 
 def test_a_bad_command_put_back_into_a_real_doc_is_named_by_file_and_line():

@@ -1,4 +1,5 @@
-"""The README's headline figures are the ones their results files hold.
+"""The docs' figures are the ones their results files hold: README's headline figures, found wherever a doc shows
+them, and every sentence of any doc that gives a demo model's score.
 
 Each figure the README shows is found by a pattern anchored on the words around it, and compared with the value
 computed from its results file (docs/first_runs.json, docs/bench.json), rounded as the README shows it: as many
@@ -18,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# Every page a reader arrives at: README and every file under docs/.
+DOCS = (README, *sorted((ROOT / "docs").rglob("*.md")))
 NUMBER = r"(\d[\d,]*(?:\.\d+)?)"
 
 
@@ -43,19 +46,19 @@ class Figure:
 FIGURES = (
     Figure(
         "demo classifier's served accuracy",
-        rf"served on that run, accuracy {NUMBER}",
-        "docs/first_runs.json",
-        lambda d: d["runs"]["demo"]["scores"]["seq_cls"]["served"],
+        rf"served, accuracy {NUMBER}",
+        "demo/seq_cls/manifest.json",
+        lambda d: d["scores"]["test"],
     ),
     Figure(
         "demo tagger's served entity F1",
         rf"accuracy [\d.]+ and entity F1 {NUMBER}, as their Paddle and ONNX models score",
-        "docs/first_runs.json",
-        lambda d: d["runs"]["demo"]["scores"]["token_cls"]["served"],
+        "demo/token_cls/manifest.json",
+        lambda d: d["scores"]["test"],
     ),
     Figure(
         "first run, seconds",
-        rf"The first run .*? measured at {NUMBER} s \(",
+        rf"the first run trains nothing: measured at {NUMBER} s \(",
         "docs/first_runs.json",
         lambda d: d["runs"]["demo"]["total_s"],
     ),
@@ -107,14 +110,15 @@ def rounded_as_shown(value: float, shown: str) -> str:
     return f"{value:,.{decimals}f}"
 
 
-def problems(text: str, figures=FIGURES) -> list[str]:
-    """One line per figure the README lacks or shows other than its results file says."""
+def problems(text: str, figures=FIGURES, doc: str = "README.md", required: bool = True) -> list[str]:
+    """One line per figure the doc shows other than its results file says, or, where `required`, lacks."""
     text = " ".join(text.split())
     found = []
     for figure in figures:
         shown = re.findall(figure.pattern, text)
         if not shown:
-            found.append(f"{figure.what}: not in README.md (pattern {figure.pattern!r})")
+            if required:
+                found.append(f"{figure.what}: not in {doc} (pattern {figure.pattern!r})")
             continue
         results = json.loads((ROOT / figure.source).read_text(encoding="utf-8"))
         value = figure.compute(results)
@@ -122,15 +126,51 @@ def problems(text: str, figures=FIGURES) -> list[str]:
             expected = rounded_as_shown(value, figure_shown)
             if figure_shown != expected:
                 found.append(
-                    f"{figure.what}: README.md shows {figure_shown}, "
-                    f"{figure.source} gives {value} ({expected} as shown)"
+                    f"{figure.what}: {doc} shows {figure_shown}, {figure.source} gives {value} ({expected} as shown)"
                 )
     return found
 
 
-def test_readme_figures_are_their_results_files():
-    found = problems(README.read_text(encoding="utf-8"))
-    assert not found, "README.md and its results files disagree:\n" + "\n".join(found)
+def test_readme_figures_are_their_results_files_wherever_a_doc_shows_them():
+    found = []
+    for doc in DOCS:
+        found += problems(doc.read_text(encoding="utf-8"), doc=str(doc.relative_to(ROOT)), required=doc == README)
+    assert not found, "the docs and their results files disagree:\n" + "\n".join(found)
+
+
+# A sentence that names a demo model and gives its score, `accuracy 0.837` or `entity F1 0.7712` (also `F1 of`,
+# `accuracy:`), gives the shipped model's (demo/<task>/manifest.json), to as many decimals as it shows.
+DEMO_SCORE = re.compile(r"\b(accuracy|entity F1)(?: of|:)? (0\.\d{3,4})\b")
+DEMO_TASK = {"accuracy": "seq_cls", "entity F1": "token_cls"}
+DEMO_WORDS = re.compile(r"\bdemo (classifier|tagger|NER model|models?)\b")
+
+
+def demo_score_problems(text: str, doc: str) -> list[str]:
+    from ernie_deploy.pipeline.ship import TABLE_BEGIN, TABLE_END
+
+    # the table of the shipped models is rendered from their manifests (tests/test_shipped.py holds it to them)
+    text = re.sub(re.escape(TABLE_BEGIN) + ".*?" + re.escape(TABLE_END), "", text, flags=re.S)
+    found = []
+    for sentence in re.split(r"(?<=[.:;])\s+(?=[A-Z`(])", " ".join(text.split())):
+        if not DEMO_WORDS.search(sentence):
+            continue
+        for metric, shown in DEMO_SCORE.findall(sentence):
+            source = f"demo/{DEMO_TASK[metric]}/manifest.json"
+            value = json.loads((ROOT / source).read_text(encoding="utf-8"))["scores"]["test"]
+            if shown != rounded_as_shown(value, shown):
+                found.append(f"{doc}: {metric} {shown} where {source} gives {value}: {sentence[:160]}")
+    return found
+
+
+def test_every_doc_gives_the_demo_models_shipped_scores():
+    found = [line for doc in DOCS for line in demo_score_problems(doc.read_text("utf-8"), str(doc.relative_to(ROOT)))]
+    assert not found, "a demo model's score that is not its manifest's:\n" + "\n".join(found)
+
+
+def test_a_stale_demo_score_is_caught():
+    assert demo_score_problems("The demo tagger reads them at entity F1 0.1234 in windows.", "x.md")
+    assert demo_score_problems("Served by the demo classifier: accuracy 0.101, as shown.", "x.md")
+    assert not demo_score_problems("A tagger of another recipe reached entity F1 0.1234.", "x.md")
 
 
 @pytest.mark.parametrize("figure", FIGURES, ids=lambda f: f.what)

@@ -70,8 +70,9 @@ def test_served_windows_score_documents_as_paddle_and_as_sentences(window_server
         out = client.infer(texts[:8])
         served = score(TOKEN_CLS, texts, gold, client.predict(texts, 4, progress=False))["f1"]
     assert not out["truncated"].any(), "windows read every token"
-    # Entity F1 is no fraction of the texts: within a tenth of a point / the retrain's spread, sparing float rounding.
+    # Entity F1 is no fraction of the texts: within a tenth of a point, sparing float rounding.
     assert within(served, paddle_scores["window"], 0.001), (served, paddle_scores)
-    assert within(served, paddle_scores["sentences"], 0.03), (served, paddle_scores)
+    # The shipped tagger reads documents 0.79 points under its sentences (docs/long_texts_demo.json): a point at most.
+    assert within(served, paddle_scores["sentences"], 0.01), (served, paddle_scores)
     # What the windows are for: cut at max_seq_len, most of a document's entities are never seen.
     assert paddle_scores["head"] < paddle_scores["window"] - 0.3, paddle_scores

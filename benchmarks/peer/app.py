@@ -128,7 +128,7 @@ def build_app(model: Path, route: str, kind: str):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="an exported static model folder (ernie-deploy export)")
     parser.add_argument("--route", required=True, help="the path answered with POST, e.g. models/ernie_seqcls")
     parser.add_argument("--kind", required=True, help="the task kind (a name in ernie_deploy.kinds)")

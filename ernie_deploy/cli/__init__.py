@@ -30,6 +30,7 @@ from ernie_deploy.cli import (
     stats,
     tune,
 )
+from ernie_deploy.cli.arguments import exact_parser
 from ernie_deploy.cli.dispatch import run_command
 
 # In the order `ernie-deploy --help` lists them: a checkpoint to a served model in one run, the pipeline's stages,
@@ -59,8 +60,8 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ernie-deploy", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="ernie-deploy", description=__doc__.splitlines()[0], allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=exact_parser)
     for command in COMMANDS:
         command.register(sub)
     return parser

@@ -6,7 +6,7 @@ Fetch, export, convert and build in one run, every input checked before anything
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_repository
-from ernie_deploy.cli.inputs import options_from
+from ernie_deploy.cli.inputs import MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.io import IOS
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import QUANTIZE, ConvertOptions, ExportOptions, FetchOptions
@@ -31,7 +31,10 @@ def register(sub) -> None:
         "or an http(s) URL of one (with --sha256)",
     )
     source.add_argument(
-        "--bootstrap", action="store_true", help="a small ERNIE trained offline on the task's data, under this name"
+        "--bootstrap", action="store_true", help="the task's demo model (shipped with the repository), under this name"
+    )
+    p.add_argument(
+        "--train", action="store_true", help="with --bootstrap: train it on this machine instead (see `fetch`)"
     )
     p.add_argument(
         "--budget", type=float, metavar="MINUTES", help="with --bootstrap: train for this many minutes (see `fetch`)"
@@ -41,6 +44,7 @@ def register(sub) -> None:
     p.add_argument(
         "--labels", metavar="FILE", help="a JSON list of the label names, for a checkpoint whose config has none"
     )
+    p.add_argument("--max-seq-len", type=int, metavar="N", help=MAX_SEQ_LEN_HELP)
     p.add_argument("--quantize", choices=list(QUANTIZE), help="serve an INT8 model (see `ernie-deploy convert`)")
     p.add_argument("--fp16", action="store_true", default=None, help="an FP16 model, for GPUs")
     p.add_argument("--runtime", choices=[AUTO, *RUNTIMES], help="the model step's runtime (see `ernie-deploy build`)")

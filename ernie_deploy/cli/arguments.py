@@ -19,6 +19,13 @@ REPOSITORY = "models"  # the repository a command reads or writes when none is n
 MODEL_HELP = "the model's name: its artifacts' folder and the name clients call it by (default: the task's demo model)"
 
 
+def exact_parser(**kwargs) -> argparse.ArgumentParser:
+    """A subcommand's parser, for `add_subparsers(parser_class=exact_parser)`: like every parser of the project it
+    takes a flag written whole only (allow_abbrev=False), so that `--task` is never read from `--ta` and a command
+    line that parses today cannot stop parsing, or change meaning, the day a second flag shares its start."""
+    return argparse.ArgumentParser(allow_abbrev=False, **kwargs)
+
+
 def deprecated(parser: argparse.ArgumentParser, old: str, new: str) -> None:
     """The one line an old spelling prints: what was written, and what to write instead."""
     print(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model
-from ernie_deploy.cli.inputs import DEFAULT_TASK, options_from
+from ernie_deploy.cli.inputs import DEFAULT_TASK, MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import ExportOptions
 from ernie_deploy.serving.entities import DECODINGS
@@ -11,7 +11,12 @@ from ernie_deploy.serving.entities import DECODINGS
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="checkpoint -> Paddle static inference model")
-    p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
+    p.add_argument(
+        "--task",
+        choices=sorted(TASKS),
+        help="default: the task `fetch` recorded beside the checkpoint, else the one its config's architectures "
+        f"serve, else {DEFAULT_TASK}; one that contradicts either is refused",
+    )
     add_model(p)
     p.add_argument("--checkpoint", help="default: artifacts/checkpoints/<model or task>")
     p.add_argument("--labels", help="JSON list of label names, when the checkpoint config has none")
@@ -19,8 +24,7 @@ def register(sub) -> None:
     p.add_argument(
         "--max-seq-len",
         type=int,
-        help="the longest input in tokens, [CLS] and [SEP] included, that convert, build and serve tokenize to "
-        "(default: the task's 128, at most the model's max_position_embeddings)",
+        help=MAX_SEQ_LEN_HELP,
     )
     p.add_argument(
         "--ner-decoding",

@@ -12,8 +12,17 @@ def register(sub) -> None:
     p = sub.add_parser("fetch", help="obtain a checkpoint: URL (+ --sha256), local path, or --bootstrap")
     p.add_argument("source", nargs="?", help="http(s) URL of an archive, or a local directory/archive")
     p.add_argument("--sha256", help="required with a URL: the archive's pinned sha256")
-    p.add_argument("--bootstrap", action="store_true", help="train a small ERNIE offline on the task's data (cached)")
-    p.add_argument("--force", action="store_true", help="retrain the bootstrap model even if cached")
+    p.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="the task's demo model: the checkpoint the repository ships (demo/<task>, sha256-checked)",
+    )
+    p.add_argument(
+        "--train",
+        action="store_true",
+        help="with --bootstrap: train it on this machine with the recipe that made the shipped one (cached after)",
+    )
+    p.add_argument("--force", action="store_true", help="with --bootstrap: train it again even if cached")
     p.add_argument(
         "--budget",
         type=float,
@@ -21,7 +30,13 @@ def register(sub) -> None:
         help="with --bootstrap: train for this many minutes on every train row instead of the task's fixed "
         "rows and epochs (more time, a better model; the best dev checkpoint is kept)",
     )
-    p.add_argument("--task", default=DEFAULT_TASK, choices=sorted(TASKS))
+    p.add_argument(
+        "--task",
+        choices=sorted(TASKS),
+        help="what the model does, recorded beside the checkpoint for `export` (refused where the checkpoint's "
+        f"config names a class of another task); default: {DEFAULT_TASK}'s demo model with --bootstrap, else "
+        "left to `export`",
+    )
     add_model(p)
     p.add_argument("--out", help="checkpoint folder (default: artifacts/checkpoints/<model or task>)")
     p.set_defaults(func=run)

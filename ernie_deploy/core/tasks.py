@@ -37,6 +37,14 @@ TEXT_PAIR_INPUT = TensorSpec("text_pair", "BYTES", (1,))
 SCHEMA_INPUT = TensorSpec("schema", "BYTES", (1,), optional=True, example='["时间"]')
 
 
+# The longest input in tokens ([CLS] and [SEP] included) an export takes when neither the user nor the checkpoint
+# says otherwise (a task's `max_seq_len` where it has its own).
+DEFAULT_MAX_SEQ_LEN = 128
+# Taskflow's information_extraction reads 512 tokens (its `max_seq_len` default, and PaddleNLP's UIE fine-tuning's):
+# a UIE checkpoint that records no length of its own is served at it.
+TASKFLOW_MAX_SEQ_LEN = 512
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str  # CLI name: "seq_cls"
@@ -51,6 +59,8 @@ class TaskSpec:
     inputs: tuple[TensorSpec, ...] = (TEXT_INPUT,)
     # What a request may send beside its texts, per text (UIE: what to extract from it).
     options: tuple[TensorSpec, ...] = ()
+    # The longest input an export takes when neither the user nor the checkpoint says (at most the model's positions).
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -213,6 +223,7 @@ UIE = TaskSpec(
     paddle_class="UIE",
     outputs=(TensorSpec("result", "BYTES", (1,)),),  # JSON: {type: [{"text", "start", "end", "probability", ...}]}
     options=(SCHEMA_INPUT,),
+    max_seq_len=TASKFLOW_MAX_SEQ_LEN,
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}
@@ -227,9 +238,6 @@ DEMO_MODELS: dict[str, str] = {
     "multi_label": "ernie_multilabel",
     "uie": "ernie_uie",
 }
-# The longest input in tokens ([CLS] and [SEP] included) an export takes when neither the user nor the checkpoint
-# says otherwise.
-DEFAULT_MAX_SEQ_LEN = 128
 # The demo models: what the quickstart, `scripts/convert.sh`, `build` and `bench` take when no task is named. The
 # other tasks are one `--task` away (their bootstraps start from these two and add minutes the quickstart skips).
 DEFAULT_TASKS = ("seq_cls", "token_cls")
@@ -240,6 +248,13 @@ def artifact_name(model: str) -> str:
     the demo models, whose files live under their task's name (artifacts/static/seq_cls for ernie_seqcls)."""
     demo = {name: task for task, name in DEMO_MODELS.items()}
     return demo.get(model, model)
+
+
+def tasks_of_heads(heads: list[str]) -> list[TaskSpec]:
+    """The tasks that serve a checkpoint saved from one of `heads` (paddlenlp class names, a config's
+    `architectures`): several where tasks share a class (a label per text, text pairs and label sets are all
+    ErnieForSequenceClassification), none where no task serves it."""
+    return [task for task in TASKS.values() if task.paddle_class in heads]
 
 
 def get_task(name: str) -> TaskSpec:

@@ -262,7 +262,9 @@ def write(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ernie_deploy.deployfiles.drift_rules", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m ernie_deploy.deployfiles.drift_rules", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="the rule file to write (default: %(default)s)")
     parser.add_argument("--window", default=DEFAULT_WINDOW, help="the window drift is measured over (%(default)s)")
     parser.add_argument("--for", dest="alert_for", default=DEFAULT_FOR, help="how long a drift holds (%(default)s)")

@@ -21,7 +21,9 @@ PRINTERS = table("evaluate", "show")
 
 def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
     """The options of the client script of `task` (`doc`: its --help text)."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--grpc-url", default=DEFAULT_GRPC_URL, help="Triton gRPC address (default %(default)s)")
     parser.add_argument(
         "--model",

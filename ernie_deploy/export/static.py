@@ -24,7 +24,7 @@ from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, TaskSpec
-from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_tokens
+from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_max_seq_len, trained_tokens
 
 PREFIX = "inference"
 
@@ -90,12 +90,12 @@ def label_names_from_config(config: dict) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(int(num))]
 
 
-def choose_max_seq_len(requested: int | None, max_positions: int | None) -> int:
-    """The longest input to serve, in tokens ([CLS] and [SEP] included): `requested`, else the default
-    (at most the model's positions). A request beyond the model's positions is refused: the position embedding
-    has no row for them, and onnxruntime fails on such an input at run time."""
+def choose_max_seq_len(requested: int | None, max_positions: int | None, default: int = DEFAULT_MAX_SEQ_LEN) -> int:
+    """The longest input to serve, in tokens ([CLS] and [SEP] included): `requested`, else `default` (at most the
+    model's positions). A request beyond the model's positions is refused: the position embedding has no row for
+    them, and onnxruntime fails on such an input at run time."""
     if requested is None:
-        return min(DEFAULT_MAX_SEQ_LEN, max_positions) if max_positions else DEFAULT_MAX_SEQ_LEN
+        return min(default, max_positions) if max_positions else default
     if requested < 2:
         raise BadOptionsError(
             f"max_seq_len {requested} leaves no room for a token", "use --max-seq-len 2 or more ([CLS] and [SEP])"
@@ -107,6 +107,12 @@ def choose_max_seq_len(requested: int | None, max_positions: int | None) -> int:
             f"export with --max-seq-len {max_positions} or less; longer texts are truncated to it",
         )
     return requested
+
+
+def default_max_seq_len(task: TaskSpec, root: str | Path, config: dict) -> int:
+    """The length an export takes when not told: the one the checkpoint was trained at, where its training record or
+    config says (a model reads best at its own length), else the task's (core.tasks: 128; UIE, Taskflow's 512)."""
+    return trained_max_seq_len(root, config) or task.max_seq_len
 
 
 def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
@@ -136,8 +142,8 @@ def export(
 ) -> StaticModel:
     """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically).
 
-    max_seq_len: the longest input, in tokens, that later stages tokenize to (default: the task's, at most the
-    model's max_position_embeddings). ner_decoding: a token model's NER decoding (serving.entities.DECODINGS;
+    max_seq_len: the longest input, in tokens, that later stages tokenize to (default: default_max_seq_len, at most
+    the model's max_position_embeddings). ner_decoding: a token model's NER decoding (serving.entities.DECODINGS;
     default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does. name: the model's
     name (default: the task's demo model). The record (model.json) also carries the token length the checkpoint was
     trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS)."""
@@ -158,7 +164,7 @@ def export(
         labels = labels or trained_schema(config)
         facts["schema"] = list(labels) or None
     max_positions = int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None
-    max_seq_len = choose_max_seq_len(max_seq_len, max_positions)
+    max_seq_len = choose_max_seq_len(max_seq_len, max_positions, default_max_seq_len(task, root, config))
     do_lower_case = checkpoint.do_lower_case
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()

@@ -359,16 +359,35 @@ def _inspect_archive(archive: Path, out: Path) -> Checkpoint:
 
 # A bootstrap checkpoint's record of its training (train.bootstrap writes it beside the weights).
 TRAINING_RECORD = "bootstrap.json"
+# The key of a checkpoint's config.json that holds the input length it was trained at, where its training wrote one
+# (paddlenlp's own configs hold none).
+CONFIG_MAX_SEQ_LEN = "max_seq_len"
+
+
+def training_record(root: str | Path) -> dict:
+    """The training record beside the checkpoint at `root`; {} where it has none, or one that cannot be read."""
+    path = Path(root) / TRAINING_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _length(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def trained_tokens(root: str | Path) -> int | None:
     """The token length of the texts the checkpoint at `root` was trained on ([CLS] and [SEP] included), where its
     training record says (a bootstrap checkpoint records its own: `trained_tokens`); None where nothing says."""
-    path = Path(root) / TRAINING_RECORD
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("trained_tokens")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return None
-    return int(value) if isinstance(value, int) and value > 0 else None
+    return _length(training_record(root).get("trained_tokens"))
+
+
+def trained_max_seq_len(root: str | Path, config: dict) -> int | None:
+    """The input length in tokens the checkpoint at `root` was trained at, where it says: its training record's recipe
+    (`max_seq_len`, which the bootstrap records), else its config's CONFIG_MAX_SEQ_LEN; None where nothing says."""
+    recipe = training_record(root).get("recipe")
+    return _length(recipe.get("max_seq_len") if isinstance(recipe, dict) else None) or _length(
+        config.get(CONFIG_MAX_SEQ_LEN)
+    )

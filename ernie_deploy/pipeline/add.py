@@ -104,10 +104,20 @@ def check_labels(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
         label_names_from_config(checkpoint.model_config())
 
 
+def check_max_seq_len(checkpoint, export: ExportOptions) -> None:
+    """Refuse a --max-seq-len the checkpoint's positions cannot hold, as export does, before anything is written."""
+    from ernie_deploy.export.static import choose_max_seq_len
+
+    if export.max_seq_len is not None:
+        choose_max_seq_len(export.max_seq_len, checkpoint.max_positions)
+
+
 def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
-    """What a checkpoint found on disk must be to serve as `task`: its head the task's, its labels readable."""
+    """What a checkpoint found on disk must be to serve as `task`: its head the task's, its labels readable, its
+    positions enough for --max-seq-len."""
     check_head(task, checkpoint)
     check_labels(task, checkpoint, export)
+    check_max_seq_len(checkpoint, export)
 
 
 def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:

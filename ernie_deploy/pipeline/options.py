@@ -55,18 +55,23 @@ class _StageOptions:
 class FetchOptions(_StageOptions):
     source: str | None = None  # an http(s) URL of an archive, or a local folder / archive
     sha256: str | None = None  # required with a URL: the archive's pinned sha256
-    bootstrap: bool = False  # train a small ERNIE offline on the task's data (cached) instead
-    force: bool = False  # retrain the bootstrap model even if cached
-    budget: float | None = None  # with bootstrap: minutes of training on every train row
+    bootstrap: bool = False  # the task's demo model: the checkpoint the repository ships (demo/<task>)
+    train: bool = False  # with bootstrap: train it on this machine with its recipe (cached) instead
+    force: bool = False  # with bootstrap: train it again even if cached
+    budget: float | None = None  # with bootstrap: train for this many minutes on every train row instead
 
     def __post_init__(self):
-        if self.budget is not None and not self.bootstrap:
-            raise BadOptionsError("--budget is the training time of --bootstrap", "add --bootstrap, or drop --budget")
+        for flag, value in (("--budget", self.budget is not None), ("--train", self.train), ("--force", self.force)):
+            if value and not self.bootstrap:
+                raise BadOptionsError(
+                    f"{flag} is about training a --bootstrap model", f"add --bootstrap, or drop {flag}"
+                )
 
 
 @dataclass(frozen=True)
 class ExportOptions(_StageOptions):
-    max_seq_len: int | None = None  # None: the task's, at most the model's max_position_embeddings
+    # None: the length the checkpoint records, else the task's; at most its max_position_embeddings
+    max_seq_len: int | None = None
     ner_decoding: str | None = field(default=None, metadata=_choices(DECODINGS))  # token models; None: constrained
     labels: str | None = None  # a JSON file listing the label names, when the checkpoint's config has none
 

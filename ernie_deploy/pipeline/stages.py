@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError
-from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import get_task
 from ernie_deploy.export.static import StaticModel
-from ernie_deploy.pipeline.locate import DEFAULT_TASK, artifact_name
+from ernie_deploy.pipeline.locate import DEFAULT_TASK, FETCH_RECORD, artifact_name, check_heads, checkpoint_task
 from ernie_deploy.pipeline.options import ExportOptions, FetchOptions
 
 Log = Callable[[str], None]
@@ -34,21 +34,33 @@ def fetch_model(
     task: str | None, name: str | None, options: FetchOptions, *, out: str | Path | None = None, log: Log = _quiet
 ) -> Fetched:
     """Materialise model `name`'s checkpoint (default: the task's demo model) at `out`, else
-    artifacts/checkpoints/<name or task>, from `options.source` or the bootstrap."""
+    artifacts/checkpoints/<name or task>, from `options.source` or the bootstrap. The task, where given (a
+    bootstrap's always is), is recorded beside it (locate.FETCH_RECORD) for the later stages; a given task that the
+    class the checkpoint's config names does not serve is refused before anything is written."""
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
 
-    task = get_task(task or DEFAULT_TASK)
-    out = Path(out or artifact_dir("checkpoints", artifact_name(task.name, name)))
+    spec = get_task(task or DEFAULT_TASK)
+    out = Path(out or artifact_dir("checkpoints", artifact_name(spec.name, name)))
     if options.bootstrap:
         from ernie_deploy.fetch.datasets import prepare
         from ernie_deploy.train.bootstrap import train
 
         recipe = {"budget_minutes": options.budget} if options.budget is not None else None
-        checkpoint = inspect_checkpoint(train(task, prepare(task.dataset), force=options.force, recipe=recipe))
+        trained = train(spec, prepare(spec.dataset), force=options.force, recipe=recipe, retrain=options.train)
+        checkpoint = inspect_checkpoint(trained)
     elif options.source:
         checkpoint = resolve_checkpoint(options.source, sha256=options.sha256, workdir=out.parent)
+        if task:
+            check_heads(spec, checkpoint)
     else:
         raise BadOptionsError("nothing to fetch", "pass a URL (with --sha256), a local path, or --bootstrap")
+    _copy_checkpoint(checkpoint, out, spec.name if task or options.bootstrap else None)
+    log(f"{name or spec.name}: {checkpoint.kind} checkpoint at {out}")
+    return Fetched(out, checkpoint.kind)
+
+
+def _copy_checkpoint(checkpoint, out: Path, task: str | None) -> None:
+    """The checkpoint's folder copied to `out` whole or not at all, with the task it was fetched for, where given."""
     with atomic_path(out) as tmp:
         shutil.copytree(checkpoint.root, tmp)
         # A static model may keep its vocabulary and configs in the folder above it: they travel with it
@@ -57,8 +69,8 @@ def fetch_model(
             source = Path(checkpoint.vocab_file).parent / file
             if not (tmp / file).exists() and source.is_file():
                 shutil.copy2(source, tmp / file)
-    log(f"{name or task.name}: {checkpoint.kind} checkpoint at {out}")
-    return Fetched(out, checkpoint.kind)
+        if task:
+            write_json({"task": task}, tmp / FETCH_RECORD)
 
 
 def export_model(
@@ -71,13 +83,15 @@ def export_model(
     log: Log = _quiet,
 ) -> StaticModel:
     """Export model `name`'s checkpoint (default: artifacts/checkpoints/<name or task>) to a static model at `out`
-    (default: artifacts/static/<name or task>), its record (model.json) beside it for the later stages."""
+    (default: artifacts/static/<name or task>), its record (model.json) beside it for the later stages. `task`: the
+    one fetch recorded beside the checkpoint, else the one its config's class serves, where not given
+    (locate.checkpoint_task)."""
     from ernie_deploy.export.static import export
     from ernie_deploy.fetch.checkpoints import inspect_checkpoint
 
-    task = get_task(task or DEFAULT_TASK)
-    folder = artifact_name(task.name, name)
+    folder = artifact_name(task, name)
     found = inspect_checkpoint(Path(checkpoint or artifact_dir("checkpoints", folder)))
+    task = checkpoint_task(task, found)  # what fetch recorded, or the checkpoint's class says, where not given
     labels = json.loads(Path(options.labels).read_text()) if options.labels else None
     static = export(
         found,

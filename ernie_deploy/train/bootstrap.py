@@ -87,14 +87,20 @@ def checkpoint_dir(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None
 
 def _with_base(recipe: dict[str, Any], data_dir: Path, base_checkpoint) -> dict[str, Any]:
     """The recipe with the checkpoint it starts from (`init_from`) resolved by `base_checkpoint(task, data_dir)`
-    (found, or trained): its folder name is its cache key, so a retrained base retrains this model too."""
+    (found, or trained): its cache key, so a retrained base retrains this model too."""
     if not recipe.get("init_from"):
         return recipe
     from ernie_deploy.core.tasks import get_task
 
     base_task = get_task(recipe["init_from"])
     base_data = datasets.prepare(base_task.dataset, data_dir.parent)
-    return {**recipe, "init_checkpoint": base_checkpoint(base_task, base_data).name}
+    return {**recipe, "init_checkpoint": _key_of(base_checkpoint(base_task, base_data))}
+
+
+def _key_of(checkpoint: Path) -> str:
+    """A checkpoint's cache key: its folder's name in the cache, its manifest's where it ships (demo/<task>)."""
+    record = shipped.manifest(checkpoint.name, checkpoint.parent) if checkpoint.parent == shipped.SHIPPED_ROOT else None
+    return record["cache_key"] if record else checkpoint.name
 
 
 def _base_dir(recipe: dict[str, Any], retrain: bool) -> Path | None:
