@@ -121,7 +121,7 @@ def test_an_unknown_option_is_named_with_the_ones_there_are(tmp_path):
         plan(path)
     # The model's fields (source, sha256, bootstrap) are not the stage's to set: not offered.
     assert err.value.problem == "models[0].fetch.budjet: unknown option"
-    assert err.value.fix == "use one of: budget, force"
+    assert err.value.fix == "use one of: budget, force, train"
 
 
 @pytest.mark.parametrize(

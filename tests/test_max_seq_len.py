@@ -5,8 +5,6 @@ recipe, or its config.json), else its task's (128; UIE, Taskflow's 512), at most
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,42 +15,7 @@ from ernie_deploy.export.static import choose_max_seq_len, default_max_seq_len
 from ernie_deploy.fetch.checkpoints import TRAINING_RECORD, trained_max_seq_len
 from ernie_deploy.pipeline.options import ExportOptions
 
-from .conftest import ROOT
-
-CONVERT = ["bash", str(ROOT / "scripts" / "convert.sh")]
-
-
-def _convert_parse_only(*args: str) -> subprocess.CompletedProcess:
-    """`scripts/convert.sh ARGS` with ERNIE_DEPLOY_PARSE_ONLY=1: every value checked by the parser of the command it
-    goes to, nothing run."""
-    env = {**os.environ, "ERNIE_DEPLOY_PARSE_ONLY": "1"}
-    return subprocess.run([*CONVERT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
-
-# -- the flag, passed on ----------------------------------------------------------------------------------------------
-
-
-def test_convert_sh_passes_max_seq_len_to_add_for_a_model_of_ones_own(tmp_path):
-    own = ["--task", "seq_cls", "--model", "news", "--source", str(tmp_path)]
-    assert _convert_parse_only(*own, "--max-seq-len", "256").returncode == 0
-    # the value reaches `add`'s own parser, which refuses what is not a number
-    refused = _convert_parse_only(*own, "--max-seq-len", "long")
-    assert refused.returncode == 2
-    assert "ernie-deploy add: error: argument --max-seq-len: invalid int value: 'long'" in refused.stderr
-
-
-def test_convert_sh_passes_max_seq_len_to_export_for_the_demo_models():
-    refused = _convert_parse_only("--task", "token_cls", "--max-seq-len", "long")
-    assert refused.returncode == 2
-    assert "ernie-deploy export: error: argument --max-seq-len: invalid int value: 'long'" in refused.stderr
-    missing = _convert_parse_only("--max-seq-len")
-    assert missing.returncode == 2 and "--max-seq-len needs a value" in missing.stderr
-
-
-def test_convert_sh_help_names_the_flag():
-    shown = subprocess.run([*CONVERT, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0 and "--max-seq-len" in shown.stdout
-    assert "ERNIE_DEPLOY_PARSE_ONLY=1" in shown.stdout.splitlines()[-1]  # the help's last line, whole
+# -- the flag, passed on (scripts/convert.sh's: tests/test_scripts.py) ----------------------------------------------
 
 
 def test_add_fills_the_export_options_with_max_seq_len():

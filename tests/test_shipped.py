@@ -44,7 +44,7 @@ def _no_training(*args, **kwargs):
 def test_each_task_ships_a_checkpoint_this_checkouts_recipe_and_data_made(name):
     task = get_task(name)
     record = shipped.manifest(name)
-    assert record is not None, f"demo/{name} has no manifest: ship it, `python -m ernie_deploy.pipeline.ship {name}`"
+    assert record is not None, f"demo/{name} has no manifest: ship it, `python -m ernie_deploy.cli.ship {name}`"
     data = prepare(task.dataset)
     # The key is over the data, the recipe and the code version: a recipe edited without shipping again fails here.
     assert bootstrap.checkpoint_dir(task, data).name == record["cache_key"]
@@ -106,7 +106,7 @@ def test_a_checkpoint_of_another_recipe_is_refused_naming_both_keys(tmp_path):
     with pytest.raises(BadCheckpointError, match="another recipe or other data") as err:
         shipped.verified("seq_cls", "f" * 64, root)
     assert key[:12] in str(err.value) and "ffffffffffff" in str(err.value)
-    assert "python -m ernie_deploy.pipeline.ship seq_cls" in str(err.value)
+    assert "python -m ernie_deploy.cli.ship seq_cls" in str(err.value)
     with pytest.raises(BadCheckpointError, match="no shipped uie checkpoint"):
         shipped.verified("uie", key, root)
 
@@ -142,5 +142,5 @@ def test_the_docs_table_of_the_shipped_models_is_rendered_from_their_manifests()
     page = TABLE_PAGE.read_text(encoding="utf-8")
     assert page.count(TABLE_BEGIN) == page.count(TABLE_END) == 1, f"{TABLE_PAGE} lacks the table's marker lines"
     shown = page.split(TABLE_BEGIN + "\n", 1)[1].split(TABLE_END, 1)[0]
-    assert shown == table(), "render it again: `python -m ernie_deploy.pipeline.ship --table`"
+    assert shown == table(), "render it again: `python -m ernie_deploy.cli.ship --table`"
     assert all(f"| `{name}` |" in shown for name in TASKS)

@@ -81,7 +81,7 @@ def verified(task: str, key: str, root: Path | None = None) -> Path:
         raise BadCheckpointError(
             f"the shipped {task} checkpoint ({folder}) was made by another recipe or other data than this checkout's "
             f"(its key {str(record.get('cache_key'))[:12]}, this checkout's {key[:12]})",
-            f"{retrain}; to ship the new one: `python -m ernie_deploy.pipeline.ship {task}`",
+            f"{retrain}; to ship the new one: `python -m ernie_deploy.cli.ship {task}`",
         )
     for name, digest in record["files"].items():
         path = folder / name

@@ -1,4 +1,4 @@
-"""Ship demo models with the repository: `python -m ernie_deploy.pipeline.ship TASK [TASK ...]`.
+"""Ship demo models with the repository (the command: `python -m ernie_deploy.cli.ship TASK [TASK ...]`).
 
 For each task: its bootstrap checkpoint trained on this machine with the task's recipe (trained first if the cache
 lacks it: `python -m ernie_deploy.train.bootstrap TASK --train`), exported and converted as the pipeline does, its test
@@ -10,16 +10,14 @@ it, and its dev and test scores.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.files import staging_dir
 from ernie_deploy.core.paths import artifacts_dir
-from ernie_deploy.core.tasks import TaskSpec, get_task
-from ernie_deploy.evaluate.offline import evaluate
-from ernie_deploy.export.static import export
+from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.export.static import StaticModel, export
 from ernie_deploy.fetch import shipped
 from ernie_deploy.fetch.checkpoints import inspect_checkpoint
 from ernie_deploy.fetch.data import split_file
@@ -28,16 +26,21 @@ from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import ConvertOptions
 from ernie_deploy.train.bootstrap import load_meta, train
 
+# (model record, static model, model.onnx, test split file) -> {"paddle": report, "onnx": report}: the offline scores
+# `ernie-deploy eval` gives (ernie_deploy.evaluate.offline.evaluate, which the command passes in).
+Scorer = Callable[[Any, StaticModel, Path, Path], dict]
 
-def ship(task: TaskSpec, *, root: Path | None = None, log: Callable[[str], None] = print) -> Path:
-    """Write demo/<task.name>/ from the task's checkpoint trained here; returns the folder."""
+
+def ship(task: TaskSpec, score: Scorer, *, root: Path | None = None, log: Callable[[str], None] = print) -> Path:
+    """Write demo/<task.name>/ from the task's checkpoint trained here, its test split scored by `score`; returns the
+    folder."""
     data = prepare(task.dataset)
     checkpoint = train(task, data, retrain=True)
     meta = load_meta(checkpoint)
     with staging_dir(artifacts_dir() / "ship", task.name) as work:
         static = export(inspect_checkpoint(checkpoint), task, work / "static")
         onnx = convert_model(static, ConvertOptions(), out=work / "onnx" / "model.onnx", log=log)
-        scores = evaluate(static.spec, static, onnx, split_file(data, "test", task.split_format))
+        scores = score(static.spec, static, onnx, split_file(data, "test", task.split_format))
     metric = task.metric
     record = {
         "cache_key": checkpoint.name,
@@ -68,7 +71,7 @@ def ship(task: TaskSpec, *, root: Path | None = None, log: Callable[[str], None]
 
 # The page whose table of the shipped models `table()` renders, between these two lines.
 TABLE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "CONVERT.md"
-TABLE_BEGIN = "<!-- demo models: rendered by `python -m ernie_deploy.pipeline.ship --table` -->"
+TABLE_BEGIN = "<!-- demo models: rendered by `python -m ernie_deploy.cli.ship --table` -->"
 TABLE_END = "<!-- end of the demo models -->"
 
 
@@ -101,27 +104,3 @@ def write_table(page: Path = TABLE_PAGE, root: Path | None = None) -> None:
     head, _, rest = text.partition(TABLE_BEGIN + "\n")
     _, _, tail = rest.partition(TABLE_END)
     page.write_text(f"{head}{TABLE_BEGIN}\n{table(root)}{TABLE_END}{tail}", encoding="utf-8")
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument(
-        "task", nargs="*", help="the tasks whose demo models to ship, bases before the tasks they start"
-    )
-    parser.add_argument("--table", action="store_true", help=f"then render the shipped models' table in {TABLE_PAGE}")
-    args = parser.parse_args(argv)
-    try:
-        for name in args.task:
-            ship(get_task(name))
-        if args.table:
-            write_table()
-    except ErnieDeployError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

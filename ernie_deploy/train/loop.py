@@ -106,10 +106,7 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
                 f"pack_tokens joins train texts into one row; a {recipe['task']} model answers once per text",
                 "drop pack_tokens from this task's recipe",
             )
-        packed = kind.pack(rows["train"], recipe["pack_tokens"])
-        # pack_sentences: the packed rows beside the sentences, so the model reads both a lone sentence and a window of
-        # several as a served long text is read (LONG_TEXTS.md); else the packed rows alone.
-        rows["train"] = rows["train"] + packed if recipe.get("pack_sentences") else packed
+        rows["train"] = kind.pack(rows["train"], recipe["pack_tokens"])
     if kind.thin is not None:
         rows["train"] = kind.thin(rows["train"], recipe)
     tokenize_s = time.time() - t_tok

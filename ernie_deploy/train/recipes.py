@@ -61,25 +61,22 @@ DEFAULT_RECIPE: dict[str, Any] = {
 # vocabulary built here. (Not a DEFAULT_RECIPE key: the recipe is the cache key, and the existing bootstraps keep
 # theirs.)
 TASK_RECIPES: dict[str, dict[str, Any]] = {
+    # The shipped classifier (demo/seq_cls, its manifest holds the scores): 16 epochs, [UNK] dropout 0.15, dev 0.814
+    # at the last epoch, test 0.837, 34.7 min on one core of the shared 2-core host. The same shape starting from the
+    # tagger's encoder (init_from token_cls, feed-forward 512, 8 epochs) reached dev 0.819 and test 0.810: within
+    # dev's noise of each other (1,000 titles), and the random start keeps the classifier apart from the tagger.
     "seq_cls": {"epochs": 16, "token_dropout": 0.15},
-    # Measured on 2 cores (dev entity F1 over word pieces, per epoch): 2 x 256 with the classifier's
-    # regularisation, 20,000 rows, 3 epochs: 0.42 / 0.59 / 0.64 (9.5 min); 2 x 128, lr 2e-3, all 48,289
-    # rows: 0.48 after one epoch (3.4 min). The run is short enough that the model underfits, so
-    # dropout and [UNK] dropout only slow it: without them, lr 1e-3: 0.52 / 0.61 / 0.69 (8.5 min).
     # Pairs start from the classifier, whose encoder already tells the classes apart; the pair head learns to
-    # compare two titles. Measured on 2 busy cores (dev accuracy per epoch, 250 steps each): 0.663 / 0.763 / 0.786,
-    # test 0.811, 9.2 min of training while other jobs held the cores (~1.4 steps/s).
+    # compare two titles. From the shipped classifier (dev accuracy per epoch, 250 steps each): 0.672 / 0.690 / 0.718 /
+    # 0.770 / 0.763, test 0.772.
     "pair_cls": {"init_from": "seq_cls", "epochs": 5},
-    # Shorter runs cost entity F1, and the classifier's encoder does not buy it back (served entity F1 on the 5,000
-    # test sentences, windows, constrained decoding; the learning rate decays over each run's own steps): 3 epochs
-    # (1,875 steps): 0.6727; 2 epochs (1,250): 0.6256; 1 epoch (625) from the seq_cls encoder (`init_from`): 0.5084,
-    # dev 0.460, below the 0.518 this recipe reaches after its first epoch from random init. At equal steps the
-    # warm start's training loss was no lower (steps 200 / 300 / 370: 0.247 / 0.237 / 0.209 warm, 0.236 / 0.237 /
-    # 0.200 cold): the title classifier's encoder holds little a tagger can use.
-    # A feed-forward of 512 instead of 1,024: the step on batches of 32 x 46 tokens ran 1.40-1.46x as fast on one core
-    # (715-746 against 1,040-1,045 ms, back to back), and the recipe otherwise the same reached dev 0.697 (0.644 /
-    # 0.697 after epochs 2 / 3, against 0.689 at 1,024) and served test entity F1 0.6730 (0.6764 at 1,024 on the same
-    # machine, within what a retrain moves).
+    # The shipped tagger (demo/token_cls): every train sentence, consecutive ones packed into rows of up to 64 tokens
+    # (39,792 rows: a lone long sentence, or two or three short ones, as a served window holds them), 4 epochs, dev
+    # entity F1 over word pieces 0.627 / 0.762 / 0.807 / 0.826, served test F1 0.7712, 62 min (one core, then two).
+    # No dropout: the model underfits this data (its training loss still falls at the last epoch). A feed-forward of
+    # 512 instead of 1,024 runs the step 1.40-1.46x as fast on one core at equal F1 (back to back, batches of 32 x 46
+    # tokens). The title classifier's encoder holds little a tagger can use: started from it, a tagger's training loss
+    # was no lower at equal steps.
     "token_cls": {
         "intermediate_size": 512,
         "max_train_rows": None,
@@ -90,13 +87,9 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
     },
-    # Which entity types a sentence holds: the token_cls encoder already tells entities apart, so a short run on
-    # a subset teaches the new head (the shape must stay token_cls's, whose encoder it loads). The step rate
-    # measured at this shape on the shared 2-core host (busy): 60 steps of 32 in 44.6 s, 1.34 steps/s; 12,000 rows
-    # for one epoch (375 steps) keeps the loop under 5 minutes there.
-    # With token_cls's feed-forward of 512, 12,000 rows scored test micro F1 0.8544 (dev 0.8621 at 0.5), under the
-    # 0.8657 of the 1,024 encoder; 16,000 rows (500 steps, about the compute 375 steps of the wider shape took)
-    # 0.8605 (dev 0.8796).
+    # Which entity types a sentence holds: the token_cls encoder already tells entities apart, so one pass over a
+    # subset teaches the new head (the shape must stay token_cls's, whose encoder it loads). From the shipped tagger,
+    # 32,000 rows (1,000 steps, 24 min on a busy host): dev micro F1 0.9107, test 0.8992 (demo/multi_label).
     "multi_label": {
         "init_from": "token_cls",
         "intermediate_size": 512,  # token_cls's shape
@@ -111,11 +104,10 @@ TASK_RECIPES: dict[str, dict[str, Any]] = {
     # encoder already marks MSRA's entities, so the pointer heads and the prompt (token type 1 for the text, which the
     # tagger never saw) are what a short run teaches; token_cls's shape, whose encoder it loads. No [UNK] dropout: it
     # would hide the prompt, the only thing that tells a row's type. 82% of the rows hold no entity of their type;
-    # keeping 35% of those doubles the share of rows that teach a span. Measured on the shared 2-core host (busy),
-    # dev span F1 at the served threshold 0.5: 8,000 texts, all rows, lr 5e-4, 750 steps: 0.622 (5.8 min, test
-    # 0.547 in Paddle); this recipe stopped at 477 of its 852 steps: 0.663 (5.7 min, test 0.591); lr 1e-3 with all
-    # rows stopped at 302 steps: 0.03. So it runs its steps whatever the host's speed (no time budget): a run cut short
-    # by a busy host would be another model, and the gate under its lowest retrain would not hold.
+    # keeping 35% of those doubles the share of rows that teach a span. From the shipped tagger, 24,000 texts (1,198
+    # steps, 30 min on a busy host): dev span F1 0.8226 at the served threshold 0.5, test 0.7450 (demo/uie). At lr 1e-3
+    # a run of all rows that stopped at 302 steps scored 0.03, so the recipe runs its steps whatever the host's speed
+    # (no time budget).
     "uie": {
         "init_from": "token_cls",
         "intermediate_size": 512,  # token_cls's shape
@@ -138,7 +130,7 @@ BUDGETED: dict[str, Any] = {"max_train_rows": None, "epochs": 30}
 # Recipe entries a task's recipe may leave out (absent: off), so that adding one keeps every cache key that does not
 # use it: rows that pack consecutive train texts up to this many tokens (KindRecipe.pack); the share of UIE's
 # negative train rows kept (KindRecipe.thin).
-OPTIONAL = ("pack_tokens", "pack_sentences", "negative_rows")
+OPTIONAL = ("pack_tokens", "negative_rows")
 
 
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
