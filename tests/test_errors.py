@@ -207,7 +207,9 @@ def test_a_download_that_does_not_match_its_pin_is_a_download_error(tmp_path):
 def test_a_failure_named_with_its_place_in_a_deployment_file_keeps_its_type():
     from ernie_deploy.pipeline.options import FetchOptions
 
-    with pytest.raises(BadOptionsError, match=r"models\[0\]\.fetch: --budget is the training time") as caught:
+    with pytest.raises(
+        BadOptionsError, match=r"models\[0\]\.fetch: --budget is about training a --bootstrap model"
+    ) as caught:
         FetchOptions.from_mapping({"budget": 5}, "models[0].fetch")
     assert_names_fix(caught.value)
 
