@@ -60,7 +60,7 @@ def _checkpoint(root: Path, config: dict, record: dict | None = None) -> Path:
 
 def test_a_uie_checkpoint_that_records_no_length_takes_taskflows_512_at_most_its_positions(tmp_path):
     root = _checkpoint(tmp_path / "uie", {"architectures": ["UIE"]})
-    assert TASKFLOW_MAX_SEQ_LEN == 512 and UIE.max_seq_len == TASKFLOW_MAX_SEQ_LEN
+    assert TASKFLOW_MAX_SEQ_LEN == 512 and UIE.default_max_seq_len == TASKFLOW_MAX_SEQ_LEN
     assert default_max_seq_len(UIE, root, {}) == 512
     assert choose_max_seq_len(None, 2048, default_max_seq_len(UIE, root, {})) == 512
     assert choose_max_seq_len(None, 256, default_max_seq_len(UIE, root, {})) == 256  # capped by its positions

@@ -38,7 +38,7 @@ SCHEMA_INPUT = TensorSpec("schema", "BYTES", (1,), optional=True, example='["时
 
 
 # The longest input in tokens ([CLS] and [SEP] included) an export takes when neither the user nor the checkpoint
-# says otherwise (a task's `max_seq_len` where it has its own).
+# says otherwise (a task's `default_max_seq_len` where it has its own).
 DEFAULT_MAX_SEQ_LEN = 128
 # Taskflow's information_extraction reads 512 tokens (its `max_seq_len` default, and PaddleNLP's UIE fine-tuning's):
 # a UIE checkpoint that records no length of its own is served at it.
@@ -60,7 +60,7 @@ class TaskSpec:
     # What a request may send beside its texts, per text (UIE: what to extract from it).
     options: tuple[TensorSpec, ...] = ()
     # The longest input an export takes when neither the user nor the checkpoint says (at most the model's positions).
-    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    default_max_seq_len: int = DEFAULT_MAX_SEQ_LEN
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -223,7 +223,7 @@ UIE = TaskSpec(
     paddle_class="UIE",
     outputs=(TensorSpec("result", "BYTES", (1,)),),  # JSON: {type: [{"text", "start", "end", "probability", ...}]}
     options=(SCHEMA_INPUT,),
-    max_seq_len=TASKFLOW_MAX_SEQ_LEN,
+    default_max_seq_len=TASKFLOW_MAX_SEQ_LEN,
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}

@@ -112,7 +112,7 @@ def choose_max_seq_len(requested: int | None, max_positions: int | None, default
 def default_max_seq_len(task: TaskSpec, root: str | Path, config: dict) -> int:
     """The length an export takes when not told: the one the checkpoint was trained at, where its training record or
     config says (a model reads best at its own length), else the task's (core.tasks: 128; UIE, Taskflow's 512)."""
-    return trained_max_seq_len(root, config) or task.max_seq_len
+    return trained_max_seq_len(root, config) or task.default_max_seq_len
 
 
 def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
