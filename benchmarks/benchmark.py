@@ -23,7 +23,7 @@ from ernie_deploy.bench.inprocess import bench_inprocess
 from ernie_deploy.bench.rows import LIMIT_INT8, LIMIT_INT8_OPT, LIMIT_OPT, asdict_rows
 from ernie_deploy.bench.run import build_layout, checked_config, finish, results_header, served_cells
 from ernie_deploy.bench.server_rows import bench_server
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
 
@@ -201,7 +201,7 @@ def run_and_write(
     print()
     print(report(results))
     if results["errors"]:
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             f"{results['errors']} requests failed during the benchmark",
             "read the server logs named in bench.json; the numbers of this run are not valid",
         )

@@ -29,7 +29,7 @@ from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.evaluate.inputs import ModelInputs
@@ -55,7 +55,7 @@ def workloads(texts: list[str], n: int) -> dict[str, list[str]]:
     distinct = list(dict.fromkeys(texts))
     half = len(distinct) // 2
     if half < 2:
-        raise ErnieDeployError(f"{len(distinct)} distinct texts are too few for the cache bench", "use more texts")
+        raise BadDataError(f"{len(distinct)} distinct texts are too few for the cache bench", "use more texts")
     rest = distinct[half:]
     unique = [t if k == 0 else f"{t} {k}" for k in range(-(-n // len(rest))) for t in rest][:n]
     # texts of its own: the suffixes make them new to a cache the other workloads filled
@@ -96,7 +96,7 @@ def measure_cache(item: ModelInputs, config: BenchConfig, workdir: Path, n: int,
                 got = run_load(srv.grpc_url, model, requests, concurrency, warmup_s=0, count=len(texts))
                 after = snapshot(srv.http_url)[model.name] - before
                 if got.errors:
-                    raise ErnieDeployError(f"{model.name}: requests failed: {got.error_messages}", "read the log")
+                    raise FailedRequestsError(f"{model.name}: requests failed: {got.error_messages}", "read the log")
                 rows.append(_row(workload, label, texts, concurrency, got, after))
                 if config.progress:
                     r = rows[-1]

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from benchmarks.cli_comparisons import add_comparisons
-from benchmarks.config import ResearchConfig
+from benchmarks.cli_shared import add_out, out_folder, research_config
 from ernie_deploy.cli.arguments import add_model, exact_parser
-from ernie_deploy.cli.bench import add_arguments, config_from_args, inputs_from_args
+from ernie_deploy.cli.bench import add_arguments, inputs_from_args
 from ernie_deploy.cli.parse_only import parse_only
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
-from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import TASKS
 
 PROG = "python -m benchmarks"
@@ -57,18 +55,6 @@ MODE_FLAGS = {
     "--render": "render",
     "--long-texts": "long-texts",
 }
-
-
-def _sizes(text: str) -> tuple[str, ...]:
-    from ernie_deploy.fetch.shapes import get_shape
-
-    if text.strip() == "none":
-        return ()
-    return tuple(get_shape(size.strip()).name for size in text.split(",") if size.strip())
-
-
-def add_out(p, what: str) -> None:
-    p.add_argument("--out", help=f"folder for {what} (default docs/; --smoke: artifacts/bench-smoke/)")
 
 
 def _add_sizes(p, default: str) -> None:
@@ -215,31 +201,6 @@ def normalized(argv: list[str]) -> list[str]:
         file=sys.stderr,
     )
     return [mode, *([value] if value else []), *rest]
-
-
-def out_folder(args) -> Path:
-    return Path(args.out or (artifacts_dir() / "bench-smoke" if args.smoke else "docs"))
-
-
-def research_config(args) -> ResearchConfig:
-    """ResearchConfig from the flags: `ernie-deploy bench`'s, then the sizes and the rows left out."""
-    changes = {}
-    sizes = getattr(args, "sizes", None)
-    if sizes:
-        changes["sizes"] = _sizes(sizes)
-    if args.repository:
-        if changes.get("sizes"):
-            raise BadOptionsError(
-                "--repository serves a repository built without the size models", "drop --sizes, or --repository"
-            )
-        changes["sizes"] = ()  # a given repository holds only its own models
-    for flag, field in (("no_paddle", "paddle"), ("no_classic", "classic"), ("no_ensemble", "ensemble")):
-        if getattr(args, flag, False):
-            changes[field] = False
-    for flag, field in (("no_int8", "int8"), ("no_peer", "peer")):
-        if getattr(args, flag, False):
-            changes[field] = False
-    return config_from_args(args, ResearchConfig, **changes)
 
 
 def _run(args) -> None:

@@ -4,12 +4,12 @@ scores-cost (every label's probability on request against an earlier revision's 
 
 from __future__ import annotations
 
+from benchmarks.cli_shared import add_out, out_folder, research_config
 from ernie_deploy.cli.bench import add_arguments, inputs_from_args
 from ernie_deploy.core.tasks import TASKS
 
 
 def add_comparisons(sub) -> None:
-    from benchmarks.cli import add_out
 
     p = sub.add_parser(
         "gateway",
@@ -63,7 +63,6 @@ def add_comparisons(sub) -> None:
 
 def _classifier(args):
     """The comparison's config, and the classifier's inputs (the demo classifier unless a model is named)."""
-    from benchmarks.cli import research_config
 
     if not args.task and not args.model:  # it measures the classifier: the other demo models are not read
         args.task = ["seq_cls"]
@@ -77,7 +76,6 @@ def _classifier(args):
 
 
 def _gateway(args) -> None:
-    from benchmarks.cli import out_folder
     from benchmarks.gateway import run_gateway
 
     inputs, timing = _classifier(args)
@@ -85,7 +83,6 @@ def _gateway(args) -> None:
 
 
 def _monitoring(args) -> None:
-    from benchmarks.cli import out_folder
     from benchmarks.monitoring import LAYOUTS, run_monitoring
 
     inputs, timing = _classifier(args)
@@ -94,7 +91,6 @@ def _monitoring(args) -> None:
 
 
 def _scores_cost(args) -> None:
-    from benchmarks.cli import out_folder
     from benchmarks.scores_cost import BEFORE, run_scores_cost
 
     inputs, timing = _classifier(args)

@@ -35,7 +35,7 @@ from benchmarks.peer_rows import PeerRequest, prepare_peer_requests
 from ernie_deploy.bench.load import LoadResult, closed_loop, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.server.procs import group_cpu_seconds
@@ -156,7 +156,7 @@ def hugging_face_answer(answer, request) -> str | None:
 
 def _row(variant: str, batch: int, concurrency: int, got: LoadResult, gateway_cpu_s: float | None) -> dict:
     if got.errors:
-        raise ErnieDeployError(f"{variant} c{concurrency}: requests failed: {got.error_messages}", "read the logs")
+        raise FailedRequestsError(f"{variant} c{concurrency}: requests failed: {got.error_messages}", "read the logs")
     latencies_ms = sorted(1000 * s for s in got.latencies_s)
     return {
         "variant": variant,
@@ -204,7 +204,7 @@ def _pinned(pin: bool):
     before = os.sched_getaffinity(0)
     if pin:
         if len(before) < 2:
-            raise ErnieDeployError("--pin needs two cores", "run it without --pin")
+            raise BadOptionsError("--pin needs two cores", "run it without --pin")
         os.sched_setaffinity(0, {min(before)})
     try:
         yield (min(before), max(before)) if pin else None
@@ -376,7 +376,7 @@ def run_gateway(
     `pin`: gateway-pinned.json)."""
     item = next((i for i in inputs if i.task.name == "seq_cls"), None)
     if item is None:
-        raise ErnieDeployError("the gateway bench measures the classifier", "run it with --task seq_cls")
+        raise BadOptionsError("the gateway bench measures the classifier", "run it with --task seq_cls")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-gateway-") as work:
         measured = measure_gateway(

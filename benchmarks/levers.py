@@ -13,7 +13,7 @@ from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
 from ernie_deploy.bench.rows import SERVED
 from ernie_deploy.bench.run import build_layout
 from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
 
@@ -121,7 +121,7 @@ def pick_levers(keys: list[str] | None) -> dict[str, dict]:
     known = {key for options in LEVERS.values() for key in options} | _layouts()
     unknown = sorted(set(keys) - known)
     if unknown:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"--lever {', '.join(unknown)}: no lever sets that build option or layout",
             f"use some of {', '.join(sorted(known))}",
         )
@@ -146,5 +146,5 @@ def run_levers(
     write_json(run_record(rows), out / "levers.json")
     print(render_levers(rows))
     if any(r["errors"] for r in rows):
-        raise ErnieDeployError("requests failed while measuring the levers", "read the server logs")
+        raise FailedRequestsError("requests failed while measuring the levers", "read the server logs")
     return rows

@@ -28,7 +28,7 @@ from ernie_deploy.bench.rows import (
     rows_of,
     total_errors,
 )
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.core.files import atomic_path
 
 BEGIN_MARK = "<!-- bench:begin -->"
@@ -293,7 +293,7 @@ def replace_generated(text: str, generated: str) -> str:
         at = match.end() if match else 0
         return text[:at] + "\n" + block + "\n\n" + text[at:].lstrip("\n")
     if begin == -1 or end == -1 or end < begin:
-        raise ErnieDeployError(
+        raise BadDataError(
             "BENCHMARKS.md has one bench marker without the other",
             f"keep both {BEGIN_MARK} and {END_MARK}, in this order, or remove both",
         )

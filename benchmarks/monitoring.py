@@ -44,7 +44,7 @@ from benchmarks.monitoring_results import (
 from benchmarks.rounds import best, cell_row
 from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
 
@@ -137,13 +137,13 @@ def measure_served(
         sent = sum(r["texts"] for r in rows if r["layout"] == layout and r["variant"] == "watched")
         name = model_name(layout, "watched")
         if counted[name] < sent:
-            raise ErnieDeployError(
+            raise FailedRequestsError(
                 f"{name} counted {counted[name]:.0f} texts on /metrics, fewer than the {sent} it answered",
                 "the watch is not counting: read server.log and serving/watch.py",
             )
         off = texts_counted(loaded, model_name(layout, "unwatched"))
         if off:
-            raise ErnieDeployError(
+            raise BadRepositoryError(
                 f"{model_name(layout, 'unwatched')} (build --no-monitor) counted {off:.0f} texts",
                 "check that `--no-monitor` leaves the `monitor` parameter out of the answering step's config",
             )
@@ -242,10 +242,10 @@ def run_monitoring(
     """`bash scripts/bench.sh monitoring`: the classifier's rows, printed, and written to `out`/monitoring.json."""
     item = next((i for i in inputs if i.task.name == "seq_cls"), None)
     if item is None:
-        raise ErnieDeployError("the monitoring bench measures the classifier", "run it with --task seq_cls")
+        raise BadOptionsError("the monitoring bench measures the classifier", "run it with --task seq_cls")
     unknown = [layout for layout in layouts if layout not in LAYOUTS]
     if unknown:
-        raise ErnieDeployError(f"no layout {', '.join(unknown)} in the monitoring bench", f"pick among {list(LAYOUTS)}")
+        raise BadOptionsError(f"no layout {', '.join(unknown)} in the monitoring bench", f"pick among {list(LAYOUTS)}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-monitoring-") as work:
         measured = measure_served(item, Path(work), layouts, rounds=rounds, duration_s=duration_s, warmup_s=warmup_s)

@@ -36,7 +36,7 @@ from ernie_deploy.bench.perf_analyzer import (
 from ernie_deploy.bench.perf_analyzer_rate import run_perf_analyzer_rate
 from ernie_deploy.bench.rows import percentile
 from ernie_deploy.bench.run import build_layout, checked_config
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
 
@@ -152,7 +152,7 @@ class _Cell:
                 tls=config.tls,
             )
             if row.errors or not row.throughput:
-                raise ErnieDeployError(
+                raise FailedRequestsError(
                     f"{key}: measuring capacity with perf_analyzer failed: {row.note or 'no request answered'}",
                     f"read the server log {self.srv.log_path}, or use `--load-generator python`",
                 )
@@ -167,7 +167,7 @@ class _Cell:
             tls=config.tls,
         )
         if closed.errors or not closed.sequences:
-            raise ErnieDeployError(
+            raise FailedRequestsError(
                 f"{key}: measuring capacity failed: {closed.error_messages}",
                 f"read the server log {self.srv.log_path}",
             )
@@ -261,7 +261,7 @@ def _settled(url: str, model: str) -> dict:
         if count == last:
             return now
         if time.monotonic() > deadline:
-            raise ErnieDeployError(
+            raise FailedRequestsError(
                 f"{model} was still answering requests {SETTLE_S:.0f} s after the load stopped",
                 "shorten --duration, or read the server log: the server may be stuck",
             )
@@ -334,7 +334,7 @@ def run_overload(inputs: list[ModelInputs], config: BenchConfig, out: Path) -> l
     else:
         print(f"best policy: none (no policy kept its answered p99 past capacity within {P99_BOUND:g}x its p99 at 1x)")
     if any(r["errors"] for r in rows):
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             f"requests failed other than by refusal: {[m for r in rows for m in r['error_messages']][:3]}",
             "read the server logs",
         )

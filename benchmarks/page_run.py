@@ -150,7 +150,7 @@ their 324 combinations. `--budget MINUTES` stops it before a trial that the aver
 the budget (the table says how many were left out); a progress bar shows the last trial and the time left. The table
 is printed and saved (`artifacts/reports/tune/NAME.json`, on the machine that ran it: no tune run's table is on this
 page), and a winner at least 5% better than the served settings (`--min-gain`) is written as a new version of the
-model, carrying its serving settings (`settings.pbtxt` in its folder, [MODELS.md](MODELS.md#versions-and-rollout)),
+model, its serving settings in its record (`model.json` in its folder, [MODELS.md](MODELS.md#versions-and-rollout)),
 which `ernie-deploy rollout --model NAME --to N` puts live and `rollback` undoes. A winner in another layout, or for a
 model whose tokenizer step is shared with other models, is a rebuild instead: `tune` prints the `build` command. Tune
 where the model or the machine differs from the main run's (a larger model, cores the server owns, where spinning

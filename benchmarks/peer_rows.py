@@ -13,7 +13,7 @@ from benchmarks.peer.server import PeerServer, peer_predictions, peer_serves, re
 from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import LoadResult, closed_loop, load_row
 from ernie_deploy.bench.rows import PEER, PEER_BATCH, Row, chunks, tick
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
@@ -134,7 +134,10 @@ def bench_peer(inputs: list[ModelInputs], config: BenchConfig, workdir: Path, pr
                     rows.append(row)
                     tick(progress, row)
             if not server.is_running():
-                raise ErnieDeployError(f"SimpleServing exited during the benchmark (log: {server.log_path})")
+                raise ServerNotReadyError(
+                    f"SimpleServing exited during the benchmark (log: {server.log_path})",
+                    "read the log; bench without the peer with --no-peer",
+                )
         finally:
             server.stop()
     return info, rows

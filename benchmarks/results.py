@@ -9,7 +9,7 @@ from pathlib import Path
 from benchmarks.config import REFERENCE_CONCURRENCY
 from ernie_deploy.bench.config import SCHEMA
 from ernie_deploy.bench.rows import ENSEMBLE, LIMIT_TOK, SERVED, SERVED_BATCH, best_row, rows_of
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadDataError
 
 # -- results file ----------------------------------------------------------------------------------
 
@@ -20,9 +20,9 @@ def load_json(path: str | Path) -> dict:
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ErnieDeployError(f"cannot read benchmark results {path}: {exc}") from None
+        raise BadDataError(f"cannot read benchmark results {path}: {exc}", "rerun `bash scripts/bench.sh`") from None
     if results.get("schema") != SCHEMA:
-        raise ErnieDeployError(
+        raise BadDataError(
             f"{path} has results schema {results.get('schema')!r}; this version reads {SCHEMA}",
             "rerun `bash scripts/bench.sh`",
         )

@@ -7,13 +7,13 @@ import os
 
 from ernie_deploy.bench.load import LoadResult
 from ernie_deploy.bench.rows import percentile
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import FailedRequestsError
 
 
 def cell_row(layout: str, variant: str, concurrency: int, got: LoadResult, round_: int, logs: str) -> dict:
     """One cell's numbers; a cell whose requests failed is refused, naming it and `logs` (where to look)."""
     if got.errors:
-        raise ErnieDeployError(
+        raise FailedRequestsError(
             f"{layout} {variant} c{concurrency}: requests failed: {got.error_messages}", f"read {logs}"
         )
     latencies_ms = sorted(1000 * s for s in got.latencies_s)

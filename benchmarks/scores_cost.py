@@ -33,7 +33,7 @@ from benchmarks.rounds import best as best_rounds
 from benchmarks.rounds import cell_row
 from ernie_deploy.bench.load import prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import ON_REQUEST
 from ernie_deploy.evaluate.inputs import ModelInputs
@@ -54,7 +54,7 @@ def source_tree(revision: str, out: Path) -> Path:
             ["git", "-C", str(ROOT), "archive", "--format=tar", revision], capture_output=True, check=True, timeout=120
         ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise ErnieDeployError(
+        raise BadOptionsError(
             f"cannot read revision {revision!r} of {ROOT}: {getattr(exc, 'stderr', b'').decode(errors='replace')}",
             "run it in a git checkout that holds that revision, or pass another --before",
         ) from None
@@ -74,7 +74,7 @@ def build_repository(tree: Path, item: ModelInputs, repo: Path) -> None:
         # `python -m` puts the working folder first on sys.path: the tree's own, so that its package is imported.
         done = subprocess.run(command, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise ErnieDeployError(f"build in {tree} failed: {done.stderr[-2000:]}", "read the error above")
+            raise BadRepositoryError(f"build in {tree} failed: {done.stderr[-2000:]}", "read the error above")
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -117,7 +117,7 @@ def _check_outputs(servers: dict) -> None:
             for layout in LAYOUTS:
                 outputs = {o.name for o in client.get_model_metadata(f"scores_{layout}").outputs}
                 if (name == "after") != (ON_REQUEST <= outputs):
-                    raise ErnieDeployError(
+                    raise BadOptionsError(
                         f"the {name} build of {layout} answers {sorted(outputs)}",
                         "pass a --before revision from before classifiers answered every label's probability",
                     )
@@ -138,7 +138,9 @@ def in_process(item: ModelInputs, workdir: Path, trees: dict, repos: dict, *, tu
             command = [sys.executable, str(script), str(repos[name] / "scores_fused"), str(texts), named, str(passes)]
             done = subprocess.run(command, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=900)
             if done.returncode != 0:
-                raise ErnieDeployError(f"timing the {name} step failed: {done.stderr[-2000:]}", "read the error above")
+                raise BadRepositoryError(
+                    f"timing the {name} step failed: {done.stderr[-2000:]}", "read the error above"
+                )
             for key, us in json.loads(done.stdout.strip().splitlines()[-1]).items():
                 out.setdefault(name, {})[key] = min(out.get(name, {}).get(key, float("inf")), us)
     print(f"in process, us per text: {out}", flush=True)
@@ -153,7 +155,7 @@ def measure(item: ModelInputs, workdir: Path, before: str, *, rounds: int, durat
     # Both watch alike: a reference profile compared with the live answers is work the other build would not do.
     references = {(repos[n] / "scores_fused" / "1" / "reference.json").is_file() for n in repos}
     if len(references) != 1:
-        raise ErnieDeployError("one build recorded a reference profile and the other did not", "read their logs")
+        raise BadRepositoryError("one build recorded a reference profile and the other did not", "read their logs")
     requests = prepare_requests(item.task, item.texts, 1)
     rows: list[dict] = []
     with ExitStack() as stack:
@@ -270,7 +272,7 @@ def run_scores_cost(
     """`bash scripts/bench.sh scores-cost`: the rows, printed, and written to `out`/scores-cost.json."""
     item = next((i for i in inputs if i.task.name == "seq_cls"), None)
     if item is None:
-        raise ErnieDeployError("the scores-cost bench measures the classifier", "run it with --task seq_cls")
+        raise BadOptionsError("the scores-cost bench measures the classifier", "run it with --task seq_cls")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-scores-") as work:
         rows, step_us = measure(item, Path(work), before, rounds=rounds, duration_s=duration_s, warmup_s=warmup_s)

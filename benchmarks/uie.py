@@ -100,7 +100,7 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
     it alone, probabilities within 1e-4; returns the spans compared. What is timed in-process is then what is served."""
     import tritonclient.grpc as grpcclient
 
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import ParityError
 
     client = grpcclient.InferenceServerClient(url)
     compared = 0
@@ -116,7 +116,7 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
             theirs = _spans(json.loads(served.as_numpy("result")[0][0]))
             same = [a[:3] for a in ours] == [b[:3] for b in theirs]
             if not same or any(abs(a[3] - b[3]) > 1e-4 for a, b in zip(ours, theirs)):
-                raise ErnieDeployError(
+                raise ParityError(
                     f"served and in-process answers differ for {text!r} ({schema}): {theirs} vs {ours}",
                     "the in-process step is not what the server runs: check the built model",
                 )
@@ -205,7 +205,7 @@ def measure(repo: Path, texts: list[str], *, rounds: int, duration_s: float, war
 
 def _cells(repo, model, step, texts, schemas, *, rounds, duration_s, warmup_s, log) -> tuple[list[dict], dict]:
     from ernie_deploy.bench.load import run_load
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import FailedRequestsError
     from ernie_deploy.server.process import TritonServer
 
     rows: list[dict] = []
@@ -229,7 +229,7 @@ def _cells(repo, model, step, texts, schemas, *, rounds, duration_s, warmup_s, l
                         server_pgid=server.pid,
                     )
                     if got.errors:
-                        raise ErnieDeployError(f"{key} c{concurrency}: {got.error_messages}", f"read {log}")
+                        raise FailedRequestsError(f"{key} c{concurrency}: {got.error_messages}", f"read {log}")
                     cell = _cell(got.sequences, got.seconds, got.latencies_s)
                     cell["server_cpu_s"] = got.server_cpu_s
                     rows.append({"schema": key, "way": "served", "concurrency": concurrency, "round": round_, **cell})

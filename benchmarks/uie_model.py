@@ -38,14 +38,14 @@ FALLBACK_TEXTS = [
 def bench_texts(n: int = TEXTS) -> tuple[list[str], str]:
     """(texts, where they come from): MSRA NER's test sentences when the dataset is prepared already (nothing is
     downloaded for the benchmark), else the fixed list."""
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import BadDataError
     from ernie_deploy.core.tasks import TOKEN_CLS
     from ernie_deploy.fetch.data import data_dir, read_split
 
     folder = data_dir(TOKEN_CLS.dataset)
     try:
         texts, _ = read_split(folder, "test", TOKEN_CLS.split_format)
-    except (OSError, ValueError, ErnieDeployError):
+    except (OSError, ValueError, BadDataError):  # no prepared split: the fixed texts, and the source says so
         return list(FALLBACK_TEXTS), "fixed news-like sentences (benchmarks/uie_model.py)"
     return texts[:n], f"MSRA NER test split, first {min(n, len(texts))} sentences"
 
@@ -108,7 +108,7 @@ def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None)
     """(repository, model facts): the checkpoint (`checkpoint`, else the biased nano one made in `workdir`) through
     the commands users run, into `workdir`/models."""
     from ernie_deploy.cli import main
-    from ernie_deploy.core.errors import ErnieDeployError
+    from ernie_deploy.core.errors import BadCheckpointError
 
     if checkpoint is None:
         checkpoint = workdir / "checkpoint"
@@ -123,7 +123,7 @@ def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None)
             ["build", "--model", NAME, "-r", str(repo), "--runtime", "python"],
         ):
             if main(argv) != 0:
-                raise ErnieDeployError(f"`ernie-deploy {' '.join(argv)}` failed", "read its message above")
+                raise BadCheckpointError(f"`ernie-deploy {' '.join(argv)}` failed", "read its message above")
     return repo, facts
 
 

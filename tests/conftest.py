@@ -360,7 +360,8 @@ def checkout_copy(dest: Path, committed_models: bool = False) -> Path:
     for name in ("scripts", "clients"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     if committed_models:
-        for committed in [*ROOT.glob("models/*/config.pbtxt"), *ROOT.glob("models/*/1/model.py")]:
+        committed_files = ("models/*/config.pbtxt", "models/*/1/model.py", "models/*/*/model.json")
+        for committed in [path for pattern in committed_files for path in ROOT.glob(pattern)]:
             target = dest / committed.relative_to(ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(committed, target)

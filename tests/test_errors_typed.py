@@ -1,15 +1,18 @@
-"""Every error the package makes is typed and carries its fix (core/errors.py's rule), checked on the source.
+"""Every error the project makes is typed and carries its fix (core/errors.py's rule), checked on the source.
 
-An AST scan of every module under ernie_deploy/ finds each construction of an error of the hierarchy: the classes of
-core/errors.py and every class of the package that subclasses one of them. The base ErnieDeployError is never made
-itself (a caller catches failures by their subclass), and each error is given a fix: the `fix` argument its
-constructor (or the classmethod called) takes, by position or by keyword. A construction counts wherever it is, not
-only after `raise`: an error built, returned and raised elsewhere (a refusal, a per-request error) reaches the user
-just the same. Re-raising an error that exists (`raise`, `raise exc`) makes none and is not checked."""
+An AST scan of all the project's Python (the package ernie_deploy/, the benchmarks, the client scripts, the generated
+models, and the Python the shell scripts run: a `python - <<'TAG'` here-document or a `python -c '...'`) finds each
+construction of an error of the hierarchy: the classes of core/errors.py and every class of the project that
+subclasses one of them. The base ErnieDeployError is never made itself (a caller catches failures by their
+subclass), and each error is given a fix: the `fix` argument its constructor (or the classmethod called) takes, by
+position or by keyword. A construction counts wherever it is, not only after `raise`: an error built, returned and
+raised elsewhere (a refusal, a per-request error) reaches the user just the same. Re-raising an error that exists
+(`raise`, `raise exc`) makes none and is not checked."""
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ernie_deploy"
 ERRORS = PACKAGE / "core" / "errors.py"
 BASE = "ErnieDeployError"
+# The Python outside the package, by folder and pattern: none of it is exempt, since its errors reach users (a
+# benchmark's refusal, a client script's message) as the package's do.
+OUTSIDE = {"benchmarks": "**/*.py", "clients": "*.py", "models": "*/1/model.py"}
+SCRIPTS = {"scripts": "*.sh", "docker": "*.sh"}
+# A shell line that runs python on a here-document (`python - args <<'PY'`, `"$PYTHON_BIN" - <<'EOF'`), and a
+# `python -c '...'`: the Python those carry is the scripts' own. `<<<` (a here-string) feeds no program text.
+_HEREDOC = re.compile(r"python[\w.]*\"?\s.*?<<(?!<)-?\s*(['\"]?)([A-Za-z_]\w*)\1", re.IGNORECASE)
+_DASH_C = re.compile(r"python[\w.]*\"?\s+-c\s+'([^']*)'", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -156,9 +167,93 @@ def package_trees() -> dict[Path, ast.Module]:
     return parse(sorted(PACKAGE.rglob("*.py")))
 
 
+def embedded_python(script: str) -> list[tuple[int, str]]:
+    """(line of its first line, source) of each piece of Python a shell script runs: here-documents fed to python
+    and `python -c '...'` strings."""
+    lines = script.split("\n")
+    found = []
+    for number, line in enumerate(lines, start=1):
+        found += [(number, match.group(1)) for match in _DASH_C.finditer(line)]
+        heredoc = _HEREDOC.search(line)
+        if heredoc:
+            dashed = "<<-" in line[: heredoc.end()]
+            tag, body, start = heredoc.group(2), [], number
+            while lines[start - 1].endswith("\\") and start < len(lines):
+                start += 1  # the command goes on past a backslash; the document begins after its last line
+            for text in lines[start:]:
+                if (text.lstrip("\t") if dashed else text) == tag:
+                    break
+                body.append(text)
+            found.append((start + 1, "\n".join(body)))
+    return found
+
+
+def script_trees(paths) -> dict[Path, ast.Module]:
+    """Each shell script that runs Python, as one module of all the Python it runs, at the script's own lines."""
+    trees = {}
+    for path in paths:
+        pieces = []
+        for first, source in embedded_python(path.read_text(encoding="utf-8")):
+            tree = ast.parse(source, f"{path}:{first}")
+            ast.increment_lineno(tree, first - 1)
+            pieces += tree.body
+        if pieces:
+            trees[path] = ast.Module(body=pieces, type_ignores=[])
+    return trees
+
+
+def project_trees() -> dict[Path, ast.Module]:
+    """All the project's Python but its tests: the package, the Python files outside it, the scripts' Python."""
+    outside = sorted(p for folder, pattern in OUTSIDE.items() for p in (ROOT / folder).glob(pattern))
+    scripts = sorted(p for folder, pattern in SCRIPTS.items() for p in (ROOT / folder).glob(pattern))
+    return {**package_trees(), **parse(outside), **script_trees(scripts)}
+
+
 def test_every_error_is_a_subclass_with_its_fix():
-    found = violations(package_trees())
+    found = violations(project_trees())
     assert not found, f"{len(found)} errors made as the base class or without a fix:\n" + "\n".join(found)
+
+
+def test_the_scan_reads_all_the_project_python():
+    """The scan reaches each place Python lives, so that a module outside the package is never left unread."""
+    read = {path.relative_to(ROOT).parts[0] for path in project_trees()}
+    assert {"ernie_deploy", "benchmarks", "clients", "scripts"} <= read
+    assert ROOT / "benchmarks" / "peer" / "server.py" in project_trees()  # a subpackage of the benchmarks too
+
+
+def test_the_scan_finds_base_errors_in_scripts_and_benchmarks(tmp_path):
+    """A base-class error in a shell script's Python or in a benchmark is found at the line it is on."""
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "python -c 'from ernie_deploy.core.errors import ErnieDeployError as E'\n"
+        '"$PYTHON_BIN" - "$1" <<\'PY\' || fail "it failed" \\\n'  # 3: the command goes on to line 4
+        '  "read the message above"\n'
+        "from ernie_deploy.core.errors import ErnieDeployError\n"
+        "raise ErnieDeployError('base', 'a fix')\n"  # 6
+        "PY\n"
+        "read -r -a names <<< \"$(python -c 'print(1)')\"\n"
+        "out=$(python - <<PY\n"
+        "from ernie_deploy.core import errors\n"
+        "raise errors.ErnieDeployError('base again', 'a fix')\n"  # 11
+        "PY\n"
+        ")\n"
+        "cat <<'EOF'\n"
+        "raise ErnieDeployError('not python: cat reads it', 'a fix')\n"
+        "EOF\n",
+        encoding="utf-8",
+    )
+    bench = tmp_path / "bench.py"
+    bench.write_text(
+        "from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError\n"
+        "def f():\n"
+        "    raise BadOptionsError('problem', 'the fix')\n"
+        "    raise ErnieDeployError('base', 'a fix')\n",  # 4
+        encoding="utf-8",
+    )
+    trees = {**parse([ERRORS]), **script_trees([script]), **parse([bench])}
+    found = [":".join(v.split(":")[:2]) for v in violations(trees)]
+    assert found == [f"{bench}:4", f"{script}:6", f"{script}:11"]
 
 
 def test_the_scan_finds_what_it_is_for(tmp_path):

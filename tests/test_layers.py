@@ -367,6 +367,54 @@ def test_the_cycle_check_catches_a_lazy_circle(tmp_path, monkeypatch):
     )
 
 
+# Ways of finding a module by a name made at run time (importlib's import_module, __import__, pkgutil's walks): an
+# import neither a reader nor the module graph above sees, so a circle through it goes uncaught. The package names each
+# module it imports (a table of the kinds, of the layouts) in an import statement.
+DYNAMIC_IMPORTS = {"import_module", "__import__", "pkgutil", "iter_modules", "walk_packages"}
+
+
+def _dynamic_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Import):
+            names = [alias.name.partition(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [(node.module or "").partition(".")[0], *(alias.name for alias in node.names)]
+        else:
+            continue
+        found += [
+            f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {name}" for name in names if name in DYNAMIC_IMPORTS
+        ]
+    return found
+
+
+def test_no_module_is_found_by_a_name_made_at_run_time():
+    found = [line for path in sorted(PACKAGE.rglob("*.py")) for line in _dynamic_imports(path)]
+    assert not found, (
+        "modules found by a name made at run time:\n"
+        + "\n".join(found)
+        + "\nimport each by name where it is needed (a table that lists them imports each one)"
+    )
+
+
+def test_the_dynamic_import_check_catches_each_way(tmp_path, monkeypatch):
+    package = tmp_path / "ernie_deploy" / "bench"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text(
+        "import importlib\nimport pkgutil\n\n\ndef f(name):\n"
+        "    from importlib import import_module\n\n    importlib.import_module(name)\n    return __import__(name)\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ernie_deploy")
+    with pytest.raises(AssertionError) as failure:
+        test_no_module_is_found_by_a_name_made_at_run_time()
+    for line in ("a.py:2: pkgutil", "a.py:6: import_module", "a.py:8: import_module", "a.py:9: __import__"):
+        assert f"ernie_deploy/bench/{line}" in str(failure.value)
+
+
 def test_the_architecture_guide_shows_the_rule_as_it_is():
     """docs/ARCHITECTURE.md's import table is ALLOWED (and OUTSIDE), so the guide a newcomer reads cannot drift."""
     import re

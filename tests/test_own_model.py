@@ -325,7 +325,8 @@ def test_a_checkout_where_only_ones_own_model_was_made_serves_it(tmp_path, own_c
 
 
 def _committed_models(dest: Path) -> Path:
-    for committed in [*ROOT.glob("models/*/config.pbtxt"), *ROOT.glob("models/*/1/model.py")]:
+    committed_files = ("models/*/config.pbtxt", "models/*/1/model.py", "models/*/*/model.json")
+    for committed in [path for pattern in committed_files for path in ROOT.glob(pattern)]:
         target = dest / committed.relative_to(ROOT / "models")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(committed, target)

@@ -61,7 +61,10 @@ def test_a_version_that_does_not_fit_the_model_is_refused(tiny_pipeline, tiny_to
     before = _digests(repo)
     with pytest.raises(ErnieDeployError, match="keeps its model's tokenizer"):
         build_version(
-            _entry(tiny_pipeline), repo, BuildOptions(runtime="python", layout="ensemble", max_batch_size=4), version=2
+            _entry(tiny_pipeline),
+            repo,
+            BuildOptions(runtime="python", layout="ensemble", max_text_chars=1000),
+            version=2,
         )
     other_vocab = tmp_path / "vocab.txt"
     other_vocab.write_text(tiny_pipeline.static.vocab_file.read_text() + "新词\n", encoding="utf-8")
@@ -164,7 +167,7 @@ def test_check_finds_a_pin_the_steps_do_not_load(tiny_pipeline, second_version, 
     assert not check_repository(repo)
     model = VersionedModel.read(repo, "news")
     model.write(model.pinned(2))  # the ensemble moved, the steps still load only version 1
-    model.write(model.with_versions("news_postprocess", [1, 3]))
+    model.write(model.with_versions("news_postprocess", [1, 3], rendered_from=1))
     problems = [str(p) for p in check_repository(repo)]
     assert any("news: step news_model is pinned to version 2" in p for p in problems), problems
     assert any("news_postprocess: version_policy loads versions [3], which have no folder" in p for p in problems)

@@ -18,7 +18,7 @@ from ernie_deploy.core.shadow import ShadowPlan
 from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, SEQ_CLS, TASKS, TOKEN_CLS
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER
-from ernie_deploy.repository.served import SETTINGS_PARAMETER
+from ernie_deploy.repository.served import TOKENIZER_FINGERPRINT_PARAMETER
 from ernie_deploy.repository.unmade import FILE_SUFFIX
 from ernie_deploy.repository.versions import SETTING_PARAMETERS
 from ernie_deploy.serving import windows
@@ -47,7 +47,7 @@ PACKAGE = ROOT / "ernie_deploy"
 # What a config may carry that no step reads: what the repository writes for itself (the model's record, the shared
 # tokenizer's fingerprint, the entry's layout), and the settings a version carries for Triton's onnxruntime backend,
 # which reads them itself (repository.versions: the settings no step reads).
-REPOSITORY_OWN = {SPEC_PARAMETER, SETTINGS_PARAMETER, LAYOUT_PARAMETER}
+REPOSITORY_OWN = {SPEC_PARAMETER, TOKENIZER_FINGERPRINT_PARAMETER, LAYOUT_PARAMETER}
 ORT_BACKEND = SETTING_PARAMETERS - set(SCHEMA)
 
 

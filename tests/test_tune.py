@@ -1,5 +1,5 @@
 """`ernie-deploy tune`: the search, its budget and objective, the winner written as a version that carries its own
-serving settings, and that version rolled out and back on a real server."""
+serving settings in its record, and that version rolled out and back on a real server."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ernie_deploy.core.tasks import DEMO_MODELS, SEQ_CLS, TOKEN_CLS
 from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.repository.build import BuildOptions, build
 from ernie_deploy.repository.configs import parse
-from ernie_deploy.repository.versions import SETTINGS_FILE, VersionedModel
+from ernie_deploy.repository.versions import STALE_SETTINGS_FILE, VersionedModel
 from tests.conftest import NEWS_TEXTS, artifacts, named_artifacts
 
 NEWS = "news"
@@ -111,13 +111,13 @@ def test_the_winner_is_a_version_that_carries_its_settings(tiny_pipeline, tmp_pa
     model = VersionedModel.read(repo, "news")
     assert model.on_disk() == [1, 2] and model.serving_version() == 1
     assert model.entry.instance_group == before.instance_group and model.entry.instance_group[0].count == 1
-    settings = model.settings(2)["news"]
-    assert settings.instance_group[0].count == 2 and settings.parameters["intra_op_threads"].string_value == "1"
-    assert model.settings(1)["news"].instance_group[0].count == 1, "the serving version keeps its own settings"
-    assert model.pinned(2).instance_group[0].count == 2 and model.pinned(1).instance_group[0].count == 1
-    (repo / "news" / "2" / SETTINGS_FILE).write_text("instance_group { count: ", encoding="utf-8")
-    with pytest.raises(ErnieDeployError, match="is not a settings file"):
-        model.pinned(2)
+    # The version's settings are its record's, and nowhere else.
+    assert (model.record(2).serving.instances, model.record(2).serving.ort_threads) == (2, 1)
+    assert model.record(1).serving.instances == 1, "the serving version keeps its own settings"
+    assert not list(repo.rglob(STALE_SETTINGS_FILE))
+    two = model.pinned(2)
+    assert two.instance_group[0].count == 2 and two.parameters["intra_op_threads"].string_value == "1"
+    assert model.pinned(1).instance_group[0].count == 1
     # what is already served is not written again; another layout and a shared tokenizer are rebuilds
     same = TuneResult("news", "", 8, best={"layout": "fused", "instances": 1})
     assert write_winner(same, _inputs(tiny_pipeline), repo, FUSED).version is None
@@ -192,4 +192,4 @@ def test_tune_command_measures_writes_a_version_and_rollout_applies_its_settings
             assert decode_outputs(SEQ_CLS, client.infer(NEWS_TEXTS)) == before, "settings never change answers"
         assert main(["rollback", "--model", "news", "--to", "1", *rollout_argv]) == 0
         assert parse((tmp_path / "models" / "news" / "config.pbtxt").read_text()).instance_group[0].count == 1
-    assert (tmp_path / "models" / "news" / "1" / SETTINGS_FILE).exists()
+    assert not list((tmp_path / "models").rglob(STALE_SETTINGS_FILE)), "a version's settings are its record's alone"

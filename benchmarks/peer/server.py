@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks.peer.app import HANDLERS
-from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.server.procs import start_group, stop_group
@@ -74,7 +74,7 @@ class PeerServer:
         log_file: str | Path | None = None,
     ):
         if not peer_serves(model):
-            raise ErnieDeployError(
+            raise BadOptionsError(
                 f"PaddleNLP SimpleServing has no handler here for {model.name} (a {model.kind!r} model)",
                 f"bench it with --no-peer; the peer serves {', '.join(HANDLERS)} models",
             )
@@ -136,7 +136,7 @@ class PeerServer:
     def _fail(self, what: str, timed_out: bool = False) -> None:
         from ernie_deploy.server.procs import log_tail
 
-        raise ErnieDeployError(
+        raise ServerNotReadyError(
             f"{what} (log: {self.log_path})\n  last log lines:\n{log_tail(self.log_path)}",
             "read the log; bench without the peer with --no-peer",
         )
@@ -176,6 +176,9 @@ def peer_predictions(url: str, model: ModelSpec, items: list, batch: int = CHECK
         with opener.open(request, timeout=120) as response:
             ids = json.loads(response.read())["result"]["label"]
         if len(ids) != len(chunk):
-            raise ErnieDeployError(f"SimpleServing answered {len(ids)} labels for {len(chunk)} texts")
+            raise FailedRequestsError(
+                f"SimpleServing answered {len(ids)} labels for {len(chunk)} texts",
+                "read the peer's log; bench without the peer with --no-peer",
+            )
         found += [model.labels[i] for i in ids]
     return found

@@ -150,17 +150,22 @@ def local_record(folder: str):
     where its own configs are behind the admin key (server.discover)."""
     from pathlib import Path
 
-    from ernie_deploy.core.errors import ErnieDeployError
-    from ernie_deploy.repository.served import Existing, served_models
-    from ernie_deploy.server.discover import LocalRecord, RecordedModel
+    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
+    from ernie_deploy.repository.layouts import entry_record
+    from ernie_deploy.repository.served import Existing
+    from ernie_deploy.server.discover import LocalRecord, RecordedModel, unread_record
 
     if not Path(folder).is_dir():
         return None
     existing = Existing.read(Path(folder))
-    try:
-        records = served_models(folder)
-    except ErnieDeployError:  # a record of another format: `check` names it; the numbers stand without it
-        records = {}
+    records, unread = {}, {}
+    for name in sorted(existing.made()):
+        try:
+            records[name] = entry_record(name, existing.configs[name])
+        # a record of another format (OldRecord), unreadable, or of values this version does not know: the numbers
+        # stand without it, and the notes name it with its fix
+        except (BadRepositoryError, BadOptionsError) as exc:
+            unread[name] = unread_record(exc)
     return LocalRecord(
         folder,
         {
@@ -172,4 +177,5 @@ def local_record(folder: str):
             for name, config in existing.configs.items()
         },
         records,
+        unread,
     )

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ernie_deploy.client.wire import native_answers
+from ernie_deploy.client.wire import KIND_CLIENT, native_answers
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
 from ernie_deploy.core.errors import BadOptionsError, BadRequest, FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.io import wire
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEMO_MODELS, TaskSpec
 from ernie_deploy.core.tls import Tls
-from ernie_deploy.kinds import table
 from ernie_deploy.serving.texts import text_problem
 
 # gRPC status codes worth another try: the server is (re)starting or unreachable, or a model instance
@@ -225,7 +224,7 @@ class Client:
         self, texts: list[str], batch_size: int = 32, progress: bool = True, *, keep_going: bool = False
     ) -> list:
         """Per-text predictions as `evaluate` makes them offline: label names, entity lists or lists of
-        {"label", "score"} (DECODERS).
+        {"label", "score"} (`decode_outputs`).
 
         A bad text fails its whole request on the server (Triton answers per request). With keep_going,
         texts the server would refuse are found here first, with the server's own rules, and come back as
@@ -301,14 +300,10 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
     return [list(column) for column in zip(*items)] if items else [[] for _ in names]
 
 
-# How one element of a task's prediction output becomes what `evaluate` predicts offline, per task kind
-# (ernie_deploy/kinds/<kind>/client.py).
-DECODERS = table("client", "decode")
-
-
 def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
-    """Per-text predictions from the ensemble's outputs: label names, or entity lists."""
-    decode = DECODERS[task.kind]
+    """Per-text predictions from the ensemble's outputs: label names, or entity lists (each kind's `decode`:
+    client.wire.KIND_CLIENT)."""
+    decode = KIND_CLIENT[task.kind].decode
     return [decode(item) for item in out[task.prediction][:, 0]]
 
 

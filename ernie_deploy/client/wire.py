@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from ernie_deploy.client.kind_client import KindClient
 from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.io import Wire
-from ernie_deploy.kinds import table
+from ernie_deploy.kinds import layer_table
+from ernie_deploy.kinds.multi_label.client import CLIENT as MULTI_LABEL
+from ernie_deploy.kinds.sequence.client import CLIENT as SEQUENCE
+from ernie_deploy.kinds.token.client import CLIENT as TOKEN
+from ernie_deploy.kinds.uie.client import CLIENT as UIE
 
-# What each kind writes otherwise under PaddleNLP's wire, read back (kinds/<kind>/client.py PADDLENLP_READERS).
-READERS = table("client", "PADDLENLP_READERS")
+# The client layer's table of the kinds: what it reads of each (kinds/<kind>/client.py: how it decodes an answer, and
+# reads back what PaddleNLP's wire writes otherwise), by the kind's name. A kind is one import above and one line here.
+KIND_CLIENT: dict[str, KindClient] = layer_table(
+    "client",
+    __name__,
+    {
+        "multi_label": MULTI_LABEL,
+        "sequence": SEQUENCE,
+        "token": TOKEN,
+        "uie": UIE,
+    },
+)
 
 
 def native_answers(wire: Wire, answers: dict[str, np.ndarray], texts: list[str], labels) -> dict[str, np.ndarray]:
@@ -20,7 +35,7 @@ def native_answers(wire: Wire, answers: dict[str, np.ndarray], texts: list[str],
     if wire.native:
         return dict(answers)
     out = {name: answers[wire_name] for name, wire_name in wire.outputs.items() if wire_name in answers}
-    readers = READERS[wire.task.kind]
+    readers = KIND_CLIENT[wire.task.kind].paddlenlp_readers
     for name in wire.reformatted:
         column = out[name].reshape(len(texts), -1)[:, 0]
         read = [readers[name](bytes(item), text) for item, text in zip(column, texts)]

@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, fields
 
 from ernie_deploy.core.errors import BadRepositoryError
 
-# The runtime of settings that name none: settled when the build runs (pipeline.build): the ORT backend where the
-# server has it, else the python model step.
+# A choice left to the build (pipeline.build, repository.resolve), wherever an option takes it: the runtime (the ORT
+# backend where the server has it, else the python model step), the layout (repository.layouts.DEFAULT_LAYOUTS) and
+# the long-text reading (the kind's first).
 AUTO = "auto"
 RUNTIMES = ("onnxruntime", "python")
 DEVICES = ("cpu", "gpu")
@@ -91,3 +92,76 @@ class ServingSettings:
                 "write the record again with `ernie-deploy build` (or `tune`), which wrote it",
             )
         return ServingSettings(**data)
+
+    # The three kinds of setting ----------------------------------------------------------------------------------
+    @property
+    def version_settings(self) -> VersionSettings:
+        return _part(VersionSettings, self)
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        return _part(ModelSettings, self)
+
+    @property
+    def tokenizer_settings(self) -> TokenizerSettings:
+        return _part(TokenizerSettings, self)
+
+
+# Every field of ServingSettings is of exactly one of the three kinds below (tests/test_version_settings.py checks
+# it). The record keeps them as one flat `serving` object (core.spec); these types say which of them a new version may
+# change (repository.add_version refuses one that changes a model's or a tokenizer's setting, by its name).
+
+
+@dataclass(frozen=True)
+class VersionSettings:
+    """How fast a version runs, never what it answers: its own Triton models' instances, batch size, batcher queue
+    and onnxruntime threads. Versions of one model may differ in them (`ernie-deploy tune` writes its winner so); a
+    tokenizer step shared with other models keeps its own, and the entry takes no larger batches than it does."""
+
+    max_batch_size: int
+    instances: int
+    max_queue_delay_us: int
+    max_queue_size: int
+    queue_timeout_us: int
+    ort_threads: int
+    ort_spinning: str
+    ort_inter_op_threads: int
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What every version of a model shares: where and how its model step runs (the backend, the device, the graph
+    optimization and TensorRT FP16 may each move an answer's last digits), the fixed-shape baseline, the response
+    cache (keyed by the entry's name and version) and the watch of its answers (which changes the answering step's
+    inputs)."""
+
+    runtime: str
+    device: str
+    ort_graph_level: str
+    trt_fp16: bool
+    classic: bool
+    response_cache: bool
+    monitor: bool
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """What the models that share one tokenizer step agree on: how its ids reach the steps after it (ragged batches,
+    or padded to a multiple of a length)."""
+
+    ragged: bool
+    pad_to_multiple_of: int
+
+
+def _part(kind: type, settings: ServingSettings):
+    return kind(**{f.name: getattr(settings, f.name) for f in fields(kind)})
+
+
+def changed_settings(before, after) -> dict[str, tuple]:
+    """Field -> (before, after) of two settings of one kind (VersionSettings, ModelSettings or TokenizerSettings)
+    where they differ."""
+    return {
+        f.name: (getattr(before, f.name), getattr(after, f.name))
+        for f in fields(before)
+        if getattr(before, f.name) != getattr(after, f.name)
+    }

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError
-from ernie_deploy.deployfiles.options import ManifestOptions, check_options, shm_limit
+from ernie_deploy.deployfiles.options import ManifestOptions, check_manifest_options, shm_limit
 from ernie_deploy.deployfiles.pod import GrpcTls, container, pod_spec
 
 # `ernie-deploy manifests --kserve` writes this one file instead of kubernetes.FILES.
@@ -32,7 +32,7 @@ def inference_service(repository: str | os.PathLike, options: ManifestOptions = 
     """The KServe InferenceService serving `repository` (as baked into the image) with `options`: the Deployment's
     pod as a custom predictor, scaled on CPU by the HPA KServe creates."""
     repository = Path(repository)
-    check_options(repository, options)
+    check_manifest_options(repository, options)
     if not KSERVE_NAME.fullmatch(options.name):
         raise BadOptionsError(
             f"--app-name {options.name!r} cannot name a KServe InferenceService",

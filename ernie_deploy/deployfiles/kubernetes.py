@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ernie_deploy.deployfiles.options import ManifestOptions, check_options, shm_limit
+from ernie_deploy.deployfiles.options import ManifestOptions, check_manifest_options, shm_limit
 from ernie_deploy.deployfiles.pod import GATEWAY, GATEWAY_PORT, PORTS, GrpcTls, container, pod_spec
 
 FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
@@ -19,7 +19,7 @@ FILES = ("deployment.yaml", "service.yaml", "hpa.yaml")
 def manifests(repository: str | os.PathLike, options: ManifestOptions = ManifestOptions()) -> dict[str, dict]:
     """{file name: Kubernetes object} for serving `repository` (as baked into the image) with `options`."""
     repository = Path(repository)
-    check_options(repository, options)
+    check_manifest_options(repository, options)
     shm = shm_limit(repository, options)
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton-server"}
     tls = GrpcTls.of(options)

@@ -74,7 +74,9 @@ def mebibytes(n: int) -> str:
     return f"{n // MiB}Mi" if n % MiB == 0 else str(n)
 
 
-def check_options(repository: Path, options: ManifestOptions) -> None:
+def check_manifest_options(repository: Path, options: ManifestOptions) -> None:
+    """Refuse a folder that is no model repository and manifest options Kubernetes would reject, before any file
+    is written."""
     if not any(repository.glob("*/config.pbtxt")):
         raise BadRepositoryError(
             f"{repository} is not a model repository (no */config.pbtxt in it)",

@@ -4,19 +4,35 @@ scores for a label per text, entity F1 for entities, micro and macro F1 for labe
 
 from __future__ import annotations
 
-from ernie_deploy.kinds import table
+from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
+from ernie_deploy.kinds import KINDS, layer_table
+from ernie_deploy.kinds.multi_label.evaluate import EVALUATE as MULTI_LABEL
+from ernie_deploy.kinds.sequence.evaluate import EVALUATE as SEQUENCE
+from ernie_deploy.kinds.token.evaluate import EVALUATE as TOKEN
+from ernie_deploy.kinds.uie.evaluate import EVALUATE as UIE
 
-# How per-text predictions are scored, per task kind: label names against gold labels, entity lists against
-# per-character BIO tags, or {"label", "score"} lists against gold label sets.
-SCORERS = table("evaluate", "score")
+# The evaluation's table of the kinds: how each kind is predicted offline, scored, reported and shown
+# (kinds/<kind>/evaluate.py), by the kind's name. A kind is one import above and one line here.
+KIND_EVALUATE: dict[str, KindEvaluate] = layer_table(
+    "evaluate",
+    __name__,
+    {
+        "multi_label": MULTI_LABEL,
+        "sequence": SEQUENCE,
+        "token": TOKEN,
+        "uie": UIE,
+    },
+)
 # A report names its metric (its kind's `metric`); each kind of report has its own table.
-FORMATTERS = table("evaluate", "format_report", key=lambda kind: kind.metric)
+FORMATTERS = {KINDS[name].metric: evaluate.format_report for name, evaluate in KIND_EVALUATE.items()}
 
 
 def score(task, texts: list[str], gold: list, predicted: list, labels: list[str] = ()) -> dict:
-    """Score per-text predictions as the ensemble returns them (SCORERS). `labels`: the model's label names, listed
-    in a classification report even when neither gold nor predictions use them."""
-    return SCORERS[task.kind](texts, gold, predicted, list(labels))
+    """Score per-text predictions as the ensemble returns them, as their kind scores them: label names against gold
+    labels, entity lists against per-character BIO tags, or {"label", "score"} lists against gold label sets.
+    `labels`: the model's label names, listed in a classification report even when neither gold nor predictions use
+    them."""
+    return KIND_EVALUATE[task.kind].score(texts, gold, predicted, list(labels))
 
 
 def format_report(report: dict) -> str:

@@ -17,18 +17,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.evaluate.metrics import KIND_EVALUATE
+from ernie_deploy.evaluate.windows import window_of
 from ernie_deploy.export.static import StaticModel
-from ernie_deploy.kinds import layer, table
+from ernie_deploy.serving import record_defaults
 from ernie_deploy.serving.encoding import Encoded
-from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING
-from ernie_deploy.serving.windows import default_head_tokens, default_stride, recorded_cut
+from ernie_deploy.serving.entities import DECODINGS
 
 
 def _chars(item) -> int:
@@ -44,11 +44,6 @@ def _batches(texts: list, batch_size: int):
         yield idx, [texts[i] for i in idx]
 
 
-# Logits of one batch -> what the ensemble returns per text (the postprocess steps' logic), per task kind
-# (ernie_deploy/kinds/<kind>/evaluate.py).
-PREDICTORS = table("evaluate", "predict")
-
-
 # ----------------------------------------------------------------------------------------------------
 # How a record reads a text: the defaults of what it does not say
 
@@ -56,29 +51,13 @@ PREDICTORS = table("evaluate", "predict")
 def long_text(model: ModelSpec) -> str:
     """How `model` reads a text longer than max_seq_len: as its record says; a record `build` has not completed
     (an export's, a conversion's) reads as `build` serves its kind by default, the kind's first long-text mode."""
-    return model.long_text or model.kind_facts.long_text_modes[0]
-
-
-class Windows(NamedTuple):
-    size: int  # tokens per window, [CLS] and [SEP] included
-    stride: int  # tokens from one window's start to the next
-    cut: str  # serving.windows.CUTS
-
-
-def window_of(model: ModelSpec) -> Windows:
-    """The windows `model` reads a long text in, as its record says; what it does not say is what `build` serves
-    by default: windows of `ModelSpec.window_default`, half a window apart (serving.windows.default_stride), cut as
-    serving.windows.recorded_cut says for the record."""
-    size = model.window_size or model.window_default
-    return Windows(size, model.window_stride or default_stride(size), recorded_cut(model.window_cut))
+    return record_defaults.long_text(model)
 
 
 def head_tokens(model: ModelSpec) -> int | None:
     """Tokens a head+tail cut keeps from a long text's head (the record's, else serving.windows'
     default_head_tokens); None where `model` keeps the head alone."""
-    if long_text(model) != "head_tail":
-        return None
-    return default_head_tokens(model.max_seq_len) if model.head_tokens is None else model.head_tokens
+    return record_defaults.head_tokens(model)
 
 
 def with_thresholds(model: ModelSpec, folder: str | Path) -> ModelSpec:
@@ -97,7 +76,7 @@ def _answer_facts(model: ModelSpec, every_decoding: bool) -> dict:
     one of serving.entities.DECODINGS with `every_decoding`, a dict per text then), a multi-label model's
     thresholds."""
     if model.kind_facts.entities:
-        return {"decoding": DECODINGS if every_decoding else (model.ner_decoding or DEFAULT_DECODING)}
+        return {"decoding": DECODINGS if every_decoding else record_defaults.decoding(model)}
     if model.task_spec.per_label_thresholds:
         return {"thresholds": model.thresholds}
     return {}
@@ -110,8 +89,10 @@ def _answer_facts(model: ModelSpec, every_decoding: bool) -> dict:
 def predictions(
     model: ModelSpec, logits: np.ndarray, enc: Encoded, texts: list[str], *, every_decoding: bool = False
 ) -> list:
-    """Each text's answer from one batch's logits, as the model's postprocess step gives it (`_answer_facts`)."""
-    return PREDICTORS[model.kind](list(model.labels), logits, enc, texts, **_answer_facts(model, every_decoding))
+    """Each text's answer from one batch's logits, as the model's postprocess step gives it (its kind's `predict`,
+    with `_answer_facts`)."""
+    predict = KIND_EVALUATE[model.kind].predict
+    return predict(list(model.labels), logits, enc, texts, **_answer_facts(model, every_decoding))
 
 
 def predict(
@@ -248,7 +229,7 @@ def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split
     from ernie_deploy.fetch.data import read_split_file
 
     if model.kind_facts.staged:  # its answers come from staged model runs, not one batch of logits: its own reading
-        return layer(model.kind_facts, "evaluate").evaluate_offline(model, static, onnx_path, split_file)
+        return KIND_EVALUATE[model.kind].offline(model, static, onnx_path, split_file)
     task, labels = model.task_spec, list(model.labels)
     model = with_thresholds(model, Path(onnx_path).parent)
     texts, gold = read_split_file(split_file)
@@ -264,7 +245,7 @@ def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split
         }
         for d in DECODINGS
     }
-    served = model.ner_decoding or DEFAULT_DECODING
+    served = record_defaults.decoding(model)
     return {**each[served], "ner_decoding": served, "decodings": each}
 
 

@@ -9,14 +9,11 @@ import sys
 
 from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
-from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import DEMO_MODELS, PROBABILITIES, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
-from ernie_deploy.kinds import table
-
-# How `--text` shows one answer, per task kind (ernie_deploy/kinds/<kind>/evaluate.py).
-PRINTERS = table("evaluate", "show")
+from ernie_deploy.evaluate.metrics import KIND_EVALUATE
 
 
 def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
@@ -63,17 +60,24 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
 
 def served_labels(client: Client) -> list[str]:
     """The served model's label names, in labels.json order, from the record its config carries; [] where the
-    server keeps model configs to the admin key (each probability is then shown under its label id)."""
+    server keeps model configs to the admin key, or where the record cannot be read (each probability is then shown
+    under its label id). An unreadable record is named on stderr with its fix; the answers stand without it."""
     from tritonclient.utils import InferenceServerException
 
     from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 
     try:
         config = client.client.get_model_config(client.model).config
-        if SPEC_PARAMETER not in config.parameters:
-            return []
+    except InferenceServerException:  # the configs are the admin key's: the ids are all there is to show
+        return []
+    if SPEC_PARAMETER not in config.parameters:
+        return []
+    try:
         record = ModelSpec.from_json(config.parameters[SPEC_PARAMETER].string_value, f"{client.model}'s record")
-    except (InferenceServerException, ErnieDeployError):
+    # OldRecord (another format), unreadable (BadRepositoryError), or of a task or values this version does not know
+    except (BadRepositoryError, BadOptionsError) as exc:
+        fix = f"; fix: {exc.fix}" if exc.fix else ""
+        print(f"warning: {exc.problem}{fix}; each probability is shown under its label id", file=sys.stderr)
         return []
     return list(record.labels)
 
@@ -109,7 +113,7 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
                         )
                     items = list(zip(args.text, pairs))
                 out = client.infer(items)
-                show = PRINTERS[task.kind]
+                show = KIND_EVALUATE[task.kind].show
                 names = served_labels(client) if all_scores else []
                 for i, (text, prediction) in enumerate(zip(items, decode_outputs(task, out))):
                     show(text, prediction, out, i)

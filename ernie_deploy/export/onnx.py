@@ -142,7 +142,8 @@ def check_parity(
     token model, also the entities decoded from each under every NER decoding. The texts are tokenized as `model`'s
     record says the server tokenizes them (its max_seq_len and lowercasing: `gate_batches`)."""
     from ernie_deploy.export.static import PaddlePredictor
-    from ernie_deploy.serving.entities import DECODINGS, DEFAULT_DECODING, batch_entities
+    from ernie_deploy.serving import record_defaults
+    from ernie_deploy.serving.entities import DECODINGS, batch_entities
     from ernie_deploy.serving.runtime import OnnxModel
 
     if model.max_positions and model.max_seq_len > model.max_positions:
@@ -171,7 +172,7 @@ def check_parity(
     if entities_same is None:
         return ParityReport(len(texts), worst, agree / len(texts), tolerance)
     entities_agree = {decoding: same / len(texts) for decoding, same in entities_same.items()}
-    decoding = model.ner_decoding or DEFAULT_DECODING
+    decoding = record_defaults.decoding(model)
     return ParityReport(len(texts), worst, agree / len(texts), tolerance, decoding, entities_agree)
 
 

@@ -118,7 +118,8 @@ def default_max_seq_len(task: TaskSpec, root: str | Path, config: dict) -> int:
 def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
     """The NER decoding an export of `task` records: `ner_decoding`, else the default, for a model with entities;
     None for the others, for which a decoding is refused (before anything is read)."""
-    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+    from ernie_deploy.serving.entities import check_decoding
+    from ernie_deploy.serving.record_defaults import decoding
 
     if not task.kind_facts.entities:
         if ner_decoding is not None:
@@ -127,7 +128,7 @@ def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
                 "drop --ner-decoding",
             )
         return None
-    return check_decoding(ner_decoding or DEFAULT_DECODING)
+    return check_decoding(decoding(task, ner_decoding))
 
 
 def export(

@@ -35,14 +35,29 @@ from ernie_deploy.gateway.errors import (
 )
 from ernie_deploy.gateway.metrics import Metrics
 from ernie_deploy.gateway.models import ModelTable, ServedModel, reads_schema
+from ernie_deploy.gateway.parameters import KindJson
 from ernie_deploy.gateway.tokenize import Tokenizers
 from ernie_deploy.gateway.triton import Triton
-from ernie_deploy.kinds import table
+from ernie_deploy.kinds import layer_table
+from ernie_deploy.kinds.multi_label.gateway import JSON as MULTI_LABEL
+from ernie_deploy.kinds.sequence.gateway import JSON as SEQUENCE
+from ernie_deploy.kinds.token.gateway import JSON as TOKEN
+from ernie_deploy.kinds.uie.gateway import JSON as UIE
 
 log = logging.getLogger("ernie_deploy.gateway")
 
-# How each kind's answers become each contract's JSON (kinds/<kind>/gateway.py).
-KIND_JSON = table("gateway", "JSON")
+# The gateway's table of the kinds: how each kind's answers become each contract's JSON (kinds/<kind>/gateway.py), by
+# the kind's name. A kind is one import above and one line here.
+KIND_JSON: dict[str, KindJson] = layer_table(
+    "gateway",
+    __name__,
+    {
+        "multi_label": MULTI_LABEL,
+        "sequence": SEQUENCE,
+        "token": TOKEN,
+        "uie": UIE,
+    },
+)
 
 
 ROUTES = {

@@ -23,8 +23,8 @@ REREAD_S = 1.0
 @dataclass(frozen=True)
 class ServedModel:
     """One model users call, as the record of the version it serves says (core.spec): its task, labels and wire, the
-    most texts one Triton request may hold (`serving.max_batch_size`) and the limits its tokenizer holds a request
-    to (serving.limits.TextLimits)."""
+    most texts one Triton request may hold (`serving.max_batch_size`, the entry's own, which its config is rendered
+    from) and the limits its tokenizer holds a request to (serving.limits.TextLimits)."""
 
     record: ModelSpec
 

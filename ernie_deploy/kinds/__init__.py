@@ -1,47 +1,62 @@
 """Task kinds, one subpackage each: everything in which a label per text, a label per token and a set of labels per
 text differ lives under ernie_deploy/kinds/<kind>/.
 
-A kind's `__init__.py` holds its facts (KIND, a base.Kind); beside it, one module per layer that treats the kind
-its own way, named after that layer (`serving.py`, `client.py`, `evaluate.py`, `train.py`, `repository.py`)
-and held to that layer's import rules. Each layer builds its table of per-kind behaviour here, with
-`table`, from the kinds found by walking this package: adding a kind is adding a subpackage.
+A kind's `__init__.py` holds its facts (KIND, a base.Kind), and this module registers it by name (KINDS). Beside
+the facts, one module per layer that treats the kind its own way, named after that layer (`serving.py`, `client.py`,
+`evaluate.py`, `gateway.py`, `train.py`, `repository.py`), held to that layer's import rules and holding the one object
+the layer reads. Each layer lists those objects in one table of its own, an import and an entry per kind, checked here
+to cover exactly the kinds (`layer_table`). Adding a kind is its folder, its name below (in the import and in KINDS),
+and its import and entry in each layer table it has code for.
+
+This module counts as core: it imports the kinds' facts and nothing above them.
 """
 
 from __future__ import annotations
 
-import pkgutil
 from collections.abc import Callable
-from importlib import import_module
-from importlib.util import find_spec
 from types import ModuleType
-from typing import Any
+from typing import TypeVar
 
 from ernie_deploy.core.errors import BadOptionsError, InstallError
+from ernie_deploy.kinds import (
+    multi_label,
+    sequence,
+    token,
+    uie,
+)
 from ernie_deploy.kinds.base import Kind
 
+T = TypeVar("T")
 
-def discover() -> dict[str, Kind]:
-    """Every kind subpackage of this package, by name, from the package's path as it is now."""
+
+def registered(*packages: ModuleType) -> dict[str, Kind]:
+    """The kinds of `packages` (the kinds' facts packages) by name, each checked to hold its record under its folder's
+    name."""
     found = {}
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not module.ispkg:
-            continue
-        kind = getattr(import_module(f"{__name__}.{module.name}"), "KIND", None)
+    for package in packages:
+        folder = package.__name__.rpartition(".")[2]
+        kind = getattr(package, "KIND", None)
         if not isinstance(kind, Kind):
             raise InstallError(
-                f"ernie_deploy/kinds/{module.name} has no KIND record",
-                f"define KIND = Kind(name={module.name!r}, ...) in its __init__.py (ernie_deploy.kinds.base.Kind)",
+                f"ernie_deploy/kinds/{folder} has no KIND record",
+                f"define KIND = Kind(name={folder!r}, ...) in its __init__.py (ernie_deploy.kinds.base.Kind)",
             )
-        if kind.name != module.name:
+        if kind.name != folder:
             raise InstallError(
-                f"ernie_deploy/kinds/{module.name} defines kind {kind.name!r}",
-                f"name the kind after its folder: Kind(name={module.name!r}, ...)",
+                f"ernie_deploy/kinds/{folder} defines kind {kind.name!r}",
+                f"name the kind after its folder: Kind(name={folder!r}, ...)",
             )
         found[kind.name] = kind
     return found
 
 
-KINDS: dict[str, Kind] = discover()
+# Every kind, by name: one package per kind, in the order of their names.
+KINDS: dict[str, Kind] = registered(
+    multi_label,
+    sequence,
+    token,
+    uie,
+)
 
 
 def get_kind(name: str) -> Kind:
@@ -50,38 +65,38 @@ def get_kind(name: str) -> Kind:
     return KINDS[name]
 
 
-def layer(kind: Kind, name: str, *, optional: bool = False) -> ModuleType | None:
-    """The module of `kind` for layer `name` (ernie_deploy.kinds.<kind>.<name>); with `optional`, None where the
-    kind has none (it does without that layer's behaviour)."""
-    module = f"{__name__}.{kind.name}.{name}"
-    if find_spec(module) is None:
-        if optional:
-            return None
-        raise InstallError(
-            f"kind {kind.name!r} has no {name} module ({module})",
-            f"add ernie_deploy/kinds/{kind.name}/{name}.py with what the {name} layer reads of each kind",
-        )
-    return import_module(module)
-
-
-def table(
-    name: str,
-    attribute: str,
+def layer_table(
+    layer: str,
+    where: str,
+    table: dict[str, T],
     *,
-    key: Callable[[Kind], str] = lambda kind: kind.name,
-    optional: bool = False,
+    reads: Callable[[Kind], bool] = lambda kind: True,
     kinds: dict[str, Kind] | None = None,
-) -> dict[str, Any]:
-    """One layer's per-kind table: `attribute` of each kind's `name` module, under `key(kind)` (the kind's name by
-    default). With `optional`, kinds without that module are left out. kinds: those of this package by default."""
-    out = {}
-    for kind in (KINDS if kinds is None else kinds).values():
-        module = layer(kind, name, optional=optional)
-        if module is None:
-            continue
-        if not hasattr(module, attribute):
+) -> dict[str, T]:
+    """`table` (one layer's object of each kind, by the kind's name, as the layer module `where` lists them), checked
+    to cover exactly the kinds the layer `reads` (every kind by default), in the order of KINDS; an InstallError
+    names the kind and the file to edit. kinds: KINDS by default."""
+    kinds = KINDS if kinds is None else kinds
+    path = f"{where.replace('.', '/')}.py"
+    wanted = [name for name, kind in kinds.items() if reads(kind)]
+    for name in wanted:
+        if name not in table:
             raise InstallError(
-                f"{module.__name__} has no {attribute}", f"define {attribute} there: the {name} layer reads it"
+                f"the {layer} layer's table ({path}) has no entry for kind {name!r}",
+                f"give ernie_deploy/kinds/{name}/{layer}.py what the {layer} layer reads of each kind (the other "
+                f"kinds' {layer}.py show it), and import it by name in {path}",
             )
-        out[key(kind)] = getattr(module, attribute)
-    return out
+    for name in table:
+        if name not in kinds:
+            raise InstallError(
+                f"{path} lists kind {name!r}, which is not registered",
+                f"register it in ernie_deploy/kinds/__init__.py (an import of ernie_deploy.kinds.{name}), or remove "
+                f"its line from {path}",
+            )
+        if name not in wanted:
+            raise InstallError(
+                f"{path} lists kind {name!r}, whose record gives the {layer} layer nothing to read there",
+                f"remove its line from {path}, or set the fact in ernie_deploy/kinds/{name}/__init__.py that the "
+                "table's comment names",
+            )
+    return {name: table[name] for name in wanted}

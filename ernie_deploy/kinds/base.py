@@ -8,7 +8,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Kind:
     """One kind of task. A task (core.tasks.TaskSpec) names its kind; the stages read these facts instead of
-    comparing names, and find the kind's code for their layer in ernie_deploy/kinds/<name>/<layer>.py."""
+    comparing names, and find the kind's code for their layer in their table of the kinds, which lists each kind's
+    ernie_deploy/kinds/<name>/<layer>.py."""
 
     name: str  # the subpackage under ernie_deploy/kinds, and TaskSpec.kind
     logits_rank: int  # dims of the logits per text: 1 ([classes]) or 2 ([tokens, classes])
@@ -32,8 +33,9 @@ class Kind:
     # What PaddleNLP's ERNIE 3.0 Triton pipeline answers for this kind (`build --io paddlenlp`, core.io): (its output
     # name, the task's output it holds) pairs, in its order; empty where that pipeline had no such models.
     paddlenlp_outputs: tuple[tuple[str, str], ...] = ()
-    # The task's outputs that wire writes in another format, by the kind's serving step (PADDLENLP_FORMATS in
-    # kinds/<kind>/serving.py) and read back by its client (PADDLENLP_READERS in kinds/<kind>/client.py).
+    # The task's outputs that wire writes in another format, by the kind's serving step (`paddlenlp_formats` of
+    # kinds/<kind>/serving.py's SERVING) and read back by its client (`paddlenlp_readers` of kinds/<kind>/client.py's
+    # CLIENT).
     paddlenlp_formats: tuple[str, ...] = ()
     # What its ONNX model answers, in order: the logits of a label head, or (UIE) a start and an end probability per
     # token. Each has `logits_rank` dims per row.

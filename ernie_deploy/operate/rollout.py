@@ -6,9 +6,11 @@ steps (rollout first loads the new version beside the serving one in the version
 of the model holding the new version. Rollout probes the canary with real text (and callers may send their own canary
 traffic to it by name), and only then re-points `<name>` at the new version in one reload: Triton finishes in-flight
 requests on the old config while new ones take the new. The old version is unloaded last.
-Every edit is written to the repository's configs first (atomically), so a restarted server serves what was rolled
-out. The server must run in explicit model control mode (the project's launcher does) and, where its repository API
-is guarded, the caller must hold the admin key.
+Every config a move writes is rendered from the record of the version it serves, as `build` renders it
+(repository.versions.VersionedModel.pinned), so a version's serving settings go live with it and come back with a
+rollback. Every edit is written to the repository's configs first (atomically), so a restarted server serves what was
+rolled out. The server must run in explicit model control mode (the project's launcher does) and, where its
+repository API is guarded, the caller must hold the admin key.
 """
 
 from __future__ import annotations
@@ -126,9 +128,7 @@ class Move:
     def load_candidate(self, probe: Callable[[ModelSpec, Sequence[str]], None], probe_texts: Sequence[str]) -> None:
         """Load the new version beside the serving one (in the versioned steps, where the entry routes to them) and
         the canary answering with it, and probe the canary; on a failure, undo and raise."""
-        model, admin, current, to_version = self.model, self.admin, self.current, self.to_version
-        if model.settings(to_version) is not None:
-            model.keep_settings(current)  # so that a rollback restores the settings the model serves with now
+        model, admin, to_version = self.model, self.admin, self.to_version
         try:
             if model.routed:  # both versions loaded: the serving one keeps answering throughout
                 for step in model.steps:
@@ -146,8 +146,8 @@ class Move:
 
     def both_versions(self, step: str) -> mc.ModelConfig:
         """A versioned step's config while the move is under way: the serving and the new version loaded. Settings
-        are per Triton model: while both versions are loaded, both run with the new version's."""
-        return self.model.with_versions(step, [self.current, self.to_version], settings_of=self.to_version)
+        are per Triton model: while both versions are loaded, both run with the new version's (its record's)."""
+        return self.model.with_versions(step, [self.current, self.to_version], rendered_from=self.to_version)
 
     def switch(self) -> None:
         """The switch: in-flight requests finish on the old config, new ones take the new. A model that holds its
@@ -165,7 +165,7 @@ class Move:
         shutil.rmtree(self.canary_dir, ignore_errors=True)
         if model.routed:
             for step in model.steps:
-                model.write(model.with_versions(step, [self.to_version], settings_of=self.to_version))
+                model.write(model.with_versions(step, [self.to_version], rendered_from=self.to_version))
                 admin.load(step)
         self.phase("unload")
 
@@ -213,7 +213,7 @@ def _undo(model: VersionedModel, admin: RepositoryAdmin, current: int, canary_di
     if not model.routed:
         return  # the serving model itself was not touched before the switch
     for step in model.steps:
-        model.write(model.with_versions(step, [current], settings_of=current))
+        model.write(model.with_versions(step, [current], rendered_from=current))
         try:
             admin.load(step)
         except ErnieDeployError as exc:  # the configs on disk are right; a restart or the next load applies them

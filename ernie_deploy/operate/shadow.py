@@ -156,8 +156,9 @@ def shadow_step(move: Move, record: ModelSpec, fraction: float) -> ShadowStep:
             f"rebuild {model.name} with --runtime python (or --layout ensemble) to shadow it, or roll out without "
             "--shadow",
         )
-    if step != model.name:
-        config = move.both_versions(step)
+    # As it serves without the shadow, rendered from the records (VersionedModel.pinned): the entry the serving
+    # version's, a versioned step, which holds both versions during the move, the candidate's.
+    config = move.both_versions(step) if step != model.name else model.pinned(move.current)
     if layout.answers_in_graph:
         # The answering step is the model itself, fed token ids: it sends its own inputs to its other version.
         plan = ShadowPlan(model.name, move.current, step, move.to_version, fraction, sends="step")

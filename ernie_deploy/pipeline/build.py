@@ -1,6 +1,7 @@
-"""The build stage: converted models -> the Triton model repository. The runtime and the layout are settled and the
-options checked before any model is read, each model's record (model.json, as `convert` completed it) is read, and
-the models are added to the repository, or one model's new version beside the serving one."""
+"""The build stage: converted models -> the Triton model repository. The runtime and the layout are settled
+(repository.plan.settle, against the server found here) before any model is read, each model's record (model.json, as
+`convert` completed it) is read, and the models are planned and added to the repository, or one model's new version
+beside the serving one. The options were checked when they were made (repository.options)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.pipeline.locate import onnx_file, static_model
-from ernie_deploy.pipeline.options import AUTO
 from ernie_deploy.repository.build import ModelArtifacts, model_artifacts
-from ernie_deploy.repository.layouts import AUTO as AUTO_LAYOUT
-from ernie_deploy.repository.layouts import check_build_options, get_layout
 from ernie_deploy.repository.options import BuildOptions
 
 
@@ -30,49 +28,24 @@ def resolve_build_options(
     version_of: str | None = None,
     tritonserver: str | Path | None = None,
 ) -> BuildOptions:
-    """`options` settled and checked before any model is read (a bad combination is the user's first error). No
-    layout ("auto"): each model the default one for its kind (settled per model), or for a new version of model
-    `version_of` the layout it is served in. Runtime "auto":
-    the ORT backend where the server (`tritonserver`, else the one found) has it and the layout can use it, else
-    the python model step."""
-    from ernie_deploy.repository.build import pick_runtime
+    """`options` settled (repository.plan.settle) before any model is read, for the server `tritonserver` (else the
+    one found; none here yet: the python model step, which runs on any) and, for a new version of model
+    `version_of`, that model as `repository` serves it: a bad combination is the user's first error."""
+    from ernie_deploy.repository.plan import ServedModel, settle
+
+    served = ServedModel.read(repository, version_of) if version_of else None
+    return settle(options, _backends(tritonserver), served)
+
+
+def _backends(tritonserver: str | Path | None):
+    """The backends of the server `tritonserver` (else the one found), looked up only when `settle` asks (runtime
+    "auto" with a layout that can use the ORT backend); none where there is no server here yet."""
     from ernie_deploy.server.binary import available_backends, find_tritonserver
 
-    named = options.layout if options.layout != AUTO_LAYOUT else None
-    layout = named or (_served_layout(repository, version_of) if version_of else None) or AUTO_LAYOUT
-    runtime = options.runtime
-    if runtime == AUTO and layout != AUTO_LAYOUT and "onnxruntime" not in get_layout(layout).runtimes:
-        runtime = "python"  # the layout runs onnxruntime inside a python model, whatever backends the server has
-    if runtime == AUTO:
-        try:
-            backends = available_backends(find_tritonserver(tritonserver))
-        except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
-            backends = set()
-        runtime = pick_runtime(backends)
-    options = replace(options, layout=layout, runtime=runtime)
-    if version_of and not options.response_cache and _served_caches(repository, version_of):
-        options = replace(options, response_cache=True)  # a new version keeps the model's cache, as its layout
-    check_build_options(options)
-    return options
-
-
-def _served_caches(repository: str | Path, name: str) -> bool:
-    """Whether model `name` in `repository` caches its answers (`build --cache`)."""
-    from ernie_deploy.repository.layouts import caches_answers
-    from ernie_deploy.repository.versions import VersionedModel
-
     try:
-        return caches_answers(VersionedModel.read(repository, name).entry)
-    except ErnieDeployError:  # no such model: build_version says so with its fix
-        return False
-
-
-def _served_layout(repository: str | Path, name: str) -> str | None:
-    """The layout model `name` is served in (a new version keeps it), or None where the repository has no such model."""
-    from ernie_deploy.repository.served import served_layouts
-
-    layout = served_layouts(repository).get(name) if Path(repository).is_dir() else None
-    return layout.name if layout else None
+        yield from available_backends(find_tritonserver(tritonserver))
+    except ErnieDeployError:  # no server here yet: the python model step runs on any tritonserver
+        return
 
 
 def build_models(

@@ -2,7 +2,8 @@
 
 What serves does not change: the configs are rewritten to pin the serving version (so a restart keeps serving it
 too), and `ernie-deploy rollout` moves to the new one (operate/rollout.py). A version keeps its model's tokenizer and
-tensor signature (repository/versions.py).
+tensor signature (repository/versions.py), and of its serving settings it may change only its own
+(core.settings.VersionSettings); its record (`<name>/<V>/model.json`) is all there is of it besides its files.
 """
 
 from __future__ import annotations
@@ -16,21 +17,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import staging_dir, write_json
+from ernie_deploy.core.settings import changed_settings
+from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.build import MODEL_PY, ModelArtifacts, pad_token_id
 from ernie_deploy.repository.layouts import caches_answers, task_configs
-from ernie_deploy.repository.options import BuildOptions, check_options
+from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
-from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
-from ernie_deploy.repository.tokenizers import digest, kept_digest, model_tokenizer, tokenizer_json
-from ernie_deploy.repository.versions import (
-    SETTINGS_FILE,
-    VersionedModel,
-    settings_of,
-    without_settings,
-    without_versions,
-    write_settings,
-)
+from ernie_deploy.repository.served import Existing
+from ernie_deploy.repository.tokenizers import digest, model_tokenizer, tokenizer_json
+from ernie_deploy.repository.version_configs import SHARED_TOKENIZER_VERSION
+from ernie_deploy.repository.versions import VersionedModel, without_settings, without_versions
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 
 
@@ -47,7 +44,6 @@ def build_version(
     keeps serving it too, and `ernie-deploy rollout` moves to the new one. The version's reference profile
     (repository.reference) goes into its answering step's version folder (reference.json): the record on the
     model's entry stays the serving version's. Returns the version folders written."""
-    check_options(options)
     name = entry.name
     if version < 1:
         raise BadOptionsError(f"version {version} is not a version number", "use a whole number from 1")
@@ -76,7 +72,8 @@ def build_version(
             "a running server may hold answers cached for it, which the new files would not give",
             f"give the new version a number not used before (the next one: {max(model.on_disk()) + 1})",
         )
-    record = entry.served(options)
+    record = _capped(model, entry.served(options))
+    _check_shared_settings(name, version, record, model.record(serving))
     tokenizer, payload = _version_tokenizer(entry, record, model, serving)
     check_reference_file(record, options.reference_texts)  # a bad --reference file fails before any work
     configs = {c.name: c for c in task_configs(record, entry.onnx, tokenizer, pad_token_id(entry.vocab_file))}
@@ -113,42 +110,53 @@ def build_version(
                 os.replace(final, staging / "old" / f"{step}-{version}")
             os.replace(staging / step / str(version), final)
             written.append(final)
-    # The version's record, beside its settings in the entry's version folder (the serving version's is there from
-    # its own build): rollout and rollback move the entry's `model_spec` to it (versions.VersionedModel.pinned).
+    # The version's record in the entry's version folder (the serving version's is there from its own build):
+    # rollout and rollback render the configs of the version they move to from it (versions.VersionedModel.pinned).
     written.append(record.write(repository / name / str(version)))
-    settings = _version_settings(model, configs)
-    if settings != model.current_settings():
-        # The version runs with other serving settings (instances, batching, threads): it carries them, and the
-        # serving version keeps its own, so that rollout and rollback apply each with its version.
-        model.keep_settings(serving)
-        folder = repository / name / str(version)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_settings(settings, folder / SETTINGS_FILE)
-        written.append(folder / SETTINGS_FILE)
     if model.routed:
         for step, current in model.steps.items():
             if not current.version_policy.specific.versions:
-                model.write(model.with_versions(step, [serving]))
+                model.write(model.with_versions(step, [serving], rendered_from=serving))
     model.write(model.pinned(serving))
     return written
 
 
-def _version_settings(model: VersionedModel, configs: dict[str, mc.ModelConfig]) -> dict[str, mc.ModelConfig]:
-    """The serving settings of the new version's entry and versioned models. An ensemble's entry takes no larger
-    batches than the tokenizer it shares with other models (whose settings a version does not change) takes."""
-    settings = {step: settings_of(configs[step]) for step in (model.name, *model.steps)}
-    if model.routed:
-        tokenizer = model.entry.ensemble_scheduling.step[0].model_name
-        shared = configs.get(tokenizer)
-        on_disk = model.repository / tokenizer / "config.pbtxt"
-        if tokenizer not in model.steps and on_disk.is_file():
-            from ernie_deploy.repository.configs import parse
+def _capped(model: VersionedModel, record: ModelSpec) -> ModelSpec:
+    """`record` taking batches no larger than the tokenizer step its model shares with other models takes (a version
+    does not change that step's settings, and Triton refuses an ensemble that takes larger batches than a step of
+    it). Its configs are rendered from the record and the gateway splits requests by it, so the record says the
+    batch size the entry takes."""
+    if not model.layout.shares_tokenizer:
+        return record
+    shared = model.repository / model.entry.ensemble_scheduling.step[0].model_name / "config.pbtxt"
+    if not shared.is_file():
+        return record  # _version_tokenizer refuses it, by its name
+    from ernie_deploy.repository.configs import parse
 
-            shared = parse(on_disk.read_text(encoding="utf-8"))
-        if shared is not None:
-            entry = settings[model.name]
-            entry.max_batch_size = min(entry.max_batch_size, shared.max_batch_size)
-    return settings
+    largest = parse(shared.read_text(encoding="utf-8")).max_batch_size
+    if record.serving.max_batch_size <= largest:
+        return record
+    return replace(record, serving=replace(record.serving, max_batch_size=largest))
+
+
+def _check_shared_settings(name: str, version: int, record: ModelSpec, served: ModelSpec) -> None:
+    """Refuse, by name, a version whose settings differ from the serving version's in one that every version of the
+    model shares (core.settings.ModelSettings) or that the models sharing a tokenizer step agree on
+    (TokenizerSettings): a version may change only its own (VersionSettings)."""
+    kinds = (
+        ("model_settings", f"every version of {name!r} shares"),
+        ("tokenizer_settings", "the models that share a tokenizer step agree on"),
+    )
+    for kind, whose in kinds:
+        changed = changed_settings(getattr(served.serving, kind), getattr(record.serving, kind))
+        if changed:
+            said = ", ".join(f"{key} {before} -> {after}" for key, (before, after) in changed.items())
+            kept = ", ".join(f"{key} {before}" for key, (before, _) in changed.items())
+            raise BadOptionsError(
+                f"version {version} of {name!r} changes {said}: {'settings' if len(changed) > 1 else 'a setting'} "
+                f"{whose}, not a version's own (instances, batching, queueing, threads)",
+                f"build the version with {kept}, as {name!r} serves; other values make a new model: another --model",
+            )
 
 
 def _served_fingerprint(model: VersionedModel, tokenizer: str) -> str | None:
@@ -171,17 +179,16 @@ def _version_tokenizer(entry: ModelArtifacts, record, model, serving: int) -> tu
     )
     if model.layout.shares_tokenizer:
         tokenizer = model.entry.ensemble_scheduling.step[0].model_name
-        existing = Existing.read(model.repository)
-        recorded = existing.configs.get(tokenizer)
+        recorded = Existing.read(model.repository).configs.get(tokenizer)
+        kept = model.repository / tokenizer / SHARED_TOKENIZER_VERSION / "tokenizer.json"
         config, windows = model_tokenizer(record, payload)
-        if recorded is None:
+        if recorded is None or not kept.is_file():
             raise refusal
-        same = (
-            recorded.parameters[SETTINGS_PARAMETER].string_value == digest(config, payload)
-            if windows
-            else kept_digest(existing, tokenizer) == digest(config, payload, windows=False)
-        )
-        if not same:
+        # The shared step keeps its own instances, batch size and queue: a version's own settings are its own
+        # steps' (core.settings.VersionSettings), so the two configs are compared without them. A model that reads
+        # no windows does not ask for them, so it is not told apart by them either (repository.tokenizers).
+        ours = digest(without_settings(config), payload, windows=windows)
+        if digest(without_settings(recorded), kept.read_bytes(), windows=windows) != ours:
             raise refusal
         return tokenizer, payload
     # The tokenizer is in the model's own version folders: the new one must hold the same file (its settings are in
@@ -203,16 +210,9 @@ def _check_version_fits(name: str, version: int, configs: dict[str, mc.ModelConf
 
 
 def _served_wire(name: str, model: VersionedModel, options: BuildOptions) -> BuildOptions:
-    """`options` answering in the wire the model's clients already speak (core.io): a version keeps its model's."""
-    from ernie_deploy.core.io import NATIVE
+    """`options` answering in the wire the model's clients already speak (repository.plan.served_wire)."""
     from ernie_deploy.repository.layouts import entry_record
+    from ernie_deploy.repository.plan import served_wire
 
     record = entry_record(name, model.entry)
-    served = (record.io if record is not None else None) or NATIVE
-    if options.io is not None and options.io != served:
-        raise BadOptionsError(
-            f"{name!r} answers its clients in the {served} wire, this version was asked for in {options.io}: the "
-            "tensors clients send and read are the model's, not a version's",
-            f"build the version with --io {served} (or leave --io out); another wire is a new model: another --model",
-        )
-    return replace(options, io=served)
+    return replace(options, io=served_wire(name, record.io if record is not None else None, options.io))

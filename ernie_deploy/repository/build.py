@@ -28,14 +28,13 @@ from ernie_deploy.core.files import atomic_path, staging_dir, write_json
 from ernie_deploy.core.spec import SPEC_FILE, SPEC_PARAMETER, ModelSpec
 from ernie_deploy.repository.configs import render, warmup_files
 from ernie_deploy.repository.layouts import get_layout, task_configs
-from ernie_deploy.repository.options import BuildOptions, check_options
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.plan import plan as plan_records
+from ernie_deploy.repository.plan import thresholds
 from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
-from ernie_deploy.repository.resolve import resolve
-from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
+from ernie_deploy.repository.served import FIRST_VERSION, TOKENIZER_FINGERPRINT_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import TokenizerStep, tokenizer_steps
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
-
-VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -60,20 +59,13 @@ class ModelArtifacts:
         return self.model.name
 
     def checked_thresholds(self) -> dict[str, float] | None:
-        """The model's thresholds, checked against its labels (None: its task has none)."""
-        if not self.model.task_spec.per_label_thresholds:
-            return None
-        from ernie_deploy.serving.multi_label import check_thresholds, read_thresholds
-
-        labels = list(self.model.labels)
-        if self.thresholds_file is None and self.model.thresholds is not None:
-            return check_thresholds(self.model.thresholds, labels, "the thresholds `convert` recorded")
-        return read_thresholds(self.thresholds_file or self.onnx.parent / THRESHOLDS_FILE, labels)
+        """The model's thresholds, checked against its labels (None: its task has none): repository.plan.thresholds."""
+        return thresholds(self.model, self.thresholds_file, self.onnx.parent)
 
     def served(self, options: BuildOptions) -> ModelSpec:
-        """The record as served under `options` (repository.resolve), with the thresholds it serves; the build adds
+        """The record as served under `options` (repository.plan), with the thresholds it serves; the build adds
         the tokenizer's fingerprint and the reference profile. The served configs are generated from it."""
-        return resolve(replace(self.model, thresholds=self.checked_thresholds()), options.overrides, options.settings)
+        return plan_records([replace(self.model, thresholds=self.checked_thresholds())], options)[0]
 
 
 def model_artifacts(static, onnx: str | Path, name: str | None = None) -> ModelArtifacts:
@@ -126,7 +118,6 @@ def build(
     no model folder ever mixes files of two builds. Other models in the repository are left alone, byte for
     byte; a model's former steps that the new build no longer uses (and a tokenizer no model uses any more)
     are removed with it."""
-    check_options(options)
     entries = [entries] if isinstance(entries, ModelArtifacts) else list(entries)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -137,7 +128,9 @@ def build(
             f"--reference gives one model's reference texts; this build has {len(entries)} models ({', '.join(names)})",
             "build the model with --reference on its own (--model N), the others without",
         )
-    records = {e.name: e.served(options) for e in entries}  # a bad option or thresholds file fails before any write
+    # Every record planned at once: a bad option or thresholds file fails before any write.
+    planned = plan_records([replace(e.model, thresholds=e.checked_thresholds()) for e in entries], options)
+    records = dict(zip(names, planned, strict=True))
     repository = Path(repository).absolute()
     repository.mkdir(parents=True, exist_ok=True)
     existing = Existing.read(repository)
@@ -145,7 +138,7 @@ def build(
     plans = []
     for e in entries:
         tokenizer = tokenizers[e.name]
-        record = replace(records[e.name], tokenizer_sha256=tokenizer.fingerprint, version=int(VERSION))
+        record = replace(records[e.name], tokenizer_sha256=tokenizer.fingerprint, version=int(FIRST_VERSION))
         check_reference_file(record, options.reference_texts)  # a bad --reference file fails before any work
         configs = task_configs(record, e.onnx, tokenizer.name, pad_token_id(e.vocab_file))
         plans.append(_Plan(e, record, tokenizer, configs))
@@ -204,11 +197,11 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
             if config.name in skip or (config.name == tokenizer.name and not tokenizer.owner):
                 continue
             if config.name == tokenizer.name:
-                config.parameters[SETTINGS_PARAMETER].string_value = tokenizer.fingerprint
+                config.parameters[TOKENIZER_FINGERPRINT_PARAMETER].string_value = tokenizer.fingerprint
             if config.name == model.name:
                 config.parameters[SPEC_PARAMETER].string_value = model.to_json()
             model_dir = repository / config.name
-            version_dir = model_dir / VERSION
+            version_dir = model_dir / FIRST_VERSION
             version_dir.mkdir(parents=True, exist_ok=True)
             write_text(model_dir / "config.pbtxt", render(config))
             for name, data in warmup_files(config).items():
@@ -221,17 +214,17 @@ def _write_models(plans: list[_Plan], repository: Path, skip: set[str]) -> list[
                 write_text(version_dir / "model.py", MODEL_PY.format(name=config.name, step=step))
         homes = layout.homes(model, tokenizer.name)
         if homes["tokenizer"] not in skip and (homes["tokenizer"] != tokenizer.name or tokenizer.owner):
-            with atomic_path(repository / homes["tokenizer"] / VERSION / "tokenizer.json", suffix=".json") as tmp:
+            with atomic_path(repository / homes["tokenizer"] / FIRST_VERSION / "tokenizer.json", suffix=".json") as tmp:
                 tmp.write_bytes(tokenizer.payload)
-        version_dir = repository / homes["model"] / VERSION
+        version_dir = repository / homes["model"] / FIRST_VERSION
         layout.write_model_file(model, plan.entry.onnx, version_dir / "model.onnx")
-        write_json(list(model.labels), repository / homes["labels"] / VERSION / "labels.json")
+        write_json(list(model.labels), repository / homes["labels"] / FIRST_VERSION / "labels.json")
         if model.thresholds is not None:
-            write_json(model.thresholds, repository / homes["labels"] / VERSION / THRESHOLDS_FILE)
+            write_json(model.thresholds, repository / homes["labels"] / FIRST_VERSION / THRESHOLDS_FILE)
         if model.reference is not None:
-            write_reference(model.reference, repository / layout.answering(model, tokenizer.name) / VERSION)
-        model.write(repository / model.name / VERSION)  # the version's record (core.spec)
-    for version_dir in repository.glob(f"*/{VERSION}"):
+            write_reference(model.reference, repository / layout.answering(model, tokenizer.name) / FIRST_VERSION)
+        model.write(repository / model.name / FIRST_VERSION)  # the version's record (core.spec)
+    for version_dir in repository.glob(f"*/{FIRST_VERSION}"):
         if not any(version_dir.iterdir()):  # an ensemble's version folder: keep it when committed to git
             (version_dir / ".gitkeep").touch()
     return written
@@ -251,8 +244,3 @@ def remove(repository: str | Path, names: list[str]) -> None:
         for name in sorted(gone):
             if (repository / name).is_dir():
                 os.replace(repository / name, staging / name)
-
-
-def pick_runtime(backends: set[str]) -> str:
-    """`--runtime auto`: the ORT backend when the target server has it, else the python-backend model step."""
-    return "onnxruntime" if "onnxruntime" in backends else "python"

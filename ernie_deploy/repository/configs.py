@@ -22,7 +22,7 @@ from ernie_deploy.core.tasks import (
 from ernie_deploy.repository.signature import spec_of
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 from ernie_deploy.serving.parameters import EXTRACTION, MODEL, POSTPROCESS, TOKENIZER, WATCH, Group, parameters
-from ernie_deploy.serving.windows import DEFAULT_CUT, default_stride
+from ernie_deploy.serving.record_defaults import step_windows
 
 
 def _tensor(message, spec: TensorSpec):
@@ -127,14 +127,15 @@ def tokenizer_config(name: str, model: ModelSpec) -> mc.ModelConfig:
     windows = dict.fromkeys(WINDOW_PARAMETERS)
     if len(inputs) == 1:
         # How long texts are cut: part of the config, so the fingerprint keeps tokenizers of different cuts apart.
-        # A tokenizer step holds the windows it cuts for whichever model asks for them (the record's, else windows of
-        # max_seq_len), so that a classifier's and a token model's can be one shared step; a layout that merges it
-        # into the model's own config keeps them only where the model reads windows (layouts.base.Parts).
-        window = model.window_size or max_seq_len
+        # A tokenizer step holds the windows it cuts for whichever model asks for them (serving.record_defaults.
+        # step_windows: the record's, else windows of max_seq_len), so that a classifier's and a token model's can be
+        # one shared step; a layout that merges it into the model's own config keeps them only where the model reads
+        # windows (layouts.base.Parts).
+        held = step_windows(model)
         windows = {
-            "window_size": window if window != max_seq_len else None,
-            "window_stride": model.window_stride or default_stride(window),
-            "window_cut": model.window_cut or DEFAULT_CUT,
+            "window_size": held.size if held.size != max_seq_len else None,
+            "window_stride": held.stride,
+            "window_cut": held.cut,
         }
     else:
         # A pair is cut the longer text first (serving.encoding.encode_pairs), never windowed: windows serve
@@ -162,6 +163,12 @@ def recorded_parameters(group: Group, model: ModelSpec, **values) -> dict[str, s
 _RECORD_FIELDS = frozenset(f.name for f in fields(ModelSpec))
 
 
+def _unless_default(parameter, value):
+    """`value`, or None (the parameter left out) where it is what the step reads when the parameter is absent: the
+    parameter's default, whose one home is serving.parameters."""
+    return None if value == parameter.default else value
+
+
 def model_config(model: ModelSpec, inputs, outputs, pad_token_id: int = 0) -> mc.ModelConfig:
     options = model.serving
     if options.runtime == "onnxruntime":
@@ -187,7 +194,7 @@ def model_config(model: ModelSpec, inputs, outputs, pad_token_id: int = 0) -> mc
         model_file="model.onnx",
         pad_token_id=pad_token_id,
         intra_op_threads=options.ort_threads or None,
-        ort_spinning=None if options.ort_spinning == "off" else options.ort_spinning,
+        ort_spinning=_unless_default(MODEL["ort_spinning"], options.ort_spinning),
     )
     return base_config(model.model_step, inputs, outputs, options, backend="python", params=params)
 
@@ -236,7 +243,7 @@ def extraction_config(model: ModelSpec, pad_token_id: int = 0) -> mc.ModelConfig
         model_file="model.onnx",
         pad_token_id=pad_token_id,
         intra_op_threads=settings.ort_threads or None,
-        ort_spinning=None if settings.ort_spinning == "off" else settings.ort_spinning,
+        ort_spinning=_unless_default(EXTRACTION["ort_spinning"], settings.ort_spinning),
         window_max_text_chars=model.max_text_chars,
         window_max_request_chars=model.max_request_chars,
         labels_file="labels.json",

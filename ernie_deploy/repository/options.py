@@ -4,7 +4,12 @@ model is read.
 The options are three things (`BuildOptions` joins them for the command line): the serving settings
 (core.settings.ServingSettings: how the model runs), the record overrides (`RecordOverrides`: facts of the record a
 flag decides, None or "auto" keeping what the record says), and the build's inputs (the texts of the reference
-profile). `repository.resolve.resolve` turns a record, its overrides and the settings into the record as served.
+profile). `repository.plan.plan` turns records and the options into the records as served.
+
+Options are checked where they are made: a RecordOverrides or BuildOptions that exists is one whose combination is
+accepted (a refused one raises BadOptionsError at construction, naming the flag), and every copy made of one
+(`dataclasses.replace`) is checked again as it is made. Runtime "auto" is accepted until it is settled against the
+server (repository.plan.settle); what depends on the runtime is checked on the settled options.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class RecordOverrides:
     schema: str | None = None
     position_prob: float | None = None
 
+    def __post_init__(self):
+        _check_overrides(self)
+
     @property
     def overrides(self) -> RecordOverrides:
         """These overrides alone (the build options also carry settings and inputs)."""
@@ -81,10 +89,39 @@ class BuildOptions(ServingSettings, RecordOverrides):
     # `text<TAB>text_pair`, or a .tsv / .jsonl split file); None: the model's dev split where the build finds it.
     reference_texts: str | None = None
 
+    def __post_init__(self):
+        check_options(self)
+
 
 def check_options(options: BuildOptions) -> None:
-    """Refuse option combinations that Triton would reject at load time, or silently ignore. The runtime must be
-    settled: what depends on it is checked last, after what any runtime refuses."""
+    """Refuse option combinations that Triton would reject at load time, or silently ignore: what BuildOptions'
+    construction runs. What depends on the runtime is checked last, after what any runtime refuses, once the runtime
+    is settled (runtime "auto" passes until then)."""
+    _check_settings(options)
+    _check_overrides(options)
+    if options.reference_texts is not None and not options.monitor:
+        raise BadOptionsError(
+            "--reference gives the texts of the reference profile a monitored model is compared with; --no-monitor "
+            "builds the model unmonitored, with no reference",
+            "drop --no-monitor, or drop --reference",
+        )
+    if options.runtime != AUTO:
+        _check_runtime(options)
+
+
+def require_settled(settings: ServingSettings) -> None:
+    """Refuse settings whose runtime is still "auto": a record is resolved for the runtime it runs on."""
+    if settings.runtime == AUTO:
+        raise BadOptionsError(
+            "runtime 'auto' is settled against the server when the build runs, and this build was not settled",
+            "build through ernie_deploy.pipeline.build.build_models (or settle the options with "
+            "ernie_deploy.repository.plan.settle first), or name the runtime: runtime='python' or "
+            "runtime='onnxruntime'",
+        )
+
+
+def _check_settings(options: ServingSettings) -> None:
+    """The serving settings' own refusals, whatever the runtime."""
     if options.runtime not in (AUTO, *RUNTIMES):
         raise BadOptionsError(f"unknown runtime {options.runtime!r}", f"use one of {', '.join((AUTO, *RUNTIMES))}")
     if options.device not in DEVICES:
@@ -108,6 +145,11 @@ def check_options(options: BuildOptions) -> None:
         )
     if options.ort_threads < 0 or options.ort_inter_op_threads < 0:
         raise BadOptionsError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
+
+
+def _check_overrides(options: RecordOverrides) -> None:
+    """The record overrides' own refusals: each value one the step that decides it takes, and no flag of a reading
+    the options do not ask for."""
     if options.long_text not in LONG_TEXT:
         raise BadOptionsError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
     if options.window_cut is not None:
@@ -131,12 +173,6 @@ def check_options(options: BuildOptions) -> None:
             "pass a stride of 1 token or more (at most max_seq_len - 2), or leave it out for half a window",
         )
     _check_limits(options)
-    if options.reference_texts is not None and not options.monitor:
-        raise BadOptionsError(
-            "--reference gives the texts of the reference profile a monitored model is compared with; --no-monitor "
-            "builds the model unmonitored, with no reference",
-            "drop --no-monitor, or drop --reference",
-        )
     if options.ner_decoding is not None:
         from ernie_deploy.serving.entities import check_decoding
 
@@ -150,18 +186,10 @@ def check_options(options: BuildOptions) -> None:
             "--head-tokens sets how --long-text head_tail splits a text",
             "drop --head-tokens, or add --long-text head_tail",
         )
-    _check_runtime(options)
 
 
 def _check_runtime(options: BuildOptions) -> None:
-    """What the model step's runtime refuses; "auto" has to be settled first (against the server, which this layer
-    does not look at)."""
-    if options.runtime == AUTO:
-        raise BadOptionsError(
-            "runtime 'auto' is settled against the server when the build runs, and this build was not settled",
-            "build through ernie_deploy.pipeline.build.build_models (or settle the options with its "
-            "resolve_build_options first), or name the runtime: runtime='python' or runtime='onnxruntime'",
-        )
+    """What the model step's settled runtime refuses."""
     ort_backend = options.runtime == "onnxruntime"
     backend_only = [
         flag
@@ -193,7 +221,7 @@ def _check_runtime(options: BuildOptions) -> None:
         )
 
 
-def _check_limits(options: BuildOptions) -> None:
+def _check_limits(options: RecordOverrides) -> None:
     """A limit of at least one character, and requests that can carry a text of the longest length."""
     given = [v for v in (options.max_text_chars, options.max_request_chars) if v is not None]
     limits = options.limits

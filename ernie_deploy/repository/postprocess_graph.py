@@ -16,16 +16,22 @@ from pathlib import Path
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS
-from ernie_deploy.kinds import KINDS, table
+from ernie_deploy.kinds import KINDS, layer_table
+from ernie_deploy.kinds.sequence.repository import graph as SEQUENCE
 
-# Kind.graph_postprocess -> the function (the `graph` of the kind's repository module) that builds its nodes and
-# outputs, for the kinds that have one.
-GRAPHS = table(
+# The repository layer's table of the kinds that have a graph postprocess (Kind.graph_postprocess): the function that
+# builds its nodes and outputs (the `graph` of kinds/<kind>/repository.py), by the kind's name. A kind is one import
+# above and one line here.
+KIND_GRAPHS = layer_table(
     "repository",
-    "graph",
-    key=lambda kind: kind.graph_postprocess,
-    kinds={name: kind for name, kind in KINDS.items() if kind.graph_postprocess},
+    __name__,
+    {
+        "sequence": SEQUENCE,
+    },
+    reads=lambda kind: bool(kind.graph_postprocess),
 )
+# The same functions by Kind.graph_postprocess, the name a task's record gives its graph.
+GRAPHS = {KINDS[name].graph_postprocess: graph for name, graph in KIND_GRAPHS.items()}
 
 
 def _converted_facts(onnx_path: str | Path):

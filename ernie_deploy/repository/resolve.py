@@ -1,27 +1,30 @@
-"""Resolve once: a model's record, the build's overrides and its serving settings become the record as served.
+"""Resolve one record: a model's record, the build's overrides and its serving settings become the record as served.
 
-`resolve` decides every open field of the record (its layout, how it reads long texts and in what windows, its
-limits, its decoding, its wire) and checks each once; every config, file and fact of the served model is then read
-from the completed record (repository.configs, repository.layouts), never worked out again. A field the record
-already holds stays as it is unless an override names another value: a record resolved again with no overrides is
-itself (what `tune` and a new version's build rely on).
+`resolve` decides every open field of one record (its layout, how it reads long texts and in what windows, its
+limits, its decoding, its wire) and checks each once; `repository.plan` settles what a whole build decides first (the
+runtime, the layout asked for, the cache, a new version's wire, the thresholds) and resolves each record with it.
+Every config, file and fact of the served model is then read from the completed record (repository.configs,
+repository.layouts), never worked out again; each default it fills in has its home in serving.record_defaults. A
+field the record already holds stays as it is unless an override names another value: a record resolved again with
+no overrides is itself (what `tune` and a new version's build rely on). The overrides and settings come checked: a
+BuildOptions (repository.options) is checked when it is made.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.settings import AUTO, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.repository.options import BuildOptions, RecordOverrides, check_options
+from ernie_deploy.repository.options import BuildOptions, RecordOverrides, require_settled
 from ernie_deploy.serving.limits import ReadingLimits
 
 
 def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSettings) -> ModelSpec:
     """`record` as served with `overrides` and `settings` (the runtime settled), every field decided, or a refusal
     that names the flag and the fix."""
-    check_options(BuildOptions(**settings.to_dict(), **asdict(overrides.overrides)))
+    require_settled(settings)
     settings = settings.settings
     model = replace(
         record,
@@ -103,7 +106,8 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
 def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:
     """How a token model turns logits into entities: the override, else what its record says, else the default; None
     for a model of another kind, which has no entities (an override for it is refused)."""
-    from ernie_deploy.serving.entities import DEFAULT_DECODING, check_decoding
+    from ernie_deploy.serving.entities import check_decoding
+    from ernie_deploy.serving.record_defaults import decoding
 
     if not record.kind_facts.entities:
         if overrides.ner_decoding is not None:
@@ -113,22 +117,17 @@ def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | Non
                 "with `ernie-deploy export --ner-decoding` (a deployment file's export: {ner_decoding: ...})",
             )
         return None
-    return check_decoding(overrides.ner_decoding or record.ner_decoding or DEFAULT_DECODING)
+    return check_decoding(decoding(record, overrides.ner_decoding))
 
 
 def _reading(record: ModelSpec, overrides: RecordOverrides) -> dict:
     """How the model reads a text longer than max_seq_len, its windows or its head, and what one request may cost:
     the record fields `long_text`, `window_*`, `head_tokens`, `max_text_chars` and `max_request_chars`."""
-    from ernie_deploy.serving.windows import (
-        DEFAULT_CUT,
-        check_head_tokens,
-        check_stride,
-        default_head_tokens,
-        default_stride,
-    )
+    from ernie_deploy.serving.record_defaults import head_tokens, long_text, windows
+    from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
     modes = record.kind_facts.long_text_modes
-    mode = (overrides.long_text if overrides.long_text != AUTO else None) or record.long_text or modes[0]
+    mode = (overrides.long_text if overrides.long_text != AUTO else None) or long_text(record)
     if mode not in modes:
         why = {
             "window": "a window decides each token, but a label per text needs the text in one model input",
@@ -150,26 +149,18 @@ def _reading(record: ModelSpec, overrides: RecordOverrides) -> dict:
     out = dict.fromkeys(_READING)
     out["long_text"] = mode
     if mode == "head_tail":
-        head = overrides.head_tokens if overrides.head_tokens is not None else kept.head_tokens
-        out["head_tokens"] = default_head_tokens(length) if head is None else head
+        out["head_tokens"] = head_tokens(replace(kept, long_text=mode), overrides.head_tokens)
         check_head_tokens(out["head_tokens"], length)
     if mode == "window":
-        window = overrides.window_size or kept.window_size
-        stride = overrides.window_stride or kept.window_stride
-        if window is None:
-            # Windows of about the length the model was trained on; a stride too long for them was chosen for
-            # windows of max_seq_len, which it keeps.
-            window = record.window_default if stride is None or stride <= record.window_default - 2 else length
+        window, stride, cut = windows(kept, overrides.window_size, overrides.window_stride, overrides.window_cut)
         if not 3 <= window <= length:
             raise BadOptionsError(
                 f"--window-size {window} does not fit model {record.name!r}: a window holds [CLS], [SEP] and at "
                 f"least one token, and at most the model's max_seq_len ({length}) tokens",
                 f"pass --window-size from 3 to {length}, or leave it out for {record.window_default}",
             )
-        stride = default_stride(window) if stride is None else stride
         check_stride(stride, window)
-        out.update(window_size=window, window_stride=stride, window_cut=overrides.window_cut or kept.window_cut)
-        out["window_cut"] = out["window_cut"] or DEFAULT_CUT
+        out.update(window_size=window, window_stride=stride, window_cut=cut)
     given = (overrides.max_text_chars, overrides.max_request_chars)
     if any(v is not None for v in given):
         limits = ReadingLimits.given(*given).reading(mode == "window")
@@ -197,6 +188,6 @@ def _layout(record: ModelSpec, overrides: RecordOverrides, model: ModelSpec):
     if named is None:
         return default_layout(model)
     layout = get_layout(named)
-    layout.check_options(model.serving)
+    layout.check_serving_settings(model.serving)
     layout.check(model)
     return layout

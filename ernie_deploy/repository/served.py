@@ -18,9 +18,13 @@ from ernie_deploy.repository.unmade import Unmade, unmade_entries, unmade_models
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 from ernie_deploy.serving.parameters import CUT_MAX_TEXT_CHARS, WINDOW_MAX_REQUEST_CHARS, WINDOW_MAX_TEXT_CHARS
 
-# A tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a later build finds the
-# tokenizer it can share without comparing files (repository/tokenizers.py).
-SETTINGS_PARAMETER = "settings_sha256"
+# The config parameter holding a tokenizer model's fingerprint: a digest of its config and tokenizer.json, so that a
+# later build finds the tokenizer it can share without comparing files (repository/tokenizers.py). The key is what
+# the tokenizer configs of every built repository carry, so it is read under that name.
+TOKENIZER_FINGERPRINT_PARAMETER = "settings_sha256"
+# The version folder `build` writes each Triton model into. A shared tokenizer step is never versioned (a new version
+# of a model keeps its tokenizer: repository/add_version.py), so its files stay here.
+FIRST_VERSION = "1"
 
 
 @dataclass
@@ -50,9 +54,9 @@ class Existing:
     def tokenizers(self) -> dict[str, str]:
         """fingerprint -> name of each tokenizer model that records one."""
         return {
-            config.parameters[SETTINGS_PARAMETER].string_value: name
+            config.parameters[TOKENIZER_FINGERPRINT_PARAMETER].string_value: name
             for name, config in self.configs.items()
-            if SETTINGS_PARAMETER in config.parameters
+            if TOKENIZER_FINGERPRINT_PARAMETER in config.parameters
         }
 
     def steps(self, name: str) -> list[str]:

@@ -14,15 +14,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.configs import WINDOW_PARAMETERS, render, tokenizer_config
-from ernie_deploy.repository.served import SETTINGS_PARAMETER, Existing
-
-VERSION = "1"
+from ernie_deploy.repository.served import FIRST_VERSION, TOKENIZER_FINGERPRINT_PARAMETER, Existing
 
 
 @dataclass(frozen=True)
 class TokenizerStep:
     name: str  # the Triton model
-    fingerprint: str  # its SETTINGS_PARAMETER
+    fingerprint: str  # its TOKENIZER_FINGERPRINT_PARAMETER
     payload: bytes  # its tokenizer.json
     owner: bool  # whether this model's config is the one written for it (else another model's, or kept as it is)
 
@@ -40,7 +38,7 @@ def digest(config: mc.ModelConfig, payload: bytes, *, windows: bool = True) -> s
     copy = mc.ModelConfig()
     copy.CopyFrom(config)
     copy.name = "tokenizer"
-    for key in (SETTINGS_PARAMETER, *(() if windows else WINDOW_PARAMETERS)):
+    for key in (TOKENIZER_FINGERPRINT_PARAMETER, *(() if windows else WINDOW_PARAMETERS)):
         if key in copy.parameters:
             del copy.parameters[key]
     return hashlib.sha256(render(copy).encode() + b"\0" + payload).hexdigest()
@@ -53,7 +51,7 @@ def model_tokenizer(model, payload: bytes) -> tuple[mc.ModelConfig, bool]:
 
 def kept_digest(existing: Existing, name: str) -> str | None:
     """The window-free fingerprint of tokenizer model `name` in the repository, None where its file is missing."""
-    path = (existing.repository or Path(".")) / name / VERSION / "tokenizer.json"
+    path = (existing.repository or Path(".")) / name / FIRST_VERSION / "tokenizer.json"
     if not path.is_file():
         return None
     return digest(existing.configs[name], path.read_bytes(), windows=False)

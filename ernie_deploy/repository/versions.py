@@ -7,16 +7,18 @@ the same: an ensemble pins its versioned steps to one version (`model_version: N
 versions in its `version_policy { specific { versions: [...] } }`; a fused model loads exactly the version its own
 policy names. A version keeps the model's tokenizer and tensor signature; a model whose vocabulary or labels change is
 a new model, under another name.
+
+A version is its record (`<name>/<N>/model.json`, core.spec): every config that moves to a version is rendered from
+that record as `build` renders it (repository/version_configs.py), its serving settings with it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadRepositoryError
@@ -26,16 +28,16 @@ from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import Layout, caches_answers, entry_record, layout_of
 
 CANARY_SUFFIX = "_canary"
-# A version may carry its own serving settings (`ernie-deploy tune` writes its winner so): how many instances, how
-# requests are batched and queued, how onnxruntime runs. They change speed, never answers, so they may differ between
-# versions of one model; the file in the entry's version folder holds them per Triton model, and rollout applies them
-# with the version. A version without the file keeps the settings the model has.
-SETTINGS_FILE = "settings.pbtxt"
+# The config fields and model parameters a version's own settings (core.settings.VersionSettings) are rendered into:
+# instances, batch size, the batcher's queue, onnxruntime's threads and spinning (the python model step's names and
+# the ORT backend's). Two versions' configs that differ in nothing else fit one model (repository.add_version).
 SETTING_FIELDS = ("max_batch_size", "instance_group", "dynamic_batching")
-# model parameters that are settings: the python model step's and the ORT backend's thread and spinning options
 SETTING_PARAMETERS = frozenset(
     {"intra_op_threads", "ort_spinning", "intra_op_thread_count", "inter_op_thread_count", "execution_mode"}
 )
+# Where an older ernie-deploy kept a version's settings beside its record. Nothing reads it: a repository holding one
+# is refused by name, since its versions' records may not say what the file said (VersionedModel.read).
+STALE_SETTINGS_FILE = "settings.pbtxt"
 
 
 def _read(repository: Path, name: str) -> mc.ModelConfig:
@@ -52,6 +54,8 @@ class VersionedModel:
     layout: Layout
     entry: mc.ModelConfig
     steps: dict[str, mc.ModelConfig]
+    # version -> its configs as rendered from its record (version_configs), rendered once per version
+    _rendered: dict[int, dict[str, mc.ModelConfig]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def read(cls, repository: str | Path, name: str) -> VersionedModel:
@@ -66,6 +70,7 @@ class VersionedModel:
         model = entry_record(name, entry)
         if model is None:
             raise BadRepositoryError(f"{name!r} in {repository} is not a model users call", "name a served model")
+        _refuse_stale_settings(repository, name)
         layout = layout_of(name, configs)
         steps = {}
         for step_name in layout.versioned(model):
@@ -113,9 +118,10 @@ class VersionedModel:
         return versions[-1]
 
     def pinned(self, version: int, name: str | None = None) -> mc.ModelConfig:
-        """The entry's config answering with `version` (under `name`, e.g. the canary's)."""
-        config = mc.ModelConfig()
-        config.CopyFrom(self.entry)
+        """The entry's config answering with `version` (under `name`, e.g. the canary's): rendered from the version's
+        record, which it carries, so that what reads a served model's record (check, stats, the gateway, tune, the
+        shadow) reads that version's."""
+        config = self.rendered(version, self.name)
         config.name = name or self.name
         if self.routed:
             for step in config.ensemble_scheduling.step:
@@ -125,10 +131,7 @@ class VersionedModel:
             # A caching ensemble is itself version N while it pins version N: Triton keys cached answers by the
             # entry's version (layouts.cache_answers), so no answer of another version can be served from the cache.
             config.version_policy.specific.versions[:] = [version]
-        # The entry carries the record of the version it serves, so that what reads a served model's record (check,
-        # stats, the gateway, tune, the shadow) reads that version's.
-        config.parameters[SPEC_PARAMETER].string_value = self.record(version).to_json()
-        return self._set(config, self.name, version)
+        return config
 
     def record(self, version: int) -> ModelSpec:
         """The record of `version` (core.spec), from its folder in the entry: `<name>/<version>/model.json`."""
@@ -140,38 +143,23 @@ class VersionedModel:
             )
         return ModelSpec.read(folder)
 
-    def with_versions(self, step: str, versions: list[int], settings_of: int | None = None) -> mc.ModelConfig:
-        """A versioned model's config that loads exactly `versions`, with the serving settings of version
-        `settings_of` where it carries its own."""
-        config = mc.ModelConfig()
-        config.CopyFrom(self.steps[step])
+    def with_versions(self, step: str, versions: list[int], rendered_from: int) -> mc.ModelConfig:
+        """A versioned model's config that loads exactly `versions`, rendered from the record of version
+        `rendered_from`: its serving settings are that version's."""
+        config = self.rendered(rendered_from, step)
         config.version_policy.specific.versions[:] = sorted(set(versions))
-        return self._set(config, step, settings_of)
+        return config
 
-    # Serving settings carried by a version ---------------------------------------------------------------------
-    def settings(self, version: int) -> dict[str, mc.ModelConfig] | None:
-        """Triton model -> the settings `version` carries (SETTING_FIELDS and SETTING_PARAMETERS of a config), or None
-        for a version that carries none."""
-        path = self.repository / self.name / str(version) / SETTINGS_FILE
-        if not path.is_file():
-            return None
-        return read_settings(path)
+    def rendered(self, version: int, model: str) -> mc.ModelConfig:
+        """Triton model `model` (the entry or a versioned model) as `build` renders it from `version`'s record (a
+        copy, to edit)."""
+        from ernie_deploy.repository.version_configs import version_configs
 
-    def current_settings(self) -> dict[str, mc.ModelConfig]:
-        """The settings the model's configs have now: the entry's and each versioned model's."""
-        return {name: settings_of(config) for name, config in {self.name: self.entry, **self.steps}.items()}
-
-    def keep_settings(self, version: int) -> None:
-        """Record the settings the model has now as `version`'s own, where it has none yet: moving to a version with
-        other settings and back then restores these."""
-        folder = self.repository / self.name / str(version)
-        if folder.is_dir() and not (folder / SETTINGS_FILE).exists():
-            write_settings(self.current_settings(), folder / SETTINGS_FILE)
-
-    def _set(self, config: mc.ModelConfig, model: str, version: int | None) -> mc.ModelConfig:
-        settings = self.settings(version) if version is not None else None
-        if settings and model in settings:
-            return with_settings(config, settings[model])
+        if version not in self._rendered:
+            record = self.record(version)
+            self._rendered[version] = version_configs(self.repository, self.layout, self.entry, record, version)
+        config = mc.ModelConfig()
+        config.CopyFrom(self._rendered[version][model])
         return config
 
     def write(self, config: mc.ModelConfig) -> Path:
@@ -220,32 +208,6 @@ def without_versions(config: mc.ModelConfig) -> mc.ModelConfig:
     return copy
 
 
-def settings_of(config: mc.ModelConfig) -> mc.ModelConfig:
-    """The serving settings of a config: SETTING_FIELDS and SETTING_PARAMETERS, nothing else."""
-    out = mc.ModelConfig(max_batch_size=config.max_batch_size)
-    _copy_settings(config, out)
-    return out
-
-
-def with_settings(config: mc.ModelConfig, settings: mc.ModelConfig) -> mc.ModelConfig:
-    """`config` with its serving settings replaced by `settings` (settings_of's shape). An ensemble takes only the
-    max batch size: it has no instances and no batcher of its own."""
-    out = without_settings(config)
-    out.max_batch_size = settings.max_batch_size
-    if out.platform != "ensemble":
-        _copy_settings(settings, out)
-    return out
-
-
-def _copy_settings(source: mc.ModelConfig, target: mc.ModelConfig) -> None:
-    target.instance_group.extend(source.instance_group)
-    if source.HasField("dynamic_batching"):
-        target.dynamic_batching.CopyFrom(source.dynamic_batching)
-    for key, value in source.parameters.items():
-        if key in SETTING_PARAMETERS:
-            target.parameters[key].CopyFrom(value)
-
-
 def without_settings(config: mc.ModelConfig) -> mc.ModelConfig:
     """A config minus its serving settings (for comparing what a version must share with its model)."""
     out = mc.ModelConfig()
@@ -257,29 +219,12 @@ def without_settings(config: mc.ModelConfig) -> mc.ModelConfig:
     return out
 
 
-def read_settings(path: Path) -> dict[str, mc.ModelConfig]:
-    """A settings file: one `ModelConfig` text per Triton model, each holding only settings (its `name` says whose)."""
-    text = path.read_text(encoding="utf-8")
-    settings = {}
-    for block in text.split("\n---\n"):
-        if block.strip():
-            try:
-                config = text_format.Parse(block, mc.ModelConfig())
-            except text_format.ParseError as exc:
-                raise BadRepositoryError(
-                    f"{path} is not a settings file ({exc})",
-                    "restore it, or delete it to let that version keep the model's settings",
-                ) from None
-            settings[config.name] = config
-    return settings
-
-
-def write_settings(settings: dict[str, mc.ModelConfig], path: Path) -> None:
-    blocks = []
-    for name, config in sorted(settings.items()):
-        named = mc.ModelConfig()
-        named.CopyFrom(config)
-        named.name = name
-        blocks.append(text_format.MessageToString(named))
-    with atomic_path(path) as tmp:
-        tmp.write_text("\n---\n".join(blocks), encoding="utf-8")
+def _refuse_stale_settings(repository: Path, name: str) -> None:
+    stale = sorted((repository / name).glob(f"*/{STALE_SETTINGS_FILE}"))
+    if stale:
+        raise BadRepositoryError(
+            f"{name!r} holds {', '.join(str(p.relative_to(repository)) for p in stale)}, version settings kept apart "
+            "from their records by an older ernie-deploy: a version's settings are its record's alone (model.json), "
+            "and the record of a version that carried such a file may say other settings than its configs",
+            f"rebuild the model: ernie-deploy build --model {name} (then each other version again: --version N)",
+        )

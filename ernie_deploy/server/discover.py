@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, AdminKey
-from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError, ServerNotReadyError
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ServerNotReadyError
 from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.core.tls import Tls
@@ -52,6 +52,7 @@ class LocalRecord:
     folder: str
     models: dict[str, RecordedModel]
     records: dict[str, ModelSpec] = field(default_factory=dict)  # each served model's record (core.spec)
+    unread: dict[str, str] = field(default_factory=dict)  # each model whose record could not be read -> why, fix
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ServedOnServer:
     # Each served model's record (core.spec), of the version it serves: from the server's configs where they answer,
     # else from the local repository's.
     records: dict[str, ModelSpec] = field(default_factory=dict)
+    # Each served model whose record could not be read (of another format, unreadable) -> the problem and its fix:
+    # its numbers stand without it, and notes() names it so that a missing record line is never a silent one.
+    unread: dict[str, str] = field(default_factory=dict)
 
     @property
     def unattached(self) -> list[str]:
@@ -96,7 +100,14 @@ class ServedOnServer:
             )
         elif self.unattached and others_shown:
             out.append(f"{', '.join(self.unattached)}: loaded, and run by no served model known here; {KEY_HINT}")
+        for name, why in sorted(self.unread.items()):
+            out.append(f"{name}: its record is not shown: {why}")
         return out
+
+
+def unread_record(exc: BadRepositoryError | BadOptionsError) -> str:
+    """What a record that could not be read says to the reader: its problem and, where known, its fix."""
+    return f"{exc.problem}; fix: {exc.fix}" if exc.fix else exc.problem
 
 
 def served_on_server(
@@ -162,15 +173,17 @@ def _from_configs(url: str, index: list[dict], configs: dict[str, dict]) -> Serv
             steps[name] = [name]
     # Each loaded version ran its own warm-up (the versions of a model share its config).
     warmups = {name: max(1, versions.get(name, 1)) * _warmup_per_load(config) for name, config in configs.items()}
-    records = {}
+    records, unread = {}, {}
     for name, config in configs.items():
         text = config.get("parameters", {}).get(SPEC_PARAMETER, {}).get("string_value")
         if text:
             try:
                 records[name] = ModelSpec.from_json(text, f"{name}'s record on {url}")
-            except ErnieDeployError:  # a record of another format: `check` names it; the numbers stand without it
-                continue
-    return ServedOnServer(url, dict(sorted(steps.items())), sorted(configs), warmups, records=records)
+            # OldRecord (another format) or a record this version cannot read (BadRepositoryError), or one whose
+            # task or values it does not know (BadOptionsError): the numbers stand without it; the note names it
+            except (BadRepositoryError, BadOptionsError) as exc:
+                unread[name] = unread_record(exc)
+    return ServedOnServer(url, dict(sorted(steps.items())), sorted(configs), warmups, records=records, unread=unread)
 
 
 def _warmup_per_load(config: dict) -> int:
@@ -198,8 +211,16 @@ def _from_metadata(url: str, meta: dict[str, dict], local: LocalRecord | None) -
     for name in matched:
         steps[name] = recorded[name]
     records = {name: record for name, record in (local.records if local else {}).items() if name in steps}
+    unread = {name: why for name, why in (local.unread if local else {}).items() if name in steps}
     return ServedOnServer(
-        url, steps, sorted(meta), None, local=matched, repository=local.folder if local else "", records=records
+        url,
+        steps,
+        sorted(meta),
+        None,
+        local=matched,
+        repository=local.folder if local else "",
+        records=records,
+        unread=unread,
     )
 
 

@@ -1,6 +1,6 @@
 """Answers in the model's wire (core.io, `build --io`): the python step that answers the caller writes the outputs
-its wire formats otherwise (kinds/<kind>/serving.py PADDLENLP_FORMATS), under the task's own names; the entry renames
-them (the ensemble's maps, or the fused model's own names: serving.pipeline)."""
+its wire formats otherwise (the `paddlenlp_formats` of kinds/<kind>/serving.py), under the task's own names; the entry
+renames them (the ensemble's maps, or the fused model's own names: serving.pipeline)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,11 @@ from typing import Any
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TaskSpec
-from ernie_deploy.kinds import table
+from ernie_deploy.kinds import layer_table
+from ernie_deploy.kinds.multi_label.train import RECIPE as MULTI_LABEL
+from ernie_deploy.kinds.sequence.train import RECIPE as SEQUENCE
+from ernie_deploy.kinds.token.train import RECIPE as TOKEN
+from ernie_deploy.kinds.uie.train import RECIPE as UIE
 from ernie_deploy.train.kind_recipe import KindRecipe
 
 # Bump when the code changes what a given recipe produces (vocab builder, loop, saving layout): it is part of the
@@ -161,6 +165,16 @@ def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[
     return recipe
 
 
-# Per kind: everything the training loop needs to know that differs between a label per text, a label per token
-# and a set of labels per text (ernie_deploy/kinds/<kind>/train.py).
-KIND_RECIPES: dict[str, KindRecipe] = table("train", "RECIPE")
+# The training layer's table of the kinds: everything the training loop needs to know that differs between a label
+# per text, a label per token and a set of labels per text (ernie_deploy/kinds/<kind>/train.py), by the kind's name. A
+# kind is one import above and one line here.
+KIND_RECIPES: dict[str, KindRecipe] = layer_table(
+    "train",
+    __name__,
+    {
+        "multi_label": MULTI_LABEL,
+        "sequence": SEQUENCE,
+        "token": TOKEN,
+        "uie": UIE,
+    },
+)

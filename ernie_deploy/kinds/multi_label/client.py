@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ernie_deploy.client.kind_client import KindClient
+
 
 def decode(item: bytes) -> list[dict]:
     from ernie_deploy.serving.multi_label import predictions_from_json
@@ -9,5 +11,6 @@ def decode(item: bytes) -> list[dict]:
     return predictions_from_json(item)
 
 
-# Nothing of this kind is written otherwise under PaddleNLP's wire (Kind.paddlenlp_formats).
-PADDLENLP_READERS: dict = {}
+# What the client layer reads of this kind (listed in client.wire); nothing of it is written otherwise under
+# PaddleNLP's wire (Kind.paddlenlp_formats).
+CLIENT = KindClient(decode=decode)

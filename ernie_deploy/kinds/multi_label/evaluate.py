@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.serving.encoding import Encoded
 
 
@@ -70,3 +71,7 @@ def format_report(report: dict) -> str:
 def show(text: str, prediction: list[dict], out: dict, i: int) -> None:
     kept = ", ".join(f"{p['label']} {p['score']:.4f}" for p in prediction) or "(no label over its threshold)"
     print(f"{kept}\t{text}")
+
+
+# What the evaluation reads of this kind (listed in evaluate.metrics).
+EVALUATE = KindEvaluate(predict=predict, score=score, format_report=format_report, show=show)

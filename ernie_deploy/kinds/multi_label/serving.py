@@ -11,6 +11,7 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
 from ernie_deploy.core.tasks import LOGITS, PROBABILITIES, RAW_LOGITS
+from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.parameters import LABELS_FILE, THRESHOLDS
 from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch, json_item
@@ -57,14 +58,6 @@ class MultiLabelPostprocess(Step):
         return answers
 
 
-# The step serving.steps.STEPS holds under this kind's `postprocess` key.
-POSTPROCESS = MultiLabelPostprocess
-
-
-# A set of labels per text has no PaddleNLP wire (core.io refuses it): nothing to write otherwise.
-PADDLENLP_FORMATS: dict = {}
-
-
 def _answers(outputs: dict, labels: list[str]) -> list[frozenset[str]]:
     return [frozenset(item["label"] for item in json_item(raw)) for raw in np.asarray(outputs["labels"]).reshape(-1)]
 
@@ -78,3 +71,9 @@ def _profile(answer: frozenset[str]) -> list[tuple[str, str]]:
 WATCH = KindWatch(
     series=(LABEL, LABELS_PER_TEXT), needs=("labels",), read=_answers, profile=_profile, key=lambda answer: answer
 )
+
+
+# What the serving layer reads of this kind (listed in serving.postprocess_steps): its postprocess step, served
+# under the kind's `postprocess` key (serving.steps.STEPS), and its part of the watch. A set of labels per text has no
+# PaddleNLP wire (core.io refuses it): nothing to write otherwise.
+SERVING = KindServing(postprocess=MultiLabelPostprocess, watch=WATCH)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ernie_deploy.client.grpc_client import was_truncated
+from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.serving.encoding import Encoded
 
 
@@ -58,3 +59,7 @@ def show(text, prediction: str, out: dict, i: int) -> None:
     shown = "\t".join(text) if isinstance(text, tuple) else text  # a pair: both texts
     cut = "\t(truncated: the model read max_seq_len tokens of it)" if was_truncated(out, i) else ""
     print(f"{prediction}\t{out['confidence'][i, 0]:.4f}\t{shown}{cut}")
+
+
+# What the evaluation reads of this kind (listed in evaluate.metrics).
+EVALUATE = KindEvaluate(predict=predict, score=score, format_report=format_report, show=show)

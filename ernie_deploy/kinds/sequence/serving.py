@@ -9,6 +9,7 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import CONFIDENCE, LABEL, confidence_bucket
 from ernie_deploy.core.tasks import LOGITS, PROBABILITIES, RAW_LOGITS
+from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.parameters import LABELS_FILE
 from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch
@@ -58,14 +59,6 @@ class SeqClsPostprocess(Step):
         return answers
 
 
-# The step serving.steps.STEPS holds under this kind's `postprocess` key.
-POSTPROCESS = SeqClsPostprocess
-
-
-# Under PaddleNLP's wire a label per text is renamed only (Kind.paddlenlp_outputs): nothing is written otherwise.
-PADDLENLP_FORMATS: dict = {}
-
-
 def _answers(outputs: dict, labels: list[str]) -> list[tuple[str, float]]:
     ids = np.asarray(outputs["label_id"]).reshape(-1)
     confidence = np.asarray(outputs.get("confidence", np.full(len(ids), np.nan))).reshape(-1)
@@ -88,3 +81,9 @@ WATCH = KindWatch(
     key=lambda answer: answer[0],
     flip=lambda answer: answer[0],
 )
+
+
+# What the serving layer reads of this kind (listed in serving.postprocess_steps): its postprocess step, served
+# under the kind's `postprocess` key (serving.steps.STEPS), and its part of the watch. Under PaddleNLP's wire a label
+# per text is renamed only (Kind.paddlenlp_outputs): nothing is written otherwise.
+SERVING = KindServing(postprocess=SeqClsPostprocess, watch=WATCH)

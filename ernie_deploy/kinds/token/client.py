@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ernie_deploy.client.kind_client import KindClient
+
 
 def decode(item: bytes) -> list[dict]:
     from ernie_deploy.serving.entities import entities_from_json
@@ -29,5 +31,6 @@ def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
     return entities_to_json(entities)
 
 
-# The task's outputs PaddleNLP's wire writes otherwise (Kind.paddlenlp_formats), read back with the text they answer.
-PADDLENLP_READERS = {"entities": read_paddlenlp_entities}
+# What the client layer reads of this kind (listed in client.wire), with the task's outputs PaddleNLP's wire writes
+# otherwise (Kind.paddlenlp_formats), read back with the text they answer.
+CLIENT = KindClient(decode=decode, paddlenlp_readers={"entities": read_paddlenlp_entities})

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from ernie_deploy.client.grpc_client import was_truncated
+from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.evaluate.tables import type_table
 from ernie_deploy.serving.encoding import Encoded
 from ernie_deploy.serving.entities import DEFAULT_DECODING
@@ -85,3 +86,7 @@ def entity_lines(prediction: list[dict]) -> str:
     # A score to four decimals, as the classifiers print their probabilities: what a reader compares.
     shown = [{**e, "score": round(e["score"], 4)} if "score" in e else e for e in prediction]
     return "[\n" + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in shown) + "\n]"
+
+
+# What the evaluation reads of this kind (listed in evaluate.metrics).
+EVALUATE = KindEvaluate(predict=predict, score=score, format_report=format_report, show=show)

@@ -10,6 +10,7 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import ENTITIES_PER_TEXT, ENTITY_TYPE, count_bucket
 from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.parameters import LABELS_FILE, LONG_TEXT, NER_DECODING
 from ernie_deploy.serving.step import Step, read_labels
 from ernie_deploy.serving.texts import decode_texts
@@ -127,10 +128,6 @@ class TokenClsPostprocess(Step):
         return results
 
 
-# The step serving.steps.STEPS holds under this kind's `postprocess` key.
-POSTPROCESS = TokenClsPostprocess
-
-
 def paddlenlp_entities(item: bytes) -> bytes:
     """One text's entities as PaddleNLP's pipeline answers them (`build --io paddlenlp`): a list of
     {"pos": [start, end], "label"}, `end` inclusive, in characters of the text as sent. Written as JSON, which is also
@@ -142,10 +139,6 @@ def paddlenlp_entities(item: bytes) -> bytes:
 
     spans = [{"pos": [e["start"], e["end"] - 1], "label": e["type"]} for e in entities_from_json(item)]
     return json.dumps(spans, ensure_ascii=False).encode("utf-8")
-
-
-# The outputs this kind writes otherwise under PaddleNLP's wire (Kind.paddlenlp_formats): one element in, one out.
-PADDLENLP_FORMATS = {"entities": paddlenlp_entities}
 
 
 def _answers(outputs: dict, labels: list[str]) -> list[tuple[tuple[str, int, int], ...]]:
@@ -176,3 +169,9 @@ def _profile(answer) -> list[tuple[str, str]]:
 WATCH = KindWatch(
     series=(ENTITY_TYPE, ENTITIES_PER_TEXT), needs=("entities",), read=_answers, profile=_profile, key=lambda a: a
 )
+
+
+# What the serving layer reads of this kind (listed in serving.postprocess_steps): its postprocess step, served
+# under the kind's `postprocess` key (serving.steps.STEPS), its part of the watch, and the outputs it writes otherwise
+# under PaddleNLP's wire (Kind.paddlenlp_formats): one element in, one out.
+SERVING = KindServing(postprocess=TokenClsPostprocess, watch=WATCH, paddlenlp_formats={"entities": paddlenlp_entities})

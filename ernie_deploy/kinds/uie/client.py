@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from ernie_deploy.client.kind_client import KindClient
+
 
 def decode(item: bytes) -> dict:
     from ernie_deploy.core.errors import BadRepositoryError
@@ -22,5 +24,6 @@ def decode(item: bytes) -> dict:
     return answer
 
 
-# Nothing of this kind is written otherwise under PaddleNLP's wire (Kind.paddlenlp_formats).
-PADDLENLP_READERS: dict = {}
+# What the client layer reads of this kind (listed in client.wire); nothing of it is written otherwise under
+# PaddleNLP's wire (Kind.paddlenlp_formats).
+CLIENT = KindClient(decode=decode)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.evaluate.tables import type_table
 from ernie_deploy.kinds.uie import ENTITY_PROMPTS
 
@@ -119,9 +120,9 @@ def evaluate_offline(model, static, onnx_path, split_file) -> dict:
     """{"paddle": report, "onnx": report}: the static model (Paddle Inference) and the converted one (onnxruntime)
     extracting the spans of a split of per-character tags with the schema the model answers by default (its record's,
     else its labels, else ENTITY_PROMPTS'), read as the record says it is served: rows of its window size, a new
-    window every stride, spans past its position_prob (evaluate.offline.window_of decides what the record leaves
+    window every stride, spans past its position_prob (evaluate.windows.window_of decides what the record leaves
     open, as `build` does)."""
-    from ernie_deploy.evaluate.offline import window_of
+    from ernie_deploy.evaluate.windows import window_of
     from ernie_deploy.export.uie import static_runner
     from ernie_deploy.fetch.data import read_split_file
     from ernie_deploy.kinds.uie import KIND
@@ -160,3 +161,7 @@ def _rows_runner(run, batch_size: int = 64):
         return tuple(np.concatenate([p[k] for p in parts]) for k in range(2))
 
     return rows_run
+
+
+# What the evaluation reads of this kind (listed in evaluate.metrics).
+EVALUATE = KindEvaluate(predict=predict, score=score, format_report=format_report, show=show, offline=evaluate_offline)

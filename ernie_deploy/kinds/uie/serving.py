@@ -14,6 +14,7 @@ from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import CONFIDENCE, SPAN_TYPE, SPANS_PER_TEXT, confidence_bucket, count_bucket
 from ernie_deploy.core.tasks import SCHEMA_INPUT, TEXT_INPUT, UIE
 from ernie_deploy.kinds.uie import KIND
+from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.limits import TextLimits
 from ernie_deploy.serving.parameters import (
     INTRA_OP_THREADS,
@@ -138,12 +139,6 @@ class ExtractionStep(Step):
         return tuple(np.concatenate([p[k] for p in parts]) for k in range(2))
 
 
-# The step serving.steps.STEPS holds under this kind's `postprocess` key: the whole extraction, as one python model.
-POSTPROCESS = ExtractionStep
-# No other wire: PaddleNLP's ERNIE 3.0 Triton pipeline served no UIE models.
-PADDLENLP_FORMATS: dict = {}
-
-
 def _walk(spans_by_type: dict):
     """(type, span) for every span of an answer, its relations' spans too."""
     for name, spans in spans_by_type.items():
@@ -178,3 +173,9 @@ WATCH = KindWatch(
     profile=_profile,
     key=lambda answer: tuple(span[:3] for span in answer),
 )
+
+
+# What the serving layer reads of this kind (listed in serving.postprocess_steps): its postprocess step, served
+# under the kind's `postprocess` key (serving.steps.STEPS): the whole extraction, as one python model; and its part
+# of the watch. No other wire: PaddleNLP's ERNIE 3.0 Triton pipeline served no UIE models.
+SERVING = KindServing(postprocess=ExtractionStep, watch=WATCH)

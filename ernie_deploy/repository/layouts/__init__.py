@@ -1,50 +1,46 @@
 """Layouts: how a model's pipeline is split into Triton models, one module per layout (see base.Layout).
 
-Adding a layout is one new module here holding a `Layout` subclass; it is found by walking this package.
+Adding a layout is one new module here holding a `Layout` subclass, imported below and listed in LAYOUTS.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
-from ernie_deploy.core.settings import ServingSettings
+from ernie_deploy.core.settings import AUTO, ServingSettings
 from ernie_deploy.core.spec import REBUILD, SPEC_PARAMETER, ModelSpec, OldRecord
 from ernie_deploy.core.tasks import TASK_PARAMETER, TOKENIZER_STEP
 from ernie_deploy.repository.layouts.base import LAYOUT_PARAMETER, Layout, Parts
-from ernie_deploy.repository.options import BuildOptions, check_options
+from ernie_deploy.repository.layouts.ensemble import Ensemble
+from ernie_deploy.repository.layouts.fused import Fused
+from ernie_deploy.repository.layouts.graph_postprocess import GraphPostprocess
+from ernie_deploy.repository.layouts.tokenizer_in_model import TokenizerInModel
+from ernie_deploy.repository.options import BuildOptions
 
 # The layout listed first (and the one a model whose layout cannot fit falls back to naming in its refusal).
 ENSEMBLE = "ensemble"
-# `build` with no layout named (BuildOptions.layout "auto"): each model takes the first of these that fits it and
+# `build` with no layout named (BuildOptions.layout AUTO): each model takes the first of these that fits it and
 # the options, by the runtime of its model step. The order is measured (docs/BENCHMARKS.md, "The default layout"):
 # on the python runtime one fused process answered a lone request 0.8-2.7 ms sooner than the three-step ensemble
 # at every ERNIE 3.0 size, and did more at concurrency 8 from nano to medium (0.93x at base). `--cache` takes the
 # ensemble, since Triton caches a fused model's refusals as answers (fused.py). On the ORT backend the model runs in
 # C++ and only a python tokenizer hop is left before it, with the postprocess in the graph where the kind has one.
-AUTO = "auto"
 DEFAULT_LAYOUTS = {"python": ("fused", "ensemble"), "onnxruntime": ("graph-postprocess", "ensemble")}
 
 
-def _discover() -> dict[str, Layout]:
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            importlib.import_module(f"{__name__}.{module.name}")
-    found = {cls.name: cls() for cls in _subclasses(Layout)}
-    return dict(sorted(found.items(), key=lambda item: (item[0] != ENSEMBLE, item[0])))
-
-
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
-LAYOUTS: dict[str, Layout] = _discover()
+# Every layout, by name: the ensemble (ENSEMBLE) first, then the others by name.
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout
+    for layout in (
+        Ensemble(),
+        Fused(),
+        GraphPostprocess(),
+        TokenizerInModel(),
+    )
+}
 
 
 def get_layout(name: str) -> Layout:
@@ -54,15 +50,13 @@ def get_layout(name: str) -> Layout:
 
 
 def check_build_options(options: BuildOptions) -> Layout | None:
-    """Refuse option combinations Triton would reject at load time or silently ignore; returns the layout (None for
-    "auto": each model's is settled by `repository.resolve`, once its kind is known)."""
+    """Refuse a layout that cannot take `options` (checked themselves when they were made: repository.options);
+    returns the layout (None for "auto": each model's is settled by `repository.resolve`, once its kind is known)."""
     if options.layout == AUTO:
-        check_options(options)
         _default_candidates(options)
         return None
     layout = get_layout(options.layout)
-    check_options(options)
-    layout.check_options(options)
+    layout.check_serving_settings(options)
     return layout
 
 
@@ -78,7 +72,7 @@ def _default_candidates(options: ServingSettings) -> list[Layout]:
     fitting, first_refusal = [], None
     for name in order:
         try:
-            LAYOUTS[name].check_options(options)
+            LAYOUTS[name].check_serving_settings(options)
         except ErnieDeployError as exc:
             first_refusal = first_refusal or exc
             continue
@@ -156,7 +150,6 @@ def entry_record(name: str, entry: mc.ModelConfig) -> ModelSpec | None:
 
 
 __all__ = [
-    "AUTO",
     "DEFAULT_LAYOUTS",
     "ENSEMBLE",
     "LAYOUTS",

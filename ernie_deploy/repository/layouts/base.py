@@ -152,7 +152,7 @@ class Layout:
                 problem, f"build {model.name!r} with another --layout (build models of other kinds separately)"
             )
 
-    def check_options(self, options: ServingSettings) -> None:
+    def check_serving_settings(self, options: ServingSettings) -> None:
         """Refuse serving settings this layout cannot honour for any model."""
         if options.runtime not in self.runtimes:
             raise BadOptionsError(

@@ -19,8 +19,8 @@ class Fused(Layout):
     shares_tokenizer = False
     runs_stages = True
 
-    def check_options(self, options: ServingSettings) -> None:
-        super().check_options(options)
+    def check_serving_settings(self, options: ServingSettings) -> None:
+        super().check_serving_settings(options)
         if options.response_cache:
             # Measured on Triton 2.51: a python model's refused request (an empty text) went into the response cache
             # as an answer with no outputs, and the same request asked again came back "successful" and empty. An

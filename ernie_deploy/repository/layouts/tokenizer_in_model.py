@@ -4,7 +4,6 @@ one hop fewer than the ensemble, one more than the fused layout."""
 from __future__ import annotations
 
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.core.tasks import MODEL_INPUTS
 from ernie_deploy.repository.configs import base_config
 from ernie_deploy.repository.layouts.base import Layout, Parts
 from ernie_deploy.repository.signature import spec_of
@@ -25,8 +24,8 @@ class TokenizerInModel(Layout):
         read = {t.name for t in post.input} | set(model.wire.outputs)
         outputs = [spec_of(o) for o in step.output] + [spec_of(o) for o in tokenizer.output if o.name in read]
         params = parts.own_parameters(tokenizer, step)
-        if [t.name for t in step.input] != list(MODEL_INPUTS):
-            # the model reads the windows (window_ids, window_type_ids)
+        if model.long_text == "window":
+            # the model reads the windows (window_ids, window_type_ids), as its planned record says
             params |= TOKENIZER_MODEL.parameters(long_text=True)
         merged = base_config(
             model.model_step, list(model.task_spec.inputs), outputs, model.serving, backend="python", params=params
