@@ -17,7 +17,7 @@ from benchmarks.paddle import bench_paddle, paddle_available
 from benchmarks.peer.server import peer_available
 from benchmarks.peer_rows import bench_peer
 from benchmarks.report import report, write_outputs
-from benchmarks.sizes import shape_of
+from benchmarks.sizes import prepare_sizes, shape_of
 from benchmarks.targets import compute_ratios
 from ernie_deploy.bench.inprocess import bench_inprocess
 from ernie_deploy.bench.rows import LIMIT_INT8, LIMIT_INT8_OPT, LIMIT_OPT, asdict_rows
@@ -26,6 +26,9 @@ from ernie_deploy.bench.server_rows import bench_server
 from ernie_deploy.core.errors import FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
+from ernie_deploy.export.optimize import optimize_transformer
+from ernie_deploy.export.precision import quantize_int8
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 def build_repository(inputs: list[ModelInputs], out: Path, layout: str = "served") -> Path:
@@ -41,8 +44,6 @@ def build_repository(inputs: list[ModelInputs], out: Path, layout: str = "served
 def model_variants(item: ModelInputs, workdir: Path) -> dict[str, Path]:
     """The model's other graphs timed in-process beside it, by row kind: INT8 (`convert --quantize int8`), optimized
     (`convert --optimize`) and optimized then INT8, written into `workdir`."""
-    from ernie_deploy.export.optimize import optimize_transformer
-    from ernie_deploy.export.precision import quantize_int8
 
     name = item.model.artifact_name
     paths = {kind: workdir / f"{name}_{kind}.onnx" for kind in (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT)}
@@ -69,8 +70,6 @@ def _cells(inputs: list[ModelInputs], config: ResearchConfig) -> int:
 def _with_sizes(inputs: list[ModelInputs], config: ResearchConfig, sizes_root: str | Path | None) -> list[ModelInputs]:
     """The inputs and, unless they already are sized models, the first model remade in each of `config.sizes`."""
     if config.sizes and not any(shape_of(i) for i in inputs):
-        from benchmarks.sizes import prepare_sizes
-
         log = print if config.progress else (lambda line: None)
         inputs = [*inputs, *prepare_sizes(inputs, config.sizes, Path(sizes_root) if sizes_root else None, log)]
     return inputs
@@ -155,8 +154,6 @@ def run_benchmark(
     import tempfile
 
     from tqdm import tqdm
-
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     config = checked_config(inputs, config)
     started = time.time()

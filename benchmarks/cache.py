@@ -33,6 +33,9 @@ from ernie_deploy.core.errors import BadDataError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.stats import snapshot
 
 ZIPF_S = 1.1
 REQUESTS = 4000  # per model and workload
@@ -72,7 +75,6 @@ def _model(item: ModelInputs, label: str) -> ModelSpec:
 
 def _build(item: ModelInputs, repo: Path) -> None:
     from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
 
     for label, cache in MODELS.items():
         entry = ModelArtifacts(_model(item, label), Path(item.onnx), item.static.vocab_file)
@@ -81,8 +83,6 @@ def _build(item: ModelInputs, repo: Path) -> None:
 
 def measure_cache(item: ModelInputs, config: BenchConfig, workdir: Path, n: int, concurrency: int) -> list[dict]:
     """One row per workload and model: throughput, latency and the cache's hits and misses."""
-    from ernie_deploy.server.process import TritonServer
-    from ernie_deploy.server.stats import snapshot
 
     repo = workdir / "models"
     _build(item, repo)

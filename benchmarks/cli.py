@@ -25,13 +25,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from benchmarks.benchmark import run_and_write
+from benchmarks.cache import CONCURRENCY, REQUESTS, run_cache
 from benchmarks.cli_comparisons import add_comparisons
 from benchmarks.cli_shared import add_out, out_folder, research_config
+from benchmarks.input_cost import run_input_cost
+from benchmarks.levers import pick_levers, run_levers
+from benchmarks.long_text import measure, table
+from benchmarks.overload import run_overload
+from benchmarks.report import render_file
+from benchmarks.sizes import prepare_sizes
 from ernie_deploy.cli.arguments import add_model, exact_parser
 from ernie_deploy.cli.bench import add_arguments, inputs_from_args
+from ernie_deploy.cli.inputs import onnx_file, static_model
 from ernie_deploy.cli.parse_only import parse_only
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.fetch.data import read_split
+from ernie_deploy.fetch.datasets import prepare
 
 PROG = "python -m benchmarks"
 MODES = (
@@ -204,7 +216,6 @@ def normalized(argv: list[str]) -> list[str]:
 
 
 def _run(args) -> None:
-    from benchmarks.benchmark import run_and_write
 
     config = research_config(args)
     run_and_write(
@@ -218,27 +229,22 @@ def _run(args) -> None:
 
 
 def _levers(args) -> None:
-    from benchmarks.levers import pick_levers, run_levers
 
     config = research_config(args)
     levers = pick_levers(args.lever)
     inputs = inputs_from_args(args, config)
     if args.sizes:  # the levers on the classifier remade in these shapes, too (the demo models alone else)
-        from benchmarks.sizes import prepare_sizes
-
         inputs += prepare_sizes(inputs, config.sizes)
     run_levers(inputs, config, out_folder(args), levers)
 
 
 def _overload(args) -> None:
-    from benchmarks.overload import run_overload
 
     config = research_config(args)
     run_overload(inputs_from_args(args, config), config, out_folder(args))
 
 
 def _cache(args) -> None:
-    from benchmarks.cache import CONCURRENCY, REQUESTS, run_cache
 
     config = research_config(args)
     n = args.requests or (64 if args.smoke else REQUESTS)
@@ -247,24 +253,17 @@ def _cache(args) -> None:
 
 
 def _input_cost(args) -> None:
-    from benchmarks.input_cost import run_input_cost
 
     config = research_config(args)
     run_input_cost(inputs_from_args(args, config), config, out_folder(args), smoke=args.smoke)
 
 
 def _render(args) -> None:
-    from benchmarks.report import render_file
 
     render_file(args.results, args.out, not args.no_plot)
 
 
 def _long_texts(args) -> None:
-    from benchmarks.long_text import measure, table
-    from ernie_deploy.cli.inputs import onnx_file, static_model
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.fetch.data import read_split
-    from ernie_deploy.fetch.datasets import prepare
 
     static = static_model(None if args.static or args.model else "token_cls", args.static, args.model)
     task = static.task

@@ -5,6 +5,9 @@ scores-cost (every label's probability on request against an earlier revision's 
 from __future__ import annotations
 
 from benchmarks.cli_shared import add_out, out_folder, research_config
+from benchmarks.gateway import run_gateway
+from benchmarks.monitoring import LAYOUTS, run_monitoring
+from benchmarks.scores_cost import BEFORE, run_scores_cost
 from ernie_deploy.cli.bench import add_arguments, inputs_from_args
 from ernie_deploy.core.tasks import TASKS
 
@@ -76,14 +79,12 @@ def _classifier(args):
 
 
 def _gateway(args) -> None:
-    from benchmarks.gateway import run_gateway
 
     inputs, timing = _classifier(args)
     run_gateway(inputs, out_folder(args), **timing, peer=not args.no_peer, pin=args.pin)
 
 
 def _monitoring(args) -> None:
-    from benchmarks.monitoring import LAYOUTS, run_monitoring
 
     inputs, timing = _classifier(args)
     layouts = tuple(dict.fromkeys(args.layout or LAYOUTS))
@@ -91,7 +92,6 @@ def _monitoring(args) -> None:
 
 
 def _scores_cost(args) -> None:
-    from benchmarks.scores_cost import BEFORE, run_scores_cost
 
     inputs, timing = _classifier(args)
     run_scores_cost(inputs, out_folder(args), before=args.before or BEFORE, **timing)

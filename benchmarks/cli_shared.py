@@ -9,10 +9,10 @@ from benchmarks.config import ResearchConfig
 from ernie_deploy.cli.bench import config_from_args
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.paths import artifacts_dir
+from ernie_deploy.fetch.shapes import get_shape
 
 
 def sizes_of(text: str) -> tuple[str, ...]:
-    from ernie_deploy.fetch.shapes import get_shape
 
     if text.strip() == "none":
         return ()

@@ -26,6 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ernie_deploy.core.tasks import SEQ_CLS
+from ernie_deploy.fetch.shapes import filled_vocab, random_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "first_runs.json"
 TEXT = "国足公布世预赛名单"
@@ -50,9 +53,6 @@ def _medium_checkpoint(out: Path) -> Path:
     on disk (about 290 MB)."""
     from paddlenlp.transformers import ErnieTokenizer
     from paddlenlp.transformers.ernie.configuration import ERNIE_PRETRAINED_INIT_CONFIGURATION
-
-    from ernie_deploy.core.tasks import SEQ_CLS
-    from ernie_deploy.fetch.shapes import filled_vocab, random_model
 
     base = dict(ERNIE_PRETRAINED_INIT_CONFIGURATION["ernie-3.0-medium-zh"])
     model = random_model(base, SEQ_CLS, ["negative", "neutral", "positive"])

@@ -31,6 +31,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.peer.server import PeerServer
 from benchmarks.peer_rows import PeerRequest, prepare_peer_requests
 from ernie_deploy.bench.load import LoadResult, closed_loop, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
@@ -38,7 +39,10 @@ from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
-from ernie_deploy.server.procs import group_cpu_seconds
+from ernie_deploy.gateway.process import GatewayProcess
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.procs import group_cpu_seconds, group_members
 
 NAME = "gw_news"
 CONCURRENCY = (1, 8)
@@ -188,7 +192,6 @@ def build_classifier(item: ModelInputs, workdir: Path, name: str):
     """The classifier's default build (python runtime) under `name` into `workdir`/models: (that repository, the
     model's served record)."""
     from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
     from ernie_deploy.repository.served import served_model
 
     repo = workdir / "models"
@@ -214,7 +217,6 @@ def _pinned(pin: bool):
 
 def _pin_group(pgid: int, core: int) -> None:
     """Every thread of every process in group `pgid` onto `core`."""
-    from ernie_deploy.server.procs import group_members
 
     for pid in group_members(pgid):
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -232,8 +234,6 @@ def measure_gateway(
     peer: bool = True,
     pin: bool = False,
 ) -> dict:
-    from ernie_deploy.gateway.process import GatewayProcess
-    from ernie_deploy.server.process import TritonServer
 
     repo, model = build_classifier(item, workdir, NAME)
     texts = item.texts
@@ -286,7 +286,6 @@ def measure_gateway(
 
 def measure_peer(item: ModelInputs, workdir: Path, *, rounds: int, timing: dict) -> list[dict]:
     """SimpleServing itself on the same static model, the same bodies."""
-    from benchmarks.peer.server import PeerServer
 
     rows = []
     server = PeerServer(item.static.root, item.model, log_file=workdir / "peer.log").start(timeout=300)

@@ -42,6 +42,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.gateway import _Connection, build_classifier
+from ernie_deploy.bench.load import prepare_requests
+from ernie_deploy.bench.machine import run_record
+from ernie_deploy.client.grpc_client import grpc_client
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.tasks import DEMO_MODELS
+from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.gateway.process import GatewayProcess
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.procs import group_cpu_seconds
+
 NAME = "gw_profile"
 PHASES = (
     "http_in",
@@ -215,7 +226,6 @@ def serve(argv: list[str]) -> None:
 # -- the client ----------------------------------------------------------------------------------------------------
 async def _through_gateway(host: str, port: int, raw: list[bytes], warmup: int) -> list[tuple[int, int]]:
     """(sent, read) ns of each request, one at a time on one keep-alive connection."""
-    from benchmarks.gateway import _Connection
 
     connection = _Connection(host, port)
     out = []
@@ -233,7 +243,6 @@ async def _through_gateway(host: str, port: int, raw: list[bytes], warmup: int) 
 
 async def _direct(url: str, model: str, requests: list, warmup: int) -> list[int]:
     """ns of each request over direct gRPC, one at a time."""
-    from ernie_deploy.client.grpc_client import grpc_client
 
     client = grpc_client(url, aio=True)
     out = []
@@ -284,11 +293,6 @@ def _body(route: str, text: str) -> bytes:
 
 
 def profile(item, workdir: Path, requests: int, warmup: int, route: str = "simple") -> dict:
-    from benchmarks.gateway import build_classifier
-    from ernie_deploy.bench.load import prepare_requests
-    from ernie_deploy.gateway.process import GatewayProcess
-    from ernie_deploy.server.process import TritonServer
-    from ernie_deploy.server.procs import group_cpu_seconds
 
     repo, model = build_classifier(item, workdir, NAME)
     count = warmup + requests
@@ -355,10 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         serve(argv[1:])
         return 0
-    from ernie_deploy.bench.machine import run_record
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.core.tasks import DEMO_MODELS
-    from ernie_deploy.evaluate.inputs import ModelInputs
 
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.gateway_profile", description=__doc__.split("\n\n")[0], allow_abbrev=False

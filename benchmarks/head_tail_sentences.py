@@ -22,6 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.tasks import get_task
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.fetch.data import read_split
+from ernie_deploy.fetch.datasets import prepare
+from ernie_deploy.serving.encoding import encode_whole
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, build_tokenizer
+from ernie_deploy.serving.windows import default_head_tokens, head_tail_keep, sentence_starts
+
 
 def documents(texts: list[str], labels: list[str], seed: int = 0) -> tuple[list[str], list[str]]:
     """Titles of one class joined into documents of 8 to 24 sentences, in file order."""
@@ -71,11 +81,6 @@ def _sentence_kept(ids: list[int], starts: list[int], keep: int, head: int) -> l
 
 
 def measure(static_dir: Path, onnx_path: Path, docs: list[str], gold: list[str]) -> dict:
-    from ernie_deploy.export.static import StaticModel
-    from ernie_deploy.serving.encoding import encode_whole
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, build_tokenizer
-    from ernie_deploy.serving.windows import default_head_tokens, head_tail_keep, sentence_starts
 
     static = StaticModel.load(static_dir)
     tokenizer = build_tokenizer(static.vocab_file)
@@ -111,9 +116,6 @@ def measure(static_dir: Path, onnx_path: Path, docs: list[str], gold: list[str])
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ernie_deploy.core.tasks import get_task
-    from ernie_deploy.fetch.data import read_split
-    from ernie_deploy.fetch.datasets import prepare
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--static", default="artifacts/static/seq_cls")
@@ -130,8 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     report = measure(Path(args.static), Path(args.onnx), docs, gold)
     print(json.dumps(report, indent=2))
     if args.report:
-        from ernie_deploy.core.files import write_json
-
         write_json(report, args.report)
     return 0
 

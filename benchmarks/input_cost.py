@@ -23,9 +23,12 @@ from ernie_deploy.bench.config import BenchConfig
 from ernie_deploy.bench.load import named_outputs
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.run import build_layout
+from ernie_deploy.client.grpc_client import grpc_client
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.procs import group_rss_bytes
 from ernie_deploy.serving.limits import ReadingLimits, TextLimits
 
 LENGTHS = (1_000, 5_000, 10_000, 20_000, 40_000)
@@ -60,7 +63,6 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from ernie_deploy.server.procs import group_rss_bytes
 
         while not self._stop.is_set():
             self.peak = max(self.peak, group_rss_bytes(self.pgid))
@@ -83,8 +85,6 @@ def timed_request(client, model: ModelSpec, text: str, pgid: int, timeout: float
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from ernie_deploy.server.procs import group_rss_bytes
-
     tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
     outputs = named_outputs(model)
@@ -105,7 +105,6 @@ def measure(
     url: str, pgid: int, inputs: list[ModelInputs], lengths: tuple[int, ...], repeats: int, tls=None
 ) -> list[dict]:
     """A row per model and length: median seconds of `repeats` requests, the largest memory growth, errors."""
-    from ernie_deploy.client.grpc_client import grpc_client
 
     rows = []
     client = grpc_client(url, tls)
@@ -135,7 +134,6 @@ def measure(
 def check_limits(url: str, pgid: int, inputs: list[ModelInputs], limits: dict[str, TextLimits], tls=None) -> list[dict]:
     """At each model's limit (`limits`, by model name), one past it, and a small text after each: what a server with
     these limits answers."""
-    from ernie_deploy.client.grpc_client import grpc_client
 
     rows = []
     client = grpc_client(url, tls)
@@ -162,7 +160,6 @@ def run_input_cost(inputs: list[ModelInputs], config: BenchConfig, out: Path, sm
     """Every length on a server whose limits let it through, then the default limits on one that has them; writes
     `out`/input_cost.json."""
     from ernie_deploy.repository.served import served_limits
-    from ernie_deploy.server.process import TritonServer
 
     lengths = SMOKE_LENGTHS if smoke else LENGTHS
     raised = max(lengths) * 2

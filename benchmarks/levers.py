@@ -16,6 +16,9 @@ from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
 from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import resolves
+from ernie_deploy.server.process import TritonServer
 
 # name -> the `ernie-deploy build` options of that layout (everything else at its default).
 LEVERS = {
@@ -42,9 +45,6 @@ def measure_levers(
 ) -> list[dict]:
     """Build the repository once per lever, serve it alone, and load it at each concurrency (1 text per
     request). Every lever is measured in the same run, so the ratios between them are what to read."""
-    from ernie_deploy.repository.options import BuildOptions
-    from ernie_deploy.repository.resolve import resolves
-    from ernie_deploy.server.process import TritonServer
 
     out = []
     tool = config.load_generators[0]  # perf_analyzer where installed (`--load-generator auto`)

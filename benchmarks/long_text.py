@@ -9,10 +9,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.evaluate.metrics import score
+from ernie_deploy.evaluate.offline import onnx_predictions, paddle_predictions, window_of
 from ernie_deploy.export.static import StaticModel
-from ernie_deploy.serving.windows import default_stride
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.serving.encoding import encode_whole
+from ernie_deploy.serving.tokenizer import build_tokenizer
+from ernie_deploy.serving.windows import default_stride, text_windows
 
 
 @dataclass
@@ -33,10 +40,7 @@ def _served(
     """One repository with the model three times, on one tritonserver: in sentence windows (under its name), in
     sliding windows (`<name>_sliding`) and cut at the head (`<name>_head`); each document sent alone, in order, through
     each (one tokenizer serves all three). Times: one warm pass, then the best of three."""
-    from ernie_deploy.client.grpc_client import Client
     from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
-    from ernie_deploy.server.process import TritonServer
 
     repo = workdir / "models"
     sentences = static.spec
@@ -83,7 +87,6 @@ def _inprocess_runs(
     Paddle and ONNX on the documents cut, in sentence windows and in sliding windows of `model`'s window and stride,
     and ONNX in each window size of `sweep` (both cuts, the default stride). Each reading is `model`'s record with
     the reading changed, so that the offline code reads it as it reads any record."""
-    from ernie_deploy.evaluate.offline import onnx_predictions, paddle_predictions, window_of
 
     doc_texts = docs[0]
     window, stride, _ = window_of(model)
@@ -120,9 +123,6 @@ def _inprocess_runs(
 def tokens_read(static: StaticModel, texts: list[str], window: int, stride: int, cut: str | None) -> int:
     """Tokens through the model for `texts`: every window's, [CLS] and [SEP] included (cut None: each text read
     once, whole, in one sequence)."""
-    from ernie_deploy.serving.encoding import encode_whole
-    from ernie_deploy.serving.tokenizer import build_tokenizer
-    from ernie_deploy.serving.windows import text_windows
 
     whole = encode_whole(build_tokenizer(static.vocab_file), texts)
     if cut is None:
@@ -136,7 +136,6 @@ def tokens_read(static: StaticModel, texts: list[str], window: int, stride: int,
 
 def _scored(task: TaskSpec, static: StaticModel, texts: list[str], gold: list, timed: Timed) -> dict:
     """One run's entity scores against the gold labels, and its time per text and per 1,000 characters."""
-    from ernie_deploy.evaluate.metrics import score
 
     scores = score(task, texts, gold, timed.predictions, static.labels)
     return {
@@ -168,8 +167,6 @@ def measure(
     tokens each reading runs through the model; with `sweep`, ONNX document F1 and time for each of those window
     sizes and both cuts (stride half a window)."""
     import tempfile
-
-    from ernie_deploy.evaluate.offline import window_of
 
     task = model.task_spec
     window, stride, _ = window_of(model)

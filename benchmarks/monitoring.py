@@ -44,9 +44,12 @@ from benchmarks.monitoring_results import (
 from benchmarks.rounds import best, cell_row
 from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
+from ernie_deploy.client.grpc_client import Client
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.server.process import TritonServer
 
 # The layouts measured: the row's name -> build's --layout ("auto": the default the build settles on).
 LAYOUTS = {"default": "auto", "ensemble": "ensemble"}
@@ -58,7 +61,6 @@ PUSH_WAIT_S = 2.5  # a count reaches /metrics within about a second (serving/met
 def build_models(item: ModelInputs, repo: Path, layouts: tuple[str, ...]) -> None:
     """Each layout's two models into `repo`, from the same artifacts, differing only in `monitor`."""
     from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
 
     for layout in layouts:
         for watched in WATCHED:
@@ -98,7 +100,6 @@ def measure_served(
     item: ModelInputs, workdir: Path, layouts: tuple[str, ...], *, rounds: int, duration_s: float, warmup_s: float
 ) -> dict:
     from ernie_deploy.repository.served import served_model
-    from ernie_deploy.server.process import TritonServer
 
     repo = workdir / "models"
     build_models(item, repo, layouts)
@@ -161,8 +162,6 @@ def interleaved(url: str, models: dict, layout: str, texts: list, *, pairs: int 
     alternating), each model's p50 and p99 over `pairs` requests; at concurrency 8, four closed loops on each model at
     once for `duration_s`, each model's texts/s (the two share the cores, so a costlier one completes fewer)."""
     import threading
-
-    from ernie_deploy.client.grpc_client import Client
 
     records = {w: models[(layout, w)] for w in WATCHED}
     latency: dict[str, list[float]] = {w: [] for w in WATCHED}

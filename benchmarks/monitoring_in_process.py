@@ -11,7 +11,11 @@ import numpy as np
 
 from benchmarks.monitoring_results import WATCHED, model_name
 from benchmarks.scores_in_process import step_config
+from ernie_deploy.core.profile import Profile, chars_bucket
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.serving.postprocess_steps import WATCHES
+from ernie_deploy.serving.steps import STEPS
+from ernie_deploy.serving.watch import TEXT_NAMES, Watched, _readings, _text, observe
 
 
 class _Answered:
@@ -24,10 +28,6 @@ class _Answered:
 def time_in_process(item: ModelInputs, repo: Path, *, texts: int = 200, repeat: int = 5) -> dict:
     """The fused step (the default layout's one Triton model) watched and unwatched, one text a call, and the watch's
     own work on the same real inputs and outputs, split into its parts; microseconds per text."""
-    from ernie_deploy.core.profile import Profile, chars_bucket
-    from ernie_deploy.serving.postprocess_steps import WATCHES
-    from ernie_deploy.serving.steps import STEPS
-    from ernie_deploy.serving.watch import TEXT_NAMES, Watched, _readings, _text, observe
 
     steps, configs = {}, {}
     for w in WATCHED:

@@ -39,6 +39,8 @@ from ernie_deploy.bench.run import build_layout, checked_config
 from ernie_deploy.core.errors import FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.stats import ModelTimes, failed_requests, snapshot
 
 # name -> the `ernie-deploy build` options of that policy (on the ensemble): no bound, then the candidates for a bound.
 POLICIES = {
@@ -75,7 +77,6 @@ def measure_overload(
     """For each policy, a server built with its options, and a row per task and multiple of the capacity (measured
     once, on the first policy's server, by the primary load generator)."""
     from ernie_deploy.repository.served import served_steps
-    from ernie_deploy.server.process import TritonServer
 
     config = checked_config(inputs, config)
     tool = PERF_ANALYZER if config.load_generators[0] == PERF_ANALYZER else PYTHON
@@ -175,7 +176,6 @@ class _Cell:
 
     def measure(self, tool: str, policy: str, options: dict, multiple: float, rate: float, note: str = "") -> dict:
         """One row: `rate` requests a second offered for the run's duration, counted by the server."""
-        from ernie_deploy.server.stats import ModelTimes, failed_requests
 
         model, config = self.item.name, self.config
         before = _settled(self.srv.http_url, model)
@@ -251,7 +251,6 @@ class _Cell:
 def _settled(url: str, model: str) -> dict:
     """A statistics snapshot once `model`'s answered and failed counts stop moving: nothing of an earlier run is
     still queued."""
-    from ernie_deploy.server.stats import ModelTimes, snapshot
 
     deadline, last = time.monotonic() + SETTLE_S, None
     while True:

@@ -8,6 +8,8 @@ from ernie_deploy.bench.inprocess import run_cell
 from ernie_deploy.bench.machine import usable_cores
 from ernie_deploy.bench.rows import PADDLE, Row, chunks, mark_best, summarize, tick
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.export.static import PaddlePredictor
+from ernie_deploy.serving.encoding import encode_items
 
 
 def paddle_available() -> bool:
@@ -19,14 +21,12 @@ def paddle_available() -> bool:
 def bench_paddle(inputs: ModelInputs, config: BenchConfig, tokenizer, progress=None) -> list[Row]:
     """Paddle Inference on the serving tokenizer's ids (identical to paddlenlp's), with as many math threads as
     onnxruntime gets. One row per batch size; the best is marked."""
-    from ernie_deploy.serving.encoding import encode_items
 
     name = inputs.model.artifact_name
     if not paddle_available():
         row = Row(name, PADDLE, 0, note="skipped: paddle is not installed (pip install -e .[export])")
         tick(progress, row)
         return [row]
-    from ernie_deploy.export.static import PaddlePredictor
 
     threads = usable_cores()
     predictor = PaddlePredictor(inputs.static, threads=threads)

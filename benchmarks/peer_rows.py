@@ -17,6 +17,7 @@ from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
+from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
 
 @dataclass
@@ -32,7 +33,6 @@ def prepare_peer_requests(model: ModelSpec, texts: list, batch: int) -> list[Pee
 
 def gold_labels(task: TaskSpec, items: list) -> list | None:
     """The test split's label of each text, or None when a text is not in the split (texts given by hand)."""
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
     path = split_file(data_dir(task.dataset), "test", task.split_format)
     if not path.exists():

@@ -21,8 +21,12 @@ from pathlib import Path
 
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.core.files import write_json
+from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.gateway.bodies import DISCARD_BYTES
 from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES
+from ernie_deploy.gateway.process import GatewayProcess
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.server.preflight import free_ports
 from ernie_deploy.server.procs import group_cpu_seconds
 
 BODIES = {"8 MB": 8_000_000, "at the bound": DEFAULT_MAX_BODY_BYTES + DISCARD_BYTES}
@@ -55,8 +59,6 @@ def _post(host: str, port: int, path: str, body: bytes, chunked: bool) -> int:
 
 
 def measure(repo: Path, model: str, requests: int, workdir: Path) -> list[dict]:
-    from ernie_deploy.gateway.process import GatewayProcess
-    from ernie_deploy.server.preflight import free_ports
 
     (port,) = free_ports(1, "127.0.0.1")  # a Triton that is not there
     rows = []
@@ -98,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=9, help="requests per body and way of sending it")
     p.add_argument("--out", default="docs", help="folder for refused-bodies.json")
     args = p.parse_args(argv)
-    from ernie_deploy.evaluate.inputs import ModelInputs
     from ernie_deploy.repository.build import ModelArtifacts, build
-    from ernie_deploy.repository.options import BuildOptions
 
     item = ModelInputs.load(args.model, static=None, onnx=None, data=None, max_texts=1)
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-refused-") as work:

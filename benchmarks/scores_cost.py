@@ -35,8 +35,10 @@ from ernie_deploy.bench.load import prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.core.tasks import ON_REQUEST
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.server.process import TritonServer
 
 BEFORE = "3fb90b6^"  # the last revision whose classifiers answered only their label and its probability
 LAYOUTS = ("fused", "ensemble")
@@ -80,7 +82,6 @@ def build_repository(tree: Path, item: ModelInputs, repo: Path) -> None:
 def _env(tree: Path) -> dict[str, str]:
     """PYTHONPATH comes before the editable install's finder; the artifacts are this checkout's, so that each build
     reads the same data (the dev split its reference profile is recorded on)."""
-    from ernie_deploy.core.paths import artifacts_dir
 
     return {**os.environ, "PYTHONPATH": str(tree), "ERNIE_DEPLOY_ARTIFACTS": str(artifacts_dir().resolve())}
 
@@ -89,7 +90,6 @@ def _env(tree: Path) -> dict[str, str]:
 def _serving(tree: Path, repo: Path, log: Path):
     """A tritonserver over `repo` whose python steps import the package in `tree`: the server is started from
     that folder with it first on PYTHONPATH, and passes both to the steps' stubs."""
-    from ernie_deploy.server.process import TritonServer
 
     saved, here = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = str(tree)

@@ -16,6 +16,8 @@ import sys
 import timeit
 from pathlib import Path
 
+from ernie_deploy.serving.steps import STEPS
+
 MERGED = 8  # requests a call at concurrency 8
 
 
@@ -30,8 +32,6 @@ def step_config(model_dir: Path) -> dict:
 
 def time_step(model_dir: Path, texts: list[str], named: list[str], passes: int) -> dict:
     import numpy as np
-
-    from ernie_deploy.serving.steps import STEPS
 
     config = step_config(model_dir)
     step = STEPS["pipeline"](config, model_dir / "1")

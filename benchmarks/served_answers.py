@@ -53,6 +53,7 @@ import sys
 import time
 from pathlib import Path
 
+import ernie_deploy
 from benchmarks.served_answers_build import build, make_shape
 from benchmarks.served_answers_texts import requests_for
 from ernie_deploy.cli.arguments import exact_parser
@@ -62,6 +63,7 @@ from ernie_deploy.core.errors import (
     ErnieDeployError,
     ServerNotReadyError,
 )
+from ernie_deploy.server.process import TritonServer
 
 START_SECONDS = 900
 FORMAT = 1
@@ -163,9 +165,6 @@ def stub_paths(server_pid: int) -> list[str]:
 
 def collect_one(repository: Path, data: Path, log) -> dict:
     from tritonclient.grpc import InferenceServerClient
-
-    import ernie_deploy
-    from ernie_deploy.server.process import TritonServer
 
     started = time.monotonic()
     logfile = Path(f"/tmp/served_answers_{repository.name}_{os.getpid()}.log")

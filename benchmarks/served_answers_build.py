@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError
+from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.fetch.shapes import get_shape, make_checkpoint
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,6 @@ def make_shape(args) -> int:
     """The checkpoint of a shaped model: demo/<task>'s labels and vocabulary over an ERNIE 3.0 shape, random weights
     from the package's fixed seed (fetch.shapes). `build` makes it only where --inputs lacks it, so both checkouts
     serve the same one."""
-    from ernie_deploy.core.tasks import TASKS
-    from ernie_deploy.fetch.shapes import get_shape, make_checkpoint
 
     demo = Path("demo") / args.task
     config = json.loads((demo / "config.json").read_text(encoding="utf-8"))

@@ -19,7 +19,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from ernie_deploy.bench.load import prepare_requests, run_load
+from ernie_deploy.client.admin import RepositoryAdmin
+from ernie_deploy.client.metrics import scrape, shadow_summary
 from ernie_deploy.core.shadow import DEFAULT_FRACTION
+from ernie_deploy.core.tasks import get_task
+from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+from ernie_deploy.server.process import TritonServer
 
 ROUNDS = 2
 DURATION_S = 10.0
@@ -36,12 +42,8 @@ def run_shadow_cost(
     duration_s: float = DURATION_S,
     rounds: int = ROUNDS,
 ) -> dict:
-    from ernie_deploy.bench.load import prepare_requests, run_load
-    from ernie_deploy.client.admin import RepositoryAdmin
-    from ernie_deploy.client.metrics import scrape, shadow_summary
     from ernie_deploy.operate.rollout import PROBE_TEXTS, Move, canary_probe
     from ernie_deploy.operate.shadow import shadow_off, shadow_on, shadow_step
-    from ernie_deploy.server.process import TritonServer
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "models"
@@ -94,8 +96,6 @@ def summarise(result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ernie_deploy.core.tasks import get_task
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
     from ernie_deploy.repository.served import served_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)

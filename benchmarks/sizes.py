@@ -15,6 +15,11 @@ from pathlib import Path
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.export.gates import Gates
+from ernie_deploy.export.onnx import convert_checked
+from ernie_deploy.export.static import StaticModel, export
+from ernie_deploy.fetch.checkpoints import inspect_checkpoint
+from ernie_deploy.fetch.shapes import checkpoint_facts, get_shape, make_checkpoint
 
 PARITY_TEXTS = 32  # texts the conversion of each size is gated on
 
@@ -44,11 +49,6 @@ def sized_name(base: ModelInputs, size: str) -> str:
 def prepare_size(base: ModelInputs, size: str, root: Path | None = None, log=print) -> SizedInputs:
     """`base`'s model remade in the shape `size`: checkpoint, static model and ONNX (parity-gated), reused when
     already made from the same inputs, with the shape's facts (`shape`)."""
-    from ernie_deploy.export.gates import Gates
-    from ernie_deploy.export.onnx import convert_checked
-    from ernie_deploy.export.static import StaticModel, export
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
-    from ernie_deploy.fetch.shapes import checkpoint_facts, get_shape, make_checkpoint
 
     shape = get_shape(size)
     name = sized_name(base, size)

@@ -37,6 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.uie_model import NAME, SCHEMAS, TRAINED, bench_texts, build_model, load_step
+from ernie_deploy.bench.load import PreparedRequest, run_load
+from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
+from ernie_deploy.bench.rows import percentile
+from ernie_deploy.core.errors import FailedRequestsError, ParityError
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.server.process import TritonServer
 
 BATCHES = (1, 8)  # requests per in-process call: one alone, and the most that concurrency 8 can merge
 CONCURRENCY = (1, 8)
@@ -100,8 +107,6 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
     it alone, probabilities within 1e-4; returns the spans compared. What is timed in-process is then what is served."""
     import tritonclient.grpc as grpcclient
 
-    from ernie_deploy.core.errors import ParityError
-
     client = grpcclient.InferenceServerClient(url)
     compared = 0
     try:
@@ -154,7 +159,6 @@ def time_in_process(step, texts: list[str], schema: str, batch: int, duration_s:
 
 
 def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
-    from ernie_deploy.bench.rows import percentile
 
     ms = sorted(1000 * s for s in latencies_s)
     return {
@@ -171,8 +175,6 @@ def served_requests(texts: list[str], schema: str) -> list:
     """One text and its schema per request, each serialized once, up front (as bench.load.prepare_requests)."""
     from tritonclient.grpc import InferInput
 
-    from ernie_deploy.bench.load import PreparedRequest
-
     out = []
     for text in texts:
         tensors = []
@@ -186,7 +188,6 @@ def served_requests(texts: list[str], schema: str) -> list:
 
 def measure(repo: Path, texts: list[str], *, rounds: int, duration_s: float, warmup_s: float, log: Path) -> dict:
     """Every cell's rounds, in-process and served, and the span facts per schema."""
-    from ernie_deploy.core.spec import ModelSpec
 
     model = ModelSpec.read(repo / NAME / "1")
     schemas = {key: json.dumps(s, ensure_ascii=False) for key, s in SCHEMAS.items()}
@@ -204,9 +205,6 @@ def measure(repo: Path, texts: list[str], *, rounds: int, duration_s: float, war
 
 
 def _cells(repo, model, step, texts, schemas, *, rounds, duration_s, warmup_s, log) -> tuple[list[dict], dict]:
-    from ernie_deploy.bench.load import run_load
-    from ernie_deploy.core.errors import FailedRequestsError
-    from ernie_deploy.server.process import TritonServer
 
     rows: list[dict] = []
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log) as server:
@@ -301,8 +299,6 @@ def run(
     checkpoint: Path | None = None,
 ) -> dict:
     """The whole benchmark: model, cells, table printed, record written to `out` (None: not written)."""
-    from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
-    from ernie_deploy.core.files import write_json
 
     machine = machine_info()  # now: its load average is the one at the start
 

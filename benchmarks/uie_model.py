@@ -9,6 +9,14 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.scores_in_process import step_config
+from ernie_deploy.core.errors import BadCheckpointError, BadDataError
+from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import TOKEN_CLS, TOKENIZER_STEP, UIE
+from ernie_deploy.fetch.data import data_dir, read_split
+from ernie_deploy.fetch.shapes import filled_vocab, get_shape, random_model, shape_config
+from ernie_deploy.serving.steps import STEPS
+
 NAME = "uie_bench"
 # Each schema shape the bench measures: one type, three types in one stage, one type and two relations (two stages).
 SCHEMAS = {
@@ -38,9 +46,6 @@ FALLBACK_TEXTS = [
 def bench_texts(n: int = TEXTS) -> tuple[list[str], str]:
     """(texts, where they come from): MSRA NER's test sentences when the dataset is prepared already (nothing is
     downloaded for the benchmark), else the fixed list."""
-    from ernie_deploy.core.errors import BadDataError
-    from ernie_deploy.core.tasks import TOKEN_CLS
-    from ernie_deploy.fetch.data import data_dir, read_split
 
     folder = data_dir(TOKEN_CLS.dataset)
     try:
@@ -64,9 +69,6 @@ def biased_checkpoint(folder: Path, texts: list[str]) -> dict:
     names (with 的, the relation prompts' joint), one token each. Returns what the record says of it."""
     import paddle
     from paddlenlp.transformers import ErnieTokenizer
-
-    from ernie_deploy.core.tasks import UIE
-    from ernie_deploy.fetch.shapes import filled_vocab, get_shape, random_model, shape_config
 
     config = shape_config(get_shape("nano"))
     chars = sorted(set("".join(texts) + "".join(schema_names()) + "的") - set(" \t\n"))
@@ -108,7 +110,6 @@ def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None)
     """(repository, model facts): the checkpoint (`checkpoint`, else the biased nano one made in `workdir`) through
     the commands users run, into `workdir`/models."""
     from ernie_deploy.cli import main
-    from ernie_deploy.core.errors import BadCheckpointError
 
     if checkpoint is None:
         checkpoint = workdir / "checkpoint"
@@ -130,11 +131,7 @@ def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None)
 def load_step(repo: Path):
     """The step the server runs for the model, built as the python backend builds it: from its config.pbtxt (as the
     JSON Triton hands `initialize`) and its version folder."""
-    from benchmarks.scores_in_process import step_config
-    from ernie_deploy.core.spec import ModelSpec
-    from ernie_deploy.core.tasks import TOKENIZER_STEP
     from ernie_deploy.repository.layouts import get_layout
-    from ernie_deploy.serving.steps import STEPS
 
     model = ModelSpec.read(repo / NAME / "1")
     name = get_layout(model.layout).python_steps(model, TOKENIZER_STEP, "python")[NAME]

@@ -26,10 +26,12 @@ import time
 from pathlib import Path
 
 from benchmarks.peer.app import HANDLERS
+from ernie_deploy.client.grpc_client import input_columns
 from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
-from ernie_deploy.server.procs import start_group, stop_group
+from ernie_deploy.server.preflight import free_ports
+from ernie_deploy.server.procs import log_tail, start_group, stop_group, wait_http_ok
 
 CHECK_BATCH = 32  # texts per request when checking answers (the handler runs them one by one anyway)
 
@@ -54,7 +56,6 @@ def route(model: ModelSpec) -> str:
 def request_body(task: TaskSpec, items: list, max_seq_len: int) -> bytes:
     """One request as SimpleServing's clients send it: the texts (and their pairs, under `text_pair`) and the
     parameters its handlers read."""
-    from ernie_deploy.client.grpc_client import input_columns
 
     data = {spec.name: column for spec, column in zip(task.inputs, input_columns(task, items))}
     return json.dumps({"data": data, "parameters": {"max_seq_len": max_seq_len, "batch_size": len(items)}}).encode()
@@ -104,7 +105,6 @@ class PeerServer:
             return ""
 
     def start(self, timeout: float = 180) -> PeerServer:
-        from ernie_deploy.server.preflight import free_ports
 
         t0 = time.monotonic()
         self.port = self.port or free_ports(1, self.host)[0]
@@ -128,13 +128,11 @@ class PeerServer:
 
     def _wait_ready(self, timeout: float) -> None:
         """Until uvicorn answers: it listens only once the app module has built the predictor and tokenizer."""
-        from ernie_deploy.server.procs import wait_http_ok
 
         url = f"http://{self.host}:{self.port}/docs"
         wait_http_ok(self._proc, url, timeout, self._fail, name="SimpleServing", interval=0.2)
 
     def _fail(self, what: str, timed_out: bool = False) -> None:
-        from ernie_deploy.server.procs import log_tail
 
         raise ServerNotReadyError(
             f"{what} (log: {self.log_path})\n  last log lines:\n{log_tail(self.log_path)}",

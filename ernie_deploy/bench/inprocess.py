@@ -21,6 +21,8 @@ from ernie_deploy.bench.rows import (
     tick,
 )
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.serving.encoding import encode_items
+from ernie_deploy.serving.runtime import OnnxModel
 
 
 def run_cell(
@@ -58,8 +60,6 @@ def bench_inprocess(
     that no idle thread pool competes with the servers.
     `variants`: other graphs of the model by row kind (LIMIT_INT8, LIMIT_OPT, LIMIT_INT8_OPT), each timed right
     after the FP32 graph on the same batches."""
-    from ernie_deploy.serving.encoding import encode_items
-    from ernie_deploy.serving.runtime import OnnxModel
 
     name = inputs.model.artifact_name
     max_len = inputs.model.max_seq_len

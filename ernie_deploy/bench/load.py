@@ -12,10 +12,12 @@ import numpy as np
 
 from ernie_deploy.bench.machine import self_cpu_seconds
 from ernie_deploy.bench.rows import Row, chunks, summarize
+from ernie_deploy.client.grpc_client import grpc_client, input_columns
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.server.procs import group_cpu_seconds
+from ernie_deploy.server.stats import snapshot, steps_between
 
 # -- the asyncio load generator ---------------------------------------------------------------------
 
@@ -30,8 +32,6 @@ def prepare_requests(task: TaskSpec, texts: Sequence, batch: int) -> list[Prepar
     """Every request serialized once, up front, so that the load generator (which shares the cores with the
     server) spends its time sending, not encoding. Pair models get (text, text_pair) items as two tensors."""
     from tritonclient.grpc import InferInput
-
-    from ernie_deploy.client.grpc_client import input_columns
 
     requests = []
     for chunk in chunks(texts, batch):
@@ -146,9 +146,6 @@ async def _drive(
 ) -> LoadResult:
     from tritonclient.utils import InferenceServerException
 
-    from ernie_deploy.client.grpc_client import grpc_client
-    from ernie_deploy.server.stats import snapshot, steps_between
-
     outputs = named_outputs(model, asked)
 
     def probe() -> Callable[[], dict]:
@@ -219,8 +216,6 @@ async def _open_loop(
     import asyncio
 
     from tritonclient.utils import InferenceServerException
-
-    from ernie_deploy.client.grpc_client import grpc_client
 
     outputs = named_outputs(model)
     result = OpenLoopResult()

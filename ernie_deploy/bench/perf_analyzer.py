@@ -17,11 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ernie_deploy.bench.rows import Row
+from ernie_deploy.client.grpc_client import input_columns
 from ernie_deploy.core.errors import InstallError
+from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import Tls
+from ernie_deploy.server.procs import group_cpu_seconds
+from ernie_deploy.server.stats import ModelTimes, snapshot, steps_between
 
 PYTHON, PERF_ANALYZER = "python", "perf_analyzer"  # Row.tool
 INSTALL_SCRIPT = "scripts/install_perf_analyzer.sh"
@@ -73,8 +77,6 @@ def perf_analyzer_version(binary: str) -> str | None:
 
 def perf_analyzer_input(task: TaskSpec, texts: Sequence, path: str | Path) -> Path:
     """The texts as perf_analyzer real input data: one entry per text (or pair), each input a BYTES [1] tensor."""
-    from ernie_deploy.client.grpc_client import input_columns
-    from ernie_deploy.core.files import atomic_path
 
     path = Path(path)
     columns = input_columns(task, list(texts))
@@ -242,8 +244,6 @@ def run_perf_analyzer(
     statistics. perf_analyzer's process CPU (a waited-for child's, from getrusage) and the
     server's CPU are divided by what the server answered while it ran (its statistics), warm-up windows
     included, since perf_analyzer's printout counts only the measured windows."""
-    from ernie_deploy.server.procs import group_cpu_seconds
-    from ernie_deploy.server.stats import ModelTimes, snapshot, steps_between
 
     csv_file = workdir / f"{model.artifact_name}_{kind}_b{batch}_c{concurrency}_perf_analyzer.csv"
     argv = perf_analyzer_command(

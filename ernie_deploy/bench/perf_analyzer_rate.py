@@ -8,9 +8,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ernie_deploy.bench.load import REFUSALS
 from ernie_deploy.bench.perf_analyzer import base_command, parse_perf_analyzer_csv, time_windows
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tls import Tls
+from ernie_deploy.server.procs import group_rss_bytes, start_group, stop_group
 
 # Past capacity the queue, and so the latency, grows from one window to the next by more than 999% allows (measured:
 # the demo classifier without a queue bound at 1x of a capacity measured on a busy host exited 2, "Failed to obtain
@@ -86,7 +88,6 @@ def _run_bounded(argv: list[str], log_path: Path, max_rss_bytes: int, time_limit
     """Run `argv` in its own process group, its output into `log_path`, and stop the group (SIGTERM, then SIGKILL)
     once it holds more than `max_rss_bytes` or has run `time_limit_s`. Returns (exit code, what it printed, why it
     was stopped: "" when it ended on its own)."""
-    from ernie_deploy.server.procs import group_rss_bytes, start_group, stop_group
 
     why = ""
     with open(log_path, "wb") as log:
@@ -120,7 +121,6 @@ def run_perf_analyzer_rate(
     """Offer `rate` requests a second to `model`'s served model on `url` (gRPC) for `duration_s` with perf_analyzer,
     open loop (perf_analyzer_rate_command), stopped past `max_rss_bytes` (default RATE_MAX_RSS_BYTES) or
     rate_time_limit_s (RateRun.outran)."""
-    from ernie_deploy.bench.load import REFUSALS
 
     csv_file = workdir / f"{model.artifact_name}_rate{rate:.0f}_perf_analyzer.csv"
     csv_file.unlink(missing_ok=True)  # a CSV left by an earlier run must not pass for this one's

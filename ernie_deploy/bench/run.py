@@ -25,6 +25,8 @@ from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.paths import artifacts_dir
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
+from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 def reports_dir() -> Path:
@@ -36,7 +38,6 @@ def build_layout(inputs: list[ModelInputs], out: Path, **options) -> Path:
     """The project's own `build`, runtime "python" (what a pip-only machine serves), into `out`, with these
     BuildOptions (everything else at its default), each model read from its record as `build` reads it."""
     from ernie_deploy.repository.build import build, model_artifacts
-    from ernie_deploy.repository.options import BuildOptions
 
     # each model as its record says, under the name the benchmark calls it by
     entries = [model_artifacts(i.static, Path(i.onnx), i.name) for i in inputs]
@@ -109,8 +110,6 @@ def run_bench(
     import tempfile
 
     from tqdm import tqdm
-
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     config = checked_config(inputs, config)
     started = time.time()

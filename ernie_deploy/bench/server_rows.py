@@ -11,13 +11,14 @@ from ernie_deploy.bench.load import load_row, prepare_requests, run_load
 from ernie_deploy.bench.machine import server_version
 from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input, run_perf_analyzer
 from ernie_deploy.bench.rows import ROW_KINDS, Row, tick
+from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.errors import ServerNotReadyError
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.server.process import TritonServer
 
 
 def _start_server(repository: Path, name: str, config: BenchConfig, workdir: Path):
     """tritonserver on `repository`, on free ports, started; its log in `workdir`."""
-    from ernie_deploy.server.process import TritonServer
 
     server = TritonServer(
         repository,
@@ -45,7 +46,6 @@ def _server_facts(repository: Path, server) -> dict:
 
 def _check_served(server, item: ModelInputs, config: BenchConfig, references: dict) -> dict:
     """The served task's cold first request, and how many of the first check texts it answers as in-process."""
-    from ernie_deploy.client.grpc_client import Client, decode_outputs
 
     task = item.task
     facts: dict = {}

@@ -19,11 +19,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ernie_deploy.bench.config import BenchConfig
+from ernie_deploy.bench.load import prepare_requests
+from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
+from ernie_deploy.bench.rows import SERVED
+from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.evaluate.inputs import ModelInputs
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.repository.resolve import resolve_options, resolves
+from ernie_deploy.server.process import TritonServer
 
 # What the search varies, in the order it varies them: the layout first (the largest effect measured: a lone request
 # 0.8-2.7 ms sooner fused than through the ensemble, docs/BENCHMARKS.md), then what divides the cores, then what
@@ -203,12 +208,7 @@ def _show(bar, trial: Trial, result: TuneResult, total: int) -> None:
 def measure_trial(inputs: ModelInputs, options: BuildOptions, config: BenchConfig, concurrency: int, workdir: Path):
     """Build the model alone with `options`, serve it, and load one served cell at `concurrency` the way the
     benchmark's served rows are loaded (bench.server_rows): one Trial."""
-    from ernie_deploy.bench.load import prepare_requests
-    from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, perf_analyzer_input
-    from ernie_deploy.bench.rows import SERVED
-    from ernie_deploy.bench.server_rows import perf_analyzer_row, python_row
     from ernie_deploy.repository.build import build
-    from ernie_deploy.server.process import TritonServer
 
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)

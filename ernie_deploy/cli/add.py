@@ -9,6 +9,7 @@ from ernie_deploy.cli.arguments import add_repository
 from ernie_deploy.cli.inputs import MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.io import IOS
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.pipeline.add import add_model, check_new_model
 from ernie_deploy.pipeline.options import QUANTIZE, ConvertOptions, ExportOptions, FetchOptions
 from ernie_deploy.repository.options import AUTO, RUNTIMES, BuildOptions
 
@@ -53,7 +54,6 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.pipeline.add import add_model, check_new_model
 
     new = check_new_model(
         args.task,

@@ -8,6 +8,7 @@ options in the file are the fields of the options that command's flags fill; eve
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_repository
+from ernie_deploy.repository.deployment import load_deployment
 
 
 def register(sub) -> None:
@@ -32,7 +33,6 @@ def run(args) -> None:
     from pathlib import Path
 
     from ernie_deploy.pipeline.deploy import deploy
-    from ernie_deploy.repository.deployment import load_deployment
 
     deployment = load_deployment(args.file)
     if args.repository is not None:

@@ -15,6 +15,8 @@ import argparse
 import shlex
 import sys
 
+from ernie_deploy.core.errors import BadOptionsError
+
 REPOSITORY = "models"  # the repository a command reads or writes when none is named
 MODEL_HELP = "the model's name: its artifacts' folder and the name clients call it by (default: the task's demo model)"
 
@@ -83,7 +85,6 @@ def add_model(
 
 def required_model(args: argparse.Namespace) -> str:
     """The model a command that works on exactly one served model was given."""
-    from ernie_deploy.core.errors import BadOptionsError
 
     if not args.model:
         raise BadOptionsError(f"`ernie-deploy {args.command}` works on one served model", "name it: --model NAME")

@@ -12,10 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ernie_deploy.bench.config import CLIENT_BATCH, BenchConfig
+from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, PYTHON, find_perf_analyzer, require_perf_analyzer
+from ernie_deploy.bench.run import run_and_write
 from ernie_deploy.cli.arguments import add_model, add_repository
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tasks import DEFAULT_TASKS, DEMO_MODELS, TASKS
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 LOAD_GENERATORS = ("auto", "python", "perf_analyzer", "both")
 # The research flags `bench` took before the benchmarks left the package -> the command of benchmarks/ that runs them.
@@ -180,7 +183,6 @@ def load_generator_settings(choice: str) -> dict:
     """BenchConfig's load_generators and perf_analyzer for a --load-generator choice. auto prefers perf_analyzer:
     its client costs the shared cores less per request than the Python generator's (docs/BENCHMARKS.md, load
     generators side by side), and it is the tool Triton users measure with."""
-    from ernie_deploy.bench.perf_analyzer import PERF_ANALYZER, PYTHON, find_perf_analyzer, require_perf_analyzer
 
     if choice == "python":
         return {"load_generators": (PYTHON,), "perf_analyzer": None}
@@ -194,7 +196,6 @@ def load_generator_settings(choice: str) -> dict:
 
 def inputs_from_args(args, config: BenchConfig) -> list:
     """Each model's files and texts (evaluate.inputs.ModelInputs): the named models, else the tasks' demo models."""
-    from ernie_deploy.evaluate.inputs import ModelInputs
 
     if args.model and args.task:
         raise BadOptionsError("--task and --model pick the models two ways", "pass one of them")
@@ -219,7 +220,6 @@ def run(args) -> None:
             f"`python -m benchmarks {moved} ...` from its root); `ernie-deploy bench` without them times your "
             "served model against its in-process limit",
         )
-    from ernie_deploy.bench.run import run_and_write
 
     config = config_from_args(args)
     out = Path(args.out) if args.out else None

@@ -9,6 +9,8 @@ from ernie_deploy.cli.inputs import onnx_file, options_from, static_model
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.io import IOS
 from ernie_deploy.core.tasks import DEFAULT_TASKS, TASKS
+from ernie_deploy.pipeline.build import build_models, resolve_build_options
+from ernie_deploy.repository.build import model_artifacts
 from ernie_deploy.repository.layouts import DEFAULT_LAYOUTS, LAYOUTS
 from ernie_deploy.repository.options import (
     AUTO,
@@ -314,8 +316,6 @@ def _wanted(args) -> list[tuple[str | None, str | None]]:
 
 
 def run(args) -> None:
-    from ernie_deploy.pipeline.build import build_models, resolve_build_options
-    from ernie_deploy.repository.build import model_artifacts
 
     wanted = _wanted(args)
     if args.version is not None and len(args.model or []) != 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.inputs import TASK_HELP, options_from, static_model
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import QUANTIZE, ConvertOptions
 
 # The flags' defaults are the options' own.
@@ -97,7 +98,6 @@ def options(args) -> ConvertOptions:
 
 
 def run(args) -> None:
-    from ernie_deploy.pipeline.convert import convert_model
 
     chosen = options(args)  # contradicting flags are refused before the model is read
     static = static_model(args.task, args.static, args.model)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ernie_deploy.deployfiles.dashboard import DEFAULT_OUT, DEFAULT_TITLE, DEFAULT_UID
+from ernie_deploy.deployfiles.dashboard import DEFAULT_OUT, DEFAULT_TITLE, DEFAULT_UID, write
 
 
 def register(sub) -> None:
@@ -29,7 +29,6 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.deployfiles.dashboard import write
 
     path = write(args.out, title=args.title, uid=args.uid, datasource=args.datasource)
     print(f"wrote {path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.fetch.datasets import prepare
 
 
 def register(sub) -> None:
@@ -12,7 +13,6 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.fetch.datasets import prepare
 
     for name in args.dataset or sorted({t.dataset for t in TASKS.values()}):
         print(f"{name}: {prepare(name)}")

@@ -6,7 +6,10 @@ from pathlib import Path
 
 from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.inputs import TASK_HELP, onnx_file, static_model
+from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TASKS
+from ernie_deploy.evaluate.offline import evaluate
+from ernie_deploy.fetch.data import data_dir, split_file
 
 
 def register(sub) -> None:
@@ -25,9 +28,6 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.evaluate.offline import evaluate
-    from ernie_deploy.fetch.data import data_dir, split_file
 
     static = static_model(args.task, args.static, args.model)
     task = static.task

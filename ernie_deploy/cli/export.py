@@ -6,6 +6,7 @@ from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.inputs import DEFAULT_TASK, MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import ExportOptions
+from ernie_deploy.pipeline.stages import export_model
 from ernie_deploy.serving.entities import DECODINGS
 
 
@@ -42,6 +43,5 @@ def options(args) -> ExportOptions:
 
 
 def run(args) -> None:
-    from ernie_deploy.pipeline.stages import export_model
 
     export_model(args.task, args.model, options(args), checkpoint=args.checkpoint, out=args.out, log=print)

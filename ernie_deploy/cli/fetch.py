@@ -6,6 +6,7 @@ from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.cli.inputs import DEFAULT_TASK, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import FetchOptions
+from ernie_deploy.pipeline.stages import fetch_model
 
 
 def register(sub) -> None:
@@ -49,6 +50,5 @@ def options(args) -> FetchOptions:
 
 def run(args) -> None:
     """Materialise a checkpoint at artifacts/checkpoints/<model or task> from a URL, a local path, or the bootstrap."""
-    from ernie_deploy.pipeline.stages import fetch_model
 
     fetch_model(args.task, args.model, options(args), out=args.out, log=print)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_repository
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, LOOPBACK
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
+from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT, DEFAULT_PORT
 
 
 def register(sub) -> None:
-    from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT, DEFAULT_PORT
 
     p = sub.add_parser(
         "gateway", help="HTTP gateway: SimpleServing's and Hugging Face's JSON for the served models (gRPC to Triton)"
@@ -55,7 +56,6 @@ def register(sub) -> None:
 def _https(args):
     from pathlib import Path
 
-    from ernie_deploy.core.errors import BadOptionsError
     from ernie_deploy.gateway.app import Https
 
     cert, key, ca = args.http_tls_cert, args.http_tls_key, args.http_tls_ca

@@ -4,7 +4,9 @@ same pod as a KServe InferenceService."""
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_renamed, add_repository
+from ernie_deploy.deployfiles.manifests import write
 from ernie_deploy.deployfiles.options import ManifestOptions
+from ernie_deploy.deployfiles.pod import secret_command, secret_name, tls_secret_command, tls_secret_name
 
 
 def register(sub) -> None:
@@ -109,8 +111,6 @@ def options(args) -> ManifestOptions:
 
 
 def run(args) -> None:
-    from ernie_deploy.deployfiles.manifests import write
-    from ernie_deploy.deployfiles.pod import secret_command, secret_name, tls_secret_command, tls_secret_name
 
     out = args.out or ("deploy/kserve" if args.kserve else "deploy/k8s")
     for path in write(args.repository, out, options(args), kserve=args.kserve):

@@ -7,7 +7,11 @@ from ernie_deploy.cli.arguments import add_model
 from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL
 from ernie_deploy.core.errors import FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.tls import add_tls_arguments, https_tls
-from ernie_deploy.server.probe import PROBE_TEXT  # standard library only: cheap to import
+from ernie_deploy.server.probe import (
+    PROBE_TEXT,  # standard library only: cheap to import
+    ProbeFailed,
+    probe,
+)
 
 
 def register(sub) -> None:
@@ -25,7 +29,6 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from ernie_deploy.server.probe import ProbeFailed, probe
 
     tls = https_tls(args.http_url, args)
     try:

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model, add_repository, required_model
+from ernie_deploy.client.admin import RepositoryAdmin
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, DEFAULT_METRICS_URL
-from ernie_deploy.core.tls import add_tls_arguments
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
+from ernie_deploy.core.shadow import DEFAULT_FRACTION
+from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 
 
 def _common(p) -> None:
@@ -34,7 +37,6 @@ def register(sub) -> None:
 
 
 def _shadow_arguments(p) -> None:
-    from ernie_deploy.core.shadow import DEFAULT_FRACTION
     from ernie_deploy.operate.shadow import DEFAULT_DURATION_S, REQUESTS_BOUND_S
 
     g = p.add_argument_group("shadow evaluation (compare the new version on live traffic before switching)")
@@ -64,8 +66,6 @@ def _shadow_arguments(p) -> None:
 
 
 def _check_shadow_arguments(args) -> None:
-    from ernie_deploy.core.errors import BadOptionsError
-    from ernie_deploy.core.shadow import DEFAULT_FRACTION
 
     given = [
         flag
@@ -82,8 +82,6 @@ def _check_shadow_arguments(args) -> None:
 
 
 def run(args, to_version: int | None = None) -> None:
-    from ernie_deploy.client.admin import RepositoryAdmin
-    from ernie_deploy.core.tls import tls_from_args
     from ernie_deploy.operate.rollout import PROBE_TEXTS, canary_probe, rollout
     from ernie_deploy.repository.served import served_models
 
@@ -92,8 +90,6 @@ def run(args, to_version: int | None = None) -> None:
     name = required_model(args)
     models = served_models(args.repository)
     if name not in models:
-        from ernie_deploy.core.errors import BadRepositoryError
-
         raise BadRepositoryError(
             f"{args.repository} serves no model {name!r}", f"use one of: {', '.join(sorted(models)) or 'none'}"
         )

@@ -21,7 +21,11 @@ from ernie_deploy.core.admin_key import ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, ADMIN
 from ernie_deploy.core.endpoints import LOOPBACK, PORTS
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tls import PEM_HINT, ServerTls, add_server_tls_arguments, server_tls_from_args, tls_from_args
+from ernie_deploy.gateway.defaults import DEFAULT_PORT
+from ernie_deploy.gateway.process import GatewayProcess
 from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES
+from ernie_deploy.server.preflight import check_port_free
+from ernie_deploy.server.serve import serve
 
 
 def register(sub) -> None:
@@ -61,7 +65,6 @@ def register(sub) -> None:
 
 
 def _add_gateway_arguments(p) -> None:
-    from ernie_deploy.gateway.defaults import DEFAULT_PORT
 
     group = p.add_argument_group(
         "gateway", "also run the HTTP gateway (SimpleServing's and Hugging Face's JSON; docs/GATEWAY.md) beside Triton"
@@ -92,7 +95,6 @@ def _add_gateway_arguments(p) -> None:
 
 def _gateway(args, grpc_tls: ServerTls | None):
     """The factory serve_forever starts the gateway with, or None without --gateway; its options checked first."""
-    from ernie_deploy.gateway.defaults import DEFAULT_PORT
 
     client_tls = tls_from_args(args)  # the files checked, a certificate matched to its key
     if not args.gateway:
@@ -125,8 +127,6 @@ def _gateway(args, grpc_tls: ServerTls | None):
         )
     host = args.http_host or args.host
     if args.gateway_port:
-        from ernie_deploy.server.preflight import check_port_free
-
         check_port_free(host, args.gateway_port, "gateway")  # before Triton starts, not after it loaded every model
     tls_args = []
     if client_tls is not None:
@@ -134,7 +134,6 @@ def _gateway(args, grpc_tls: ServerTls | None):
         tls_args = [arg for option, path in files.items() if path is not None for arg in (option, str(path.absolute()))]
 
     def make(server):
-        from ernie_deploy.gateway.process import GatewayProcess
 
         log = server.log_path.with_name("gateway.log") if server.log_path else None
         return GatewayProcess(
@@ -169,7 +168,6 @@ def models_to_load(repository: str, extra_args=()) -> dict:
 
 
 def run(args) -> None:
-    from ernie_deploy.server.serve import serve
 
     shm = {"shm_default_byte_size": args.shm_default_byte_size} if args.shm_default_byte_size else {}
     grpc_tls = server_tls_from_args(args)

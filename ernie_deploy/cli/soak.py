@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ernie_deploy.cli.arguments import add_model, add_repository, add_switch_taking_model
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, FailedRequestsError
+from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tls import add_server_tls_arguments, add_tls_arguments, self_served_tls
-from ernie_deploy.reliability.soak import SoakOptions
+from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.reliability.soak import SoakOptions, run_soak
 
 
 def register(sub) -> None:
@@ -51,9 +53,6 @@ def run(args) -> None:
     import json
     import sys
 
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.reliability.soak import run_soak
-
     grpc_tls, tls = self_served_tls(args, "soak")
     if args.model and not args.rollout:
         raise BadOptionsError("--model names the model --rollout rolls out", "add --rollout, or drop --model")
@@ -86,8 +85,6 @@ def run(args) -> None:
 def _rollout(args, grpc_tls, tls) -> None:
     import json
 
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.evaluate.inputs import ModelInputs
     from ernie_deploy.reliability.rollout_soak import run_rollout_soak
     from ernie_deploy.repository.served import served_models
 

@@ -7,8 +7,14 @@ its index and configs; without, its statistics and metadata, helped by a local r
 from __future__ import annotations
 
 from ernie_deploy.cli.arguments import REPOSITORY, add_model, add_repository
+from ernie_deploy.client.answers import format_answers, model_dict, scrape
+from ernie_deploy.core.admin_key import admin_key_from
 from ernie_deploy.core.endpoints import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
-from ernie_deploy.core.tls import add_tls_arguments
+from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError, ErnieDeployError
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.tls import add_tls_arguments, https_tls
+from ernie_deploy.server.discover import LocalRecord, RecordedModel, served_on_server, unread_record
+from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
 
 def register(sub) -> None:
@@ -58,14 +64,6 @@ def register(sub) -> None:
 def run(args) -> None:
     import time
     from pathlib import Path
-
-    from ernie_deploy.client.answers import format_answers, model_dict
-    from ernie_deploy.core.admin_key import admin_key_from
-    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.core.tls import https_tls
-    from ernie_deploy.server.discover import served_on_server
-    from ernie_deploy.server.stats import format_table, served_times, snapshot, to_dict
 
     if args.interval < 0:
         raise BadOptionsError(f"--interval {args.interval} is negative", "pass seconds above 0, or leave it out")
@@ -136,8 +134,6 @@ def run(args) -> None:
 def _scrape(metrics_url: str):
     """(the answer series on `metrics_url`, None) or (None, why they could not be read): the times above stand
     without them."""
-    from ernie_deploy.client.answers import scrape
-    from ernie_deploy.core.errors import ErnieDeployError
 
     try:
         return scrape(metrics_url), None
@@ -150,10 +146,8 @@ def local_record(folder: str):
     where its own configs are behind the admin key (server.discover)."""
     from pathlib import Path
 
-    from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
     from ernie_deploy.repository.layouts import entry_record
     from ernie_deploy.repository.served import Existing
-    from ernie_deploy.server.discover import LocalRecord, RecordedModel, unread_record
 
     if not Path(folder).is_dir():
         return None

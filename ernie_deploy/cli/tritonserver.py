@@ -6,6 +6,14 @@ from __future__ import annotations
 import os
 import sys
 
+from ernie_deploy.cli.serve import models_to_load
+from ernie_deploy.core.endpoints import LOOPBACK
+from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.server.binary import find_tritonserver, server_env
+from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES
+from ernie_deploy.server.launcher import REFUSED, installed_tritonserver, parse_triton_args
+from ernie_deploy.server.serve import serve
+
 HELP = """\
 tritonserver (ernie-deploy): no tritonserver is installed here, so this runs the one in the nvidia-pytriton
 wheel, set up as `ernie-deploy serve` sets it up: the python backend with this Python's stub, its shared memory
@@ -21,13 +29,11 @@ Triton's options:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ernie_deploy.server.launcher import installed_tritonserver
 
     argv = sys.argv[1:] if argv is None else list(argv)
     real = installed_tritonserver()
     if real is not None:
         os.execv(real, [str(real), *argv])  # never returns
-    from ernie_deploy.core.errors import ErnieDeployError
 
     try:
         return _run_wheel(argv)
@@ -39,16 +45,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_wheel(argv: list[str]) -> int:
-    from ernie_deploy.core.endpoints import LOOPBACK
-    from ernie_deploy.server.cache import DEFAULT_CACHE_BYTES
-    from ernie_deploy.server.launcher import REFUSED, parse_triton_args
 
     request = parse_triton_args(argv)
     if request.help:
         print(HELP.format(refused=", ".join(f"--{name}" for name in REFUSED)), end="", flush=True)
         return _wheel_help()
-    from ernie_deploy.cli.serve import models_to_load
-    from ernie_deploy.server.serve import serve
 
     serve(
         request.repository,
@@ -68,8 +69,6 @@ def _run_wheel(argv: list[str]) -> int:
 def _wheel_help() -> int:
     """The wheel's own `tritonserver --help` (it exits 1 after printing it, as Triton does)."""
     import subprocess
-
-    from ernie_deploy.server.binary import find_tritonserver, server_env
 
     binary = find_tritonserver()
     result = subprocess.run([str(binary.path), "--help"], env=server_env(binary), capture_output=True, text=True)

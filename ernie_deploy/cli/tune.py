@@ -4,11 +4,26 @@ rollout`."""
 
 from __future__ import annotations
 
+from ernie_deploy.bench.config import BenchConfig
+from ernie_deploy.bench.tune import (
+    DIMENSIONS,
+    MIN_GAIN,
+    OBJECTIVES,
+    Objective,
+    render,
+    served_options,
+    tune_in_tempdir,
+    write_winner,
+)
 from ernie_deploy.cli.arguments import add_model, add_repository, required_model
+from ernie_deploy.cli.bench import load_generator_settings
+from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.files import write_json
+from ernie_deploy.core.paths import artifacts_dir
+from ernie_deploy.evaluate.inputs import ModelInputs
 
 
 def register(sub) -> None:
-    from ernie_deploy.bench.tune import DIMENSIONS, MIN_GAIN, OBJECTIVES
 
     p = sub.add_parser(
         "tune",
@@ -51,14 +66,6 @@ def register(sub) -> None:
 def run(args) -> None:
     from dataclasses import replace
     from pathlib import Path
-
-    from ernie_deploy.bench.config import BenchConfig
-    from ernie_deploy.bench.tune import Objective, render, served_options, tune_in_tempdir, write_winner
-    from ernie_deploy.cli.bench import load_generator_settings
-    from ernie_deploy.core.errors import BadOptionsError
-    from ernie_deploy.core.files import write_json
-    from ernie_deploy.core.paths import artifacts_dir
-    from ernie_deploy.evaluate.inputs import ModelInputs
 
     if args.budget <= 0 or args.duration <= 0:
         raise BadOptionsError("--budget and --duration must be positive", "pass minutes and seconds above 0")

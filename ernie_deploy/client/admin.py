@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 
+from ernie_deploy.client.grpc_client import grpc_client
 from ernie_deploy.core.admin_key import (
     ADMIN_KEY_ENV,
     ADMIN_KEY_FILE_ENV,
@@ -59,8 +60,6 @@ class RepositoryAdmin:
                 url.split("://", 1)[1], ssl=url.startswith("https://"), network_timeout=timeout
             )
         else:
-            from ernie_deploy.client.grpc_client import grpc_client
-
             self._client = grpc_client(url, tls)
 
     @classmethod

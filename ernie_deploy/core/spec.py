@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, BadRepositoryError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.io import wire
 from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.tasks import (
     DEFAULT_MAX_SEQ_LEN,
@@ -146,7 +147,6 @@ class ModelSpec:
     @property
     def wire(self):
         """The tensors this model's clients send and read (core.io.Wire), as its record says."""
-        from ernie_deploy.core.io import wire
 
         return wire(self.task_spec, self.io, self.name)
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError
 from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec, artifact_name
-
-if TYPE_CHECKING:
-    from ernie_deploy.export.static import StaticModel
+from ernie_deploy.evaluate.offline import served_predictions
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
 
 @dataclass
@@ -47,8 +46,6 @@ class ModelInputs:
         """Model `name`'s artifacts (artifacts/static/<folder>, artifacts/onnx/<folder>/model.onnx; see
         core.tasks.artifact_name) and the non-blank texts of its task's test split, unless given; the first
         `max_texts` texts only, if set."""
-        from ernie_deploy.export.static import StaticModel
-
         folder = artifact_name(name)
         exported = StaticModel.load(static or artifact_dir("static", folder))
         onnx_path = Path(onnx or artifact_dir("onnx", folder) / "model.onnx")
@@ -61,7 +58,6 @@ class ModelInputs:
     def texts_of(task: TaskSpec, max_texts: int | None = None, data: str | Path | None = None) -> list:
         """The non-blank texts (or pairs, both texts non-blank) of a split file (default: the task's test split),
         the first `max_texts` if set."""
-        from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
         data = Path(data or split_file(data_dir(task.dataset), "test", task.split_format))
         if not data.exists():
@@ -76,6 +72,5 @@ def reference_predictions(inputs: ModelInputs, texts: list[str], model: ModelSpe
     """What the served model must answer for `texts`: in-process ONNX with the serving tokenizer and the
     postprocess logic, read as served (`model`: the served model's record; default: the artifacts' record, as
     `build` serves it by default)."""
-    from ernie_deploy.evaluate.offline import served_predictions
 
     return served_predictions(model or inputs.model, inputs.onnx, inputs.static.vocab_file, texts)

@@ -23,12 +23,18 @@ from tqdm import tqdm
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.evaluate.metrics import KIND_EVALUATE
+from ernie_deploy.evaluate.metrics import KIND_EVALUATE, score
 from ernie_deploy.evaluate.windows import window_of
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.export.static import PaddlePredictor, StaticModel
+from ernie_deploy.fetch.data import read_split_file
+from ernie_deploy.kinds.token.evaluate import decoded_entities
 from ernie_deploy.serving import record_defaults
-from ernie_deploy.serving.encoding import Encoded
+from ernie_deploy.serving.encoding import Encoded, encode_items, encode_whole
 from ernie_deploy.serving.entities import DECODINGS
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, build_tokenizer, read_vocab
+from ernie_deploy.serving.windows import check_stride, head_tail_ids, merge_windows, windows_from_tokens
 
 
 def _chars(item) -> int:
@@ -64,7 +70,6 @@ def with_thresholds(model: ModelSpec, folder: str | Path) -> ModelSpec:
     """`model` with the thresholds the server decides a multi-label model's labels by: its record's, else those
     `convert` wrote beside the ONNX model in `folder` (a record read from the export, which the conversion did not
     complete, carries none). A model of another kind is returned as it is."""
-    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
 
     if not model.task_spec.per_label_thresholds or model.thresholds is not None:
         return model
@@ -120,8 +125,6 @@ def paddle_encoder(model: ModelSpec, vocab_file: str | Path) -> Callable[[list[s
     its head and its tail (serving.windows.head_tail_ids, the tokenizer step's cut)."""
     from paddlenlp.transformers import ErnieTokenizer
 
-    from ernie_deploy.serving.windows import head_tail_ids
-
     tokenizer = ErnieTokenizer(str(vocab_file), do_lower_case=model.do_lower_case)
     max_seq_len, head = model.max_seq_len, head_tokens(model)
     keep = max_seq_len - 2
@@ -166,7 +169,6 @@ def paddle_predictions(
 ) -> list:
     """The Paddle-native reference (paddlenlp's tokens, Paddle Inference's logits of `static`'s files), each text
     read as `model` reads it: in its windows (`paddle_window_predictions`), or cut."""
-    from ernie_deploy.export.static import PaddlePredictor
 
     if long_text(model) == "window":
         return paddle_window_predictions(model, static, texts, every_decoding=every_decoding)
@@ -190,9 +192,6 @@ def onnx_predictions(
 ) -> list:
     """What the server computes, in-process: the serving tokenizer and onnxruntime, each text read as `model` reads
     it: in its windows (`onnx_window_predictions`), or cut as the tokenizer step cuts it."""
-    from ernie_deploy.serving.encoding import encode_items
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     if long_text(model) == "window":
         return onnx_window_predictions(model, onnx_path, vocab_file, texts, every_decoding=every_decoding)
@@ -225,8 +224,6 @@ def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split
     A token model is scored under every NER decoding from one run of each model: "paddle" and "onnx" are the
     scores under the decoding its record names (the one `build` serves), "ner_decoding" names it, and
     "decodings" holds {decoding: {"paddle": report, "onnx": report}} for each of serving.entities.DECODINGS."""
-    from ernie_deploy.evaluate.metrics import score
-    from ernie_deploy.fetch.data import read_split_file
 
     if model.kind_facts.staged:  # its answers come from staged model runs, not one batch of logits: its own reading
         return KIND_EVALUATE[model.kind].offline(model, static, onnx_path, split_file)
@@ -270,8 +267,6 @@ def window_predict(
     specials: the [CLS], [SEP] and [PAD] ids. Decoded under the record's NER decoding, or with `every_decoding`
     under each of serving.entities.DECODINGS (a dict per text)."""
     # Windows are how a model that decides every token reads a long text, so what they end in is entities.
-    from ernie_deploy.kinds.token.evaluate import decoded_entities
-    from ernie_deploy.serving.windows import check_stride, merge_windows, windows_from_tokens
 
     if not model.kind_facts.reads_windows:
         raise BadOptionsError(
@@ -326,7 +321,6 @@ def paddle_whole(model: ModelSpec, vocab_file: str | Path) -> Callable[[list[str
 
 
 def _specials(vocab_file: str | Path) -> tuple[int, int, int]:
-    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, read_vocab
 
     vocab = read_vocab(vocab_file)
     return vocab[CLS], vocab[SEP], vocab[PAD]
@@ -337,7 +331,6 @@ def paddle_window_predictions(
 ) -> list:
     """The Paddle-native reference of a windowed model: paddlenlp's tokens, Paddle Inference's logits of `static`'s
     files, in the windows `model`'s record reads (`window_of`)."""
-    from ernie_deploy.export.static import PaddlePredictor
 
     return window_predict(
         model,
@@ -355,9 +348,6 @@ def onnx_window_predictions(
 ) -> list:
     """What the windowed server computes, in-process: the serving tokenizer and onnxruntime, in the windows
     `model`'s record reads (`window_of`)."""
-    from ernie_deploy.serving.encoding import encode_whole
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(vocab_file, lowercase=model.do_lower_case)
     return window_predict(

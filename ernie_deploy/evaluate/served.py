@@ -11,6 +11,7 @@ from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
 from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import DEMO_MODELS, PROBABILITIES, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.evaluate.metrics import KIND_EVALUATE
@@ -63,8 +64,6 @@ def served_labels(client: Client) -> list[str]:
     server keeps model configs to the admin key, or where the record cannot be read (each probability is then shown
     under its label id). An unreadable record is named on stderr with its fix; the answers stand without it."""
     from tritonclient.utils import InferenceServerException
-
-    from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 
     try:
         config = client.client.get_model_config(client.model).config

@@ -15,6 +15,9 @@ from ernie_deploy.core.errors import BadOptionsError, ParityError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.export.gates import Gates, require_logits_rank
 from ernie_deploy.export.precision import convert_fp16, quantize_int8, quantize_int8_static
+from ernie_deploy.serving.encoding import encode_items
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 @dataclass
@@ -64,8 +67,6 @@ def gate_batches(model: ModelSpec, vocab_file: str | Path, texts: list, batch_si
     max_seq_len by the tokenizer step's own code (serving.encoding), lowercased by its do_lower_case (export writes
     it to tokenizer_config.json beside vocab.txt too, where the tokenizer `build` serves reads it). What the parity
     gate (export.onnx) and the drift gate run their models on."""
-    from ernie_deploy.serving.encoding import encode_items
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     if not texts:
         raise BadOptionsError(
@@ -90,7 +91,6 @@ def check_drift(
     """Run the same batches (tokenized as `model`'s record says: `gate_batches`) through the FP32 model and its
     `precision` copy (onnxruntime, CPU); compare labels and logits. The gate is the precision's, read from `gates`;
     labels are per text or per token, as the model's task says."""
-    from ernie_deploy.serving.runtime import OnnxModel
 
     tolerance, min_labels_agree = reduced(precision).gate(gates or Gates())
     task = model.task_spec

@@ -19,9 +19,14 @@ from ernie_deploy.core.spec import SPEC_FILE, ModelSpec
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS
 from ernie_deploy.export.drift import ALIASES, REDUCED, canonical, check_drift, gate_batches, require_drift
 from ernie_deploy.export.gates import Gates, require_logits_rank
+from ernie_deploy.export.optimize import optimize_transformer
 from ernie_deploy.export.precision import Calibration
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.export.static import PaddlePredictor, StaticModel
+from ernie_deploy.export.thresholds import dev_thresholds
+from ernie_deploy.serving import record_defaults
+from ernie_deploy.serving.entities import DECODINGS, batch_entities
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
+from ernie_deploy.serving.runtime import OnnxModel
 
 DEFAULT_OPSET = 14  # ORT 1.32 and the NGC containers' ORT backend both run it; 13 lacks some fusions.
 
@@ -141,10 +146,6 @@ def check_parity(
     """Run the same batches through Paddle Inference (`static`'s files) and onnxruntime and compare logits; for a
     token model, also the entities decoded from each under every NER decoding. The texts are tokenized as `model`'s
     record says the server tokenizes them (its max_seq_len and lowercasing: `gate_batches`)."""
-    from ernie_deploy.export.static import PaddlePredictor
-    from ernie_deploy.serving import record_defaults
-    from ernie_deploy.serving.entities import DECODINGS, batch_entities
-    from ernie_deploy.serving.runtime import OnnxModel
 
     if model.max_positions and model.max_seq_len > model.max_positions:
         raise BadOptionsError(
@@ -235,7 +236,6 @@ def _convert_fp32(
     log(f"ONNX model {shown} ({time.perf_counter() - started:.1f} s)")
     if not optimize:
         return None
-    from ernie_deploy.export.optimize import optimize_transformer
 
     started = time.perf_counter()
     optimized = optimize_transformer(s_raw, target)
@@ -275,8 +275,6 @@ def _write_record(static: StaticModel, precision: str, staging: Path, model: Pat
     with the model `build` serves (also written as thresholds.json)."""
     thresholds = None
     if thresholds_dev is not None:
-        from ernie_deploy.export.thresholds import dev_thresholds
-
         thresholds = dev_thresholds(static.spec, model, static.vocab_file, thresholds_dev)
         write_json(thresholds, staging / THRESHOLDS_FILE)
         log(f"thresholds chosen on {thresholds_dev}: {thresholds}")

@@ -24,6 +24,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.files import atomic_path
+from ernie_deploy.export.precision import _quiet_onnxruntime_tools, _require_same_signature, _smoke_run
 
 FIX = "convert without --optimize and report this model"
 
@@ -179,8 +180,6 @@ def optimize_transformer(fp32_onnx: str | Path, out_path: str | Path) -> dict:
     import onnx
     from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
-
-    from ernie_deploy.export.precision import _quiet_onnxruntime_tools, _require_same_signature, _smoke_run
 
     fp32_onnx, out_path = Path(fp32_onnx), Path(out_path)
     reference = onnx.load(str(fp32_onnx))

@@ -16,6 +16,9 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError, ParityError
 from ernie_deploy.core.files import atomic_path
+from ernie_deploy.serving.encoding import encode_items
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 # --- INT8 -------------------------------------------------------------------------------------------------
 
@@ -128,8 +131,6 @@ class Calibration:
         """One feed per text, each text alone: no padding, so the recorded ranges are those of real tokens only
         (a served batch's padding positions may then clip, which changes nothing: attention masks them out and
         every other op is per token)."""
-        from ernie_deploy.serving.encoding import encode_items
-        from ernie_deploy.serving.tokenizer import build_tokenizer
 
         tokenizer = build_tokenizer(self.vocab_file, lowercase=self.lowercase)
         for text in self.texts:
@@ -278,7 +279,6 @@ def _require_same_signature(
 
 def _smoke_run(path: Path) -> None:
     """Load and run the model once with the CPU provider, the way the model step will."""
-    from ernie_deploy.serving.runtime import OnnxModel
 
     ids = np.array([[1, 5, 6, 2, 0]], np.int64)
     OnnxModel(path)(ids, np.zeros_like(ids))

@@ -25,6 +25,9 @@ from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, TaskSpec
 from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_max_seq_len, trained_tokens
+from ernie_deploy.fetch.uie import inspect_uie, trained_schema
+from ernie_deploy.serving.entities import check_decoding
+from ernie_deploy.serving.record_defaults import decoding
 
 PREFIX = "inference"
 
@@ -118,8 +121,6 @@ def default_max_seq_len(task: TaskSpec, root: str | Path, config: dict) -> int:
 def recorded_decoding(task: TaskSpec, ner_decoding: str | None) -> str | None:
     """The NER decoding an export of `task` records: `ner_decoding`, else the default, for a model with entities;
     None for the others, for which a decoding is refused (before anything is read)."""
-    from ernie_deploy.serving.entities import check_decoding
-    from ernie_deploy.serving.record_defaults import decoding
 
     if not task.kind_facts.entities:
         if ner_decoding is not None:
@@ -158,7 +159,6 @@ def export(
     else:
         # No label head (UIE): the labels are the types it was trained to extract, where its config says, which are
         # also what it answers a request that sends no schema.
-        from ernie_deploy.fetch.uie import inspect_uie, trained_schema
 
         if checkpoint.kind == "dygraph":
             inspect_uie(root)  # a classifier's weights would export as UIE's heads' and answer nonsense

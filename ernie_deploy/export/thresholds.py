@@ -16,7 +16,11 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.fetch.data import read_split_file
+from ernie_deploy.serving.encoding import encode_batch
 from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, sigmoid
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 def f1_at(scores: np.ndarray, gold: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -65,10 +69,6 @@ def dev_thresholds(
 ) -> dict[str, float]:
     """Thresholds of `model`'s labels chosen on a dev split file with the ONNX model at `onnx_path` and the serving
     tokenizer, the texts cut and lowercased as the record says."""
-    from ernie_deploy.fetch.data import read_split_file
-    from ernie_deploy.serving.encoding import encode_batch
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     texts, gold = read_split_file(dev_file)
     if not texts or not all(isinstance(g, list) for g in gold):

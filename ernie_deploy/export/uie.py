@@ -20,10 +20,14 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadCheckpointError, ParityError
 from ernie_deploy.core.files import atomic_path, staging_dir, write_json
-from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, UIE
+from ernie_deploy.export.onnx import DEFAULT_OPSET, paddle2onnx_model
+from ernie_deploy.export.static import PaddlePredictor, StaticModel, export
 from ernie_deploy.fetch.checkpoints import Checkpoint
 from ernie_deploy.fetch.uie import inspect_uie
+from ernie_deploy.serving.encoding import encode_pairs
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 OUTPUTS = ("start_prob", "end_prob")
 # Max abs diff of start/end probabilities between Paddle Inference and onnxruntime (opset 14, CPU) on
@@ -50,8 +54,6 @@ PARITY_EXAMPLES = (
 def export_uie(checkpoint: Checkpoint, out_dir: str | Path, *, name: str | None = None, max_seq_len=None):
     """The static model of a UIE checkpoint (inspect_uie's) in out_dir (export.static.export, task `uie`): inputs
     MODEL_INPUTS (int64 [batch, seq], both dynamic), outputs start_prob then end_prob."""
-    from ernie_deploy.core.tasks import UIE
-    from ernie_deploy.export.static import export
 
     return export(inspect_uie(checkpoint.root), UIE, out_dir, max_seq_len=max_seq_len, name=name)
 
@@ -60,8 +62,6 @@ def convert_uie(static: StaticModel, out_path: str | Path, *, opset: int | None 
     """paddle2onnx of the static model into out_path (atomically), its outputs named start_prob and end_prob.
     export.onnx.convert does not fit: it takes a model with a record and one output, which it names logits."""
     import onnx
-
-    from ernie_deploy.export.onnx import DEFAULT_OPSET, paddle2onnx_model
 
     out_path = Path(out_path)
     with atomic_path(out_path, suffix=".onnx") as tmp:
@@ -91,7 +91,6 @@ def _name_outputs(model, source: Path) -> None:
 
 def static_runner(static: StaticModel):
     """Paddle Inference over the static model, both outputs of a run (static.PaddlePredictor answers the first)."""
-    from ernie_deploy.export.static import PaddlePredictor
 
     predictor = PaddlePredictor(static).predictor
 
@@ -137,9 +136,6 @@ def check_uie_parity(
 ) -> UIEParityReport:
     """Paddle Inference and onnxruntime on the same `examples` ((prompt, text) pairs, tokenized as the serving
     tokenizer does: `[CLS] prompt [SEP] text [SEP]`, token types 0 then 1), start and end probabilities compared."""
-    from ernie_deploy.serving.encoding import encode_pairs
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     prompts, texts = zip(*examples)
     max_seq_len = min(DEFAULT_MAX_SEQ_LEN, static.max_positions or DEFAULT_MAX_SEQ_LEN)

@@ -14,6 +14,8 @@ models (what is served), triton (the gRPC side), metrics, parameters (checks the
 
 from __future__ import annotations
 
+from ernie_deploy.gateway.process import GatewayProcess
+
 __all__ = ["Gateway", "GatewayProcess", "GatewaySettings", "create_app", "serve"]
 
 
@@ -24,7 +26,5 @@ def __getattr__(name: str):
 
         return getattr(app, name)
     if name == "GatewayProcess":
-        from ernie_deploy.gateway.process import GatewayProcess
-
         return GatewayProcess
     raise AttributeError(name)

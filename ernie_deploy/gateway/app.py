@@ -83,7 +83,6 @@ class Gateway:
     """One gateway: the served models, the Triton connection, the metrics and the count of requests in flight."""
 
     def __init__(self, settings: GatewaySettings):
-        from ernie_deploy.core.errors import BadOptionsError
 
         if settings.max_body_bytes < 1 or settings.max_concurrent_requests < 1:
             raise BadOptionsError(

@@ -21,6 +21,7 @@ from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.errors import GatewayError
 from ernie_deploy.gateway.models import reads_schema
+from ernie_deploy.serving.schema import parse_schema
 
 # A refused body is read and thrown away up to this many bytes past --max-body-bytes, for at most DISCARD_S seconds,
 # before its 413 is sent (read_body): 64 MiB holds any body a client would send by mistake many times over (an 8 MB
@@ -282,7 +283,6 @@ def with_schema(items: list, parameters: dict, model: ModelSpec) -> list:
                 kind="missing",
             )
         return items
-    from ernie_deploy.serving.schema import parse_schema
 
     try:
         parse_schema(schema)

@@ -15,9 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
+from ernie_deploy.core.io import wire
 from ernie_deploy.core.tasks import DEMO_MODELS, TASKS, TOKENIZER_STEP, TaskSpec, check_model_name, get_task
+from ernie_deploy.export.static import choose_max_seq_len, label_names_from_config, static_logits_rank
+from ernie_deploy.fetch.archives import archive_format
+from ernie_deploy.fetch.checkpoints import inspect_checkpoint, is_url
+from ernie_deploy.fetch.datasets import prepare
+from ernie_deploy.fetch.downloads import normalize_sha256
+from ernie_deploy.pipeline.build import build_models, resolve_build_options
+from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import ConvertOptions, ExportOptions, FetchOptions
+from ernie_deploy.pipeline.stages import export_model, fetch_model
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.served import Existing, served_model, served_models
 
 Log = Callable[[str], None]
 
@@ -76,7 +86,6 @@ def check_head(task: TaskSpec, checkpoint) -> None:
 
 
 def _check_static_head(task: TaskSpec, checkpoint) -> None:
-    from ernie_deploy.export.static import static_logits_rank
 
     try:
         rank = static_logits_rank(checkpoint.model_file, checkpoint.params_file)
@@ -98,7 +107,6 @@ def _check_static_head(task: TaskSpec, checkpoint) -> None:
 def check_labels(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
     """Refuse a checkpoint whose label names cannot be read (its config has neither id2label nor num_labels) unless
     --labels names them; a model with no label head (UIE) has none to read."""
-    from ernie_deploy.export.static import label_names_from_config
 
     if task.kind_facts.label_head and not export.labels:
         label_names_from_config(checkpoint.model_config())
@@ -106,7 +114,6 @@ def check_labels(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
 
 def check_max_seq_len(checkpoint, export: ExportOptions) -> None:
     """Refuse a --max-seq-len the checkpoint's positions cannot hold, as export does, before anything is written."""
-    from ernie_deploy.export.static import choose_max_seq_len
 
     if export.max_seq_len is not None:
         choose_max_seq_len(export.max_seq_len, checkpoint.max_positions)
@@ -121,9 +128,6 @@ def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
 
 
 def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:
-    from ernie_deploy.fetch.archives import archive_format
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, is_url
-    from ernie_deploy.fetch.downloads import normalize_sha256
 
     if fetch.bootstrap:
         return
@@ -179,7 +183,6 @@ def _check_name_free(name: str, repository: Path) -> None:
     """Refuse a name some other model's entry already takes: a step of another model (`news_model` beside `news`, a
     shared tokenizer), or one whose steps would take another model's entries. The model's own name is free: adding
     it again replaces it."""
-    from ernie_deploy.repository.served import Existing
 
     if not repository.is_dir():
         return
@@ -212,8 +215,6 @@ def check_new_model(
 ) -> NewModel:
     """The request checked before anything is written: the task, the name, the checkpoint (a folder is inspected:
     its head and its labels), the name's place in the repository, and every stage's options."""
-    from ernie_deploy.core.io import wire
-    from ernie_deploy.pipeline.build import resolve_build_options
 
     spec = get_task(task)
     export, convert, build = export or ExportOptions(), convert or ConvertOptions(), build or BuildOptions()
@@ -234,12 +235,6 @@ def check_new_model(
 def add_model(new: NewModel, *, log: Log = print) -> None:
     """Fetch, export, convert and build `new` (checked by check_new_model) into its repository. A checkpoint that
     came as an archive or a URL is checked as a folder is once unpacked, before export."""
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
-    from ernie_deploy.fetch.datasets import prepare
-    from ernie_deploy.pipeline.build import build_models
-    from ernie_deploy.pipeline.convert import convert_model
-    from ernie_deploy.pipeline.stages import export_model, fetch_model
-    from ernie_deploy.repository.served import served_model, served_models
 
     task, name = new.task.name, new.name
     replaced = served_models(new.repository).get(name) if new.repository.is_dir() else None

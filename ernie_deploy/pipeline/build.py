@@ -11,8 +11,11 @@ from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.pipeline.locate import onnx_file, static_model
-from ernie_deploy.repository.build import ModelArtifacts, model_artifacts
+from ernie_deploy.repository.add_version import build_version
+from ernie_deploy.repository.build import ModelArtifacts, build, model_artifacts
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.plan import ServedModel, settle
+from ernie_deploy.server.binary import available_backends, find_tritonserver
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,6 @@ def resolve_build_options(
     """`options` settled (repository.plan.settle) before any model is read, for the server `tritonserver` (else the
     one found; none here yet: the python model step, which runs on any) and, for a new version of model
     `version_of`, that model as `repository` serves it: a bad combination is the user's first error."""
-    from ernie_deploy.repository.plan import ServedModel, settle
 
     served = ServedModel.read(repository, version_of) if version_of else None
     return settle(options, _backends(tritonserver), served)
@@ -40,7 +42,6 @@ def resolve_build_options(
 def _backends(tritonserver: str | Path | None):
     """The backends of the server `tritonserver` (else the one found), looked up only when `settle` asks (runtime
     "auto" with a layout that can use the ORT backend); none where there is no server here yet."""
-    from ernie_deploy.server.binary import available_backends, find_tritonserver
 
     try:
         yield from available_backends(find_tritonserver(tritonserver))
@@ -62,7 +63,6 @@ def build_models(
     `repository`; with `version`, add that version of the one model beside the one serving. `thresholds_file`: a
     multi-label model's thresholds file instead of the ones `convert` chose (one such model only). `log` takes a
     line per file written, and one per model on its reference profile (repository.reference)."""
-    from ernie_deploy.repository.build import build
 
     log = log or (lambda line: None)
     names = [m if isinstance(m, str) else m.name for m in models]
@@ -81,8 +81,6 @@ def build_models(
             )
         entries[0] = replace(entries[0], thresholds_file=Path(thresholds_file))
     if version is not None:
-        from ernie_deploy.repository.add_version import build_version
-
         written = build_version(entries[0], repository, options, version=version, log=log)
     else:
         written = build(entries, repository, options, log=log)

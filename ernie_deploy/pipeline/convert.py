@@ -7,7 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadDataError, BadOptionsError
+from ernie_deploy.export.gates import DEFAULT_TOLERANCE, Gates
+from ernie_deploy.export.onnx import convert_checked
+from ernie_deploy.export.precision import Calibration
 from ernie_deploy.export.static import StaticModel
+from ernie_deploy.export.uie import TOLERANCE, convert_uie_checked
+from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import ConvertOptions
 
@@ -23,9 +28,6 @@ def convert_model(
     """Convert `model` (an exported StaticModel, or the name of one) to ONNX at `out` (default:
     artifacts/onnx/<name or task>/model.onnx), the model `build` serves; returns that path. `name`: the model's name
     where `model` is a StaticModel (default: the task's demo model). `log` takes each line of progress."""
-    from ernie_deploy.export.gates import Gates
-    from ernie_deploy.export.onnx import convert_checked
-    from ernie_deploy.fetch.data import data_dir, split_file
 
     if isinstance(model, str):
         model, name = static_model(None, None, model), model
@@ -60,8 +62,6 @@ def convert_model(
 def _convert_extraction(model: StaticModel, options: ConvertOptions, out: Path, name, log) -> Path:
     """A model with no label head (UIE): both probability heads converted and gated on (prompt, text) rows
     (export.uie); no reduced precision yet, and no thresholds."""
-    from ernie_deploy.export.gates import DEFAULT_TOLERANCE
-    from ernie_deploy.export.uie import TOLERANCE, convert_uie_checked
 
     if options.precision != "fp32":
         raise BadOptionsError(
@@ -83,7 +83,6 @@ def _convert_extraction(model: StaticModel, options: ConvertOptions, out: Path, 
 def parity_texts(options: ConvertOptions, static: StaticModel) -> list[str]:
     """The texts the parity gates run on: options.parity_data's, else the task's test split's; none with
     skip_parity."""
-    from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
 
     if options.skip_parity:
         return []
@@ -104,8 +103,6 @@ def calibration(options: ConvertOptions, static: StaticModel):
     """What fixes a static INT8 model's activation scales (an export.precision.Calibration): the first
     calibration_n texts of calibration_data, else of the task's dev split; None for the other precisions. Checked
     before any conversion work."""
-    from ernie_deploy.export.precision import Calibration
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
     task = static.task
     if not options.calibrated:

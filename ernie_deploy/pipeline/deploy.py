@@ -17,6 +17,8 @@ from typing import Any
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import get_task
+from ernie_deploy.export.static import recorded_decoding
+from ernie_deploy.fetch.datasets import prepare
 from ernie_deploy.pipeline.build import build_models, resolve_build_options
 from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import (
@@ -28,8 +30,11 @@ from ernie_deploy.pipeline.options import (
     changed,
 )
 from ernie_deploy.pipeline.stages import export_model, fetch_model
+from ernie_deploy.repository.build import remove
 from ernie_deploy.repository.deployment import BOOTSTRAP, Deployment, ModelEntry, load_deployment
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.resolve import decides_decoding
+from ernie_deploy.repository.served import Existing
 
 # What apply sets itself from the model's fields and the file's `repository`: a stage's options may not.
 SET_BY_APPLY = {"name", "task", "source", "sha256", "bootstrap", "out", "checkpoint", "static", "onnx", "repository"}
@@ -90,7 +95,6 @@ def _fetched_from(entry: ModelEntry) -> dict[str, Any]:
 
 def model_plan(where: str, entry: ModelEntry) -> ModelPlan:
     """One model's stages with their typed options, each checked against the model's task."""
-    from ernie_deploy.export.static import recorded_decoding
 
     options = {stage: entry.options.get(stage, {}) for stage in ("fetch", "export", "convert")}
     fetch = FetchOptions.from_mapping(
@@ -106,7 +110,6 @@ def model_plan(where: str, entry: ModelEntry) -> ModelPlan:
 
 def build_plan(deployment: Deployment) -> BuildOptions:
     """The build options of the file's `build` section, checked as far as they can be before the models exist."""
-    from ernie_deploy.repository.resolve import decides_decoding
 
     where = f"{deployment.path.name}: build"
     options = build_options_from_mapping(_settable(where, deployment.build), where)
@@ -119,7 +122,6 @@ def build_plan(deployment: Deployment) -> BuildOptions:
 
 def plan(deployment: Deployment | str | Path, *, keep_others: bool = False) -> Plan:
     """What carrying out the deployment file does, every option checked: nothing has run yet."""
-    from ernie_deploy.repository.served import Existing
 
     if not isinstance(deployment, Deployment):
         deployment = load_deployment(deployment)
@@ -140,7 +142,6 @@ def _shown(options, defaults: Mapping[str, Any] | None = None) -> str:
 
 
 def _prepare(datasets: tuple[str, ...], log: Log) -> None:
-    from ernie_deploy.fetch.datasets import prepare
 
     for name in datasets:
         log(f"{name}: {prepare(name)}")
@@ -153,7 +154,6 @@ def _build(plan: Plan, log: Log) -> None:
 
 def steps(plan: Plan, log: Log) -> list[Step]:
     """The plan as the steps that carry it out, in order, each with the line that shows it."""
-    from ernie_deploy.repository.build import remove
 
     file, repository = plan.deployment.path.name, plan.deployment.repository
     data = f"data: {', '.join(plan.datasets)} (convert's parity check reads the test split)"

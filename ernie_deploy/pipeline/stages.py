@@ -13,9 +13,12 @@ from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.paths import artifact_dir
 from ernie_deploy.core.tasks import get_task
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.export.static import StaticModel, export
+from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
+from ernie_deploy.fetch.datasets import prepare
 from ernie_deploy.pipeline.locate import DEFAULT_TASK, FETCH_RECORD, artifact_name, check_heads, checkpoint_task
 from ernie_deploy.pipeline.options import ExportOptions, FetchOptions
+from ernie_deploy.train.bootstrap import train
 
 Log = Callable[[str], None]
 
@@ -37,14 +40,10 @@ def fetch_model(
     artifacts/checkpoints/<name or task>, from `options.source` or the bootstrap. The task, where given (a
     bootstrap's always is), is recorded beside it (locate.FETCH_RECORD) for the later stages; a given task that the
     class the checkpoint's config names does not serve is refused before anything is written."""
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint, resolve_checkpoint
 
     spec = get_task(task or DEFAULT_TASK)
     out = Path(out or artifact_dir("checkpoints", artifact_name(spec.name, name)))
     if options.bootstrap:
-        from ernie_deploy.fetch.datasets import prepare
-        from ernie_deploy.train.bootstrap import train
-
         recipe = {"budget_minutes": options.budget} if options.budget is not None else None
         trained = train(spec, prepare(spec.dataset), force=options.force, recipe=recipe, retrain=options.train)
         checkpoint = inspect_checkpoint(trained)
@@ -86,8 +85,6 @@ def export_model(
     (default: artifacts/static/<name or task>), its record (model.json) beside it for the later stages. `task`: the
     one fetch recorded beside the checkpoint, else the one its config's class serves, where not given
     (locate.checkpoint_task)."""
-    from ernie_deploy.export.static import export
-    from ernie_deploy.fetch.checkpoints import inspect_checkpoint
 
     folder = artifact_name(task, name)
     found = inspect_checkpoint(Path(checkpoint or artifact_dir("checkpoints", folder)))

@@ -21,9 +21,14 @@ from ernie_deploy.client.grpc_client import NO_RETRY, Client, decode_outputs
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.core.tls import ServerTls, Tls
+from ernie_deploy.evaluate.offline import head_tokens, predictions, window_predict, with_thresholds
 from ernie_deploy.operate.rollout import canary_probe, rollout
 from ernie_deploy.repository.served import served_model
 from ernie_deploy.repository.versions import VersionedModel
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.serving.encoding import encode_items, encode_whole
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.tokenizer import CLS, PAD, SEP, load_tokenizer
 
 
 @dataclass
@@ -132,10 +137,6 @@ def version_predictions(repository: str | Path, name: str, version: int, texts: 
     """What `version` of served model `name` answers, computed in-process with the serving code from the model's
     record (how it reads a text: max_seq_len, windows, NER decoding) and that version's own files (tokenizer,
     model.onnx, labels.json and thresholds, which a version may hold differently)."""
-    from ernie_deploy.evaluate.offline import head_tokens, predictions, with_thresholds
-    from ernie_deploy.serving.encoding import encode_items
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import load_tokenizer
 
     repository = Path(repository)
     record = served_model(repository, name)
@@ -172,9 +173,6 @@ def version_predictions(repository: str | Path, name: str, version: int, texts: 
 
 def _in_windows(record: ModelSpec, tokenizer, onnx, texts: list[str]) -> list:
     """A model that reads texts in windows, read in the windows its record says it is served with."""
-    from ernie_deploy.evaluate.offline import window_predict
-    from ernie_deploy.serving.encoding import encode_whole
-    from ernie_deploy.serving.tokenizer import CLS, PAD, SEP
 
     specials = tuple(tokenizer.token_to_id(token) for token in (CLS, SEP, PAD))
     whole = lambda batch: encode_whole(tokenizer, batch)  # noqa: E731 - the one-line reader window_predict takes
@@ -194,7 +192,6 @@ def run_rollout_soak(
 ) -> dict:
     """Serve `repository` on free loopback ports and run traffic on `name` through a rollout to `to_version` and a
     rollback; the report's `clean` says whether nothing failed, got lost or was answered by the wrong version."""
-    from ernie_deploy.server.process import TritonServer
 
     model = served_model(repository, name)
     current = VersionedModel.read(repository, name).serving_version()

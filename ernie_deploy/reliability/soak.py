@@ -26,6 +26,8 @@ from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TaskSpec
 from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.evaluate.inputs import ModelInputs, reference_predictions
+from ernie_deploy.server.process import TritonServer
+from ernie_deploy.server.watchdog import stub_processes
 from ernie_deploy.serving.entity_scores import same_entities
 from ernie_deploy.serving.limits import CUT
 
@@ -241,7 +243,6 @@ class _SoakRun:
 def _chaos(server, report: SoakReport, stop: threading.Event, every_s: float, kills: int, seed: int) -> None:
     """SIGKILL a random python-backend stub of `server` every `every_s` seconds until `stop`, at most `kills` times
     (0: no limit)."""
-    from ernie_deploy.server.watchdog import stub_processes
 
     rng = random.Random(seed + 1)
     while not stop.wait(every_s) and not (kills and report.stubs_killed >= kills):
@@ -274,7 +275,6 @@ def run_soak(repository: str | Path, options: SoakOptions) -> tuple[dict, bool]:
     equal in-process ONNX on the model's artifacts. Returns (the report, whether it passed: nothing
     lost, mismatched or unexpectedly failed, every good request answered and every bad one refused)."""
     from ernie_deploy.repository.served import served_models
-    from ernie_deploy.server.process import TritonServer
 
     repository = Path(repository)
     models = list(served_models(repository).values())

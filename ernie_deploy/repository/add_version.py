@@ -21,8 +21,10 @@ from ernie_deploy.core.settings import changed_settings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.build import MODEL_PY, ModelArtifacts, pad_token_id
-from ernie_deploy.repository.layouts import caches_answers, task_configs
+from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.layouts import caches_answers, entry_record, task_configs
 from ernie_deploy.repository.options import BuildOptions
+from ernie_deploy.repository.plan import served_wire
 from ernie_deploy.repository.reference import check_reference_file, model_reference, write_reference
 from ernie_deploy.repository.served import Existing
 from ernie_deploy.repository.tokenizers import digest, model_tokenizer, tokenizer_json
@@ -131,7 +133,6 @@ def _capped(model: VersionedModel, record: ModelSpec) -> ModelSpec:
     shared = model.repository / model.entry.ensemble_scheduling.step[0].model_name / "config.pbtxt"
     if not shared.is_file():
         return record  # _version_tokenizer refuses it, by its name
-    from ernie_deploy.repository.configs import parse
 
     largest = parse(shared.read_text(encoding="utf-8")).max_batch_size
     if record.serving.max_batch_size <= largest:
@@ -162,7 +163,6 @@ def _check_shared_settings(name: str, version: int, record: ModelSpec, served: M
 def _served_fingerprint(model: VersionedModel, tokenizer: str) -> str | None:
     """The fingerprint of the tokenizer step a version is served by: the shared step's (a version keeps its model's
     tokenizer), as the serving record says."""
-    from ernie_deploy.repository.layouts import entry_record
 
     record = entry_record(model.name, model.entry)
     return record.tokenizer_sha256 if record is not None else None
@@ -211,8 +211,6 @@ def _check_version_fits(name: str, version: int, configs: dict[str, mc.ModelConf
 
 def _served_wire(name: str, model: VersionedModel, options: BuildOptions) -> BuildOptions:
     """`options` answering in the wire the model's clients already speak (repository.plan.served_wire)."""
-    from ernie_deploy.repository.layouts import entry_record
-    from ernie_deploy.repository.plan import served_wire
 
     record = entry_record(name, model.entry)
     return replace(options, io=served_wire(name, record.io if record is not None else None, options.io))

@@ -35,6 +35,7 @@ from ernie_deploy.repository.reference import check_reference_file, model_refere
 from ernie_deploy.repository.served import FIRST_VERSION, TOKENIZER_FINGERPRINT_PARAMETER, Existing
 from ernie_deploy.repository.tokenizers import TokenizerStep, tokenizer_steps
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
+from ernie_deploy.serving.tokenizer import PAD, read_vocab
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,6 @@ def model_artifacts(static, onnx: str | Path, name: str | None = None) -> ModelA
 
 def pad_token_id(vocab_file: str | Path) -> int:
     """The id the tokenizer pads with, which the python model step must pad with too."""
-    from ernie_deploy.serving.tokenizer import PAD, read_vocab
 
     return read_vocab(vocab_file)[PAD]
 

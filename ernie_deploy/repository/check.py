@@ -10,11 +10,18 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import BadRepositoryError, ErnieDeployError
 from ernie_deploy.core.host import gpu_count
+from ernie_deploy.core.spec import REBUILD, SPEC_FILE, ModelSpec
+from ernie_deploy.core.tasks import TASK_PARAMETER
 from ernie_deploy.repository.check_onnx import check_onnx, graph_serving_models, onnx_file
 from ernie_deploy.repository.configs import parse
+from ernie_deploy.repository.layouts import entry_record
 from ernie_deploy.repository.options import ORT_GRAPH_LEVELS
 from ernie_deploy.repository.problem import Problem
+from ernie_deploy.repository.served import served_models, served_steps
 from ernie_deploy.repository.unmade import entry_unmade, files_named
+from ernie_deploy.repository.versions import VersionedModel
+from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
 
 
 def _versions(model_dir: Path) -> list[Path]:
@@ -138,8 +145,6 @@ def _check_thresholds(name: str, version: Path) -> list[Problem]:
     """A multi-label postprocess's thresholds.json must fit its labels.json, or the step does not load."""
     import json
 
-    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, read_thresholds
-
     if not (version / THRESHOLDS_FILE).is_file() or not (version / "labels.json").is_file():
         return []
     try:
@@ -181,7 +186,6 @@ def _check_ort_options(name: str, config: mc.ModelConfig) -> list[Problem]:
 
 def _check_ner_decoding(name: str, config: mc.ModelConfig) -> list[Problem]:
     """A token postprocess's NER decoding must be one it knows, or the step does not load."""
-    from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS
 
     if DECODING_PARAMETER not in config.parameters:
         return []
@@ -200,8 +204,6 @@ def _check_ner_decoding(name: str, config: mc.ModelConfig) -> list[Problem]:
 def ner_decodings(path: str | Path) -> dict[str, str]:
     """Each token model served from the repository at `path` -> the NER decoding its postprocess runs (the step that
     answers the entities: the ensemble's last step, or a fused model itself), as its config says."""
-    from ernie_deploy.repository.served import served_models, served_steps
-    from ernie_deploy.serving.entities import DECODING_PARAMETER
 
     root, out = Path(path), {}
     steps = served_steps(root)
@@ -217,10 +219,6 @@ def ner_decodings(path: str | Path) -> dict[str, str]:
 def _check_record(model_dir: Path, config: mc.ModelConfig) -> list[Problem]:
     """A model users call carries its record in this version's format (an older repository is rebuilt, not read
     through fallbacks), and it is the record of the version it serves (`<name>/<version>/model.json`)."""
-    from ernie_deploy.core.spec import REBUILD, SPEC_FILE, ModelSpec
-    from ernie_deploy.core.tasks import TASK_PARAMETER
-    from ernie_deploy.repository.layouts import entry_record
-    from ernie_deploy.repository.versions import VersionedModel
 
     name = model_dir.name
     if config.platform == "ensemble" and TASK_PARAMETER not in config.parameters:

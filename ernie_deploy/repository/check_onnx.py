@@ -9,8 +9,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import WINDOW_INPUTS
+from ernie_deploy.repository.layouts import entry_record, layout_of
 from ernie_deploy.repository.problem import Problem
 from ernie_deploy.repository.signature import onnx_signature, spec_of
+from ernie_deploy.repository.windows import windowed_signature
 
 
 def _dims_fit(config_dims: tuple, onnx_dims: tuple) -> bool:
@@ -32,7 +34,6 @@ def onnx_file(config: mc.ModelConfig, graph_models: set[str]) -> str | None:
 def graph_serving_models(configs: dict[str, mc.ModelConfig]) -> set[str]:
     """The models whose layouts say they serve their ONNX file as it is (Layout.graph_models), over every served
     task in the repository."""
-    from ernie_deploy.repository.layouts import entry_record, layout_of
 
     out = set()
     for name, config in configs.items():
@@ -124,7 +125,6 @@ def check_onnx(name: str, config: mc.ModelConfig, version: Path, file_name: str)
         return [Problem(name, f"{version.name}/{file_name} does not load: {exc}", "convert the model again")]
     if config.backend == "python" and [t.name for t in config.input] == list(WINDOW_INPUTS):
         # A windowed python model step feeds the converted file window by window (repository/windows.py).
-        from ernie_deploy.repository.windows import windowed_signature
 
         inputs, outputs = windowed_signature(inputs, outputs)
     batched = config.max_batch_size > 0

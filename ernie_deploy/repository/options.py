@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.io import check_io
 from ernie_deploy.core.settings import (
     AUTO,
     DEVICES,
@@ -24,8 +25,10 @@ from ernie_deploy.core.settings import (
     RUNTIMES,
     ServingSettings,
 )
+from ernie_deploy.serving.entities import check_decoding
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.runtime import SPIN_MODES
+from ernie_deploy.serving.windows import check_cut
 
 # --long-text: "auto" keeps what the record says, else takes the kind's default (the first of its
 # Kind.long_text_modes: window for token models, head otherwise).
@@ -153,8 +156,6 @@ def _check_overrides(options: RecordOverrides) -> None:
     if options.long_text not in LONG_TEXT:
         raise BadOptionsError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
     if options.window_cut is not None:
-        from ernie_deploy.serving.windows import check_cut
-
         check_cut(options.window_cut)
     windows = (
         ("--window-size", options.window_size),
@@ -174,12 +175,8 @@ def _check_overrides(options: RecordOverrides) -> None:
         )
     _check_limits(options)
     if options.ner_decoding is not None:
-        from ernie_deploy.serving.entities import check_decoding
-
         check_decoding(options.ner_decoding)
     if options.io is not None:
-        from ernie_deploy.core.io import check_io
-
         check_io(options.io)
     if options.head_tokens is not None and options.long_text != "head_tail":
         raise BadOptionsError(

@@ -17,10 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.io import NATIVE
 from ernie_deploy.core.settings import AUTO
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.options import BuildOptions, require_settled
 from ernie_deploy.repository.resolve import resolve
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, check_thresholds, read_thresholds
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,6 @@ def pick_runtime(backends: Iterable[str]) -> str:
 def served_wire(name: str, served_io: str | None, asked_io: str | None) -> str:
     """The wire a new version of served model `name` answers in: the one its clients already speak (core.io); a
     refusal where another was asked for."""
-    from ernie_deploy.core.io import NATIVE
 
     served = served_io or NATIVE
     if asked_io is not None and asked_io != served:
@@ -101,7 +102,6 @@ def thresholds(record: ModelSpec, thresholds_file: Path | None, beside: Path) ->
     None for a model whose task has none."""
     if not record.task_spec.per_label_thresholds:
         return None
-    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE, check_thresholds, read_thresholds
 
     labels = list(record.labels)
     if thresholds_file is None and record.thresholds is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
+from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import LOGITS
 from ernie_deploy.kinds import KINDS, layer_table
@@ -85,8 +86,6 @@ def write_with_postprocess(model: ModelSpec, onnx_path: str | Path, out_path: st
     model's outputs instead of the logits."""
     import onnx
     from onnx import compose
-
-    from ernie_deploy.core.files import atomic_path
 
     post = postprocess_graph(model, onnx_path)
     converted = onnx.load(str(onnx_path))

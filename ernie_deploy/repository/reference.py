@@ -27,8 +27,17 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadDataError, ErnieDeployError
 from ernie_deploy.core.files import write_json
+from ernie_deploy.core.io import NATIVE
 from ernie_deploy.core.profile import CHARS, READING, Profile
+from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
+from ernie_deploy.core.tasks import TOKENIZER_STEP
+from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
+from ernie_deploy.serving.postprocess_steps import WATCHES
+from ernie_deploy.serving.steps import STEPS
+from ernie_deploy.serving.texts import text_problem
+from ernie_deploy.serving.watch import REFERENCE_FILE, observe
 
 # At most this many texts make a reference, reading at most MAX_REFERENCE_CHARS characters in all. The drift score
 # compares shares with Jensen-Shannon divergence, and the divergence of a sample of n texts from the distribution it
@@ -78,8 +87,6 @@ def read_reference_file(path: str | Path, model: ModelSpec) -> ReferenceTexts:
         )
     pairs = len(model.task_spec.inputs) == 2
     if path.suffix in (".tsv", ".jsonl"):
-        from ernie_deploy.fetch.data import read_split_file
-
         texts = read_split_file(path)[0]
         where = [f"text {i}" for i in range(1, len(texts) + 1)]
         if texts and pairs != isinstance(texts[0], tuple):
@@ -161,7 +168,6 @@ def _text_lines(path: Path, pairs: bool) -> tuple[list, list[str]]:
 
 def _text_problem(text, limit: int | None) -> str | None:
     """Why the served model would refuse `text` (a str or a pair), or None."""
-    from ernie_deploy.serving.texts import text_problem
 
     for part in text if isinstance(text, tuple) else (text,):
         problem = text_problem(part)
@@ -177,7 +183,6 @@ def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
     sample of at most MAX_REFERENCE_TEXTS, reading at most MAX_REFERENCE_CHARS characters; or None and why not: the
     split is not there, or it is labelled with labels the model does not have (a model of the task trained on other
     data: those texts are not its own)."""
-    from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
 
     task = model.task_spec
     path = split_file(data_dir(task.dataset), "dev", task.split_format)
@@ -211,7 +216,6 @@ def reference_profile(
 ) -> dict:
     """`model` (its record as served) run offline on `texts`: {"source", "texts", "shares"}
     (ModelSpec.reference), every bucket of the kind's series, chars and reading."""
-    from ernie_deploy.serving.postprocess_steps import WATCHES
 
     profile = count_profile(model, onnx, tokenizer_json, pad_token_id, texts.texts)
     series = (*WATCHES[model.kind].series, CHARS, READING)
@@ -222,12 +226,7 @@ def count_profile(model: ModelSpec, onnx: Path, tokenizer_json: bytes, pad_token
     """What `model` answers to `texts` (each a str, or a pair), counted as its served step counts: one fused python
     step over a version folder of the served files, fed requests of up to REQUEST_TEXTS texts, each request's texts
     and answers counted by serving.watch.observe."""
-    from ernie_deploy.core.tasks import TOKENIZER_STEP
     from ernie_deploy.repository.layouts import get_layout
-    from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
-    from ernie_deploy.serving.postprocess_steps import WATCHES
-    from ernie_deploy.serving.steps import STEPS
-    from ernie_deploy.serving.watch import observe
 
     labels = list(model.labels)
     watch = WATCHES[model.kind]
@@ -264,9 +263,6 @@ def offline_config(model: ModelSpec, onnx: Path, pad_token_id: int) -> dict:
     was read (`truncated`, or a windowed model's `window_starts`), which the served watch reads among its inputs."""
     from google.protobuf.json_format import MessageToDict
 
-    from ernie_deploy.core.io import NATIVE
-    from ernie_deploy.core.settings import ServingSettings
-    from ernie_deploy.core.tasks import TOKENIZER_STEP
     from ernie_deploy.repository.layouts import task_configs
 
     # ServingSettings' defaults where they change no answer, with every core for onnxruntime (the build waits for it).
@@ -363,6 +359,5 @@ def check_reference_file(model: ModelSpec, reference_texts: str | None) -> None:
 
 def write_reference(reference: dict, version_dir: Path) -> Path:
     """reference.json in the answering step's version folder, atomically."""
-    from ernie_deploy.serving.watch import REFERENCE_FILE
 
     return write_json(reference, Path(version_dir) / REFERENCE_FILE)

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
+from ernie_deploy.core.io import NATIVE, wire
 from ernie_deploy.core.settings import AUTO, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.options import BuildOptions, RecordOverrides, require_settled
+from ernie_deploy.serving.entities import check_decoding
 from ernie_deploy.serving.limits import ReadingLimits
+from ernie_deploy.serving.record_defaults import decoding, head_tokens, long_text, windows
+from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema, schema_names
+from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
 
 def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSettings) -> ModelSpec:
@@ -46,7 +51,6 @@ def resolve_options(record: ModelSpec, options: BuildOptions) -> ModelSpec:
 def resolves(record: ModelSpec, options: BuildOptions) -> bool:
     """Whether `record` can be served with `options` (its layout fits it and the settings): what a search over
     layouts and settings tries before it builds."""
-    from ernie_deploy.core.errors import ErnieDeployError
 
     try:
         resolve_options(record, options)
@@ -58,7 +62,6 @@ def resolves(record: ModelSpec, options: BuildOptions) -> bool:
 def _io(record: ModelSpec, overrides: RecordOverrides) -> str:
     """The wire the model answers in (core.io): the override, else what its record says, else ernie-deploy's own; a
     refusal where its kind has no such wire."""
-    from ernie_deploy.core.io import NATIVE, wire
 
     io = overrides.io or record.io or NATIVE
     wire(record.task_spec, io, record.name)
@@ -69,9 +72,6 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
     """An extraction model's default schema and span threshold: the override, else the record's (the threshold: else
     serving.schema's default); refused for a model of another kind."""
     import json
-
-    from ernie_deploy.core.errors import ErnieDeployError
-    from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema, schema_names
 
     given = {"--schema": overrides.schema, "--position-prob": overrides.position_prob}
     if record.kind_facts.label_head:
@@ -106,8 +106,6 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
 def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:
     """How a token model turns logits into entities: the override, else what its record says, else the default; None
     for a model of another kind, which has no entities (an override for it is refused)."""
-    from ernie_deploy.serving.entities import check_decoding
-    from ernie_deploy.serving.record_defaults import decoding
 
     if not record.kind_facts.entities:
         if overrides.ner_decoding is not None:
@@ -123,8 +121,6 @@ def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | Non
 def _reading(record: ModelSpec, overrides: RecordOverrides) -> dict:
     """How the model reads a text longer than max_seq_len, its windows or its head, and what one request may cost:
     the record fields `long_text`, `window_*`, `head_tokens`, `max_text_chars` and `max_request_chars`."""
-    from ernie_deploy.serving.record_defaults import head_tokens, long_text, windows
-    from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
     modes = record.kind_facts.long_text_modes
     mode = (overrides.long_text if overrides.long_text != AUTO else None) or long_text(record)

@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.repository.configs import WINDOW_PARAMETERS, render, tokenizer_config
 from ernie_deploy.repository.served import FIRST_VERSION, TOKENIZER_FINGERPRINT_PARAMETER, Existing
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,6 @@ class TokenizerStep:
 
 def tokenizer_json(vocab_file: Path) -> bytes:
     """The tokenizer.json the tokenizer model of this vocabulary holds."""
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     return build_tokenizer(vocab_file).to_str(pretty=True).encode("utf-8")
 

@@ -22,6 +22,7 @@ from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import MODEL_INPUTS, TOKENIZER_STEP, WINDOW_INPUTS
 from ernie_deploy.repository.layouts import Layout, task_configs
 from ernie_deploy.repository.served import FIRST_VERSION
+from ernie_deploy.serving.tokenizer import PAD
 
 # The version folder of a shared tokenizer step: its one version, the one `build` wrote it into.
 SHARED_TOKENIZER_VERSION = FIRST_VERSION
@@ -50,7 +51,6 @@ def _folder(layout: Layout, version: int) -> str:
 
 def pad_id(tokenizer_json: Path) -> int:
     """The id a served tokenizer pads with (its tokenizer.json's vocabulary), which `build` read from vocab.txt."""
-    from ernie_deploy.serving.tokenizer import PAD
 
     try:
         return json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"][PAD]

@@ -26,6 +26,7 @@ from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.spec import SPEC_FILE, SPEC_PARAMETER, ModelSpec
 from ernie_deploy.repository.configs import parse, render
 from ernie_deploy.repository.layouts import Layout, caches_answers, entry_record, layout_of
+from ernie_deploy.repository.version_configs import version_configs
 
 CANARY_SUFFIX = "_canary"
 # The config fields and model parameters a version's own settings (core.settings.VersionSettings) are rendered into:
@@ -153,7 +154,6 @@ class VersionedModel:
     def rendered(self, version: int, model: str) -> mc.ModelConfig:
         """Triton model `model` (the entry or a versioned model) as `build` renders it from `version`'s record (a
         copy, to edit)."""
-        from ernie_deploy.repository.version_configs import version_configs
 
         if version not in self._rendered:
             record = self.record(version)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadCheckpointError
-from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, WINDOW_INPUTS
+from ernie_deploy.core.files import atomic_path
+from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, WINDOW_INPUTS, TensorSpec
 
 
 def window_model(onnx_path: str | Path, out_path: str | Path) -> Path:
@@ -20,8 +21,6 @@ def window_model(onnx_path: str | Path, out_path: str | Path) -> Path:
     [batch, windows, tokens, labels], atomically, to `out_path`."""
     import onnx
     from onnx import TensorProto, helper
-
-    from ernie_deploy.core.files import atomic_path
 
     model = onnx.load(str(onnx_path))
     graph = model.graph
@@ -74,7 +73,6 @@ def windowed_signature(inputs: list, outputs: list) -> tuple[list, list]:
     """The converted model's tensors (MODEL_INPUTS -> LOGITS) as the windowed model step takes and returns them:
     window_ids / window_type_ids with a windows dim, and logits with one. What `window_model` writes, and what a
     python model step feeds the unwrapped file window by window."""
-    from ernie_deploy.core.tasks import TensorSpec
 
     by_name = {s.name: s for s in inputs}
     windowed = [

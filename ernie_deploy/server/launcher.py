@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.server.binary import is_wheel_binary
 
 NGC_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
 # The text pip writes into the entry point's script: a `tritonserver` holding it is this launcher (of this or another
@@ -212,7 +213,6 @@ def _is_launcher(path: Path) -> bool:
 def installed_tritonserver(search_path: str | None = None, ngc: Path = NGC_TRITONSERVER) -> Path | None:
     """A tritonserver that is not this launcher nor the wheel's unprepared binary: the first on PATH, else the NGC
     container's. None where there is none (a pip-only machine)."""
-    from ernie_deploy.server.binary import is_wheel_binary
 
     search = os.environ.get("PATH", "") if search_path is None else search_path
     candidates = [Path(folder or ".") / "tritonserver" for folder in search.split(os.pathsep)] + [ngc]

@@ -33,6 +33,7 @@ from ernie_deploy.server.preflight import (
     free_ports,
 )
 from ernie_deploy.server.procs import start_group, stop_group, wait_http_ok
+from ernie_deploy.server.watchdog import StubWatchdog
 
 _LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
@@ -289,8 +290,6 @@ class TritonServer:
             raise
         self.start_seconds = time.monotonic() - t0
         if self.restart_stubs:
-            from ernie_deploy.server.watchdog import StubWatchdog
-
             self.watchdog = StubWatchdog(
                 self._proc.pid,
                 self.http_url,

@@ -11,6 +11,7 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, WINDOW_INPUTS
 from ernie_deploy.serving.parameters import INTRA_OP_THREADS, MODEL_FILE, ORT_SPINNING, PAD_TOKEN_ID
+from ernie_deploy.serving.runtime import OnnxModel
 from ernie_deploy.serving.step import Step, split_rows
 
 
@@ -22,7 +23,6 @@ class OnnxStep(Step):
     request's own length."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.runtime import OnnxModel
 
         threads = INTRA_OP_THREADS.read(config)
         # What the model answers: its logits, or (build --graph-postprocess) the postprocess's tensors, one row per

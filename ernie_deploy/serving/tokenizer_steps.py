@@ -10,6 +10,7 @@ import numpy as np
 
 from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.tasks import LOGITS, MODEL_INPUTS, TEXT_INPUT, TOKENIZER_OUTPUTS, WINDOW_INPUTS, WINDOW_OUTPUTS
+from ernie_deploy.serving.encoding import encode_items, encode_whole, encode_windows, padded_width
 from ernie_deploy.serving.limits import ReadingLimits
 from ernie_deploy.serving.model_steps import OnnxStep
 from ernie_deploy.serving.parameters import (
@@ -24,6 +25,7 @@ from ernie_deploy.serving.parameters import (
 )
 from ernie_deploy.serving.step import Step, split_rows
 from ernie_deploy.serving.texts import decode_inputs
+from ernie_deploy.serving.tokenizer import PAD, load_tokenizer
 
 _WINDOW_OUTPUTS = frozenset(WINDOW_OUTPUTS)
 
@@ -35,7 +37,6 @@ class TokenizerStep(Step):
     text_lengths [B, 1] (see tasks.TOKENIZER_OUTPUTS). Only the outputs a request asks for are computed."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(Path(version_dir) / TOKENIZER_FILE.read(config))
         # What it reads: the text, or a text and its pair (from its config's inputs).
@@ -69,7 +70,6 @@ class TokenizerStep(Step):
         return decode_inputs(inputs, self.inputs, self.limits.reading(windows))
 
     def run(self, items: list[list], requested=None) -> list[dict[str, np.ndarray]]:
-        from ernie_deploy.serving.encoding import encode_items, encode_whole
 
         names = [n for n in self.outputs if requested is None or n in requested]
         flat = [t for texts in items for t in texts]
@@ -102,7 +102,6 @@ class TokenizerStep(Step):
         return results
 
     def _windows(self, texts: list[str], whole: list, names: list[str]) -> dict[str, np.ndarray]:
-        from ernie_deploy.serving.encoding import encode_windows
 
         win = encode_windows(self.tokenizer, texts, self.window, self.stride, whole=whole, cut=self.cut)
         own = _own_windows(win, self.window, self.pad_to_multiple_of, self.tokenizer)
@@ -110,7 +109,6 @@ class TokenizerStep(Step):
 
     def _cut(self, enc, rows: slice, names: list[str]) -> dict[str, np.ndarray]:
         """One request's rows of the cut texts' tensors."""
-        from ernie_deploy.serving.encoding import padded_width
 
         # Each request gets its own width (its longest text), whatever it was tokenized with: a response
         # never depends on which other requests shared the batch.
@@ -127,8 +125,6 @@ class TokenizerStep(Step):
 def _own_windows(win, window: int, pad_to_multiple_of: int, tokenizer) -> dict[str, np.ndarray]:
     """One request's window tensors (`win`: its texts' windows). The width goes to a length bucket with
     pad_to_multiple_of, as `input_ids` do (for model steps that batch only requests of one shape)."""
-    from ernie_deploy.serving.encoding import padded_width
-    from ernie_deploy.serving.tokenizer import PAD
 
     # the widest window of the request: sentence windows may all be shorter than the window size
     width = padded_width(min(win.window_ids.shape[2], window), window, pad_to_multiple_of)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadRequest, ErnieDeployError
+from ernie_deploy.serving.steps import STEPS
 
 
 class StepModel:
@@ -17,8 +18,6 @@ class StepModel:
 
     def initialize(self, args: dict) -> None:
         import triton_python_backend_utils as pb_utils
-
-        from ernie_deploy.serving.steps import STEPS
 
         self.pb = pb_utils
         config = json.loads(args["model_config"])

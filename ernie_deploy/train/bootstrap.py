@@ -33,7 +33,7 @@ from typing import Any
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import cache_dir
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tasks import TaskSpec, get_task
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.fetch import datasets, shipped
 from ernie_deploy.train.loop import META_FILE, train_into
@@ -90,7 +90,6 @@ def _with_base(recipe: dict[str, Any], data_dir: Path, base_checkpoint) -> dict[
     (found, or trained): its cache key, so a retrained base retrains this model too."""
     if not recipe.get("init_from"):
         return recipe
-    from ernie_deploy.core.tasks import get_task
 
     base_task = get_task(recipe["init_from"])
     base_data = datasets.prepare(base_task.dataset, data_dir.parent)
@@ -176,8 +175,6 @@ def is_cached(task: TaskSpec, data_dir: Path, recipe: dict[str, Any] | None = No
         return True  # shipped: `train` returns it, or names why it cannot
     full = recipe_for(task, recipe)
     if full.get("init_from"):
-        from ernie_deploy.core.tasks import get_task
-
         base_task = get_task(full["init_from"])
         base_data = datasets.prepare(base_task.dataset, Path(data_dir).parent)
         if not is_cached(base_task, base_data, retrain=retrain):
@@ -291,7 +288,6 @@ def _train_pinned(
     retrain: bool = False,
 ) -> None:
     """One process of `train_together`: on `cores` only (training_threads reads them), then train."""
-    from ernie_deploy.core.tasks import get_task
 
     end_with_parent(parent)
     os.sched_setaffinity(0, cores)
@@ -323,8 +319,6 @@ def load_meta(ckpt: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised by hand / CLI
     import argparse
-
-    from ernie_deploy.core.tasks import get_task
 
     parser = argparse.ArgumentParser(description="Train the offline bootstrap checkpoint", allow_abbrev=False)
     parser.add_argument(

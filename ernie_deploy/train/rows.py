@@ -16,6 +16,10 @@ from typing import Any
 
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.train.kind_recipe import text_rows
+from ernie_deploy.train.recipes import KIND_RECIPES
+from ernie_deploy.train.vocab import training_tokenizer
 
 TRAINED_PERCENTILE = 25  # the length 100 - 25 = 75% of the training texts reach
 
@@ -50,10 +54,6 @@ def length_record(lengths: list[int]) -> dict[str, Any]:
 def record_lengths(ckpt: Path, task: TaskSpec, data_dir: Path, recipe: dict[str, Any], meta_file: str) -> None:
     """Add the record to a checkpoint cached before lengths were recorded, computed as training computes them: the
     same train rows encoded by the same tokenizer over the checkpoint's own vocabulary."""
-    from ernie_deploy.fetch import data as data_mod
-    from ernie_deploy.train.kind_recipe import text_rows
-    from ernie_deploy.train.recipes import KIND_RECIPES
-    from ernie_deploy.train.vocab import training_tokenizer
 
     path = Path(ckpt) / meta_file
     meta = json.loads(path.read_text(encoding="utf-8"))

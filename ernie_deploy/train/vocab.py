@@ -13,7 +13,7 @@ from typing import Any
 from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.fetch import datasets
-from ernie_deploy.serving.tokenizer import is_cjk
+from ernie_deploy.serving.tokenizer import build_tokenizer, is_cjk
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [PAD] must stay id 0
 UNK = "[UNK]"
@@ -85,7 +85,6 @@ def training_tokenizer(vocab_file: str | Path, max_seq_len: int | None = None):
     the other way). Rust instead of paddlenlp's Python: MSRA's 2,000 first train sentences encoded with their offsets
     in 0.39 s against 5.1 s, the same rows (measured beside two training runs), which took the tagger's tokenize
     step from about a minute to seconds."""
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(vocab_file, lowercase=True)  # ErnieTokenizer(vocab_file) lowercases
     if max_seq_len is not None:

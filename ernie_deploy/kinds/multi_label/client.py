@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ernie_deploy.client.kind_client import KindClient
+from ernie_deploy.serving.multi_label import predictions_from_json
 
 
 def decode(item: bytes) -> list[dict]:
-    from ernie_deploy.serving.multi_label import predictions_from_json
 
     return predictions_from_json(item)
 

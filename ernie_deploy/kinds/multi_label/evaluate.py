@@ -7,12 +7,12 @@ import numpy as np
 
 from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.serving.encoding import Encoded
+from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, labels_over, sigmoid
 
 
 def predict(
     labels: list[str], logits: np.ndarray, enc: Encoded, texts: list[str], thresholds: dict[str, float] | None = None
 ) -> list:
-    from ernie_deploy.serving.multi_label import DEFAULT_THRESHOLD, labels_over, sigmoid
 
     return labels_over(sigmoid(logits), labels, thresholds or dict.fromkeys(labels, DEFAULT_THRESHOLD))
 

@@ -14,12 +14,12 @@ import numpy as np
 
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.parameters import KindJson, function_to_apply, number, ranked, top_k
+from ernie_deploy.kinds.multi_label.client import decode
 
 OWN = "sigmoid"
 
 
 def simple_serving(answers: dict[str, np.ndarray], model: ModelSpec, parameters: dict) -> dict:
-    from ernie_deploy.kinds.multi_label.client import decode
 
     limit = number(parameters, "prob_limit", 0.0, 1.0)
     scores = answers["scores"].reshape(len(answers["labels"]), -1)

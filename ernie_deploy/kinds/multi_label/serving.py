@@ -12,6 +12,7 @@ from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import LABEL, LABELS_PER_TEXT, count_bucket
 from ernie_deploy.core.tasks import LOGITS, PROBABILITIES, RAW_LOGITS
 from ernie_deploy.serving.kind_serving import KindServing
+from ernie_deploy.serving.multi_label import labels_over, read_thresholds, sigmoid
 from ernie_deploy.serving.parameters import LABELS_FILE, THRESHOLDS
 from ernie_deploy.serving.step import Step, read_labels, split_rows
 from ernie_deploy.serving.watch import KindWatch, json_item
@@ -23,7 +24,6 @@ class MultiLabelPostprocess(Step):
     for a request that names it: the same scores under the name every classifier answers them by."""
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.multi_label import read_thresholds
 
         version_dir = Path(version_dir)
         self.labels = read_labels(version_dir / LABELS_FILE.read(config))
@@ -40,7 +40,6 @@ class MultiLabelPostprocess(Step):
         return logits
 
     def run(self, items, requested=None):
-        from ernie_deploy.serving.multi_label import labels_over, sigmoid
 
         logits = np.concatenate(items)
         scores = sigmoid(logits)

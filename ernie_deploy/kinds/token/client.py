@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ernie_deploy.client.kind_client import KindClient
+from ernie_deploy.core.errors import BadRepositoryError
+from ernie_deploy.serving.entities import entities_from_json, entities_to_json
 
 
 def decode(item: bytes) -> list[dict]:
-    from ernie_deploy.serving.entities import entities_from_json
 
     return entities_from_json(item)
 
@@ -15,9 +16,6 @@ def read_paddlenlp_entities(item: bytes, text: str) -> bytes:
     """PaddleNLP's `OUTPUT` for one text (a list of {"pos": [start, end], "label"}, end inclusive, written as JSON by
     kinds/token/serving.py) back as the native `entities` JSON, each entity's text cut from the text sent."""
     import json
-
-    from ernie_deploy.core.errors import BadRepositoryError
-    from ernie_deploy.serving.entities import entities_to_json
 
     try:
         spans = json.loads(item.decode("utf-8"))

@@ -11,7 +11,7 @@ from ernie_deploy.client.grpc_client import was_truncated
 from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.evaluate.tables import type_table
 from ernie_deploy.serving.encoding import Encoded
-from ernie_deploy.serving.entities import DEFAULT_DECODING
+from ernie_deploy.serving.entities import DEFAULT_DECODING, batch_entities, entities_to_char_bio
 
 
 def predict(
@@ -23,7 +23,6 @@ def predict(
 def decoded_entities(labels: list[str], logits, lengths, offsets, texts: list[str], decoding: str | tuple) -> list:
     """Each text's entities under `decoding` (serving.entities.DECODINGS), with their scores, as TokenClsPostprocess
     answers them; with a tuple of decodings, a dict {decoding: entities} per text (one model run scored under each)."""
-    from ernie_deploy.serving.entities import batch_entities
 
     if not isinstance(decoding, str):
         each = {d: batch_entities(texts, logits, lengths, offsets, labels, d, scored=True) for d in decoding}
@@ -63,7 +62,6 @@ def entity_report(gold_tags: list[list[str]], predicted_tags: list[list[str]]) -
 
 
 def score(texts: list[str], gold: list[list[str]], predicted: list[list[dict]], labels: list[str]) -> dict:
-    from ernie_deploy.serving.entities import entities_to_char_bio
 
     return entity_report(gold, [entities_to_char_bio(ents, len(text)) for ents, text in zip(predicted, texts)])
 

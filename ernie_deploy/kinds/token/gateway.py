@@ -17,6 +17,7 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.parameters import KindJson, strings
+from ernie_deploy.kinds.token.client import decode
 
 # Hugging Face's aggregation strategies that answer whole entities, as the served ones are; "none" (one answer per
 # token) is not served.
@@ -25,7 +26,6 @@ SCORE = 1.0  # an entity's score where the wire carries none (PaddleNLP's; see t
 
 
 def _entities(answers: dict[str, np.ndarray]) -> list[list[dict]]:
-    from ernie_deploy.kinds.token.client import decode
 
     return [decode(item) for item in answers["entities"].reshape(-1)]
 

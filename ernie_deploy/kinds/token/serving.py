@@ -10,11 +10,14 @@ import numpy as np
 from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import ENTITIES_PER_TEXT, ENTITY_TYPE, count_bucket
 from ernie_deploy.core.tasks import LOGITS
+from ernie_deploy.serving.entities import decode_entities, entities_from_json, entities_to_json, label_ids
+from ernie_deploy.serving.entity_scores import chosen_probabilities
 from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.parameters import LABELS_FILE, LONG_TEXT, NER_DECODING
 from ernie_deploy.serving.step import Step, read_labels
 from ernie_deploy.serving.texts import decode_texts
 from ernie_deploy.serving.watch import KindWatch, json_item
+from ernie_deploy.serving.windows import merge_windows
 
 
 class TokenClsPostprocess(Step):
@@ -49,8 +52,6 @@ class TokenClsPostprocess(Step):
 
     def _decoded(self, logits: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The label ids [B, L] the decoding chose and their probabilities [B, L], which the entities' scores are."""
-        from ernie_deploy.serving.entities import label_ids
-        from ernie_deploy.serving.entity_scores import chosen_probabilities
 
         ids = label_ids(logits, lengths, self.labels, self.decoding)
         return ids, chosen_probabilities(logits, ids)
@@ -59,7 +60,6 @@ class TokenClsPostprocess(Step):
         """The windowed form (build --long-text window): logits [B, W, L, C] of each text's windows, window_starts
         and window_ends [B, W], and the whole text's text_offsets [B, T, 2] and text_lengths [B, 1]; merged into
         whole-text logits (ernie_deploy.serving.windows), then decoded like a text that fit."""
-        from ernie_deploy.serving.windows import merge_windows
 
         logits, starts, ends = inputs[LOGITS], inputs["window_starts"], inputs.get("window_ends")
         offsets, lengths = inputs["text_offsets"], inputs["text_lengths"].reshape(-1)
@@ -110,7 +110,6 @@ class TokenClsPostprocess(Step):
         return decode_texts(inputs["text"]), *self._decoded(merged, lengths), offsets, lengths, truncated
 
     def run(self, items, requested=None):
-        from ernie_deploy.serving.entities import decode_entities, entities_to_json
 
         results = []
         for texts, predicted, probabilities, offsets, lengths, *truncated in items:  # decoding walks each text's spans
@@ -134,8 +133,6 @@ def paddlenlp_entities(item: bytes) -> bytes:
     the Python list literal that pipeline's clients read with `ast.literal_eval`, and which a client of this project
     reads with json (kinds/token/client.py): nothing received is ever evaluated."""
     import json
-
-    from ernie_deploy.serving.entities import entities_from_json
 
     spans = [{"pos": [e["start"], e["end"] - 1], "label": e["type"]} for e in entities_from_json(item)]
     return json.dumps(spans, ensure_ascii=False).encode("utf-8")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from ernie_deploy.core.errors import BadDataError
 from ernie_deploy.fetch import data as data_mod
+from ernie_deploy.serving.entities import char_labels_to_token_labels
 from ernie_deploy.train.kind_recipe import IGNORE_INDEX, KindRecipe
 
 
 def _token_encode(tokenizer, text: str, tags: list[str], label2id: dict[str, int]):
     """Word pieces with one label each: the tag of the piece's first character ([CLS]/[SEP] ignored)."""
     import numpy as np
-
-    from ernie_deploy.serving.entities import char_labels_to_token_labels
 
     enc = tokenizer.encode(text)
     unknown = set(tags) - set(label2id)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from ernie_deploy.client.kind_client import KindClient
+from ernie_deploy.core.errors import BadRepositoryError
 
 
 def decode(item: bytes) -> dict:
-    from ernie_deploy.core.errors import BadRepositoryError
 
     try:
         answer = json.loads(item.decode("utf-8") if isinstance(item, bytes) else item)

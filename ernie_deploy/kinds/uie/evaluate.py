@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import json
 
+from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.evaluate.kind_evaluate import KindEvaluate
 from ernie_deploy.evaluate.tables import type_table
-from ernie_deploy.kinds.uie import ENTITY_PROMPTS
+from ernie_deploy.evaluate.windows import window_of
+from ernie_deploy.export.uie import static_runner
+from ernie_deploy.fetch.data import read_split_file
+from ernie_deploy.kinds.uie import ENTITY_PROMPTS, KIND
+from ernie_deploy.serving.entities import bio_spans
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.spans import DEFAULT_POSITION_PROB, extract
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 
 def gold_spans(tags: list[str]) -> set[tuple[str, int, int]]:
     """(prompt, start, end) of each entity in a text's per-character BIO tags, end exclusive."""
-    from ernie_deploy.serving.entities import bio_spans
 
     return {(ENTITY_PROMPTS.get(kind, kind), start, end) for kind, start, end in bio_spans(tags)}
 
@@ -68,7 +75,6 @@ def show(text, prediction: dict, out: dict, i: int) -> None:
 
 def predict(labels: list[str], logits, enc, texts: list[str]) -> list:
     """Extraction has no one-pass logits to read: its answers come from staged model runs (serving.spans.extract)."""
-    from ernie_deploy.core.errors import BadOptionsError
 
     raise BadOptionsError(
         "an extraction model's answers are not read from one batch of logits",
@@ -105,7 +111,6 @@ def extract_answers(
 ) -> list[dict]:
     """Each text's answer (Taskflow's shape) from serving.spans.extract over `run`, `chunk` texts a call so that
     the rows of a whole split are not padded to its longest text at once."""
-    from ernie_deploy.serving.spans import DEFAULT_POSITION_PROB, extract
 
     prob = DEFAULT_POSITION_PROB if position_prob is None else position_prob
     answers: list[dict] = []
@@ -122,12 +127,6 @@ def evaluate_offline(model, static, onnx_path, split_file) -> dict:
     else its labels, else ENTITY_PROMPTS'), read as the record says it is served: rows of its window size, a new
     window every stride, spans past its position_prob (evaluate.windows.window_of decides what the record leaves
     open, as `build` does)."""
-    from ernie_deploy.evaluate.windows import window_of
-    from ernie_deploy.export.uie import static_runner
-    from ernie_deploy.fetch.data import read_split_file
-    from ernie_deploy.kinds.uie import KIND
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     texts, gold = read_split_file(split_file)
     schema = model.schema or list(model.labels) or list(ENTITY_PROMPTS.values())

@@ -13,10 +13,10 @@ import numpy as np
 
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.gateway.parameters import KindJson
+from ernie_deploy.kinds.uie.client import decode
 
 
 def _answers(answers: dict[str, np.ndarray]) -> list[dict]:
-    from ernie_deploy.kinds.uie.client import decode
 
     return [decode(item) for item in answers["result"].reshape(-1)]
 

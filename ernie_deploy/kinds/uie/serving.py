@@ -14,6 +14,7 @@ from ernie_deploy.core.errors import BadRequest
 from ernie_deploy.core.profile import CONFIDENCE, SPAN_TYPE, SPANS_PER_TEXT, confidence_bucket, count_bucket
 from ernie_deploy.core.tasks import SCHEMA_INPUT, TEXT_INPUT, UIE
 from ernie_deploy.kinds.uie import KIND
+from ernie_deploy.serving.encoding import tokenize_whole
 from ernie_deploy.serving.kind_serving import KindServing
 from ernie_deploy.serving.limits import TextLimits
 from ernie_deploy.serving.parameters import (
@@ -29,9 +30,12 @@ from ernie_deploy.serving.parameters import (
     WINDOW_SIZE,
     WINDOW_STRIDE,
 )
+from ernie_deploy.serving.runtime import OnnxModel
 from ernie_deploy.serving.schema import parse_schema
+from ernie_deploy.serving.spans import extract, first_stage_rows
 from ernie_deploy.serving.step import Step, split_rows
 from ernie_deploy.serving.texts import decode_texts
+from ernie_deploy.serving.tokenizer import load_tokenizer
 from ernie_deploy.serving.watch import KindWatch, json_item
 
 TEXT, SCHEMA, RESULT = TEXT_INPUT.name, SCHEMA_INPUT.name, UIE.prediction
@@ -77,8 +81,6 @@ class ExtractionStep(Step):
     ROW_CHUNK = 256
 
     def __init__(self, config: dict, version_dir: Path):
-        from ernie_deploy.serving.runtime import OnnxModel
-        from ernie_deploy.serving.tokenizer import load_tokenizer
 
         version_dir = Path(version_dir)
         self.tokenizer = load_tokenizer(version_dir / TOKENIZER_FILE.read(config))
@@ -97,8 +99,6 @@ class ExtractionStep(Step):
         self.max_rows = MAX_REQUEST_ROWS.read(config)
 
     def check(self, inputs):
-        from ernie_deploy.serving.encoding import tokenize_whole
-        from ernie_deploy.serving.spans import first_stage_rows
 
         texts = decode_texts(inputs[TEXT], TEXT, self.limits)
         schemas = read_schemas(inputs.get(SCHEMA), len(texts), self.default)
@@ -113,7 +113,6 @@ class ExtractionStep(Step):
         return texts, schemas, encodings
 
     def run(self, items, requested=None):
-        from ernie_deploy.serving.spans import extract
 
         texts = [t for own, _, _ in items for t in own]
         schemas = [s for _, own, _ in items for s in own]

@@ -29,6 +29,7 @@ from ernie_deploy.repository.configs import (
     tokenizer_config,
 )
 from ernie_deploy.repository.signature import onnx_signature
+from ernie_deploy.repository.windows import window_model, windowed_signature
 
 # The files a served model needs, each held by one Triton model of its layout (`Layout.homes`).
 FILES = ("tokenizer", "model", "labels")
@@ -55,7 +56,6 @@ class Parts:
         if self.model.long_text == "window" and not self.model.kind_facts.staged:
             # The model step takes a text's windows, [windows, tokens] per text, and returns their logits (a python
             # step flattens them; for the ORT backend `build` wraps model.onnx the same way: repository/windows.py).
-            from ernie_deploy.repository.windows import windowed_signature
 
             self.inputs, self.outputs = windowed_signature(self.inputs, self.outputs)
 
@@ -204,8 +204,6 @@ class Layout:
         """model.onnx as converted; a windowed model on the ORT backend takes [batch, windows, tokens]
         (repository/windows.py)."""
         if model.serving.runtime == "onnxruntime" and model.long_text == "window":
-            from ernie_deploy.repository.windows import window_model
-
             window_model(onnx, path)
             return
         with atomic_path(path, suffix=".onnx") as tmp:

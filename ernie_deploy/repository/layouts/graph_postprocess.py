@@ -9,6 +9,8 @@ from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.repository.configs import watch_parameters
 from ernie_deploy.repository.layouts.base import Layout, Parts
+from ernie_deploy.repository.postprocess_graph import postprocess_graph, write_with_postprocess
+from ernie_deploy.repository.signature import model_signature
 
 
 class GraphPostprocess(Layout):
@@ -29,8 +31,6 @@ class GraphPostprocess(Layout):
         return None
 
     def configs(self, parts: Parts):
-        from ernie_deploy.repository.postprocess_graph import postprocess_graph
-        from ernie_deploy.repository.signature import model_signature
 
         if not parts.model.labels:
             raise BadOptionsError(
@@ -64,6 +64,5 @@ class GraphPostprocess(Layout):
         return (model.model_step,)
 
     def write_model_file(self, model, onnx: Path, path: Path):
-        from ernie_deploy.repository.postprocess_graph import write_with_postprocess
 
         write_with_postprocess(model, onnx, path)
