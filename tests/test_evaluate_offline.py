@@ -58,6 +58,7 @@ def test_window_predict_runs_windows_of_the_records_size():
 def test_offline_evaluation_reads_the_records_window(tiny_token_pipeline, tmp_path, monkeypatch):
     """`evaluate` of a windowed model: Paddle and ONNX both read the windows of the record it is given, or of its
     window_default where the record names none."""
+    from ernie_deploy.evaluate import offline
     from ernie_deploy.evaluate.offline import evaluate
 
     p = tiny_token_pipeline
@@ -71,7 +72,8 @@ def test_offline_evaluation_reads_the_records_window(tiny_token_pipeline, tmp_pa
         seen.append((size + 2, stride))  # size: the real tokens of a window, [CLS] and [SEP] aside
         return windows_from_tokens(ids, offsets, size, stride, *args, **kwargs)
 
-    monkeypatch.setattr(W, "windows_from_tokens", spy)
+    # the offline reading cuts its windows with the function it imported (serving.windows.windows_from_tokens)
+    monkeypatch.setattr(offline, "windows_from_tokens", spy)
     exported = p.static.spec.updated(trained_tokens=24)
     assert exported.window_size is None and exported.long_text is None  # as `export` writes it: no window yet
     for record, window in ((exported.updated(window_size=40), 40), (exported, 24)):
