@@ -23,7 +23,7 @@ from ernie_deploy.core.tasks import TOKENIZER_STEP
 from ernie_deploy.core.tls import ServerTls, Tls
 from ernie_deploy.evaluate.offline import head_tokens, predictions, window_predict, with_thresholds
 from ernie_deploy.operate.rollout import canary_probe, rollout
-from ernie_deploy.repository.served import served_model
+from ernie_deploy.repository.served import FIRST_VERSION, served_model
 from ernie_deploy.repository.versions import VersionedModel
 from ernie_deploy.server.process import TritonServer
 from ernie_deploy.serving.encoding import encode_items, encode_whole
@@ -146,7 +146,7 @@ def version_predictions(repository: str | Path, name: str, version: int, texts: 
     homes = layout.homes(record, shared)
 
     def folder(home: str) -> Path:  # a versioned model's folder of that version, a shared one's only folder
-        return repository / home / (str(version) if home in model.steps else "1")
+        return repository / home / (str(version) if home in model.steps else FIRST_VERSION)
 
     tokenizer = load_tokenizer(folder(homes["tokenizer"]) / "tokenizer.json")
     labels = json.loads((folder(homes["labels"]) / "labels.json").read_text("utf-8"))
