@@ -157,8 +157,8 @@ class _Recorded(argparse.Action):
 
 
 def add_recorded(p: argparse.ArgumentParser, parameter: Parameter, help: str) -> None:
-    """The flag of a record field a build sets as given: named after `parameter`, its value read
-    by the parameter's type, into the options' `recorded` (cli.inputs.options_from fills it as any field)."""
+    """The flag of a record field a build sets as given: named after `parameter`, its value read by the parameter's
+    type, into the options' `recorded` (cli.inputs.options_from fills it as any field)."""
     p.add_argument(
         recorded_flag(parameter), dest="recorded", action=_Recorded, parameter=parameter,
         metavar=parameter.name.upper(), help=help,

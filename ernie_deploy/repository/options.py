@@ -73,10 +73,9 @@ class RecordOverrides:
     # Extraction models (UIE): the schema a request that sends none is answered with (JSON in Taskflow's forms). None:
     # what the record says. Refused for other kinds.
     schema: str | None = None
-    # The record fields a flag sets as given (serving.parameters.RECORDED), by name: (name, value) pairs, sorted by
-    # name (a mapping given becomes them), each value checked by its parameter's type. A field left out
-    # keeps what the record says, else takes the parameter's default (repository.resolve); refused for a model whose
-    # steps do not read it.
+    # The record fields a flag sets as given (serving.parameters.RECORDED): (name, value) pairs, sorted by name (a
+    # mapping given becomes them), each value checked by its parameter's type. A field left out keeps what the record
+    # says, else takes the parameter's default (repository.resolve); refused for a model whose steps do not read it.
     recorded: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
