@@ -16,6 +16,8 @@ import shlex
 import sys
 
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.repository.options import Unread, recorded_flag
+from ernie_deploy.serving.parameter_types import Parameter
 
 REPOSITORY = "models"  # the repository a command reads or writes when none is named
 MODEL_HELP = "the model's name: its artifacts' folder and the name clients call it by (default: the task's demo model)"
@@ -134,3 +136,30 @@ def add_switch_taking_model(p: argparse.ArgumentParser, flag: str, help: str) ->
     """Switch `flag`, which works on the model named by --model; `flag NAME`, its old spelling, still parses."""
     p.add_argument(flag, action=_SwitchTakingModel, help=help)
     p.formatter_class = _SwitchFormatter
+
+
+class _Recorded(argparse.Action):
+    """A flag that sets a recorded parameter (serving.parameters.RECORDED): its text, read by the parameter's type,
+    joins the `recorded` mapping under the parameter's name (BuildOptions.recorded); a text the type does not read
+    joins it as given (repository.options.Unread), which the options refuse by the flag's name as they are made."""
+
+    def __init__(self, option_strings, dest, parameter: Parameter, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.parameter = parameter
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            value = self.parameter.type.parse(values)
+        except ValueError:
+            value = Unread(values)
+        # A new mapping each time: the namespace's default is never changed in place.
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest, None) or {}), self.parameter.name: value})
+
+
+def add_recorded(p: argparse.ArgumentParser, parameter: Parameter, help: str) -> None:
+    """The flag of a record field a build sets as given: named after `parameter`, its value read by the parameter's
+    type, into the options' `recorded` (cli.inputs.options_from fills it as any field)."""
+    p.add_argument(
+        recorded_flag(parameter), dest="recorded", action=_Recorded, parameter=parameter,
+        metavar=parameter.name.upper(), help=help,
+    )  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ernie_deploy.cli.arguments import MODEL_HELP, add_model, add_repository
+from ernie_deploy.cli.arguments import MODEL_HELP, add_model, add_recorded, add_repository
 from ernie_deploy.cli.inputs import onnx_file, options_from, static_model
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.io import IOS
@@ -24,6 +24,7 @@ from ernie_deploy.repository.options import (
 from ernie_deploy.repository.reference import MAX_REFERENCE_TEXTS
 from ernie_deploy.serving.entities import DECODINGS
 from ernie_deploy.serving.limits import CUT, WINDOWS
+from ernie_deploy.serving.parameters import POSITION_PROB
 
 # Every flag that fills a BuildOptions field defaults to None, so that the field's own default decides: `build` with
 # no flags makes BuildOptions(). The help shows those defaults, read from here.
@@ -279,10 +280,11 @@ def _reading_arguments(p) -> None:
         '\'["人名", "地名"]\' or \'{"人物": ["出生地"]}\' (default: the types the model was trained on, where its '
         "checkpoint says; else each request sends one)",
     )
-    p.add_argument(
-        "--position-prob",
-        type=float,
-        help="extraction models only: how sure the model must be of a span's start and of its end (default: 0.5)",
+    add_recorded(
+        p,
+        POSITION_PROB,
+        "extraction models only: how sure the model must be of a span's start and of its end (default: "
+        f"{POSITION_PROB.default})",
     )
     p.add_argument(
         "--max-text-chars",

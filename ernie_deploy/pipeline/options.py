@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -35,6 +35,7 @@ from ernie_deploy.repository.options import (
     BuildOptions,
 )
 from ernie_deploy.serving.entities import DECODINGS
+from ernie_deploy.serving.parameters import RECORDED
 
 QUANTIZE = ("none", "int8", "int8-static", "int8-dynamic")
 DEFAULT_PARITY_N = 256
@@ -152,21 +153,28 @@ def from_mapping(
     fixed: Mapping[str, Any] | None = None,
     defaults: Mapping[str, Any] | None = None,
     choices: Mapping[str, tuple] | None = None,
+    gathered: tuple[str, Collection[str]] | None = None,
 ):
     """An options object of dataclass `cls` from `mapping` (option name -> value), every key and value checked and
     a bad one named as `where.key` with the fix. `fixed`: fields the caller sets (a key naming one is refused);
     `defaults`: the caller's defaults, where they differ from the class's; `choices`: the values a field takes,
-    beside those in a field's metadata."""
+    beside those in a field's metadata; `gathered`: a field and the keys it gathers, name -> value (BuildOptions'
+    `recorded`: one key per recorded parameter, each value checked by the class as it is made), the field itself no
+    key."""
     fixed, defaults = dict(fixed or {}), dict(defaults or {})
-    known = {f.name: f for f in fields(cls)}
+    into, keys = gathered or (None, ())
+    known = {f.name: f for f in fields(cls) if f.name != into}
     hints = typing.get_type_hints(cls)
     values = {**defaults}
     for key, value in mapping.items():
         name = key.replace("-", "_")
         if name in fixed:
             raise BadOptionsError(f"{where}.{key}: is set from the model's own fields, not here", f"remove {key}")
+        if name in keys:
+            values[into] = {**values.get(into, {}), name: value}
+            continue
         if name not in known:
-            settable = sorted(set(known) - set(fixed))
+            settable = sorted((set(known) - set(fixed)) | set(keys))
             raise BadOptionsError(f"{where}.{key}: unknown option", f"use one of: {', '.join(settable)}")
         allowed = (choices or {}).get(name) or known[name].metadata.get("choices")
         values[name] = _checked(f"{where}.{key}", value, hints[name], allowed)
@@ -202,16 +210,20 @@ def _checked(where: str, value: Any, hint, allowed: tuple | None) -> Any:
 
 
 def build_options_from_mapping(mapping: Mapping[str, Any], where: str) -> BuildOptions:
-    """BuildOptions from a deployment file's `build` section: what `ernie-deploy build` with those flags makes."""
-    return from_mapping(BuildOptions, mapping, where, choices=BUILD_CHOICES)
+    """BuildOptions from a deployment file's `build` section: what `ernie-deploy build` with those flags makes (the
+    name of a recorded parameter, serving.parameters.RECORDED, is the key that sets it, as its flag does)."""
+    return from_mapping(BuildOptions, mapping, where, choices=BUILD_CHOICES, gathered=("recorded", RECORDED.names))
 
 
 def changed(options, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The fields of an options object that differ from its class's defaults (or `defaults`, where they differ), in
-    field order: what a plan shows."""
+    field order, each gathered value (BuildOptions' `recorded`) under its own name: what a plan shows."""
     out = {}
     for f in fields(options):
         default = f.default if f.default is not MISSING else None
-        if getattr(options, f.name) != (defaults or {}).get(f.name, default):
-            out[f.name] = getattr(options, f.name)
+        value = getattr(options, f.name)
+        if f.name == "recorded":
+            out.update(value)
+        elif value != (defaults or {}).get(f.name, default):
+            out[f.name] = value
     return out

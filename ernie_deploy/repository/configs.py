@@ -156,11 +156,9 @@ def recorded_parameters(group: Group, model: ModelSpec, **values) -> dict[str, s
     """The parameters of a step (`group`, serving.parameters) that `model`'s record holds under the same name, with the
     record's values (None: absent), and `values`, which the caller works out (and which win): a record field a step
     reads reaches it with no code of its own here."""
-    recorded = {p.name: getattr(model, p.name) for p in group if p.name in _RECORD_FIELDS and p.name not in values}
+    record = {f.name for f in fields(model)}
+    recorded = {p.name: getattr(model, p.name) for p in group if p.name in record and p.name not in values}
     return group.parameters(**recorded, **values)
-
-
-_RECORD_FIELDS = frozenset(f.name for f in fields(ModelSpec))
 
 
 def _unless_default(parameter, value):

@@ -2,7 +2,7 @@
 
     # deploy.yaml
     repository: models            # default: models
-    build:                        # build options for the whole repository (optional): BuildOptions fields
+    build:                        # build options for the whole repository (optional): `build` flags, no dashes
       runtime: auto
     models:
       - name: news                # the ensemble clients call

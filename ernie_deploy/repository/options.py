@@ -14,7 +14,9 @@ server (repository.plan.settle); what depends on the runtime is checked on the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.io import check_io
@@ -27,6 +29,8 @@ from ernie_deploy.core.settings import (
 )
 from ernie_deploy.serving.entities import check_decoding
 from ernie_deploy.serving.limits import ReadingLimits
+from ernie_deploy.serving.parameter_types import Derived, Parameter
+from ernie_deploy.serving.parameters import RECORDED
 from ernie_deploy.serving.runtime import SPIN_MODES
 from ernie_deploy.serving.windows import check_cut
 
@@ -38,7 +42,8 @@ LONG_TEXT = ("auto", "window", "head", "head_tail")
 @dataclass(frozen=True)
 class RecordOverrides:
     """Facts of a model's record that a build flag decides; None (or "auto") keeps what the record says, else the
-    default of the step that decides it (repository.resolve)."""
+    default of the step that decides it (repository.resolve). `recorded` carries the fields a flag sets as given,
+    generically, by their parameters (serving.parameters.RECORDED); the other fields each have a rule of their own."""
 
     # How the pipeline is split into Triton models: a key of ernie_deploy.repository.layouts.LAYOUTS (ensemble,
     # fused, graph-postprocess, tokenizer-in-model); each layout module says what it is and what it fits. "auto": each
@@ -65,10 +70,13 @@ class RecordOverrides:
     # pipeline's tensors (`INPUT`; `label` ids and `confidence`, or `OUTPUT`), so that its clients run unchanged.
     # None: what the model's record says (a new version: its model's), else ernie-deploy's own.
     io: str | None = None
-    # Extraction models (UIE): the schema a request that sends none is answered with (JSON in Taskflow's forms), and
-    # how sure the model must be of a span's start and end. None: what the record says. Refused for other kinds.
+    # Extraction models (UIE): the schema a request that sends none is answered with (JSON in Taskflow's forms). None:
+    # what the record says. Refused for other kinds.
     schema: str | None = None
-    position_prob: float | None = None
+    # The record fields a flag sets as given (serving.parameters.RECORDED): (name, value) pairs, sorted by name (a
+    # mapping given becomes them), each value checked by its parameter's type. A field left out keeps what the record
+    # says, else takes the parameter's default (repository.resolve); refused for a model whose steps do not read it.
+    recorded: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
         _check_overrides(self)
@@ -150,9 +158,57 @@ def _check_settings(options: ServingSettings) -> None:
         raise BadOptionsError("onnxruntime thread counts cannot be negative", "pass 0 (onnxruntime's default) or more")
 
 
+@dataclass(frozen=True)
+class Unread:
+    """The text of a recorded parameter's flag that its type does not read: kept as given, so that the options refuse
+    it as they are made, naming the flag, as they refuse any value of the wrong type."""
+
+    text: str
+
+
+def recorded_flag(parameter: Parameter) -> str:
+    """The `build` flag of a recorded parameter (serving.parameters.RECORDED): its name, spelled as a flag."""
+    return "--" + parameter.name.replace("_", "-")
+
+
+def recorded_default(parameter: Parameter) -> Any:
+    """What a model records for a recorded parameter that neither a flag nor its record names: the parameter's
+    default; None where that follows from other parameters or there is none (the step then works it out)."""
+    return None if parameter.required or isinstance(parameter.default, Derived) else parameter.default
+
+
+def _recorded(given: Mapping[str, Any] | tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """`given` as (name, value) pairs sorted by name, so that equal overrides are equal: a value None left out (a flag
+    not given), each name a recorded parameter's, each value of its type and in the form the type reads back (0 as a
+    probability is 0.0, as its flag makes it)."""
+    values = dict(given.items() if isinstance(given, Mapping) else given)
+    out = []
+    for name, value in sorted(values.items()):
+        if name not in RECORDED:
+            raise BadOptionsError(
+                f"{name!r} is not a record field a build option sets", f"use one of: {', '.join(RECORDED.names)}"
+            )
+        if value is None:
+            continue
+        parameter = RECORDED[name]
+        try:
+            if isinstance(value, Unread):
+                raise ValueError(value.text)
+            text = parameter.type.text(value)
+            value = parameter.type.parse(text) if text else value
+        except ValueError:
+            default = recorded_default(parameter)
+            fix = f"pass {parameter.type.what}, or leave it out" + (f" for {default!r}" if default is not None else "")
+            shown = value.text if isinstance(value, Unread) else repr(value)
+            raise BadOptionsError(f"{recorded_flag(parameter)} {shown} is not {parameter.type.what}", fix) from None
+        out.append((name, value))
+    return tuple(out)
+
+
 def _check_overrides(options: RecordOverrides) -> None:
     """The record overrides' own refusals: each value one the step that decides it takes, and no flag of a reading
-    the options do not ask for."""
+    the options do not ask for. The recorded values are made sorted pairs here, as the options are made."""
+    object.__setattr__(options, "recorded", _recorded(options.recorded))
     if options.long_text not in LONG_TEXT:
         raise BadOptionsError(f"unknown --long-text {options.long_text!r}", f"use one of {', '.join(LONG_TEXT)}")
     if options.window_cut is not None:

@@ -1,13 +1,14 @@
 """Resolve one record: a model's record, the build's overrides and its serving settings become the record as served.
 
 `resolve` decides every open field of one record (its layout, how it reads long texts and in what windows, its
-limits, its decoding, its wire) and checks each once; `repository.plan` settles what a whole build decides first (the
-runtime, the layout asked for, the cache, a new version's wire, the thresholds) and resolves each record with it.
-Every config, file and fact of the served model is then read from the completed record (repository.configs,
-repository.layouts), never worked out again; each default it fills in has its home in serving.record_defaults. A
-field the record already holds stays as it is unless an override names another value: a record resolved again with
-no overrides is itself (what `tune` and a new version's build rely on). The overrides and settings come checked: a
-BuildOptions (repository.options) is checked when it is made.
+limits, its decoding, its wire, its extraction schema, and the fields a flag sets as given: `recorded`) and checks
+each once; `repository.plan` settles what a whole build decides first (the runtime, the layout asked for, the cache, a
+new version's wire, the thresholds) and resolves each record with it. Every config, file and fact of the served model
+is then read from the completed record (repository.configs, repository.layouts), never worked out again; each default
+it fills in has its home in serving.record_defaults, or for a field a flag sets as given in its parameter
+(serving.parameters.RECORDED). A field the record already holds stays as it is unless an override names another value:
+a record resolved again with no overrides is itself (what `tune` and a new version's build rely on). The overrides
+and settings come checked: a BuildOptions (repository.options) is checked when it is made.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ from ernie_deploy.core.errors import BadOptionsError, ErnieDeployError
 from ernie_deploy.core.io import NATIVE, wire
 from ernie_deploy.core.settings import AUTO, ServingSettings
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.repository.options import BuildOptions, RecordOverrides, require_settled
+from ernie_deploy.kinds import KINDS
+from ernie_deploy.repository.options import (
+    BuildOptions,
+    RecordOverrides,
+    recorded_default,
+    recorded_flag,
+    require_settled,
+)
 from ernie_deploy.serving.entities import check_decoding
 from ernie_deploy.serving.limits import ReadingLimits
+from ernie_deploy.serving.parameters import RECORDED, read_by
 from ernie_deploy.serving.record_defaults import decoding, head_tokens, long_text, windows
-from ernie_deploy.serving.schema import DEFAULT_POSITION_PROB, parse_schema, schema_names
+from ernie_deploy.serving.schema import parse_schema, schema_names
 from ernie_deploy.serving.windows import check_head_tokens, check_stride
 
 
@@ -36,6 +45,7 @@ def resolve(record: ModelSpec, overrides: RecordOverrides, settings: ServingSett
         ner_decoding=decides_decoding(record, overrides),
         io=_io(record, overrides),
         **_extraction(record, overrides),
+        **recorded(record, overrides),
         **_reading(record, overrides),
         layout=None,
         serving=settings,
@@ -69,18 +79,14 @@ def _io(record: ModelSpec, overrides: RecordOverrides) -> str:
 
 
 def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
-    """An extraction model's default schema and span threshold: the override, else the record's (the threshold: else
-    serving.schema's default); refused for a model of another kind."""
+    """An extraction model's default schema: the override, else the record's; refused for a model of another kind."""
     import json
 
-    given = {"--schema": overrides.schema, "--position-prob": overrides.position_prob}
     if record.kind_facts.label_head:
-        named = [flag for flag, value in given.items() if value is not None]
-        if named:
+        if overrides.schema is not None:
             raise BadOptionsError(
-                f"{' and '.join(named)} set what an extraction model extracts; {record.name!r} is a {record.kind} "
-                "model",
-                f"drop {' and '.join(named)}, or build extraction models separately with it (--task uie or --model N)",
+                f"--schema sets what an extraction model extracts; {record.name!r} is a {record.kind} model",
+                "drop --schema, or build extraction models separately with it (--task uie or --model N)",
             )
         return {}
     schema = record.schema
@@ -93,14 +99,41 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
                 f"--schema {overrides.schema!r} is not a schema: {exc}",
                 'pass JSON in Taskflow\'s forms, e.g. --schema \'["人名", "地名"]\' or \'{"人物": ["出生地"]}\'',
             ) from None
-    position_prob = overrides.position_prob if overrides.position_prob is not None else record.position_prob
-    position_prob = DEFAULT_POSITION_PROB if position_prob is None else position_prob
-    if not 0.0 <= position_prob < 1.0:
-        raise BadOptionsError(f"--position-prob {position_prob} is not a probability below 1", "pass e.g. 0.5")
     # Its labels are the names it answers when a request sends no schema (the series of span types count them), else
     # the types it was trained on.
     labels = record.labels if schema is None else tuple(schema_names(parse_schema(schema)))
-    return {"schema": schema, "position_prob": position_prob, "labels": labels}
+    return {"schema": schema, "labels": labels}
+
+
+def recorded(record: ModelSpec, overrides: RecordOverrides) -> dict:
+    """The record fields a flag sets as given (serving.parameters.RECORDED), for a model whose steps read them: the
+    override, else the record's value, else the parameter's default, checked by the parameter's type; an override for
+    a model whose steps read no such parameter is refused, naming the kinds whose steps do."""
+    reads = read_by(record.kind_facts)
+    given = dict(overrides.recorded)
+    out = {}
+    for parameter in RECORDED:
+        flag = recorded_flag(parameter)
+        if parameter.name not in reads:
+            if parameter.name in given:
+                kinds = [kind.name for kind in KINDS.values() if parameter.name in read_by(kind)]
+                raise BadOptionsError(
+                    f"{flag} sets what {' and '.join(kinds)} models read; {record.name!r} is a {record.kind} model",
+                    f"drop {flag}, or build those models separately with it (--task or --model N)",
+                )
+            continue
+        value = given.get(parameter.name, getattr(record, parameter.name))
+        value = recorded_default(parameter) if value is None else value
+        if value is not None:
+            try:
+                parameter.type.text(value)
+            except ValueError:
+                raise BadOptionsError(
+                    f"model {record.name!r} records {parameter.name} {value!r}, not {parameter.type.what}",
+                    f"build it with {flag} (or leave it out for the default)",
+                ) from None
+        out[parameter.name] = value
+    return out
 
 
 def decides_decoding(record: ModelSpec, overrides: RecordOverrides) -> str | None:

@@ -26,6 +26,7 @@ from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.shadow import SHADOW_PARAMETER
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TASK_PARAMETER
 from ernie_deploy.kinds import KINDS
+from ernie_deploy.kinds.base import Kind
 from ernie_deploy.serving import schema, windows
 from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS, DEFAULT_DECODING
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
@@ -132,7 +133,7 @@ PIPELINE = union("pipeline", TOKENIZER, MODEL, POSTPROCESS, WATCH, POSTPROCESS_S
 # The extraction model (kinds/uie/serving.py): tokenizer, model runs and span decoding in one python model ----------
 # The schema a request that sends none is answered with (the record's `schema`); absent: every request sends one.
 SCHEMA_DEFAULT = Parameter("schema", Json("a schema in Taskflow's JSON forms", schema.parse_schema), None)
-# How sure the model must be of a span's start and of its end (the record's `position_prob`).
+# How sure the model must be of a span's start and of its end (the record's `position_prob`, `build --position-prob`).
 POSITION_PROB = Parameter("position_prob", Probability(), schema.DEFAULT_POSITION_PROB)
 # The most model rows (texts x prompts x windows) one request's first stage may take (serving.schema.MAX_REQUEST_ROWS).
 MAX_REQUEST_ROWS = Parameter("max_request_rows", Whole(1), schema.MAX_REQUEST_ROWS)
@@ -160,6 +161,22 @@ if len(SCHEMA) != len(EVERY.members):  # two parameters of one name: one would s
         f"serving.parameters names a parameter twice, among {sorted(p.name for p in EVERY)}",
         "give each parameter of serving/parameters.py its own name",
     )
+
+
+# The record fields a build flag sets as given, each a parameter here under the field's own name: the record field
+# (core.spec.ModelSpec), the `build` flag (`--position-prob`), the deployment file's build key and the config parameter
+# are one name. repository.resolve records the flag's value, else the record's, else the default here, for a model
+# whose steps read it (`read_by`), checked by its type; the configs write it from the record. A field with a rule of
+# its own (the windows, the limits, the decoding) is decided in repository.resolve instead.
+RECORDED = Group("recorded", (POSITION_PROB,))
+# What the steps of a kind that is not staged read, in any layout.
+_UNSTAGED = union("unstaged", TOKENIZER, MODEL, POSTPROCESS, WATCH, TOKENIZER_MODEL, PIPELINE)
+
+
+def read_by(kind: Kind) -> Group:
+    """Every parameter the steps of `kind` read: a staged kind's one python model reads EXTRACTION, another kind's
+    steps the rest."""
+    return EXTRACTION if kind.staged else _UNSTAGED
 
 
 def parameters(**values: Any) -> dict[str, str]:
