@@ -34,36 +34,30 @@ def _modules(root: Path) -> dict[str, ast.Module]:
     }
 
 
-def _inner(tree: ast.Module) -> set[int]:
-    """The ids of the import statements inside a function."""
+def _imports_in(tree: ast.Module, holds) -> set[int]:
+    """The ids of the import statements inside the blocks `holds` picks."""
     return {
         id(node)
-        for function in ast.walk(tree)
-        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-        for node in ast.walk(function)
+        for block in ast.walk(tree)
+        if holds(block)
+        for node in ast.walk(block)
         if isinstance(node, (ast.Import, ast.ImportFrom))
     }
+
+
+def _inner(tree: ast.Module) -> set[int]:
+    """The imports inside a function."""
+    return _imports_in(tree, lambda block: isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def _type_checking(tree: ast.Module) -> set[int]:
-    """The ids of the imports under `if TYPE_CHECKING:`, which never run."""
-    return {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for node in ast.walk(block)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-    }
+    """The imports under `if TYPE_CHECKING:`, which never run."""
+    return _imports_in(tree, lambda block: isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test))
 
 
 def _in_try(tree: ast.Module) -> set[int]:
-    return {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.Try)
-        for node in ast.walk(block)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-    }
+    """The imports in a `try`, which handles their absence."""
+    return _imports_in(tree, lambda block: isinstance(block, ast.Try))
 
 
 def _targets(node: ast.AST, modules: dict[str, ast.Module]) -> tuple[set[str], set[str]]:
