@@ -13,6 +13,9 @@
 #   scripts/convert.sh --fp16                            # FP16 models for GPUs (FP32 kept; slower on CPU)
 #   scripts/convert.sh --io paddlenlp                    # answer in PaddleNLP's Triton pipeline tensors
 #   scripts/convert.sh --task seq_cls --model news --source DIR --max-seq-len 512   # texts read to 512 tokens
+#   scripts/convert.sh --task embed --model query_tower --source DIR     # a RocketQA tower: a vector per text
+#   scripts/convert.sh --task embed --model docs --source DIR --pooling mean  # a plain ErnieModel, mean-pooled
+#   scripts/convert.sh --task rerank --model ranker --source DIR --score raw  # a cross-encoder answering its logit
 #
 # With --model NAME the model joins the others in the repository, which stay byte for byte; its input is checked
 # before anything is written (a folder that is not a checkpoint, a head that is not the task's, labels it cannot
@@ -25,7 +28,7 @@
 set -euo pipefail
 
 tasks=() model="" source_arg="" sha_arg=() runtime="auto" repository="models" quantize="none" fp16_arg=()
-budget_arg=() io_arg=() labels_arg=() train_arg=() seq_len_arg=()
+budget_arg=() io_arg=() labels_arg=() train_arg=() seq_len_arg=() pooling_arg=() score_arg=()
 usage() { echo "convert.sh: $1 (see scripts/convert.sh --help)" >&2; exit 2; }
 value() { [ $# -ge 2 ] && [ -n "$2" ] || usage "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -43,7 +46,9 @@ while [ $# -gt 0 ]; do
     --io) value "$@"; io_arg=(--io "$2"); shift 2 ;;
     --labels) value "$@"; labels_arg=(--labels "$(realpath -m -- "$2")"); shift 2 ;;
     --max-seq-len) value "$@"; seq_len_arg=(--max-seq-len "$2"); shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --pooling) value "$@"; pooling_arg=(--pooling "$2"); shift 2 ;;
+    --score) value "$@"; score_arg=(--score "$2"); shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) usage "unknown argument $1" ;;
   esac
 done
@@ -56,6 +61,8 @@ elif [ -n "$source_arg" ]; then
 fi
 [ ${#sha_arg[@]} -eq 0 ] || [ -n "$source_arg" ] || usage "--sha256 pins the archive --source URL names; add --source"
 [ ${#labels_arg[@]} -eq 0 ] || [ -n "$model" ] || usage "--labels names a checkpoint of your own's labels; add --model"
+[ ${#pooling_arg[@]} -eq 0 ] || [ -n "$model" ] || usage "--pooling reads an embedding checkpoint of your own; add --model"
+[ ${#score_arg[@]} -eq 0 ] || [ -n "$model" ] || usage "--score reads a rerank checkpoint of your own; add --model"
 # Paths the user gives are read from where the command was run (the run itself works from the checkout's root).
 case "$source_arg" in ""|http://*|https://*|HTTP://*|HTTPS://*) ;; *) source_arg="$(realpath -m -- "$source_arg")" ;; esac
 [ "$repository" = models ] || repository="$(realpath -m -- "$repository")"
@@ -66,7 +73,8 @@ if [ -n "$model" ]; then
   if [ -n "$source_arg" ]; then from=(--source "$source_arg" "${sha_arg[@]}")
   else from=(--bootstrap "${budget_arg[@]}" "${train_arg[@]}"); fi
   add_cmd=(add --task "${tasks[0]}" --model "$model" "${from[@]}" --repository "$repository" --quantize "$quantize"
-    "${fp16_arg[@]}" --runtime "$runtime" "${io_arg[@]}" "${labels_arg[@]}" "${seq_len_arg[@]}")
+    "${fp16_arg[@]}" --runtime "$runtime" "${io_arg[@]}" "${labels_arg[@]}" "${seq_len_arg[@]}" "${pooling_arg[@]}"
+    "${score_arg[@]}")
 fi
 build_cmd=(build --repository "$repository" --runtime "$runtime" "${io_arg[@]}")
 for task in "${tasks[@]}"; do build_cmd+=(--task "$task"); done

@@ -267,6 +267,40 @@ def every_kind_server(
 
 
 @pytest.fixture(scope="session")
+def retrieval_work(tmp_path_factory) -> Path:
+    """A folder holding the retrieval repository (tests/retrieval_fixtures.py: build_retrieval_repository) at
+    ./models and the checkpoints its models were converted from at ./sources/<form>."""
+    from tests.retrieval_fixtures import build_retrieval_repository
+
+    work = tmp_path_factory.mktemp("retrieval")
+    build_retrieval_repository(work)
+    return work
+
+
+@pytest.fixture(scope="session")
+def retrieval_server(retrieval_work):
+    """A real tritonserver on 127.0.0.1 (free ports) serving the retrieval repository's embed and rerank models."""
+    from ernie_deploy.server.process import TritonServer
+
+    with TritonServer(
+        retrieval_work / "models", http_port=0, grpc_port=0, metrics_port=0, log_file=retrieval_work / "server.log"
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def retrieval_gateway(retrieval_server, retrieval_work):
+    """A gateway process (default limits: 32 texts a request) in front of the retrieval server."""
+    from ernie_deploy.gateway.process import GatewayProcess
+
+    process = GatewayProcess(
+        retrieval_work / "models", retrieval_server.grpc_url, log_file=retrieval_work / "gateway-retrieval.log"
+    )
+    with process.start(timeout=60):
+        yield process
+
+
+@pytest.fixture(scope="session")
 def server(repository, tmp_path_factory):
     """A real tritonserver on 127.0.0.1 (free ports) serving both tasks."""
     from ernie_deploy.server.process import TritonServer

@@ -523,7 +523,7 @@ def _client_task(path: Path):
 
 
 def _check_client(command: Command, root: Path) -> str | None:
-    from ernie_deploy.evaluate.served import build_parser as client_parser
+    from ernie_deploy.evaluate.served import client_parser
 
     path = root / command.argv[0]
     if not path.is_file():
@@ -675,7 +675,7 @@ def _owners(root: Path) -> dict[str, list[tuple[str, ...]]]:
     """flag -> the commands of ernie-deploy, the clients and the measurements of `python -m benchmarks` that take it,
     each as the words that start it."""
     from benchmarks.cli import build_parser as benchmarks_parser
-    from ernie_deploy.evaluate.served import build_parser as client_parser
+    from ernie_deploy.evaluate.served import client_parser
 
     parsers = [(("ernie-deploy", name), parser) for name, parser in _subcommands(build_parser()).items()]
     parsers += [((f"clients/{p.name}",), client_parser(*_client_task(p))) for p in sorted(root.glob("clients/*.py"))]

@@ -20,6 +20,7 @@ from ernie_deploy.core.errors import ErnieDeployError, InstallError
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SEQ_CLS, TASKS, TOKEN_CLS, TaskSpec
 from ernie_deploy.evaluate.metrics import FORMATTERS, KIND_EVALUATE
+from ernie_deploy.export.heads import KIND_EXPORTS
 from ernie_deploy.gateway.app import KIND_JSON
 from ernie_deploy.kinds import KINDS, Kind, layer_table
 from ernie_deploy.repository.postprocess_graph import GRAPHS, KIND_GRAPHS
@@ -35,15 +36,16 @@ LAYER_TABLES = {
     "serving/postprocess_steps.py:KIND_SERVING": ("serving", KIND_SERVING, lambda k: True),
     "client/wire.py:KIND_CLIENT": ("client", KIND_CLIENT, lambda k: True),
     "gateway/app.py:KIND_JSON": ("gateway", KIND_JSON, lambda k: True),
-    "evaluate/metrics.py:KIND_EVALUATE": ("evaluate", KIND_EVALUATE, lambda k: True),
-    "train/recipes.py:KIND_RECIPES": ("train", KIND_RECIPES, lambda k: True),
+    "evaluate/metrics.py:KIND_EVALUATE": ("evaluate", KIND_EVALUATE, lambda k: k.scored_per_text),
+    "train/recipes.py:KIND_RECIPES": ("train", KIND_RECIPES, lambda k: k.trained_here),
+    "export/heads.py:KIND_EXPORTS": ("export", KIND_EXPORTS, lambda k: k.own_export),
     "repository/postprocess_graph.py:KIND_GRAPHS": ("repository", KIND_GRAPHS, lambda k: bool(k.graph_postprocess)),
 }
 # Tables read from those under another key -> (the table, the key each kind has in it; None: the kind is not in it).
 KEYED_TABLES = {
     "serving/postprocess_steps.py:POSTPROCESS_STEPS": (POSTPROCESS_STEPS, lambda k: k.postprocess),
     "serving/postprocess_steps.py:WATCHES": (WATCHES, lambda k: k.name),
-    "evaluate/metrics.py:FORMATTERS": (FORMATTERS, lambda k: k.metric),
+    "evaluate/metrics.py:FORMATTERS": (FORMATTERS, lambda k: k.metric if k.scored_per_text else None),
     "repository/postprocess_graph.py:GRAPHS": (GRAPHS, lambda k: k.graph_postprocess or None),
 }
 

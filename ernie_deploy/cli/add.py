@@ -5,7 +5,7 @@ Fetch, export, convert and build in one run, every input checked before anything
 
 from __future__ import annotations
 
-from ernie_deploy.cli.arguments import add_repository
+from ernie_deploy.cli.arguments import add_kind_exports, add_repository
 from ernie_deploy.cli.inputs import MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.io import IOS
 from ernie_deploy.core.tasks import TASKS
@@ -46,6 +46,12 @@ def register(sub) -> None:
         "--labels", metavar="FILE", help="a JSON list of the label names, for a checkpoint whose config has none"
     )
     p.add_argument("--max-seq-len", type=int, metavar="N", help=MAX_SEQ_LEN_HELP)
+    add_kind_exports(p)
+    p.add_argument(
+        "--parity-data",
+        metavar="FILE",
+        help="a split file whose texts the parity gate runs (default: the task's test split; see `convert`)",
+    )
     p.add_argument("--quantize", choices=list(QUANTIZE), help="serve an INT8 model (see `ernie-deploy convert`)")
     p.add_argument("--fp16", action="store_true", default=None, help="an FP16 model, for GPUs")
     p.add_argument("--runtime", choices=[AUTO, *RUNTIMES], help="the model step's runtime (see `ernie-deploy build`)")

@@ -16,6 +16,8 @@ import shlex
 import sys
 
 from ernie_deploy.core.errors import BadOptionsError
+from ernie_deploy.kinds.embed import POOLINGS
+from ernie_deploy.kinds.rerank import SCORES
 from ernie_deploy.repository.options import Unread, recorded_flag
 from ernie_deploy.serving.parameter_types import Parameter
 
@@ -163,3 +165,20 @@ def add_recorded(p: argparse.ArgumentParser, parameter: Parameter, help: str) ->
         recorded_flag(parameter), dest="recorded", action=_Recorded, parameter=parameter,
         metavar=parameter.name.upper(), help=help,
     )  # fmt: skip
+
+
+POOLING_HELP = (
+    "embed models: how a plain ErnieModel's vector is pooled, recorded with the model: cls (the default: the [CLS] "
+    "hidden state), pooled (the pooler's output) or mean (the mean of the real tokens); RocketQA's ErnieEncoder and "
+    "the neural-search recipe's state are read as their own code reads them"
+)
+SCORE_HELP = (
+    "rerank models: what `score` answers, recorded with the model: probability (the default: P(relevant), "
+    "ErnieCrossEncoder.matching's) or raw (the logit, its log-odds)"
+)
+
+
+def add_kind_exports(p) -> None:
+    """The export flags a kind's own export reads (export.heads.KIND_OPTIONS): --pooling and --score."""
+    p.add_argument("--pooling", choices=POOLINGS, help=POOLING_HELP)
+    p.add_argument("--score", choices=SCORES, help=SCORE_HELP)

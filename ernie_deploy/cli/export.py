@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ernie_deploy.cli.arguments import add_model
+from ernie_deploy.cli.arguments import add_kind_exports, add_model
 from ernie_deploy.cli.inputs import DEFAULT_TASK, MAX_SEQ_LEN_HELP, options_from
 from ernie_deploy.core.tasks import TASKS
 from ernie_deploy.pipeline.options import ExportOptions
@@ -34,6 +34,7 @@ def register(sub) -> None:
         "default: the best valid IOB2 sequence) or argmax (each token's best label, read as PaddleNLP's own "
         "pipeline reads it: use it for the same entities as PaddleNLP)",
     )
+    add_kind_exports(p)
     p.set_defaults(func=run)
 
 

@@ -10,7 +10,12 @@ from ernie_deploy.cli.arguments import add_repository
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, LOOPBACK
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
-from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT, DEFAULT_PORT
+from ernie_deploy.gateway.defaults import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CLIENT_BATCH_SIZE,
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_PORT,
+)
 
 
 def register(sub) -> None:
@@ -40,6 +45,15 @@ def register(sub) -> None:
         help="inference requests answered at once; more get 503 with Retry-After (default %(default)s)",
     )
     p.add_argument(
+        "--max-client-batch-size",
+        type=int,
+        default=DEFAULT_MAX_CLIENT_BATCH_SIZE,
+        metavar="N",
+        help="texts one inference request may hold (TEI's max_client_batch_size; a rerank query's texts, a "
+        "similarity's sentences and its source); more are refused by name with 413 (400 on /v1/embeddings) "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECONDS", help="per Triton request (default %(default)s)"
     )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -56,7 +70,7 @@ def register(sub) -> None:
 def _https(args):
     from pathlib import Path
 
-    from ernie_deploy.gateway.app import Https
+    from ernie_deploy.gateway.listen import Https
 
     cert, key, ca = args.http_tls_cert, args.http_tls_key, args.http_tls_ca
     if not (cert or key or ca):
@@ -72,7 +86,8 @@ def _https(args):
 def run(args) -> None:
     from pathlib import Path
 
-    from ernie_deploy.gateway.app import GatewaySettings, serve
+    from ernie_deploy.gateway.app import GatewaySettings
+    from ernie_deploy.gateway.listen import serve
 
     settings = GatewaySettings(
         repository=Path(args.repository),
@@ -80,6 +95,7 @@ def run(args) -> None:
         tls=tls_from_args(args),
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
+        max_client_batch_size=args.max_client_batch_size,
         timeout_s=args.timeout,
     )
     serve(settings, host=args.host, port=args.port, https=_https(args), log_level=args.log_level)

@@ -303,8 +303,9 @@ def input_columns(task: TaskSpec, items: list) -> list[list]:
 def decode_outputs(task: TaskSpec, out: dict[str, np.ndarray]) -> list:
     """Per-text predictions from the ensemble's outputs: label names, or entity lists (each kind's `decode`:
     client.wire.KIND_CLIENT)."""
-    decode = KIND_CLIENT[task.kind].decode
-    return [decode(item) for item in out[task.prediction][:, 0]]
+    kind = KIND_CLIENT[task.kind]
+    column = out[task.prediction]
+    return [kind.decode(item) for item in (column if kind.row else column[:, 0])]
 
 
 def was_truncated(out: dict[str, np.ndarray], i: int) -> bool:

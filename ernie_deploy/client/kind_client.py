@@ -12,6 +12,8 @@ from typing import Any
 class KindClient:
     # One element of the task's prediction output -> what `evaluate` predicts offline (a label name, entities, ...).
     decode: Callable[[bytes], Any]
+    # `decode` reads a text's whole row of the prediction output (a vector), not its one element.
+    row: bool = False
     # The task's outputs PaddleNLP's wire writes otherwise (the kind's `paddlenlp_formats`), each element read back
     # with the text it answers as the native format.
     paddlenlp_readers: dict[str, Callable[[bytes, str], bytes]] = field(default_factory=dict)

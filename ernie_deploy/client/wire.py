@@ -9,7 +9,9 @@ from ernie_deploy.client.kind_client import KindClient
 from ernie_deploy.core.errors import BadRepositoryError
 from ernie_deploy.core.io import Wire
 from ernie_deploy.kinds import layer_table
+from ernie_deploy.kinds.embed.client import CLIENT as EMBED
 from ernie_deploy.kinds.multi_label.client import CLIENT as MULTI_LABEL
+from ernie_deploy.kinds.rerank.client import CLIENT as RERANK
 from ernie_deploy.kinds.sequence.client import CLIENT as SEQUENCE
 from ernie_deploy.kinds.token.client import CLIENT as TOKEN
 from ernie_deploy.kinds.uie.client import CLIENT as UIE
@@ -20,7 +22,9 @@ KIND_CLIENT: dict[str, KindClient] = layer_table(
     "client",
     __name__,
     {
+        "embed": EMBED,
         "multi_label": MULTI_LABEL,
+        "rerank": RERANK,
         "sequence": SEQUENCE,
         "token": TOKEN,
         "uie": UIE,

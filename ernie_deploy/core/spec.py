@@ -69,6 +69,13 @@ class ModelSpec:
     # text); None: not known, which reads as max_seq_len. A model reads long texts best in windows of about this size.
     trained_tokens: int | None = None
     ner_decoding: str | None = None  # token models: serving.entities.DECODINGS; None: the default
+    # Embedding models: how the vector is pooled (cls, pooled or mean: `export --pooling`), whether the graph
+    # L2-normalizes it (the neural-search recipe's does), and its size; None for other models.
+    pooling: str | None = None
+    normalized: bool | None = None
+    dim: int | None = None
+    # Rerank models: what their `score` output is, "probability" or "raw" (the logit: `export --score raw`).
+    scoring: str | None = None
     thresholds: dict[str, float] | None = None  # multi-label models: per label, chosen by `convert` on the dev split
     precision: str | None = None  # what `convert` made: fp32, fp16, int8-static or int8-dynamic
     # How a text longer than max_seq_len is read (repository.options.LONG_TEXT) and its windows or cut.

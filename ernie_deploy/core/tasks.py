@@ -51,6 +51,8 @@ class TaskSpec:
     kind: str  # what one prediction is: the name of a kind in ernie_deploy.kinds (its facts: `kind_facts`)
     dataset: str  # key in ernie_deploy.fetch.datasets.DATASETS
     paddle_class: str  # paddlenlp.transformers class that carries the task head
+    # Other paddlenlp classes whose save_pretrained checkpoints the task serves (its kind's export reads each).
+    other_heads: tuple[str, ...] = ()
     # What the ensemble returns: postprocess outputs, or tokenizer outputs passed straight through.
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     # What the postprocess reads besides the logits: tokenizer outputs (offsets) or the request's text.
@@ -67,6 +69,11 @@ class TaskSpec:
             raise ValueError(f"task {self.name}: kind {self.kind!r} is not one of {sorted(KINDS)}")
         if self.prediction not in {o.name for o in self.outputs}:
             raise ValueError(f"task {self.name}: prediction {self.prediction!r} is not one of its outputs")
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        """Every paddlenlp class whose checkpoints the task serves, its own first."""
+        return (self.paddle_class, *self.other_heads)
 
     @property
     def kind_facts(self) -> Kind:
@@ -226,7 +233,38 @@ UIE = TaskSpec(
     default_max_seq_len=TASKFLOW_MAX_SEQ_LEN,
 )
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE)}
+# The tokenizer's outputs an ensemble passes through as they are: each text's tokens ([CLS] and [SEP] included), and
+# whether it was cut to max_seq_len.
+LENGTHS, TRUNCATED = TOKENIZER_OUTPUTS[3], TOKENIZER_OUTPUTS[4]
+
+# A vector per text (semantic search's recall), pooled as the checkpoint pools it (`export --pooling` for a plain
+# encoder): RocketQA's query or passage tower (paddlenlp's ErnieEncoder), a plain ErnieModel, or the neural-search
+# recipe's saved state. Its tokens and truncation come with it, for the gateway's usage counts and TEI's refusal of a
+# text past the model's length.
+EMBED = TaskSpec(
+    name="embed",
+    kind="embed",
+    dataset="insuranceqa",
+    paddle_class="ErnieEncoder",
+    other_heads=("ErnieModel",),
+    outputs=(TensorSpec("embedding", "FP32", (-1,)), LENGTHS, TRUNCATED),
+)
+
+# A relevance score per (query, text) pair (semantic search's ranking): RocketQA's cross-encoder (an ErnieEncoder
+# with a 2-label classifier, read as ErnieCrossEncoder.matching reads it) or an ErnieForSequenceClassification of 1 or
+# 2 labels. `score` is P(relevant) unless the model was exported with `--score raw`; the logit it comes from (the
+# log-odds of relevance) is answered on request.
+RERANK = TaskSpec(
+    name="rerank",
+    kind="rerank",
+    dataset="insuranceqa",
+    paddle_class="ErnieEncoder",
+    other_heads=("ErnieForSequenceClassification",),
+    outputs=(TensorSpec("score", "FP32", (1,)), LENGTHS, TRUNCATED, TensorSpec(LOGITS, "FP32", (1,))),
+    inputs=(TEXT_INPUT, TEXT_PAIR_INPUT),
+)
+
+TASKS: dict[str, TaskSpec] = {t.name: t for t in (SEQ_CLS, TOKEN_CLS, PAIR_CLS, MULTI_LABEL, UIE, EMBED, RERANK)}
 # What a request may send beside its texts, every task's, by name (a probe sends each its example).
 OPTIONS: dict[str, TensorSpec] = {option.name: option for task in TASKS.values() for option in task.options}
 # The demo model of each task: the name a model of that task gets when none is given (the Triton model users call,
@@ -237,6 +275,8 @@ DEMO_MODELS: dict[str, str] = {
     "pair_cls": "ernie_paircls",
     "multi_label": "ernie_multilabel",
     "uie": "ernie_uie",
+    "embed": "ernie_embed",
+    "rerank": "ernie_rerank",
 }
 # The demo models: what the quickstart, `scripts/convert.sh`, `build` and `bench` take when no task is named. The
 # other tasks are one `--task` away (their bootstraps start from these two and add minutes the quickstart skips).
@@ -254,7 +294,7 @@ def tasks_of_heads(heads: list[str]) -> list[TaskSpec]:
     """The tasks that serve a checkpoint saved from one of `heads` (paddlenlp class names, a config's
     `architectures`): several where tasks share a class (a label per text, text pairs and label sets are all
     ErnieForSequenceClassification), none where no task serves it."""
-    return [task for task in TASKS.values() if task.paddle_class in heads]
+    return [task for task in TASKS.values() if set(task.heads) & set(heads)]
 
 
 def get_task(name: str) -> TaskSpec:

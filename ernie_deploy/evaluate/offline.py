@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.spec import ModelSpec
-from ernie_deploy.evaluate.metrics import KIND_EVALUATE, score
+from ernie_deploy.evaluate.metrics import kind_evaluate, score
 from ernie_deploy.evaluate.windows import window_of
 from ernie_deploy.export.static import PaddlePredictor, StaticModel
 from ernie_deploy.fetch.data import read_split_file
@@ -96,7 +96,7 @@ def predictions(
 ) -> list:
     """Each text's answer from one batch's logits, as the model's postprocess step gives it (its kind's `predict`,
     with `_answer_facts`)."""
-    predict = KIND_EVALUATE[model.kind].predict
+    predict = kind_evaluate(model.task_spec).predict
     return predict(list(model.labels), logits, enc, texts, **_answer_facts(model, every_decoding))
 
 
@@ -226,7 +226,7 @@ def evaluate(model: ModelSpec, static: StaticModel, onnx_path: str | Path, split
     "decodings" holds {decoding: {"paddle": report, "onnx": report}} for each of serving.entities.DECODINGS."""
 
     if model.kind_facts.staged:  # its answers come from staged model runs, not one batch of logits: its own reading
-        return KIND_EVALUATE[model.kind].offline(model, static, onnx_path, split_file)
+        return kind_evaluate(model.task_spec).offline(model, static, onnx_path, split_file)
     task, labels = model.task_spec, list(model.labels)
     model = with_thresholds(model, Path(onnx_path).parent)
     texts, gold = read_split_file(split_file)

@@ -14,7 +14,8 @@ from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import SPEC_PARAMETER, ModelSpec
 from ernie_deploy.core.tasks import DEMO_MODELS, PROBABILITIES, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
-from ernie_deploy.evaluate.metrics import KIND_EVALUATE
+from ernie_deploy.evaluate import retrieval
+from ernie_deploy.evaluate.metrics import kind_evaluate
 
 
 def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
@@ -57,6 +58,14 @@ def build_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentPar
     )
     add_tls_arguments(parser)
     return parser
+
+
+def client_parser(task: TaskSpec, doc: str | None = None) -> argparse.ArgumentParser:
+    """The options of `task`'s client script: a split scored text by text (build_parser), or retrieval's
+    (evaluate.retrieval) for a kind scored over a corpus."""
+    if task.kind_facts.scored_per_text:
+        return build_parser(task, doc)
+    return retrieval.client_parser(task, doc)
 
 
 def served_labels(client: Client) -> list[str]:
@@ -112,7 +121,7 @@ def main(task: TaskSpec, argv: list[str] | None = None, doc: str | None = None) 
                         )
                     items = list(zip(args.text, pairs))
                 out = client.infer(items)
-                show = KIND_EVALUATE[task.kind].show
+                show = kind_evaluate(task).show
                 names = served_labels(client) if all_scores else []
                 for i, (text, prediction) in enumerate(zip(items, decode_outputs(task, out))):
                     show(text, prediction, out, i)

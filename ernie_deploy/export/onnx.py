@@ -108,16 +108,23 @@ class ParityReport:
     # The gate holds the recorded decoding to 1.0; the others are reported.
     ner_decoding: str | None = None
     entities_agree: dict[str, float] | None = None
+    # Vector models (Kind.parity_cosine): the least cosine between Paddle's and ONNX's vector for one text, and the
+    # least the gate takes.
+    min_cosine: float | None = None
+    cosine_gate: float | None = None
 
     @property
     def ok(self) -> bool:
         entities = self.entities_agree is None or self.entities_agree[self.ner_decoding] == 1.0
-        return self.max_abs_diff <= self.tolerance and self.labels_agree == 1.0 and entities
+        vectors = self.cosine_gate is None or self.min_cosine >= self.cosine_gate
+        return self.max_abs_diff <= self.tolerance and self.labels_agree == 1.0 and entities and vectors
 
     def to_dict(self) -> dict:
         data = asdict(self)
         if self.ner_decoding is None:  # not a token model: no entities
             del data["ner_decoding"], data["entities_agree"]
+        if self.cosine_gate is None:  # not a vector model
+            del data["min_cosine"], data["cosine_gate"]
         return {**data, "ok": self.ok}
 
     def summary(self) -> str:
@@ -131,6 +138,8 @@ class ParityReport:
                 for d, agree in self.entities_agree.items()
             )
             line += f", entities agree: {each}"
+        if self.cosine_gate is not None:
+            line += f", least cosine {self.min_cosine:.7f} (gate {self.cosine_gate})"
         return line
 
 
@@ -155,7 +164,8 @@ def check_parity(
     task = model.task_spec
     batches = gate_batches(model, static.vocab_file, texts, batch_size)
     paddle_model, onnx_model = PaddlePredictor(static), OnnxModel(onnx_path)
-    worst, agree = 0.0, 0
+    worst, agree, cosine = 0.0, 0, 1.0
+    gate = task.kind_facts.parity_cosine
     entities_same = dict.fromkeys(DECODINGS, 0) if task.kind_facts.entities else None
     for batch, enc in batches:
         a = paddle_model(enc.input_ids, enc.token_type_ids)
@@ -163,7 +173,10 @@ def check_parity(
         require_logits_rank(task, a, static.model_file)
         require_logits_rank(task, b, onnx_path)
         worst = max(worst, float(np.max(np.abs(a - b))))
-        same = a.argmax(-1) == b.argmax(-1)
+        if gate is not None:
+            cosine = min(cosine, float(np.min(_cosines(a, b))))
+        # A label head's answer is its argmax; a vector's or a score's is the values, which the difference holds.
+        same = a.argmax(-1) == b.argmax(-1) if task.kind_facts.label_head else np.ones(len(a), dtype=bool)
         if task.logits_rank == 2:  # per-token labels: a text agrees when every real token does (padding is ignored)
             same = (same | ~enc.attention_mask.astype(bool)).all(axis=-1)
         agree += int(same.sum())
@@ -171,10 +184,18 @@ def check_parity(
             pair = [batch_entities(batch, x, enc.lengths, enc.offsets, list(model.labels), decoding) for x in (a, b)]
             entities_same[decoding] += sum(x == y for x, y in zip(*pair))
     if entities_same is None:
-        return ParityReport(len(texts), worst, agree / len(texts), tolerance)
+        vectors = {"min_cosine": cosine, "cosine_gate": gate} if gate is not None else {}
+        return ParityReport(len(texts), worst, agree / len(texts), tolerance, **vectors)
     entities_agree = {decoding: same / len(texts) for decoding, same in entities_same.items()}
     decoding = record_defaults.decoding(model)
     return ParityReport(len(texts), worst, agree / len(texts), tolerance, decoding, entities_agree)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each row's cosine between a and b ([n, dim]); two zero vectors agree."""
+    norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    dots = (a * b).sum(axis=-1)
+    return np.where(norms > 0, dots / np.maximum(norms, 1e-30), 1.0)
 
 
 def require_parity(report: ParityReport, onnx_path: Path) -> None:
@@ -182,6 +203,11 @@ def require_parity(report: ParityReport, onnx_path: Path) -> None:
         raise ParityError(
             f"Paddle and ONNX disagree on {onnx_path}: max abs logit diff {report.max_abs_diff:.3g} "
             f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts"
+            + (
+                f", least cosine {report.min_cosine:.7f} (gate {report.cosine_gate})"
+                if report.cosine_gate is not None
+                else ""
+            )
             + (
                 f", entities ({report.ner_decoding} decoding) on {report.entities_agree[report.ner_decoding]:.2%}"
                 if report.entities_agree is not None

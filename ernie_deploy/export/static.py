@@ -24,6 +24,7 @@ from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.files import atomic_path, write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, MODEL_INPUTS, TaskSpec
+from ernie_deploy.export.heads import KIND_EXPORTS, export_facts
 from ernie_deploy.fetch.checkpoints import TOKENIZER_CONFIG, read_model_config, trained_max_seq_len, trained_tokens
 from ernie_deploy.fetch.uie import inspect_uie, trained_schema
 from ernie_deploy.serving.entities import check_decoding
@@ -141,6 +142,8 @@ def export(
     max_seq_len: int | None = None,
     ner_decoding: str | None = None,
     name: str | None = None,
+    pooling: str | None = None,
+    score: str | None = None,
 ) -> StaticModel:
     """Write a static inference model for `task` from a fetch.Checkpoint into out_dir (atomically).
 
@@ -148,14 +151,17 @@ def export(
     the model's max_position_embeddings). ner_decoding: a token model's NER decoding (serving.entities.DECODINGS;
     default constrained), recorded for `build`; "argmax" decodes as PaddleNLP's own pipeline does. name: the model's
     name (default: the task's demo model). The record (model.json) also carries the token length the checkpoint was
-    trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS)."""
+    trained on, where the checkpoint says (fetch.checkpoints.TRAINED_TOKENS). pooling (embed models) and score
+    (rerank models): what their kind's export reads and records (kinds/<kind>/export.py), refused for other kinds."""
     decoding = recorded_decoding(task, ner_decoding)
     out_dir = Path(out_dir)
     root = Path(checkpoint.root)
     config = read_model_config(checkpoint.config_file) if checkpoint.config_file else {}
-    facts = {}
+    facts = export_facts(task, checkpoint, {"pooling": pooling, "score": score})
     if task.kind_facts.label_head:
         labels = labels or label_names_from_config(config)
+    elif task.kind_facts.own_export:
+        labels = ()  # its answer is a vector or a score, named by no label
     else:
         # No label head (UIE): the labels are the types it was trained to extract, where its config says, which are
         # also what it answers a request that sends no schema.
@@ -175,7 +181,7 @@ def export(
             shutil.copy2(checkpoint.params_file, tmp / f"{PREFIX}.pdiparams")
             model_name = f"{PREFIX}{model_file.suffix}"
         else:
-            model_name = _save_static(root, task, tmp / PREFIX)
+            model_name = _save_static(root, task, tmp / PREFIX, facts)
         shutil.copy2(checkpoint.vocab_file, tmp / "vocab.txt")
         tokenizer_config = {}
         if checkpoint.tokenizer_config_file is not None:
@@ -196,12 +202,15 @@ def export(
     return StaticModel.load(out_dir)
 
 
-def _save_static(root: Path, task: TaskSpec, prefix: Path) -> str:
+def _save_static(root: Path, task: TaskSpec, prefix: Path, facts: dict) -> str:
     import paddle
     import paddlenlp.transformers as transformers
 
     paddle.set_device("cpu")
-    model = getattr(transformers, task.paddle_class).from_pretrained(str(root))
+    if task.kind in KIND_EXPORTS:
+        model = KIND_EXPORTS[task.kind].layer(root, facts)
+    else:
+        model = getattr(transformers, task.paddle_class).from_pretrained(str(root))
     model.eval()
     # Both axes dynamic: batch and sequence length vary per request.
     spec = [paddle.static.InputSpec([None, None], "int64", name) for name in MODEL_INPUTS]
@@ -242,23 +251,3 @@ class PaddlePredictor:
             handle.copy_from_cpu(array)
         self.predictor.run()
         return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
-
-
-def static_logits_rank(model_file: str | Path, params_file: str | Path) -> int:
-    """The dims of a static model's logits per text (1: a label per text, 2: a label per token), read from one run of
-    Paddle Inference on a two-token input: the rank a static program declares is not read back the same way by every
-    Paddle format, a run's output is."""
-    import numpy as np
-    from paddle import inference
-
-    config = inference.Config(str(model_file), str(params_file))
-    config.disable_gpu()
-    config.disable_glog_info()
-    predictor = inference.create_predictor(config)
-    ids = np.array([[1, 2]], dtype=np.int64)  # [CLS] [SEP] in an ERNIE vocabulary; any id below its size will do
-    for name in predictor.get_input_names():
-        handle = predictor.get_input_handle(name)
-        handle.reshape(ids.shape)
-        handle.copy_from_cpu(ids if name == MODEL_INPUTS[0] else np.zeros_like(ids))
-    predictor.run()
-    return predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu().ndim - 1

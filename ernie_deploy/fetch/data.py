@@ -16,7 +16,7 @@ from ernie_deploy.core.files import atomic_path
 from ernie_deploy.core.paths import artifacts_dir
 
 SPLITS = ("train", "dev", "test")
-FORMATS = ("tsv", "jsonl", "labels.tsv")
+FORMATS = ("tsv", "jsonl", "labels.tsv", "pairs.tsv")
 JSONL_FIX = (
     'write each line as one JSON object, {"text": "...", "labels": [one tag per character]}, or re-run '
     "`ernie-deploy fetch-data`"
@@ -25,8 +25,10 @@ LABEL_SEPARATOR = "|"  # between the labels of one text in a label-set TSV
 
 
 # The TSV headers: a label and a text; a label and a text pair (read back as (text, text_pair) tuples); a label set
-# and a text (`write_label_sets`: a text's labels joined by LABEL_SEPARATOR, read back as a sorted list of names).
-TSV_HEADERS = (["label", "text"], ["label", "text", "text_pair"], ["labels", "text"])
+# and a text (`write_label_sets`: a text's labels joined by LABEL_SEPARATOR, read back as a sorted list of names); a
+# query and a passage that answers it (retrieval: read back as (query, passage) tuples, each labelled RELEVANT).
+TSV_HEADERS = (["label", "text"], ["label", "text", "text_pair"], ["labels", "text"], ["query", "passage"])
+RELEVANT = "relevant"
 
 
 def write_tsv(path: Path, rows: list[tuple[str, ...]], header: str = "label") -> None:
@@ -51,12 +53,12 @@ def read_tsv(path: str | Path) -> tuple[list, list]:
         header = next(reader, None)
         if header not in TSV_HEADERS:
             raise BadDataError(
-                f"{path}: expected a `label<TAB>text`, `label<TAB>text<TAB>text_pair` or `labels<TAB>text` header, "
-                f"got {header}",
+                f"{path}: expected a `label<TAB>text`, `label<TAB>text<TAB>text_pair`, `labels<TAB>text` or "
+                f"`query<TAB>passage` header, got {header}",
                 "give the file one of those header lines, fields separated by tabs; in a `labels` file, join a "
                 "text's labels with '|'",
             )
-        sets = header[0] == "labels"
+        sets, retrieval = header[0] == "labels", header[0] == "query"
         for row in reader:
             if len(row) != len(header):
                 raise BadDataError(
@@ -64,9 +66,22 @@ def read_tsv(path: str | Path) -> tuple[list, list]:
                     "give every row the header's fields, separated by tabs; a tab or line break inside a text "
                     "needs a backslash before it",
                 )
+            if retrieval:
+                texts.append((row[0], row[1]))
+                labels.append(RELEVANT)
+                continue
             labels.append(sorted(set(filter(None, row[0].split(LABEL_SEPARATOR)))) if sets else row[0])
             texts.append(row[1] if len(row) == 2 else (row[1], row[2]))
     return texts, labels
+
+
+def write_pairs(path: Path, rows: list[tuple[str, str]]) -> None:
+    """(query, passage) rows under a `query<TAB>passage` header, atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
+            writer.writerow(["query", "passage"])
+            writer.writerows(rows)
 
 
 def write_label_sets(path: Path, rows: list[tuple[list[str], str]]) -> None:
@@ -112,6 +127,15 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[list[str]]]:
             texts.append(text)
             labels.append(tags)
     return texts, labels
+
+
+def task_texts(task, texts: list) -> list:
+    """`texts` as `task` reads them: a one-text task without a label head (an embedding model) reads each side of a
+    (query, passage) pair as a text of its own; the others take them as they are."""
+    one_text = len(task.inputs) == 1 and not task.kind_facts.label_head
+    if one_text and texts and all(isinstance(t, tuple) for t in texts):
+        return [side for pair in texts for side in pair]
+    return texts
 
 
 def split_file(directory: str | Path, split: str, fmt: str) -> Path:

@@ -1,13 +1,15 @@
-"""The gateway's ASGI app (Starlette) and how it is served (uvicorn, one worker): the routes of docs/GATEWAY.md.
+"""The gateway's ASGI app (Starlette; served by gateway.listen): the routes of docs/GATEWAY.md.
 
 Per request, in this order: an inference request beyond --max-concurrent-requests gets 503 with Retry-After, never
 queued (as TEI sheds load: a client backs off instead of waiting behind a queue it cannot see); the model is looked
 up (the repository is read again for a name not known); a body past --max-body-bytes is refused with 413, read and
 thrown away first up to a bound (gateway.bodies), as is the body of a request refused before it was read (404,
 503); then the JSON, the texts, Triton's answer and the kind's JSON (kinds/<kind>/gateway.py); TEI's /tokenize is
-answered from the model's own tokenizer instead of Triton (gateway.tokenize). Any refusal is answered in the error
-shape of the route's contract (gateway.errors), and an unexpected failure is logged and answered as a 500 in that
-shape: the gateway itself keeps serving."""
+answered from the model's own tokenizer instead of Triton (gateway.tokenize); TEI's embed, similarity and rerank
+(gateway.retrieval) and OpenAI's embeddings (gateway.openai) read their own bodies. Every inference route holds a
+request to --max-client-batch-size texts. Any refusal is answered in the error shape of the route's contract
+(gateway.errors), and an unexpected failure is logged and answered as a 500 in that shape: the gateway itself keeps
+serving."""
 
 from __future__ import annotations
 
@@ -26,20 +28,28 @@ from starlette.routing import Route
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
 from ernie_deploy.core.errors import BadOptionsError, BadRequest
 from ernie_deploy.core.tls import Tls
-from ernie_deploy.gateway import bodies
-from ernie_deploy.gateway.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT, DEFAULT_PORT
+from ernie_deploy.gateway import bodies, retrieval
+from ernie_deploy.gateway.defaults import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CLIENT_BATCH_SIZE,
+    DEFAULT_MAX_CONCURRENT,
+)
 from ernie_deploy.gateway.errors import (
     GatewayError,
     hugging_face_response,
+    openai_response,
     simple_serving_response,
 )
 from ernie_deploy.gateway.metrics import Metrics
 from ernie_deploy.gateway.models import ModelTable, ServedModel, reads_schema
 from ernie_deploy.gateway.parameters import KindJson
+from ernie_deploy.gateway.retrieval_routes import RetrievalRoutes
 from ernie_deploy.gateway.tokenize import Tokenizers
 from ernie_deploy.gateway.triton import Triton
 from ernie_deploy.kinds import layer_table
+from ernie_deploy.kinds.embed.gateway import JSON as EMBED
 from ernie_deploy.kinds.multi_label.gateway import JSON as MULTI_LABEL
+from ernie_deploy.kinds.rerank.gateway import JSON as RERANK
 from ernie_deploy.kinds.sequence.gateway import JSON as SEQUENCE
 from ernie_deploy.kinds.token.gateway import JSON as TOKEN
 from ernie_deploy.kinds.uie.gateway import JSON as UIE
@@ -52,7 +62,9 @@ KIND_JSON: dict[str, KindJson] = layer_table(
     "gateway",
     __name__,
     {
+        "embed": EMBED,
         "multi_label": MULTI_LABEL,
+        "rerank": RERANK,
         "sequence": SEQUENCE,
         "token": TOKEN,
         "uie": UIE,
@@ -66,6 +78,10 @@ ROUTES = {
     "hugging_face": "/hf/{model}",
     "tei_predict": "/hf/{model}/predict",
     "tei_tokenize": "/hf/{model}/tokenize",
+    "tei_embed": "/hf/{model}/embed",
+    "tei_similarity": "/hf/{model}/similarity",
+    "tei_rerank": "/hf/{model}/rerank",
+    "openai_embeddings": "/v1/embeddings",
 }
 
 
@@ -76,6 +92,7 @@ class GatewaySettings:
     tls: Tls | None = None  # how to reach a tritonserver that serves gRPC over TLS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
+    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # texts per inference request
     timeout_s: float = 60.0  # per Triton request
 
 
@@ -84,10 +101,14 @@ class Gateway:
 
     def __init__(self, settings: GatewaySettings):
 
-        if settings.max_body_bytes < 1 or settings.max_concurrent_requests < 1:
+        bounds = {
+            "--max-body-bytes": settings.max_body_bytes,
+            "--max-concurrent-requests": settings.max_concurrent_requests,
+            "--max-client-batch-size": settings.max_client_batch_size,
+        }
+        if min(bounds.values()) < 1:
             raise BadOptionsError(
-                f"--max-body-bytes {settings.max_body_bytes} and --max-concurrent-requests "
-                f"{settings.max_concurrent_requests} must both be at least 1",
+                ", ".join(f"{flag} {value}" for flag, value in bounds.items()) + ": each must be at least 1",
                 "pass positive numbers, or leave them out for the defaults",
             )
         self.settings = settings
@@ -95,6 +116,7 @@ class Gateway:
         self.tokenizers = Tokenizers(settings.repository)
         self.triton = Triton(settings.grpc_url, settings.tls, settings.timeout_s)
         self.metrics = Metrics()
+        self.retrieval = RetrievalRoutes(self, KIND_JSON)
         self.in_flight = 0
         self.metrics.count_in_flight(lambda: self.in_flight)
 
@@ -114,6 +136,12 @@ class Gateway:
             Route(ROUTES["hugging_face"], self.hugging_face, methods=["POST"]),
             Route(ROUTES["tei_predict"], self.tei_predict, methods=["POST"]),
             Route(ROUTES["tei_tokenize"], self.tei_tokenize, methods=["POST"]),
+            Route(ROUTES["tei_embed"], self.tei_embed, methods=["POST"]),
+            Route(ROUTES["tei_similarity"], self.tei_similarity, methods=["POST"]),
+            Route(ROUTES["tei_rerank"], self.tei_rerank, methods=["POST"]),
+            Route(ROUTES["openai_embeddings"], self.openai_embeddings, methods=["POST"]),
+            Route("/v1/models", self.retrieval.openai_models, methods=["GET"]),
+            Route("/v1/models/{model}", self.retrieval.openai_model, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/ready", self.ready, methods=["GET"]),
             Route("/info", self.info, methods=["GET"]),
@@ -138,6 +166,18 @@ class Gateway:
     async def tei_tokenize(self, request: Request) -> Response:
         # Counted and bounded as an inference request: tokenizing a request's most characters is seconds of work.
         return await self._inference(request, "tei_tokenize", hugging_face_response, self._tokenize)
+
+    async def tei_embed(self, request: Request) -> Response:
+        return await self._inference(request, "tei_embed", hugging_face_response, self._tei_embed)
+
+    async def tei_similarity(self, request: Request) -> Response:
+        return await self._inference(request, "tei_similarity", hugging_face_response, self._tei_similarity)
+
+    async def tei_rerank(self, request: Request) -> Response:
+        return await self._inference(request, "tei_rerank", hugging_face_response, self._tei_rerank)
+
+    async def openai_embeddings(self, request: Request) -> Response:
+        return await self._inference(request, "openai_embeddings", openai_response, self._openai_embeddings)
 
     async def _inference(
         self,
@@ -187,6 +227,9 @@ class Gateway:
             )
         return model
 
+    async def _body(self, request: Request) -> object:
+        return bodies.parse_json(await bodies.read_body(request, self.settings.max_body_bytes))
+
     async def _items(self, request: Request, parse, route: str) -> tuple[ServedModel, object]:
         model = await self._model(request)
         if route == "taskflow" and not reads_schema(model.record):
@@ -206,12 +249,28 @@ class Gateway:
         model, (items, parameters) = await self._items(request, bodies.simple_serving, route)
         if not items:
             raise GatewayError.invalid("data.text is an empty list", "send at least one text", ["body", "data", "text"])
+        bodies.cap_texts(len(items), self.settings.max_client_batch_size, "data.text holds")
         answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record))
         return JSONResponse({"result": KIND_JSON[model.record.kind].simple_serving(answers, model.record, parameters)})
 
     async def _hugging_face(self, request: Request, route: str) -> Response:
-        model, (items, single, parameters) = await self._items(request, bodies.hugging_face, route)
+        model = await self._model(request)
+        body = await self._body(request)
         kind = model.record.kind
+        if kind == retrieval.EMBED:
+            if route == "hugging_face":
+                # What InferenceClient.feature_extraction and .sentence_similarity post to a model URL.
+                if retrieval.is_similarity(body):
+                    return await self.retrieval.similarity(model, body)
+                return await self.retrieval.embed(model, body)
+            raise GatewayError(
+                424,
+                "backend",
+                f"{model.name} is an embedding model, and TEI's /predict answers classifiers",
+                fix=f"call POST /hf/{model.name}/embed (or POST /hf/{model.name})",
+            )
+        items, single, parameters = bodies.hugging_face(body, model.record)
+        bodies.cap_texts(len(items), self.settings.max_client_batch_size, "inputs holds")
         # Every label's scores are computed and sent only for a request whose parameters need them.
         asked = KIND_JSON[kind].asks(parameters)
         answers = await self.triton.infer(model, bodies.with_schema(items, parameters, model.record), asked)
@@ -225,7 +284,28 @@ class Gateway:
     async def _tokenize(self, request: Request, route: str) -> Response:
         model = await self._model(request)
         body = await bodies.read_body(request, self.settings.max_body_bytes)
-        return JSONResponse(await self.tokenizers.answer(model, bodies.parse_json(body)))
+        return JSONResponse(
+            await self.tokenizers.answer(model, bodies.parse_json(body), self.settings.max_client_batch_size)
+        )
+
+    # -- retrieval: TEI's embed, similarity and rerank, OpenAI's embeddings (gateway.retrieval_routes) -----------
+    async def _tei_embed(self, request: Request, route: str) -> Response:
+        model = await self._model(request)
+        retrieval.require(model, retrieval.EMBED, ROUTES[route])
+        return await self.retrieval.embed(model, await self._body(request))
+
+    async def _tei_similarity(self, request: Request, route: str) -> Response:
+        model = await self._model(request)
+        retrieval.require(model, retrieval.EMBED, ROUTES[route])
+        return await self.retrieval.similarity(model, await self._body(request))
+
+    async def _tei_rerank(self, request: Request, route: str) -> Response:
+        model = await self._model(request)
+        retrieval.require(model, retrieval.RERANK, ROUTES[route])
+        return await self.retrieval.rerank(model, await self._body(request))
+
+    async def _openai_embeddings(self, request: Request, route: str) -> Response:
+        return await self.retrieval.openai_embeddings(await self._body(request))
 
     # -- health, info, metrics ------------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -257,6 +337,7 @@ class Gateway:
             "repository": str(self.settings.repository),
             "max_body_bytes": self.settings.max_body_bytes,
             "max_concurrent_requests": self.settings.max_concurrent_requests,
+            "max_client_batch_size": self.settings.max_client_batch_size,
             "models": [
                 {**model.info(), "hugging_face_task": KIND_JSON[model.record.kind].hf_task}
                 for model in (await self.models.refreshed()).values()
@@ -274,76 +355,3 @@ class Gateway:
 def create_app(settings: GatewaySettings) -> Starlette:
     """The gateway's ASGI app (serve it with any ASGI server, one worker)."""
     return Gateway(settings).app()
-
-
-@dataclass(frozen=True)
-class Https:
-    """The gateway's own HTTPS: its certificate and key, and with `ca` only clients presenting a certificate signed
-    by that CA are served (mutual TLS)."""
-
-    cert: Path
-    key: Path
-    ca: Path | None = None
-
-    def __post_init__(self) -> None:
-        import ssl
-
-        for option, path in (("--http-tls-cert", self.cert), ("--http-tls-key", self.key), ("--http-tls-ca", self.ca)):
-            if path is not None and not Path(path).is_file():
-                raise BadOptionsError(f"{option} {path}: no such file", "pass the path of an existing PEM file")
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(str(self.cert), str(self.key), password=lambda: b"")
-            if self.ca is not None:
-                context.load_verify_locations(cafile=str(self.ca))
-        except ssl.SSLError as exc:
-            raise BadOptionsError(
-                f"--http-tls-cert {self.cert}, --http-tls-key {self.key}"
-                + (f", --http-tls-ca {self.ca}" if self.ca else "")
-                + f" cannot be used: {exc.reason or exc}",
-                "pass the gateway's PEM certificate, its own unencrypted key, and a PEM CA certificate",
-            ) from None
-
-    def uvicorn(self) -> dict:
-        import ssl
-
-        out = {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
-        if self.ca is not None:
-            out |= {"ssl_ca_certs": str(self.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-        return out
-
-
-def serve(
-    settings: GatewaySettings,
-    *,
-    host: str = "127.0.0.1",
-    port: int = DEFAULT_PORT,
-    https: Https | None = None,
-    log_level: str = "info",
-) -> None:
-    """Serve the gateway in the foreground (uvicorn, one worker) until SIGTERM or Ctrl-C, which finish the requests
-    in flight and close the Triton connection."""
-    import uvicorn
-
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    gateway = Gateway(settings)
-    scheme = "https" if https else "http"
-    shown = f"[{host}]" if ":" in host else host
-    print(
-        f"ernie-deploy gateway: {len(gateway.models.models)} models of {settings.repository} "
-        f"({', '.join(gateway.models.models) or 'none yet'}) at {scheme}://{shown}:{port}, readiness "
-        f"{scheme}://{shown}:{port}/ready, Triton gRPC at {settings.grpc_url}",
-        flush=True,
-    )
-    config = uvicorn.Config(
-        gateway.app(),
-        host=host,
-        port=port,
-        workers=1,
-        log_level=log_level,
-        access_log=False,  # a line per request costs what the gateway is measured by; /metrics counts them
-        lifespan="on",
-        timeout_graceful_shutdown=30,
-        **(https.uvicorn() if https else {}),
-    )
-    uvicorn.Server(config).run()

@@ -112,6 +112,29 @@ def too_large(size: str, limit: int, read: bool = True) -> GatewayError:
     )
 
 
+CAP_FLAG = "--max-client-batch-size"
+
+
+def token_ids(value) -> bool:
+    """Whether `value` is a list of token ids (OpenAI's and TEI's other form of an input): these models read text,
+    tokenized by their own step, so such an input is refused by name rather than read as numbers."""
+    return isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
+
+
+def cap_texts(count: int, limit: int, held: str, *, status: int = 413, loc: list | None = None) -> None:
+    """Refuse a request of more than `limit` texts (the gateway's --max-client-batch-size, TEI's
+    max_client_batch_size) by name, before Triton is asked: `held` says what holds them ("inputs holds", "the
+    request holds"). TEI answers 413 validation; the OpenAI route passes its own status (400) and the field (`loc`)."""
+    if count > limit:
+        raise GatewayError(
+            status,
+            "validation",
+            f"{held} {count} texts, over this gateway's limit of {limit} per request ({CAP_FLAG})",
+            fix=f"send at most {limit} texts a request (split the list), or start the gateway with a larger {CAP_FLAG}",
+            loc=loc,
+        )
+
+
 def parse_json(body: bytes) -> object:
     try:
         return json.loads(body)

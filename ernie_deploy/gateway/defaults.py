@@ -13,3 +13,9 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 # past 64 a request mostly waits in a queue. 64 also bounds the bodies held in memory to 64 x 4 MiB = 256 MiB.
 DEFAULT_MAX_CONCURRENT = 64
 DEFAULT_PORT = 8080
+# Texts one inference request may hold, beyond which it is refused by name (413; 400 on the OpenAI route): TEI's
+# `max_client_batch_size` and its default. It bounds what one request costs the server (Triton runs a request's
+# texts in max_batch_size parts at once) and the gateway (each text's answer is held until the request's last one
+# comes back), as --max-concurrent-requests bounds how many run: at both defaults 64 x 32 = 2,048 texts in flight.
+# A batch client splits its list; a deployment that wants larger requests raises it.
+DEFAULT_MAX_CLIENT_BATCH_SIZE = 32

@@ -5,6 +5,11 @@ contract whose route was called.
   `{"detail": [{"type", "loc", "msg"}]}`, any other `{"detail": "<message>"}`.
 - Hugging Face's routes answer as text-embeddings-inference does: `{"error": "<message>", "error_type": "<type>"}`,
   error_type one of TEI's (validation, empty, tokenizer, backend, overloaded, unhealthy) or not_found.
+- The OpenAI routes (`/v1/...`) answer as OpenAI's API does, which the `openai` package reads into its exception
+  classes by status: `{"error": {"message", "type", "param", "code"}}`, type `invalid_request_error` for the
+  request's fault (4xx) and `server_error` for the server's or the model's; param the body field at fault (null
+  where none is); code `model_not_found` for an unknown model, else the gateway's error type (validation, empty,
+  overloaded, unhealthy, backend).
 
 Every message names the problem and the fix (core.errors' rule), never a stack trace."""
 
@@ -73,3 +78,20 @@ def simple_serving_response(error: GatewayError) -> JSONResponse:
 
 def hugging_face_response(error: GatewayError) -> JSONResponse:
     return JSONResponse({"error": error.message, "error_type": error.error_type}, error.status, headers=error.headers)
+
+
+# OpenAI's error types: the request's fault, or the server's (the openai package raises by status, not by these).
+OPENAI_REQUEST = "invalid_request_error"
+OPENAI_SERVER = "server_error"
+
+
+def openai_response(error: GatewayError) -> JSONResponse:
+    # `loc` is FastAPI's path into the body (["body", "input", 3]); OpenAI names the top-level field alone.
+    param = error.loc[1] if error.loc and error.loc[0] == "body" and len(error.loc) > 1 else None
+    body = {
+        "message": error.message,
+        "type": OPENAI_REQUEST if error.status < 500 and error.status != 424 else OPENAI_SERVER,
+        "param": param,
+        "code": "model_not_found" if error.error_type == "not_found" else error.error_type,
+    }
+    return JSONResponse({"error": body}, error.status, headers=error.headers)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import SCHEMA_INPUT
+from ernie_deploy.kinds.embed import KIND as EMBED
+from ernie_deploy.kinds.rerank import DEFAULT_SCORE
+from ernie_deploy.kinds.rerank import KIND as RERANK
 from ernie_deploy.serving.limits import TextLimits
 
 log = logging.getLogger("ernie_deploy.gateway")
@@ -42,7 +45,7 @@ class ServedModel:
 
     def info(self) -> dict:
         record, wire = self.record, self.record.wire
-        return {
+        out = {
             "name": record.name,
             "task": record.task,
             "kind": record.kind,
@@ -58,14 +61,34 @@ class ServedModel:
             "long_text": record.long_text,
             "thresholds": record.thresholds,
             "serving": record.serving.to_dict(),
-            "routes": {
-                "simple_serving": f"/models/{record.name}",
-                **({"taskflow": f"/taskflow/{record.name}"} if reads_schema(record) else {}),
-                "hugging_face": f"/hf/{record.name}",
-                "tei_predict": f"/hf/{record.name}/predict",
-                "tei_tokenize": f"/hf/{record.name}/tokenize",
-            },
+            "routes": self.routes(),
         }
+        if record.kind == EMBED.name:
+            # The vector's size (None: not recorded, read from an answer) and whether the graph answers it at length 1.
+            out |= {"dim": record.dim, "normalized": record.normalized}
+        elif record.kind == RERANK.name:
+            out["scoring"] = record.scoring or DEFAULT_SCORE
+        return out
+
+    def routes(self) -> dict[str, str]:
+        """The routes that answer this model: every model's, and those of its kind."""
+        name, kind = self.record.name, self.record.kind
+        routes = {"simple_serving": f"/models/{name}"}
+        if reads_schema(self.record):
+            routes["taskflow"] = f"/taskflow/{name}"
+        routes["hugging_face"] = f"/hf/{name}"
+        if kind == EMBED.name:  # TEI's /predict answers classifiers
+            routes |= {
+                "tei_embed": f"/hf/{name}/embed",
+                "tei_similarity": f"/hf/{name}/similarity",
+                "openai_embeddings": "/v1/embeddings",
+            }
+        else:
+            routes["tei_predict"] = f"/hf/{name}/predict"
+        if kind == RERANK.name:
+            routes["tei_rerank"] = f"/hf/{name}/rerank"
+        routes["tei_tokenize"] = f"/hf/{name}/tokenize"
+        return routes
 
 
 def reads_schema(record: ModelSpec) -> bool:

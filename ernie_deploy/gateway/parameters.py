@@ -76,6 +76,15 @@ def ranked(answers: dict, labels, parameters: dict, computed: str, k: int | None
     return out
 
 
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Each row of `vectors` [texts, dim] scaled to length 1 (float32), as TEI's `normalize` and OpenAI's embeddings
+    answer them; computed in float64 so that each row's norm is 1 to float32's precision. A zero row stays zero (it
+    has no direction to keep)."""
+    wide = vectors.astype(np.float64)
+    norms = np.linalg.norm(wide, axis=-1, keepdims=True)
+    return (wide / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
 def number(parameters: dict, name: str, low: float, high: float) -> float | None:
     """A number parameter within [low, high], or None where absent."""
     value = parameters.get(name)

@@ -31,6 +31,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from ernie_deploy.core.errors import ErnieDeployError
+from ernie_deploy.gateway.bodies import cap_texts
 from ernie_deploy.gateway.errors import GatewayError
 from ernie_deploy.gateway.models import ServedModel
 from ernie_deploy.serving.encoding import tokenize_whole
@@ -43,9 +44,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 REBUILD = "rebuild the model (`ernie-deploy build`), which writes its tokenizer.json"
 
 
-def parse(body: object, model: ServedModel) -> tuple[list[str], bool]:
-    """(texts, add_special_tokens) of a TEI /tokenize body, each text and the request within the model's character
-    limits: the limits its tokenizer step holds every request to, checked before any tokenization."""
+def parse(body: object, model: ServedModel, max_texts: int) -> tuple[list[str], bool]:
+    """(texts, add_special_tokens) of a TEI /tokenize body: at most `max_texts` texts (--max-client-batch-size), each
+    text and the request within the model's character limits (the limits its tokenizer step holds every request
+    to), checked before any tokenization."""
     fix = 'send {"inputs": "text"} or {"inputs": ["text", ...]}'
     if not isinstance(body, dict) or "inputs" not in body:
         raise GatewayError.invalid("the body has no inputs", fix, ["body", "inputs"], "missing")
@@ -69,6 +71,7 @@ def parse(body: object, model: ServedModel) -> tuple[list[str], bool]:
         raise GatewayError.invalid(f"inputs is {_shown(inputs)}", fix, ["body", "inputs"], "string_type")
     if not texts:
         raise GatewayError(400, "empty", "inputs is an empty list", fix="send at least one text")
+    cap_texts(len(texts), max_texts, "inputs holds")
     for i, text in enumerate(texts):
         if isinstance(text, list):
             raise GatewayError.invalid(
@@ -154,8 +157,8 @@ class Tokenizers:
         self._paths: dict[tuple, Path] = {}  # per record served: a rollout or rebuild gives a new record
         self._loaded: dict[Path, tuple[int, Tokenizer]] = {}
 
-    async def answer(self, model: ServedModel, body: object) -> list[list[dict]]:
-        texts, special = parse(body, model)
+    async def answer(self, model: ServedModel, body: object, max_texts: int) -> list[list[dict]]:
+        texts, special = parse(body, model, max_texts)
         tokenizer = await self.get(model)
         # Off the event loop: a request of the most characters a model takes is seconds of tokenizing.
         return await asyncio.to_thread(tokens, tokenizer, texts, special)

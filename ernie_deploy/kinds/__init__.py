@@ -1,5 +1,5 @@
-"""Task kinds, one subpackage each: everything in which a label per text, a label per token and a set of labels per
-text differ lives under ernie_deploy/kinds/<kind>/.
+"""Task kinds, one subpackage each: everything in which a label per text, a label per token, a set of labels per
+text, extracted spans, a vector per text and a score per pair differ lives under ernie_deploy/kinds/<kind>/.
 
 A kind's `__init__.py` holds its facts (KIND, a base.Kind), and this module registers it by name (KINDS). Beside
 the facts, one module per layer that treats the kind its own way, named after that layer (`serving.py`, `client.py`,
@@ -19,7 +19,9 @@ from typing import TypeVar
 
 from ernie_deploy.core.errors import BadOptionsError, InstallError
 from ernie_deploy.kinds import (
+    embed,
     multi_label,
+    rerank,
     sequence,
     token,
     uie,
@@ -52,7 +54,9 @@ def registered(*packages: ModuleType) -> dict[str, Kind]:
 
 # Every kind, by name: one package per kind, in the order of their names.
 KINDS: dict[str, Kind] = registered(
+    embed,
     multi_label,
+    rerank,
     sequence,
     token,
     uie,

@@ -46,6 +46,17 @@ class Kind:
     # Its model runs in stages within one request, each prompted by what the one before found (UIE: a relation is
     # asked of each span found): only a layout that runs the whole pipeline in one python model can serve it.
     staged: bool = False
+    # Its checkpoint is read by its own export code (kinds/<kind>/export.py: the forms it takes, the layer saved and
+    # the facts recorded with it) rather than by its task's paddlenlp class alone.
+    own_export: bool = False
+    # The least cosine between Paddle's and onnxruntime's answer for one text the convert gate takes, for a kind whose
+    # answer is a vector (its direction is what a search compares); None: the answer is not a vector.
+    parity_cosine: float | None = None
+    # A bootstrap recipe trains a demo model of it here (kinds/<kind>/train.py); False: users bring their own.
+    trained_here: bool = True
+    # Its split is scored text by text against gold answers (evaluate's table, kinds/<kind>/evaluate.py); False: a
+    # retrieval kind, scored over a corpus (recall@k, MRR@k: evaluate.retrieval) by its client.
+    scored_per_text: bool = True
 
     def __post_init__(self):
         if self.logits_rank not in (1, 2):

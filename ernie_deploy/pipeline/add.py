@@ -17,7 +17,9 @@ from pathlib import Path
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.io import wire
 from ernie_deploy.core.tasks import DEMO_MODELS, TASKS, TOKENIZER_STEP, TaskSpec, check_model_name, get_task
-from ernie_deploy.export.static import choose_max_seq_len, label_names_from_config, static_logits_rank
+from ernie_deploy.export.heads import export_facts
+from ernie_deploy.export.static import choose_max_seq_len, label_names_from_config
+from ernie_deploy.export.static_probe import static_logits_rank
 from ernie_deploy.fetch.archives import archive_format
 from ernie_deploy.fetch.checkpoints import inspect_checkpoint, is_url
 from ernie_deploy.fetch.datasets import prepare
@@ -70,9 +72,9 @@ def check_head(task: TaskSpec, checkpoint) -> None:
         _check_static_head(task, checkpoint)
         return
     heads = checkpoint.heads
-    if not heads or task.paddle_class in heads:
+    if not heads or set(task.heads) & set(heads):
         return
-    fits = sorted(name for name, spec in TASKS.items() if spec.paddle_class in heads)
+    fits = sorted(name for name, spec in TASKS.items() if set(spec.heads) & set(heads))
     fix = (
         f"use {' or '.join(f'--task {name}' for name in fits)}, which serves that head"
         if fits
@@ -80,7 +82,7 @@ def check_head(task: TaskSpec, checkpoint) -> None:
     )
     raise BadCheckpointError(
         f"{checkpoint.root} holds the head {', '.join(heads)} (its {Path(checkpoint.config_file).name} says), and "
-        f"--task {task.name} serves the head {task.paddle_class}",
+        f"--task {task.name} serves the head {' or '.join(task.heads)}",
         fix,
     )
 
@@ -121,10 +123,12 @@ def check_max_seq_len(checkpoint, export: ExportOptions) -> None:
 
 def check_checkpoint(task: TaskSpec, checkpoint, export: ExportOptions) -> None:
     """What a checkpoint found on disk must be to serve as `task`: its head the task's, its labels readable, its
-    positions enough for --max-seq-len."""
+    positions enough for --max-seq-len, and for a kind whose export reads it with its own code, a form that code
+    reads, under the options it is given (--pooling, --score)."""
     check_head(task, checkpoint)
     check_labels(task, checkpoint, export)
     check_max_seq_len(checkpoint, export)
+    export_facts(task, checkpoint, {"pooling": export.pooling, "score": export.score})
 
 
 def _check_source(task: TaskSpec, fetch: FetchOptions, export: ExportOptions) -> None:
@@ -240,7 +244,9 @@ def add_model(new: NewModel, *, log: Log = print) -> None:
     replaced = served_models(new.repository).get(name) if new.repository.is_dir() else None
     if replaced is not None:
         log(f"{name}: replaces the {replaced.task} model of that name in {new.repository}")
-    log(f"{new.task.dataset}: {prepare(new.task.dataset)}")
+    if new.fetch.bootstrap or not (new.convert.parity_data or new.convert.skip_parity):
+        # The task's data: what a bootstrap trains on, and the texts the parity gate runs unless given its own.
+        log(f"{new.task.dataset}: {prepare(new.task.dataset)}")
     fetched = fetch_model(task, name, new.fetch, log=log)
     if not new.fetch.bootstrap:
         check_checkpoint(new.task, inspect_checkpoint(fetched.path), new.export)

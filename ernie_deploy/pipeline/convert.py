@@ -12,7 +12,7 @@ from ernie_deploy.export.onnx import convert_checked
 from ernie_deploy.export.precision import Calibration
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.export.uie import TOLERANCE, convert_uie_checked
-from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file
+from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file, task_texts
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import ConvertOptions
 
@@ -33,7 +33,7 @@ def convert_model(
         model, name = static_model(None, None, model), model
     task = model.task
     options.check(task, name)
-    if not task.kind_facts.label_head:
+    if task.kind_facts.staged:  # an extraction model's two heads, gated on prompted rows
         return _convert_extraction(model, options, onnx_file(model, out, name), name, log)
     calibrate = calibration(options, model)
     texts = parity_texts(options, model)
@@ -60,7 +60,7 @@ def convert_model(
 
 
 def _convert_extraction(model: StaticModel, options: ConvertOptions, out: Path, name, log) -> Path:
-    """A model with no label head (UIE): both probability heads converted and gated on (prompt, text) rows
+    """An extraction model (UIE, Kind.staged): both probability heads converted and gated on (prompt, text) rows
     (export.uie); no reduced precision yet, and no thresholds."""
 
     if options.precision != "fp32":
@@ -91,6 +91,7 @@ def parity_texts(options: ConvertOptions, static: StaticModel) -> list[str]:
         texts = read_split_file(options.parity_data)[0]
     else:
         texts = read_split(data_dir(task.dataset), "test", task.split_format)[0]
+    texts = task_texts(task, texts)
     if not texts or options.parity_n < 1:
         raise BadOptionsError(
             "the parity check has no texts to run",

@@ -24,6 +24,8 @@ from ernie_deploy.export.gates import (
 )
 from ernie_deploy.export.onnx import DEFAULT_OPSET
 from ernie_deploy.export.precision import DEFAULT_CALIBRATION_N
+from ernie_deploy.kinds.embed import POOLINGS
+from ernie_deploy.kinds.rerank import SCORES
 from ernie_deploy.repository.layouts import LAYOUTS
 from ernie_deploy.repository.options import (
     AUTO,
@@ -75,6 +77,10 @@ class ExportOptions(_StageOptions):
     max_seq_len: int | None = None
     ner_decoding: str | None = field(default=None, metadata=_choices(DECODINGS))  # token models; None: constrained
     labels: str | None = None  # a JSON file listing the label names, when the checkpoint's config has none
+    # Embedding models: how an ErnieModel's vector is pooled (kinds/embed/export.py); None: its form's, else cls.
+    pooling: str | None = field(default=None, metadata=_choices(POOLINGS))
+    # Rerank models: what `score` answers, the probability or the raw logit (kinds.rerank.SCORES); None: probability.
+    score: str | None = field(default=None, metadata=_choices(SCORES))
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,8 @@ def export_model(
         max_seq_len=options.max_seq_len,
         ner_decoding=options.ner_decoding,
         name=name,
+        pooling=options.pooling,
+        score=options.score,
     )
     decoding = f", NER decoding {static.ner_decoding}" if static.ner_decoding else ""
     log(f"{name or task.name}: static model {static.model_file} (max_seq_len {static.max_seq_len}{decoding})")

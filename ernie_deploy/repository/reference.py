@@ -32,7 +32,7 @@ from ernie_deploy.core.profile import CHARS, READING, Profile
 from ernie_deploy.core.settings import ServingSettings
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP
-from ernie_deploy.fetch.data import data_dir, read_split_file, split_file
+from ernie_deploy.fetch.data import data_dir, read_split_file, split_file, task_texts
 from ernie_deploy.serving.multi_label import THRESHOLDS_FILE
 from ernie_deploy.serving.postprocess_steps import WATCHES
 from ernie_deploy.serving.steps import STEPS
@@ -193,8 +193,9 @@ def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
     except ErnieDeployError as exc:
         return None, f"its dev split {path} cannot be read ({exc.problem})"
     named = {label for g in gold for label in ([g] if isinstance(g, str) else g)}
-    if not named <= set(model.labels):
+    if task.kind_facts.label_head and not named <= set(model.labels):
         return None, f"{path} is labelled with labels the model does not have: not its data"
+    texts = task_texts(task, texts)
     # Texts the served model would refuse are not what it answers.
     texts = [t for t in texts if _text_problem(t, model.max_text_chars) is None]
     if not texts:

@@ -82,7 +82,7 @@ def _extraction(record: ModelSpec, overrides: RecordOverrides) -> dict:
     """An extraction model's default schema: the override, else the record's; refused for a model of another kind."""
     import json
 
-    if record.kind_facts.label_head:
+    if not record.kind_facts.staged:
         if overrides.schema is not None:
             raise BadOptionsError(
                 f"--schema sets what an extraction model extracts; {record.name!r} is a {record.kind} model",

@@ -25,7 +25,7 @@ from ernie_deploy.core.io import IO_PARAMETER, IOS, NATIVE
 from ernie_deploy.core.profile import WATCHED_MODEL_PARAMETER
 from ernie_deploy.core.shadow import SHADOW_PARAMETER
 from ernie_deploy.core.tasks import DEFAULT_MAX_SEQ_LEN, TASK_PARAMETER
-from ernie_deploy.kinds import KINDS
+from ernie_deploy.kinds import KINDS, rerank
 from ernie_deploy.kinds.base import Kind
 from ernie_deploy.serving import schema, windows
 from ernie_deploy.serving.entities import DECODING_PARAMETER, DECODINGS, DEFAULT_DECODING
@@ -104,13 +104,15 @@ MODEL = Group("model", (MODEL_FILE, PAD_TOKEN_ID, INTRA_OP_THREADS, ORT_SPINNING
 LABELS_FILE = Parameter("labels_file", FileName(), "labels.json")
 THRESHOLDS = Parameter("thresholds_file", FileName(), THRESHOLDS_FILE)  # a set of labels per text
 NER_DECODING = Parameter(DECODING_PARAMETER, Choice(DECODINGS), DEFAULT_DECODING)  # a label per token
+# What a rerank model's `score` output is (the record's `scoring`, `export --score`): the probability, or the logit.
+SCORING = Parameter("scoring", Choice(rerank.SCORES), rerank.DEFAULT_SCORE)
 # The step reads each text's windows (`build --long-text window`), not its cut: a label per token's postprocess merges
 # them; the tokenizer inside the model step and the fused model make them.
 LONG_TEXT = Parameter("long_text", Flag("window"), False)
 # The wire the answers are written in (core.io).
 IO = Parameter(IO_PARAMETER, Choice(IOS), NATIVE)
 
-POSTPROCESS = Group("postprocess", (LABELS_FILE, THRESHOLDS, NER_DECODING, LONG_TEXT, IO))
+POSTPROCESS = Group("postprocess", (LABELS_FILE, THRESHOLDS, NER_DECODING, SCORING, LONG_TEXT, IO))
 
 # The step that answers, watched (serving.watch) -----------------------------------------------------------------------
 # The model its series are labelled with; absent, it is not watched.

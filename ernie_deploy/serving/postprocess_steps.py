@@ -5,7 +5,9 @@ wire its config names (serving.wire)."""
 from __future__ import annotations
 
 from ernie_deploy.kinds import KINDS, layer_table
+from ernie_deploy.kinds.embed.serving import SERVING as EMBED
 from ernie_deploy.kinds.multi_label.serving import SERVING as MULTI_LABEL
+from ernie_deploy.kinds.rerank.serving import SERVING as RERANK
 from ernie_deploy.kinds.sequence.serving import SERVING as SEQUENCE
 from ernie_deploy.kinds.token.serving import SERVING as TOKEN
 from ernie_deploy.kinds.uie.serving import SERVING as UIE
@@ -19,7 +21,9 @@ KIND_SERVING: dict[str, KindServing] = layer_table(
     "serving",
     __name__,
     {
+        "embed": EMBED,
         "multi_label": MULTI_LABEL,
+        "rerank": RERANK,
         "sequence": SEQUENCE,
         "token": TOKEN,
         "uie": UIE,

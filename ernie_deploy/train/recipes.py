@@ -177,4 +177,5 @@ KIND_RECIPES: dict[str, KindRecipe] = layer_table(
         "token": TOKEN,
         "uie": UIE,
     },
+    reads=lambda kind: kind.trained_here,
 )

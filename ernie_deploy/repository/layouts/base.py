@@ -107,6 +107,8 @@ def checked_signature(model: ModelSpec, onnx_path: Path) -> tuple[list, list]:
             )
     rank = model.task_spec.logits_rank
     per_item = "[tokens, classes]" if rank == 2 else "[classes]" if model.kind_facts.label_head else "[tokens]"
+    if model.kind_facts.own_export:  # a vector or a score per text, under the pipeline's output name
+        per_item = "[dim]"
     for output in outputs:
         if len(output.dims) != rank:
             raise BadCheckpointError(

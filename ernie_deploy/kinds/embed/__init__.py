@@ -1,0 +1,30 @@
+"""A vector per text (semantic search's recall): one text in, its embedding out, as the checkpoint pools it."""
+
+from ernie_deploy.kinds.base import Kind
+
+KIND = Kind(
+    name="embed",
+    # Its answer per text: one vector, [dim].
+    logits_rank=1,
+    # A vector is read from the text's head; a text past max_seq_len is truncated on request, else refused (TEI's
+    # rule, on the gateway's routes).
+    long_text_modes=("head",),
+    prediction="embedding",
+    metric="mrr_at_10",
+    postprocess="embed_postprocess",
+    # (query, relevant passage) pairs, one per line: a split's passages are its corpus (kinds/embed/evaluate.py).
+    split_format="pairs.tsv",
+    # The pooled vector, under the pipeline's model output name (core.tasks.LOGITS): the graph pools it itself.
+    label_head=False,
+    own_export=True,
+    # Served vectors agree with Paddle's in direction to 1e-5 (docs/TASKS.md, Parity).
+    parity_cosine=0.99999,
+    trained_here=False,
+    scored_per_text=False,
+)
+
+# How a plain ErnieModel's vector is pooled (`export --pooling`, recorded with it): its [CLS] hidden state (the
+# default, as RocketQA reads its towers), the pooler's tanh output (as the neural-search recipe reads its own), or the
+# mean of the real tokens' hidden states.
+POOLINGS = ("cls", "pooled", "mean")
+DEFAULT_POOLING = "cls"
