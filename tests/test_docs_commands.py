@@ -1022,7 +1022,7 @@ def test_placeholders_take_values_their_arguments_accept():
     assert fill(parser, ["build", "--task", "T", "--runtime=<runtime>"]) == [
         "build",
         "--task",
-        "multi_label",
+        "embed",
         "--runtime=auto",
     ]
     assert fill(parser, ["build", "--task", "seq_cls", "..."]) == ["build", "--task", "seq_cls"]
@@ -1030,7 +1030,7 @@ def test_placeholders_take_values_their_arguments_accept():
     assert fill_script("bench", ["levers", "--task", "T", "--duration", "N"]) == [
         "levers",
         "--task",
-        "multi_label",
+        "embed",
         "--duration",
         "1",
     ]

@@ -130,3 +130,19 @@ def test_retrieval_metrics_count_what_they_say():
     candidates = np.array([[2, 0]])
     assert ndcg(candidates, np.array([[0.9, 0.1]]), [{2}]) == pytest.approx(1.0)
     assert ndcg(candidates, np.array([[0.1, 0.9]]), [{2}]) < 1.0
+
+
+@pytest.mark.integration
+def test_a_static_embedding_model_is_served_as_it_is(made, tmp_path):
+    """A Paddle static model answering [batch, dim] (here the one export wrote for a RocketQA tower) is read as a
+    checkpoint of its own: copied through, its dimension read from one run, its vectors unchanged."""
+    first, first_onnx = _converted(made, "rocketqa_tower", tmp_path / "first")
+    static = export(inspect_checkpoint(first.root), EMBED, tmp_path / "again")
+    assert static.spec.dim == first.spec.dim == 48 and static.spec.pooling is None
+    onnx_path = convert(static, tmp_path / "again_onnx" / "model.onnx")
+    texts = QUERIES + PASSAGES
+    assert np.abs(_onnx_answers(static, onnx_path, texts) - _onnx_answers(first, first_onnx, texts)).max() <= 1e-6
+    with pytest.raises(BadOptionsError, match="a static model, whose graph pools its own"):
+        export(inspect_checkpoint(first.root), EMBED, tmp_path / "pooled", pooling="mean")
+    with pytest.raises(BadCheckpointError, match="read from its dygraph checkpoint"):
+        export(inspect_checkpoint(first.root), RERANK, tmp_path / "scored")

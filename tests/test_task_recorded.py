@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
-from ernie_deploy.core.tasks import MULTI_LABEL, PAIR_CLS, SEQ_CLS, TOKEN_CLS, UIE, tasks_of_heads
+from ernie_deploy.core.tasks import EMBED, MULTI_LABEL, PAIR_CLS, RERANK, SEQ_CLS, TOKEN_CLS, UIE, tasks_of_heads
 from ernie_deploy.fetch.checkpoints import TRAINING_RECORD, inspect_checkpoint
 from ernie_deploy.pipeline.locate import FETCH_RECORD, checkpoint_task, recorded_task
 from ernie_deploy.pipeline.options import FetchOptions
@@ -47,7 +47,9 @@ def _task(root: Path, task: str | None = None):
 
 
 def test_the_class_a_checkpoint_names_gives_its_task(tmp_path):
-    assert tasks_of_heads(["UIE"]) == [UIE] and tasks_of_heads(["ErnieModel"]) == []
+    assert tasks_of_heads(["UIE"]) == [UIE] and tasks_of_heads(["ErnieForQuestionAnswering"]) == []
+    # An encoder alone is an embedding model's checkpoint; a classifier's class is a reranker's too.
+    assert tasks_of_heads(["ErnieModel"]) == [EMBED] and RERANK in tasks_of_heads([SEQ_CLS.paddle_class])
     assert _task(_checkpoint(tmp_path / "uie", "UIE")) is UIE
     assert _task(_checkpoint(tmp_path / "tagger", TOKEN_CLS.paddle_class)) is TOKEN_CLS
     # A class several tasks load (a label per text, pairs, label sets): the default, as without a class.
@@ -62,7 +64,7 @@ def test_a_task_that_contradicts_the_class_is_refused_naming_both(tmp_path):
         _task(root, "seq_cls")
     assert "holds UIE" in refused.value.problem and "a uie model, not a seq_cls model" in refused.value.problem
     assert "pass --task uie" in refused.value.fix and "drop --task" in refused.value.fix
-    with pytest.raises(BadOptionsError, match="a seq_cls or pair_cls or multi_label model, not a token_cls model"):
+    with pytest.raises(BadOptionsError, match="a seq_cls or pair_cls or multi_label or rerank model, not a token_cls model"):
         _task(_checkpoint(tmp_path / "classifier", SEQ_CLS.paddle_class), "token_cls")
 
 

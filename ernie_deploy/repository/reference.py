@@ -193,7 +193,8 @@ def dev_split_texts(model: ModelSpec) -> tuple[ReferenceTexts | None, str]:
     except ErnieDeployError as exc:
         return None, f"its dev split {path} cannot be read ({exc.problem})"
     named = {label for g in gold for label in ([g] if isinstance(g, str) else g)}
-    if task.kind_facts.label_head and not named <= set(model.labels):
+    # A retrieval split labels its pairs relevant, which is no label of the model: its texts are still its own.
+    if task.kind_facts.scored_per_text and not named <= set(model.labels):
         return None, f"{path} is labelled with labels the model does not have: not its data"
     texts = task_texts(task, texts)
     # Texts the served model would refuse are not what it answers.
