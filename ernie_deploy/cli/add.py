@@ -56,6 +56,12 @@ def register(sub) -> None:
     p.add_argument("--fp16", action="store_true", default=None, help="an FP16 model, for GPUs")
     p.add_argument("--runtime", choices=[AUTO, *RUNTIMES], help="the model step's runtime (see `ernie-deploy build`)")
     p.add_argument("--io", choices=IOS, help="the tensors clients send and read (see `ernie-deploy build`)")
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        help="the most texts one Triton request holds, and one batch the dynamic batcher merges from requests; 1: "
+        f"each request runs alone (see `ernie-deploy build`; default {BuildOptions().max_batch_size})",
+    )
     p.set_defaults(func=run)
 
 
