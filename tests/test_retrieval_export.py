@@ -146,3 +146,11 @@ def test_a_static_embedding_model_is_served_as_it_is(made, tmp_path):
         export(inspect_checkpoint(first.root), EMBED, tmp_path / "pooled", pooling="mean")
     with pytest.raises(BadCheckpointError, match="read from its dygraph checkpoint"):
         export(inspect_checkpoint(first.root), RERANK, tmp_path / "scored")
+
+
+def test_no_demo_retrieval_model_is_trained_and_the_refusal_says_what_to_do():
+    from ernie_deploy.train.recipes import recipe_for
+
+    for task in (EMBED, RERANK):
+        with pytest.raises(BadOptionsError, match=f"scripts/convert.sh --task {task.name} --model NAME --source DIR"):
+            recipe_for(task)

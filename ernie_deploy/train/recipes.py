@@ -139,6 +139,11 @@ OPTIONAL = ("pack_tokens", "negative_rows")
 
 def recipe_for(task: TaskSpec, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The full recipe for a task: defaults, then the task's changes, then the caller's."""
+    if not task.kind_facts.trained_here:
+        raise BadOptionsError(
+            f"no demo {task.name} model ships or trains here: {task.name} models are brought by their users",
+            f"convert your own checkpoint: scripts/convert.sh --task {task.name} --model NAME --source DIR",
+        )
     if task.name not in TASK_RECIPES:
         raise BadOptionsError(
             f"no bootstrap recipe for task {task.name!r}",
