@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.step_timing import time_step_calls
 from benchmarks.uie_model import NAME, SCHEMAS, TRAINED, bench_texts, build_model, load_step
 from ernie_deploy.bench.load import PreparedRequest, run_load
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
@@ -134,28 +135,7 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
 def time_in_process(step, texts: list[str], schema: str, batch: int, duration_s: float, warmup_s: float) -> dict:
     """`batch` one-text requests per call of the step, back to back over `texts` (cycling), for `duration_s`."""
     requests = [_request(t, schema) for t in texts]
-    calls = [requests[i : i + batch] for i in range(0, len(requests) - batch + 1, batch)]
-    k = 0
-
-    def one() -> None:
-        nonlocal k
-        for out in step.run_requests(calls[k % len(calls)]):
-            if not isinstance(out, dict):
-                raise out
-        k += 1
-
-    until = time.perf_counter() + warmup_s
-    while time.perf_counter() < until:
-        one()
-    latencies, start = [], time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        one()
-        t1 = time.perf_counter()
-        latencies.append(t1 - t0)
-        if t1 - start >= duration_s:
-            break
-    return _cell(len(latencies) * batch, t1 - start, latencies)
+    return _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
 
 
 def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
