@@ -64,7 +64,8 @@ def test_a_task_that_contradicts_the_class_is_refused_naming_both(tmp_path):
         _task(root, "seq_cls")
     assert "holds UIE" in refused.value.problem and "a uie model, not a seq_cls model" in refused.value.problem
     assert "pass --task uie" in refused.value.fix and "drop --task" in refused.value.fix
-    with pytest.raises(BadOptionsError, match="a seq_cls or pair_cls or multi_label or rerank model, not a token_cls model"):
+    classes = "a seq_cls or pair_cls or multi_label or rerank model, not a token_cls model"
+    with pytest.raises(BadOptionsError, match=classes):
         _task(_checkpoint(tmp_path / "classifier", SEQ_CLS.paddle_class), "token_cls")
 
 

@@ -18,7 +18,8 @@ CLASSIFIER = "classifier."
 
 
 def facts(checkpoint, *, score: str | None = None, **options) -> dict:
-    """The record's scoring (`score`: what the score output is) for `checkpoint`, whose head is checked to be one the kind reads."""
+    """The record's scoring (`score`: what the score output is) for `checkpoint`, whose head is checked to be one the
+    kind reads."""
     if score is not None and score not in SCORES:
         raise BadOptionsError(f"--score {score!r} is not a score", f"use one of {', '.join(SCORES)}")
     if checkpoint.kind == "static":
