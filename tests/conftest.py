@@ -162,6 +162,22 @@ def pair_cls_pipeline(tmp_path_factory) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def embed_pipeline(tmp_path_factory) -> Pipeline:
+    """The demo embed model (trained from the classifier's encoder on InsuranceQA)."""
+    from ernie_deploy.core.tasks import EMBED
+
+    return bootstrap_pipeline(EMBED, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def rerank_pipeline(tmp_path_factory) -> Pipeline:
+    """The demo rerank model (trained from the embed model's encoder on its hard negatives)."""
+    from ernie_deploy.core.tasks import RERANK
+
+    return bootstrap_pipeline(RERANK, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def msra_ner() -> Path:
     from ernie_deploy.fetch.datasets import prepare
 

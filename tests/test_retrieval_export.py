@@ -12,7 +12,7 @@ import pytest
 
 from ernie_deploy.core.errors import BadCheckpointError, BadOptionsError
 from ernie_deploy.core.tasks import EMBED, RERANK, SEQ_CLS
-from ernie_deploy.evaluate.retrieval import ndcg, ranking_report, searches, top_k
+from ernie_deploy.evaluate.retrieval import ndcg, ranking_report, rerank_report, searches, top_k
 from ernie_deploy.export.onnx import check_parity, convert
 from ernie_deploy.export.static import export
 from ernie_deploy.fetch.checkpoints import inspect_checkpoint
@@ -130,6 +130,13 @@ def test_retrieval_metrics_count_what_they_say():
     candidates = np.array([[2, 0]])
     assert ndcg(candidates, np.array([[0.9, 0.1]]), [{2}]) == pytest.approx(1.0)
     assert ndcg(candidates, np.array([[0.1, 0.9]]), [{2}]) < 1.0
+    # Reranking reorders each query's candidates by score (a tie keeps the embed order) beside the embed order.
+    candidates, cosines = np.array([[0, 1, 2], [3, 2, 1]]), np.array([[0.9, 0.8, 0.7], [0.9, 0.8, 0.7]])
+    report = rerank_report(candidates, cosines, np.array([[0.1, 0.2, 0.9], [0.5, 0.5, 0.1]]), [{2}, {2}])
+    assert report["mrr_at_10"] == pytest.approx((1.0 + 0.5) / 2) and report["embed_mrr_at_10"] == pytest.approx(
+        (1 / 3 + 0.5) / 2
+    )
+    assert report["ndcg_at_10"] > report["embed_ndcg_at_10"] and report["candidates"] == 3
 
 
 @pytest.mark.integration
@@ -146,11 +153,3 @@ def test_a_static_embedding_model_is_served_as_it_is(made, tmp_path):
         export(inspect_checkpoint(first.root), EMBED, tmp_path / "pooled", pooling="mean")
     with pytest.raises(BadCheckpointError, match="read from its dygraph checkpoint"):
         export(inspect_checkpoint(first.root), RERANK, tmp_path / "scored")
-
-
-def test_no_demo_retrieval_model_is_trained_and_the_refusal_says_what_to_do():
-    from ernie_deploy.train.recipes import recipe_for
-
-    for task in (EMBED, RERANK):
-        with pytest.raises(BadOptionsError, match=f"scripts/convert.sh --task {task.name} --model NAME --source DIR"):
-            recipe_for(task)

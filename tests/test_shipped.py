@@ -18,8 +18,9 @@ from ernie_deploy.train import bootstrap
 from ernie_deploy.train.recipes import TASK_RECIPES
 
 TASKS = sorted(TASK_RECIPES)
-# What the tree may hold of shipped weights (the files the pipeline makes from them, static and ONNX, are not shipped).
-BUDGET_BYTES = 80 * 2**20
+# What the tree may hold of shipped weights (the files the pipeline makes from them, static and ONNX, are not shipped):
+# seven models of 2 x 256, 11-13 MiB each, most of it their shared vocabulary's embeddings.
+BUDGET_BYTES = 96 * 2**20
 CHECKPOINT_FILES = {
     "config.json",
     "model_state.pdparams",

@@ -37,7 +37,7 @@ LAYER_TABLES = {
     "client/wire.py:KIND_CLIENT": ("client", KIND_CLIENT, lambda k: True),
     "gateway/app.py:KIND_JSON": ("gateway", KIND_JSON, lambda k: True),
     "evaluate/metrics.py:KIND_EVALUATE": ("evaluate", KIND_EVALUATE, lambda k: k.scored_per_text),
-    "train/recipes.py:KIND_RECIPES": ("train", KIND_RECIPES, lambda k: k.trained_here),
+    "train/recipes.py:KIND_RECIPES": ("train", KIND_RECIPES, lambda k: True),
     "export/heads.py:KIND_EXPORTS": ("export", KIND_EXPORTS, lambda k: k.own_export),
     "repository/postprocess_graph.py:KIND_GRAPHS": ("repository", KIND_GRAPHS, lambda k: bool(k.graph_postprocess)),
 }

@@ -1,6 +1,6 @@
 """`python -m ernie_deploy.cli.ship TASK [TASK ...] [--table]`: write the demo models trained on this machine into
 demo/<task>/ with their manifests (ernie_deploy.pipeline.ship), each scored on its test split as `ernie-deploy eval`
-scores it, and render the shipped models' table in docs/CONVERT.md."""
+scores it (a retrieval kind: as its client scores it), and render the shipped models' table in docs/CONVERT.md."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tasks import get_task
-from ernie_deploy.evaluate.offline import evaluate
+from ernie_deploy.evaluate.retrieval_offline import evaluate
 from ernie_deploy.pipeline.ship import TABLE_PAGE, ship, write_table
 
 

@@ -42,7 +42,7 @@ def _chars(item) -> int:
     return sum(map(len, item)) if isinstance(item, tuple) else len(item)
 
 
-def _batches(texts: list, batch_size: int):
+def length_batches(texts: list, batch_size: int):
     """Length-sorted batches (less padding), yielded with their original positions."""
     order = sorted(range(len(texts)), key=lambda i: _chars(texts[i]))
     for start in range(0, len(order), batch_size):
@@ -111,7 +111,7 @@ def predict(
     every_decoding: bool = False,
 ) -> list:
     out: list = [None] * len(texts)
-    for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
+    for idx, batch in tqdm(list(length_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         enc = encode(batch)
         logits = run(enc.input_ids, enc.token_type_ids)
         for i, value in zip(idx, predictions(model, logits, enc, batch, every_decoding=every_decoding)):
@@ -280,7 +280,7 @@ def window_predict(
     cls_id, sep_id, pad_id = specials
     out: list = [None] * len(texts)
     # batch_size texts at a time (length-sorted), their windows run batch_size at a time.
-    for idx, batch in tqdm(list(_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
+    for idx, batch in tqdm(list(length_batches(texts, batch_size)), desc=desc, unit="batch", leave=False):
         tokens = whole(batch)
         win = windows_from_tokens(
             [ids for ids, _ in tokens],

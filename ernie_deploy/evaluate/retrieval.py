@@ -16,64 +16,13 @@ import numpy as np
 
 from ernie_deploy.client.grpc_client import Client, decode_outputs
 from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL
-from ernie_deploy.core.errors import AccuracyGateError, BadDataError, BadOptionsError, ErnieDeployError
+from ernie_deploy.core.errors import AccuracyGateError, BadOptionsError, ErnieDeployError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.tasks import DEMO_MODELS, EMBED, RERANK, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.export.gates import require_at_least
 from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
-
-K = 10  # recall@10, MRR@10, NDCG@10: the cut-offs retrieval is commonly reported at
-
-
-def searches(pairs: list) -> tuple[list[str], list[str], list[set[int]]]:
-    """(queries, corpus, relevant): the distinct queries and passages of (query, passage) pairs, in first-seen order,
-    and for each query the indices of its passages in the corpus."""
-    if not pairs or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        raise BadDataError(
-            "the retrieval split holds no (query, passage) pairs",
-            "pass a TSV with a `query<TAB>passage` header and one relevant passage per line",
-        )
-    queries: dict[str, int] = {}
-    corpus: dict[str, int] = {}
-    relevant: list[set[int]] = []
-    for query, passage in pairs:
-        q = queries.setdefault(query, len(queries))
-        p = corpus.setdefault(passage, len(corpus))
-        if q == len(relevant):
-            relevant.append(set())
-        relevant[q].add(p)
-    return list(queries), list(corpus), relevant
-
-
-def unit(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-
-
-def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Each row's k best column indices, best first (ties: the lower index first)."""
-    k = min(k, scores.shape[1])
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    order = np.take_along_axis(scores, part, axis=1)
-    return np.take_along_axis(part, np.lexsort((part, -order), axis=1), axis=1)
-
-
-def ranking_report(ranked: list, relevant: list[set[int]], k: int = K) -> dict:
-    """recall@k (the share of each query's relevant passages in its top k, averaged over queries) and MRR@k (the
-    reciprocal rank of its first relevant passage in the top k, 0 past k, averaged)."""
-    recall, reciprocal = [], []
-    for row, gold in zip(ranked, relevant):
-        row = [int(i) for i in row[:k]]
-        recall.append(len(gold.intersection(row)) / len(gold))
-        first = next((rank for rank, i in enumerate(row, 1) if i in gold), None)
-        reciprocal.append(1.0 / first if first else 0.0)
-    return {
-        "metric": f"mrr_at_{k}",
-        f"mrr_at_{k}": float(np.mean(reciprocal)),
-        f"recall_at_{k}": float(np.mean(recall)),
-        "n": len(ranked),
-    }
+from ernie_deploy.serving.ranking import K, ranking_report, searches, top_k, unit
 
 
 def ndcg(candidates: np.ndarray, scores: np.ndarray, relevant: list[set[int]], k: int = K) -> float:
@@ -85,6 +34,20 @@ def ndcg(candidates: np.ndarray, scores: np.ndarray, relevant: list[set[int]], k
     if gains.shape[1] < 2:
         raise BadOptionsError("NDCG needs at least 2 candidates a query", "pass --candidates 2 or more")
     return float(ndcg_score(gains, np.asarray(scores, dtype=np.float64), k=k))
+
+
+def rerank_report(candidates: np.ndarray, cosines: np.ndarray, scores: np.ndarray, relevant: list[set[int]]) -> dict:
+    """MRR@k, recall@k and NDCG@k of each query's `candidates` (the embed model's top ones, by their `cosines`)
+    re-ordered by the rerank model's `scores` (ties keep the embed model's order), beside the embed model's own."""
+    reranked = np.take_along_axis(candidates, np.argsort(-scores, axis=1, kind="stable"), axis=1)
+    embedded = ranking_report(candidates, relevant)
+    return {
+        **ranking_report(reranked, relevant),
+        f"ndcg_at_{K}": ndcg(candidates, scores, relevant),
+        f"embed_mrr_at_{K}": embedded[f"mrr_at_{K}"],
+        f"embed_ndcg_at_{K}": ndcg(candidates, cosines, relevant),
+        "candidates": int(candidates.shape[1]),
+    }
 
 
 def _parser(task: TaskSpec, doc: str | None) -> argparse.ArgumentParser:
@@ -208,16 +171,8 @@ def rerank_main(argv: list[str] | None = None, doc: str | None = None) -> int:
             candidates = top_k(recall, args.candidates)
             pairs = [(query, corpus[int(i)]) for query, row in zip(queries, candidates) for i in row]
             scores = np.array(reranker.predict(pairs, args.batch_size), dtype=np.float32).reshape(candidates.shape)
-        reranked = np.take_along_axis(candidates, np.argsort(-scores, axis=1, kind="stable"), axis=1)
-        embed_scores = np.take_along_axis(recall, candidates, axis=1)
-        embedded, report = ranking_report(candidates, relevant), ranking_report(reranked, relevant)
-        report |= {
-            f"ndcg_at_{K}": ndcg(candidates, scores, relevant),
-            f"embed_mrr_at_{K}": embedded[f"mrr_at_{K}"],
-            f"embed_ndcg_at_{K}": ndcg(candidates, embed_scores, relevant),
-            "candidates": int(candidates.shape[1]),
-            "corpus": len(corpus),
-        }
+        report = rerank_report(candidates, np.take_along_axis(recall, candidates, axis=1), scores, relevant)
+        report["corpus"] = len(corpus)
         return _finish(report, args, f"{args.model}'s MRR@{K} over {args.embed_model}'s candidates")
 
     return _run(body)

@@ -101,7 +101,7 @@ def name_tensors(model) -> None:
 class ParityReport:
     n: int
     max_abs_diff: float
-    labels_agree: float  # fraction of rows whose argmax matches
+    labels_agree: float | None  # fraction of rows whose argmax matches; None: no label head (a vector, a score)
     tolerance: float
     # Token models: the NER decoding recorded with the model (the one `build` serves), and under each decoding
     # (serving.entities.DECODINGS) the fraction of texts whose entities are the same from Paddle and from ONNX.
@@ -117,7 +117,8 @@ class ParityReport:
     def ok(self) -> bool:
         entities = self.entities_agree is None or self.entities_agree[self.ner_decoding] == 1.0
         vectors = self.cosine_gate is None or self.min_cosine >= self.cosine_gate
-        return self.max_abs_diff <= self.tolerance and self.labels_agree == 1.0 and entities and vectors
+        labels = self.labels_agree is None or self.labels_agree == 1.0
+        return self.max_abs_diff <= self.tolerance and labels and entities and vectors
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -128,10 +129,9 @@ class ParityReport:
         return {**data, "ok": self.ok}
 
     def summary(self) -> str:
-        line = (
-            f"parity on {self.n} texts: max abs logit diff {self.max_abs_diff:.2e}, "
-            f"labels agree {self.labels_agree:.2%}"
-        )
+        line = f"parity on {self.n} texts: max abs logit diff {self.max_abs_diff:.2e}"
+        if self.labels_agree is not None:
+            line += f", labels agree {self.labels_agree:.2%}"
         if self.entities_agree is not None:
             each = ", ".join(
                 f"{d}{' (served)' if d == self.ner_decoding else ''} {agree:.2%}"
@@ -185,7 +185,8 @@ def check_parity(
             entities_same[decoding] += sum(x == y for x, y in zip(*pair))
     if entities_same is None:
         vectors = {"min_cosine": cosine, "cosine_gate": gate} if gate is not None else {}
-        return ParityReport(len(texts), worst, agree / len(texts), tolerance, **vectors)
+        agreed = agree / len(texts) if task.kind_facts.label_head else None
+        return ParityReport(len(texts), worst, agreed, tolerance, **vectors)
     entities_agree = {decoding: same / len(texts) for decoding, same in entities_same.items()}
     decoding = record_defaults.decoding(model)
     return ParityReport(len(texts), worst, agree / len(texts), tolerance, decoding, entities_agree)
@@ -201,8 +202,9 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def require_parity(report: ParityReport, onnx_path: Path) -> None:
     if not report.ok:
         raise ParityError(
-            f"Paddle and ONNX disagree on {onnx_path}: max abs logit diff {report.max_abs_diff:.3g} "
-            f"(tolerance {report.tolerance:g}), labels agree on {report.labels_agree:.2%} of {report.n} texts"
+            f"Paddle and ONNX disagree on {onnx_path} over {report.n} texts: max abs logit diff "
+            f"{report.max_abs_diff:.3g} (tolerance {report.tolerance:g})"
+            + (f", labels agree on {report.labels_agree:.2%}" if report.labels_agree is not None else "")
             + (
                 f", least cosine {report.min_cosine:.7f} (gate {report.cosine_gate})"
                 if report.cosine_gate is not None

@@ -52,11 +52,12 @@ class Kind:
     # The least cosine between Paddle's and onnxruntime's answer for one text the convert gate takes, for a kind whose
     # answer is a vector (its direction is what a search compares); None: the answer is not a vector.
     parity_cosine: float | None = None
-    # A bootstrap recipe trains a demo model of it here (kinds/<kind>/train.py); False: users bring their own.
-    trained_here: bool = True
     # Its split is scored text by text against gold answers (evaluate's table, kinds/<kind>/evaluate.py); False: a
     # retrieval kind, scored over a corpus (recall@k, MRR@k: evaluate.retrieval) by its client.
     scored_per_text: bool = True
+    # The kind whose model proposes the candidates this kind's model re-orders (rerank: an embed model's top 20, as its
+    # client and its offline scores take them); None: it ranks on its own, or ranks nothing.
+    proposed_by: str | None = None
 
     def __post_init__(self):
         if self.logits_rank not in (1, 2):

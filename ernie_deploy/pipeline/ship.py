@@ -16,7 +16,7 @@ from typing import Any
 
 from ernie_deploy.core.files import staging_dir
 from ernie_deploy.core.paths import artifacts_dir
-from ernie_deploy.core.tasks import TaskSpec
+from ernie_deploy.core.tasks import TaskSpec, get_task
 from ernie_deploy.export.static import StaticModel, export
 from ernie_deploy.fetch import shipped
 from ernie_deploy.fetch.checkpoints import inspect_checkpoint
@@ -26,9 +26,11 @@ from ernie_deploy.pipeline.convert import convert_model
 from ernie_deploy.pipeline.options import ConvertOptions
 from ernie_deploy.train.bootstrap import load_meta, train
 
-# (model record, static model, model.onnx, test split file) -> {"paddle": report, "onnx": report}: the offline scores
-# `ernie-deploy eval` gives (ernie_deploy.evaluate.offline.evaluate, which the command passes in).
-Scorer = Callable[[Any, StaticModel, Path, Path], dict]
+# (model record, static model, model.onnx, test split file, proposer) -> {"paddle": report, "onnx": report}: the
+# offline scores its clients give served (ernie_deploy.evaluate.retrieval_offline.evaluate, which the command passes
+# in); `proposer`: for a kind that re-orders another model's candidates (Kind.proposed_by), that model's (record,
+# static model, model.onnx), else None.
+Scorer = Callable[[Any, StaticModel, Path, Path, Any], dict]
 
 
 def ship(task: TaskSpec, score: Scorer, *, root: Path | None = None, log: Callable[[str], None] = print) -> Path:
@@ -38,9 +40,13 @@ def ship(task: TaskSpec, score: Scorer, *, root: Path | None = None, log: Callab
     checkpoint = train(task, data, retrain=True)
     meta = load_meta(checkpoint)
     with staging_dir(artifacts_dir() / "ship", task.name) as work:
-        static = export(inspect_checkpoint(checkpoint), task, work / "static")
-        onnx = convert_model(static, ConvertOptions(), out=work / "onnx" / "model.onnx", log=log)
-        scores = score(static.spec, static, onnx, split_file(data, "test", task.split_format))
+        static, onnx = _converted(checkpoint, task, work / task.name, log)
+        proposer = None
+        if task.kind_facts.proposed_by:  # scored over the candidates of the model it starts from (its recipe's base)
+            base = get_task(meta["recipe"]["init_from"])
+            base_static, base_onnx = _converted(train(base, prepare(base.dataset)), base, work / base.name, log)
+            proposer = (base_static.spec, base_static, base_onnx)
+        scores = score(static.spec, static, onnx, split_file(data, "test", task.split_format), proposer)
     metric = task.metric
     record = {
         "cache_key": checkpoint.name,
@@ -54,6 +60,7 @@ def ship(task: TaskSpec, score: Scorer, *, root: Path | None = None, log: Callab
             "test": scores["paddle"][metric],
             "test_onnx": scores["onnx"][metric],
             "test_n": scores["paddle"]["n"],
+            "test_report": scores["paddle"],  # every figure of it (recall@10 beside MRR@10, NDCG@10, ...)
         },
         "training": {
             "steps": meta["steps"],
@@ -67,6 +74,12 @@ def ship(task: TaskSpec, score: Scorer, *, root: Path | None = None, log: Callab
     folder = shipped.write_shipped(task.name, checkpoint, record, root)
     log(f"{task.name}: shipped at {folder}: {metric} dev {meta['dev']:.4f}, test {scores['paddle'][metric]:.4f}")
     return folder
+
+
+def _converted(checkpoint: Path, task: TaskSpec, work: Path, log) -> tuple[StaticModel, Path]:
+    """A checkpoint exported and converted as the pipeline does: its static model and model.onnx."""
+    static = export(inspect_checkpoint(checkpoint), task, work / "static")
+    return static, convert_model(static, ConvertOptions(), out=work / "onnx" / "model.onnx", log=log)
 
 
 # The page whose table of the shipped models `table()` renders, between these two lines.

@@ -15,18 +15,23 @@ IGNORE_INDEX = -100  # label of [CLS], [SEP] and padding: no loss, no score
 
 @dataclass(frozen=True)
 class KindRecipe:
+    metric_name: str
+    # (out, task, data dir, full recipe, base checkpoint) -> the run's record: a kind whose training is a run of its
+    # own (retrieval: its loss reads a batch of pairs, not labels: train.retrieval), which saves its model and
+    # tokenizer into `out` (train.loop completes the record into META_FILE). None: the shared loop (train.loop) trains
+    # it with the functions below, which such a kind leaves out.
+    run: Callable[..., dict] | None = None
     # train labels -> ordered label names (ids are the positions)
-    label_list: Callable[[list], list[str]]
+    label_list: Callable[[list], list[str]] | None = None
     # (tokenizer, text, label, label2id) -> (input_ids, encoded label); the tokenizer is train.vocab.training_tokenizer
     # (a `tokenizers.Tokenizer` that cuts to the model's length)
-    encode: Callable[..., tuple[list[int], Any]]
+    encode: Callable[..., tuple[list[int], Any]] | None = None
     # list of encoded labels, padded length -> numpy array for the batch
-    collate_labels: Callable[[list, int], Any]
+    collate_labels: Callable[[list, int], Any] | None = None
     # (logits, labels tensor) -> scalar loss tensor
-    loss: Callable[[Any, Any], Any]
+    loss: Callable[[Any, Any], Any] | None = None
     # (list of logits arrays per batch, list of label arrays per batch, label names) -> metric in [0, 1]
-    metric: Callable[[list, list, list[str]], float]
-    metric_name: str
+    metric: Callable[[list, list, list[str]], float] | None = None
     # (encoded train rows, most tokens a row) -> rows that pack consecutive ones, [CLS] and [SEP] once per row;
     # None: a kind whose answer is one per text cannot join texts (the recipe's `pack_tokens` is refused there)
     pack: Callable[[list, int], list] | None = None

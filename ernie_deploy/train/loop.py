@@ -28,7 +28,7 @@ from ernie_deploy.fetch import data as data_mod
 from ernie_deploy.train.batching import collate, evaluate, seed_everything, shuffled_batches
 from ernie_deploy.train.cores import follow_cores, threads_in_use
 from ernie_deploy.train.kind_recipe import KindRecipe, text_rows
-from ernie_deploy.train.plan import Plan
+from ernie_deploy.train.plan import Plan, optimizer
 from ernie_deploy.train.recipes import KIND_RECIPES, RECIPE_VERSION
 from ernie_deploy.train.rows import length_record, train_subset
 from ernie_deploy.train.vocab import (
@@ -118,7 +118,7 @@ def _encode(out: Path, kind: KindRecipe, data_dir: Path, recipe: dict[str, Any],
 
 
 # --------------------------------------------------------------------------------------------------
-# Model and optimizer
+# Model
 
 
 def _build_model(task: TaskSpec, recipe: dict[str, Any], enc: _Encoded, base: Path | None):
@@ -168,20 +168,6 @@ def _load_encoder(model, base: Path) -> None:
     model.set_state_dict(encoder)
 
 
-def _optimizer(model, recipe: dict[str, Any], schedule):
-    """AdamW with weight decay on every weight but biases and norms, and the recipe's gradient clipping."""
-    import paddle
-
-    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
-    return paddle.optimizer.AdamW(
-        learning_rate=schedule,
-        parameters=model.parameters(),
-        weight_decay=recipe["weight_decay"],
-        apply_decay_param_fun=lambda name: name not in no_decay,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(recipe["max_grad_norm"]) if recipe["max_grad_norm"] else None,
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # The loop
 
@@ -194,7 +180,6 @@ class _Trainer:
         self, model, task: TaskSpec, kind: KindRecipe, recipe: dict[str, Any], enc: _Encoded, progress, position=None
     ):
         import numpy as np
-        import paddle
         from tqdm import tqdm
 
         self.model, self.kind, self.recipe, self.enc = model, kind, recipe, enc
@@ -207,8 +192,7 @@ class _Trainer:
         )
         self.steps_per_epoch = len(batches)
         self.plan = Plan(self.steps_per_epoch * recipe["epochs"], recipe["budget_minutes"], recipe["warmup_ratio"])
-        self.schedule = paddle.optimizer.lr.LambdaDecay(recipe["learning_rate"], self.plan.lr_factor)
-        self.optimizer = _optimizer(model, recipe, self.schedule)
+        self.schedule, self.optimizer = optimizer(model, recipe, self.plan)
         self.history: list[dict] = []
         self.best: dict = {"epoch": 0, "dev": -1.0, "state": None}
         self.bar = tqdm(
@@ -318,6 +302,13 @@ def train_into(
     paddle.set_device("cpu")
     threads = follow_cores()
     kind = KIND_RECIPES[task.kind]
+    if kind.run is not None:  # a kind whose training is a run of its own
+        record = kind.run(out, task, data_dir, recipe, base)
+        timings = {"train": record.pop("train_s"), "total": round(time.time() - t_start, 2)}
+        lengths = length_record(record.pop("token_lengths"))
+        meta = {**_common_meta(task, kind, data_dir, recipe, threads), **record, **lengths, "timings_s": timings}
+        write_json(meta, out / META_FILE)
+        return
     enc = _encode(out, kind, data_dir, recipe, base)
     model = _build_model(task, recipe, enc, base)
     trainer = _Trainer(model, task, kind, recipe, enc, progress, position)
@@ -340,11 +331,10 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, threads, t_start) -> dict:
-    """What META_FILE records: the recipe, the data it read, the scores, the history and the timings."""
+def _common_meta(task, kind, data_dir, recipe, threads) -> dict:
+    """What META_FILE records of every run: the recipe, the data it read, the machine and the versions."""
     import paddle
 
-    history = trainer.history
     return {
         "recipe_version": RECIPE_VERSION,
         "recipe": recipe,
@@ -352,13 +342,27 @@ def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, thread
         "task": task.name,
         "paddle_class": task.paddle_class,
         "metric": kind.metric_name,
-        "labels": enc.labels,
-        "vocab_size": len(enc.vocab),
-        "rows": {**{split: len(enc.rows[split]) for split in enc.rows}, "test": enc.test_rows},
         "data_sha256": {
             split: _sha256(data_mod.split_file(data_dir, split, recipe["split_format"])) for split in data_mod.SPLITS
         },
         "vocab_sources": {name: _sha256(path) for name, path in vocab_sources(data_dir, recipe).items()},
+        "threads": threads,
+        "threads_at_end": threads_in_use(threads),  # more where a run trained beside it ended first
+        "cpu_count": os.cpu_count(),
+        "versions": {"paddle": paddle.__version__, "paddlenlp": _version("paddlenlp")},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, threads, t_start) -> dict:
+    """What META_FILE records of a run of the shared loop: the common record, the labels and vocabulary, the scores,
+    the history and the timings."""
+    history = trainer.history
+    return {
+        **_common_meta(task, kind, data_dir, recipe, threads),
+        "labels": enc.labels,
+        "vocab_size": len(enc.vocab),
+        "rows": {**{split: len(enc.rows[split]) for split in enc.rows}, "test": enc.test_rows},
         "best_epoch": trainer.best["epoch"],
         # The kept epoch's dev score, from the pass that chose it (scoring the same weights again gives the same
         # number). The test split is scored once, on the exported model (`ernie-deploy eval`), where it is the
@@ -375,11 +379,6 @@ def _meta(task, kind, data_dir, recipe, enc: _Encoded, trainer: _Trainer, thread
         "steps": trainer.step,
         **length_record([len(ids) for ids, _ in enc.rows["train"]]),
         "stopped_by": "budget" if trainer.step < trainer.steps_per_epoch * recipe["epochs"] else "epochs",
-        "threads": threads,
-        "threads_at_end": threads_in_use(threads),  # more where a run trained beside it ended first
-        "cpu_count": os.cpu_count(),
-        "versions": {"paddle": paddle.__version__, "paddlenlp": _version("paddlenlp")},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 

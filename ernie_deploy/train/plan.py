@@ -1,5 +1,6 @@
 """How long a bootstrap run trains: every epoch of its recipe, or as many steps as its training budget allows at the
-step rate measured on this machine, whichever is fewer; and the learning rate over those steps."""
+step rate measured on this machine, whichever is fewer; the learning rate over those steps, and the optimizer that
+follows it (every run's: train.loop's and train.retrieval's)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,19 @@ class Plan:
         if step < warmup:
             return step / warmup
         return max(0.0, (self.total - step) / max(1, self.total - warmup))
+
+
+def optimizer(model, recipe: dict, plan: Plan):
+    """(schedule, optimizer): the recipe's learning rate warmed up and decayed over `plan`'s steps, and AdamW with
+    weight decay on every weight but biases and norms, and the recipe's gradient clipping."""
+    import paddle
+
+    schedule = paddle.optimizer.lr.LambdaDecay(recipe["learning_rate"], plan.lr_factor)
+    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
+    return schedule, paddle.optimizer.AdamW(
+        learning_rate=schedule,
+        parameters=model.parameters(),
+        weight_decay=recipe["weight_decay"],
+        apply_decay_param_fun=lambda name: name not in no_decay,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(recipe["max_grad_norm"]) if recipe["max_grad_norm"] else None,
+    )

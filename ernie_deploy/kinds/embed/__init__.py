@@ -22,7 +22,6 @@ KIND = Kind(
     # prints both), so 1e-5 off a cosine of 1 leaves room for other hosts' kernels; mean pooling read as cls gives
     # 0.58 on the 2-layer random-weight ErnieModel of tests/retrieval_fixtures.py.
     parity_cosine=0.99999,
-    trained_here=False,
     scored_per_text=False,
 )
 

@@ -15,8 +15,8 @@ KIND = Kind(
     # Its graph answers one logit per pair (the log-odds of relevance), whatever head the checkpoint has.
     label_head=False,
     own_export=True,
-    trained_here=False,
     scored_per_text=False,
+    proposed_by="embed",
 )
 
 # What a rerank model's `score` is (`export --score`, recorded with it): the probability that the text answers the
