@@ -43,7 +43,11 @@ def served(embed_pipeline, rerank_pipeline, tmp_path_factory):
     from ernie_deploy.server.process import TritonServer
 
     repo = tmp_path_factory.mktemp("retrieval_demo")
-    build([model_artifacts(p.static, p.onnx) for p in (embed_pipeline, rerank_pipeline)], repo, BuildOptions())
+    build(
+        [model_artifacts(p.static, p.onnx) for p in (embed_pipeline, rerank_pipeline)],
+        repo,
+        BuildOptions(runtime="python"),
+    )
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=repo.parent / "demo.log") as server:
         yield server
 
