@@ -1,6 +1,6 @@
 """The retrieval demo models' training (kinds/embed/train.py, kinds/rerank/train.py over train.retrieval), run by the
-bootstrap as every demo model is: a short real run of each on a few hundred InsuranceQA pairs learns, is saved as an
-ErnieEncoder with its base's vocabulary, and records what the export and the shipped table read."""
+bootstrap as every demo model is: each starts from a trained encoder, and what it saves is an ErnieEncoder with its
+base's vocabulary and the record the export and the shipped table read."""
 
 from __future__ import annotations
 
@@ -10,13 +10,9 @@ import pytest
 
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tasks import EMBED, RERANK
-from ernie_deploy.fetch import datasets
-from ernie_deploy.fetch.data import read_split, write_pairs
 from ernie_deploy.fetch.shipped import SHIPPED_ROOT
 from ernie_deploy.train import bootstrap
 from ernie_deploy.train.recipes import recipe_for
-
-SMALL = {"max_train_rows": 256, "batch_size": 32, "eval_batch_size": 64}
 
 
 @pytest.fixture(autouse=True)
@@ -30,27 +26,18 @@ def test_each_retrieval_recipe_starts_from_a_trained_encoder():
         recipe_for(EMBED, {"temprature": 0.1})
 
 
-@pytest.mark.integration
-def test_a_short_run_of_each_learns_and_is_saved_as_an_ernie_encoder(tmp_path):
-    """256 train pairs, 8 steps each, dev and test cut to 120 and 60 pairs (a few minutes on the shared 2-core host):
-    the embed model's dev recall@10 beats its start's, the demo classifier's encoder; the rerank model, started from
-    the embed model the bootstrap returns for this data, re-orders its dev candidates better than it."""
-    source, data = datasets.prepare("insuranceqa"), tmp_path / "data" / "small"
-    for split, rows in (("train", 1000), ("dev", 120), ("test", 60)):
-        write_pairs(data / f"{split}.pairs.tsv", read_split(source, split, "pairs.tsv")[0][:rows])
-    embed = bootstrap.train(EMBED, data, progress=False, recipe={**SMALL, "epochs": 2})
-    meta = bootstrap.load_meta(embed)
-    assert meta["history"][-1]["loss"] < meta["history"][0]["loss"]
-    assert meta["dev"] > meta["start_scores"]["dev"]["mrr_at_10"]
-    assert json.loads((embed / "config.json").read_text())["architectures"] == ["ErnieEncoder"]
-    assert (embed / "vocab.txt").read_bytes() == (SHIPPED_ROOT / "seq_cls" / "vocab.txt").read_bytes()
-    assert meta["steps"] == 16 and meta["rows"]["train"] == 256 and meta["recipe"]["max_seq_len"] == 128
-    assert 0 < meta["trained_tokens"] <= 128 and sorted(meta["data_sha256"]) == ["dev", "test", "train"]
-
-    # The rerank recipe's base is the embed model of its own recipe on InsuranceQA (the caller's recipe is the rerank
-    # model's alone): the shipped one.
-    rerank = bootstrap.train(RERANK, data, progress=False, recipe={**SMALL, "dev_queries": None})
-    meta = bootstrap.load_meta(rerank)
-    assert meta["recipe"]["init_checkpoint"] and meta["dev"] >= meta["dev_embed"]["mrr_at_10"] - 0.05
-    assert meta["steps"] == meta["steps_per_epoch"] > 0
-    assert json.loads((rerank / "config.json").read_text())["architectures"] == ["ErnieEncoder"]
+@pytest.mark.parametrize("task", [EMBED, RERANK], ids=lambda t: t.name)
+def test_each_shipped_retrieval_model_is_an_ernie_encoder_on_its_bases_vocabulary(task):
+    """What the export reads of them: an ErnieEncoder's config, the base's vocabulary byte for byte (the classifier's,
+    through the embed model), the length it trained at, and its base's key in its recipe. (Their recipes' short runs
+    learn: tests/test_recipes_learn.py.)"""
+    folder, base = SHIPPED_ROOT / task.name, recipe_for(task)["init_from"]
+    meta = bootstrap.load_meta(folder)
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["ErnieEncoder"]
+    assert (folder / "vocab.txt").read_bytes() == (SHIPPED_ROOT / "seq_cls" / "vocab.txt").read_bytes()
+    assert meta["recipe"]["max_seq_len"] == 128 and 3 <= meta["trained_tokens"] <= 128
+    assert (
+        meta["recipe"]["init_checkpoint"]
+        == json.loads((SHIPPED_ROOT / base / "manifest.json").read_text())["cache_key"]
+    )
+    assert meta["steps"] == meta["steps_per_epoch"] * meta["recipe"]["epochs"] and meta["stopped_by"] == "epochs"
