@@ -22,7 +22,7 @@ from ernie_deploy.core.tasks import DEMO_MODELS, EMBED, RERANK, TaskSpec
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.export.gates import require_at_least
 from ernie_deploy.fetch.data import data_dir, read_split, read_split_file
-from ernie_deploy.serving.ranking import K, ranking_report, searches, top_k, unit
+from ernie_deploy.serving.ranking import CANDIDATES, K, ranking_report, searches, top_k, unit
 
 
 def ndcg(candidates: np.ndarray, scores: np.ndarray, relevant: list[set[int]], k: int = K) -> float:
@@ -144,7 +144,10 @@ def rerank_parser(doc: str | None = None) -> argparse.ArgumentParser:
         help="with a split: the served embed model whose top candidates are reranked (default %(default)s)",
     )
     parser.add_argument(
-        "--candidates", type=int, default=20, help="with a split: candidates per query reranked (default 20)"
+        "--candidates",
+        type=int,
+        default=CANDIDATES,
+        help="with a split: candidates per query reranked (default %(default)s)",
     )
     return parser
 

@@ -20,11 +20,9 @@ from ernie_deploy.export.static import PaddlePredictor, StaticModel
 from ernie_deploy.fetch.data import read_split_file
 from ernie_deploy.kinds.rerank.serving import sigmoid
 from ernie_deploy.serving.encoding import encode_items
-from ernie_deploy.serving.ranking import K, ranking_report, searches, top_k, unit
+from ernie_deploy.serving.ranking import CANDIDATES, K, ranking_report, searches, top_k, unit
 from ernie_deploy.serving.runtime import OnnxModel
 from ernie_deploy.serving.tokenizer import build_tokenizer
-
-CANDIDATES = 20  # the rerank client's default: each query's top 20 by the embed model are re-ordered
 
 # One path's answers: texts (or (query, text) pairs) -> the served answer of each, stacked.
 Reader = Callable[[list], np.ndarray]

@@ -10,6 +10,9 @@ import numpy as np
 from ernie_deploy.core.errors import BadDataError
 
 K = 10  # recall@10, MRR@10, NDCG@10: the cut-offs retrieval is commonly reported at
+# Each query's top candidates by the embed model that a rerank model re-orders (its client's default, its offline
+# score's, and where its training draws hard negatives).
+CANDIDATES = 20
 
 
 def searches(pairs: list) -> tuple[list[str], list[str], list[set[int]]]:

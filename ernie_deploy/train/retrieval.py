@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +39,23 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.jso
 @dataclass(frozen=True)
 class Run:
     """What one retrieval kind's training reads: the full recipe, the splits' (query, passage) pairs, the base
-    checkpoint, and `encode`: texts or (query, passage) pairs -> paddle's (input_ids, token_type_ids), cut and padded
-    as the tokenizer step does it."""
+    checkpoint and the serving tokenizer over its vocabulary."""
 
     recipe: dict[str, Any]
     splits: dict[str, list]
     base: Path
-    encode: Callable[[list], tuple]
+    tokenizer: Any
+
+    def encode(self, items: list) -> tuple:
+        """Texts or (query, passage) pairs -> paddle's (input_ids, token_type_ids), cut and padded as the tokenizer
+        step does it."""
+        import paddle
+
+        encoded = encode_items(self.tokenizer, items, self.recipe["max_seq_len"])
+        return paddle.to_tensor(encoded.input_ids), paddle.to_tensor(encoded.token_type_ids)
 
     def searches(self, split: str) -> tuple[list[str], list[str], list[set[int]]]:
         return searches(self.splits[split])
-
-
-def _encode(tokenizer, most: int, items: list):
-    import paddle
-
-    encoded = encode_items(tokenizer, items, most)
-    return paddle.to_tensor(encoded.input_ids), paddle.to_tensor(encoded.token_type_ids)
 
 
 def encoder(base: Path, labels: list[str]):
@@ -180,7 +179,7 @@ def train_into(
         raise BadCheckpointError(f"{base} is no checkpoint (config.json, model_state.pdparams, vocab.txt)", "pass one")
     tokenizer = build_tokenizer(base / "vocab.txt", lowercase=True)
     seed_everything(recipe["seed"])
-    run = Run(recipe, _splits(data_dir, recipe), base, partial(_encode, tokenizer, recipe["max_seq_len"]))
+    run = Run(recipe, _splits(data_dir, recipe), base, tokenizer)
     model, record, lengths = trainer(run)
     model.save_pretrained(str(out))  # config.json names ErnieEncoder
     for name in TOKENIZER_FILES:
@@ -191,9 +190,8 @@ def train_into(
 
 def token_lengths(run: Run, items: list) -> list[int]:
     """Each training item's tokens as the model reads it (cut at max_seq_len): what the record's lengths are of."""
-    tokenizer = build_tokenizer(run.base / "vocab.txt", lowercase=True)
     return [
         int(n)
         for start in range(0, len(items), 1024)
-        for n in encode_items(tokenizer, items[start : start + 1024], run.recipe["max_seq_len"]).lengths
+        for n in encode_items(run.tokenizer, items[start : start + 1024], run.recipe["max_seq_len"]).lengths
     ]

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from ernie_deploy.serving.ranking import ranking_report
+from ernie_deploy.serving.ranking import CANDIDATES, ranking_report
 from ernie_deploy.train import retrieval
 from ernie_deploy.train.batching import shuffled_batches
 from ernie_deploy.train.kind_recipe import KindRecipe
-
-CANDIDATES = 20  # the embed model's top 20: where hard negatives are drawn, and what the dev score re-orders
 
 
 def _train(run: retrieval.Run):
