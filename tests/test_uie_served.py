@@ -116,6 +116,27 @@ def test_a_long_text_is_read_in_windows_and_mapped_to_its_characters(built, clie
     assert len({(s["start"], s["end"]) for s in spans}) == len(spans)  # a span two windows find is answered once
 
 
+def test_rows_of_different_lengths_run_in_buckets_and_answer_as_each_alone(built, client):
+    """A long text's windows and short texts in one request: served, each text answers as it does alone; in the
+    step the server runs, the rows go in length buckets, so the calls pad within serving.buckets.MAX_PAD where one
+    call would pad every row to a full window."""
+    from benchmarks.scores_in_process import step_config
+    from ernie_deploy.kinds.uie.serving import ExtractionStep
+    from ernie_deploy.serving.buckets import MAX_PAD, Padding
+    from ernie_deploy.serving.spans import prompt_rows
+
+    texts = [TEXTS[0], LONG, TEXTS[1][:6], TEXTS[1]]
+    assert ask(client, texts) == [ask(client, [text])[0] for text in texts]
+
+    repo = built[2]
+    step = ExtractionStep(step_config(repo / NAME), repo / NAME / "1")
+    step({"text": np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)})
+    assert step.padding.real > 0
+    assert step.padding.ratio <= MAX_PAD
+    rows = prompt_rows(step.tokenizer, texts, ENTITY_SCHEMA, max_seq_len=step.row_tokens, stride=step.stride)
+    assert Padding.of(rows.lengths, [np.arange(len(rows))]).ratio > 1.5  # what one call of every row would pad
+
+
 @pytest.mark.parametrize(
     "schema, says",
     [
