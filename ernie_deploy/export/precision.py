@@ -278,10 +278,12 @@ def _require_same_signature(
 
 
 def _smoke_run(path: Path) -> None:
-    """Load and run the model once with the CPU provider, the way the model step will."""
+    """Load and run the model once with the CPU provider, the way the model step will, asking for every output it
+    declares (a classifier's logits, a UIE model's two probabilities: `_require_same_signature` held them to the FP32
+    model's before this run)."""
 
     ids = np.array([[1, 5, 6, 2, 0]], np.int64)
-    OnnxModel(path)(ids, np.zeros_like(ids))
+    OnnxModel(path, outputs=()).run(ids, np.zeros_like(ids))
 
 
 # --- FP16 ---------------------------------------------------------------------------------------------------

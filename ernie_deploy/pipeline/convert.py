@@ -7,11 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ernie_deploy.core.errors import BadDataError, BadOptionsError
+from ernie_deploy.export.drift import canonical
 from ernie_deploy.export.gates import DEFAULT_TOLERANCE, Gates
 from ernie_deploy.export.onnx import convert_checked
 from ernie_deploy.export.precision import Calibration
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.export.uie import TOLERANCE, convert_uie_checked
+from ernie_deploy.export.uie_int8 import PRECISION as UIE_INT8
+from ernie_deploy.export.uie_int8 import PromptCalibration, Reading, convert_uie_int8_checked
 from ernie_deploy.fetch.data import data_dir, read_split, read_split_file, split_file, task_texts
 from ernie_deploy.pipeline.locate import onnx_file, static_model
 from ernie_deploy.pipeline.options import ConvertOptions
@@ -61,22 +64,44 @@ def convert_model(
 
 def _convert_extraction(model: StaticModel, options: ConvertOptions, out: Path, name, log) -> Path:
     """An extraction model (UIE, Kind.staged): both probability heads converted and gated on (prompt, text) rows
-    (export.uie); no reduced precision yet, and no thresholds."""
+    (export.uie); with --quantize int8 (int8-static), made static INT8 on prompted rows of the calibration texts and
+    gated on the spans it extracts from the parity texts (export.uie_int8). No thresholds."""
 
-    if options.precision != "fp32":
+    precision = canonical(options.precision)
+    if precision not in ("fp32", UIE_INT8):
+        dynamic = precision == "int8-dynamic"
         raise BadOptionsError(
-            f"--quantize {options.precision}: an extraction model is converted in fp32 only",
-            "convert it without --quantize",
+            f"{'--quantize int8-dynamic' if dynamic else '--fp16'}: an extraction model is converted in FP32 or in "
+            "INT8 with static scales only: "
+            + (
+                "its later stages prompt with the spans the first stage found, so dynamic scales, which move with the "
+                "other rows of a batch, would change the questions asked as well as the answers"
+                if dynamic
+                else "FP16 is for GPUs, and the extraction step runs onnxruntime on the CPU"
+            ),
+            "convert it with --quantize int8 (static scales), or without --quantize and --fp16",
         )
     prefix = f"{name or model.task.name}: "
+    # The logits' default tolerance is not a probability's: the heads' own (export.uie.TOLERANCE), unless given.
+    tolerance = TOLERANCE if options.tolerance == DEFAULT_TOLERANCE else options.tolerance
+    if precision == UIE_INT8:
+        texts = calibration(options, model)  # the dev split's (or --calibration-data's), each under every type
+        convert_uie_int8_checked(
+            model,
+            out,
+            PromptCalibration(texts.texts, model.vocab_file, Reading.of(model.spec), source=texts.source),
+            parity_texts(options, model)[: options.parity_n],
+            min_agree=options.int8_min_agree,
+            tolerance=tolerance,
+            opset=options.opset,
+            log=lambda line: (log or print)(prefix + line),
+        )
+        return out
     convert_uie_checked(
-        model,
-        out,
-        # The logits' default tolerance is not a probability's: the heads' own (export.uie.TOLERANCE), unless given.
-        tolerance=TOLERANCE if options.tolerance == DEFAULT_TOLERANCE else options.tolerance,
-        opset=options.opset,
-        log=lambda line: (log or print)(prefix + line),
+        model, out, tolerance=tolerance, opset=options.opset, log=lambda line: (log or print)(prefix + line)
     )
+    # The FP32 twin an earlier INT8 run left beside the model no longer describes it (as export.onnx._publish).
+    out.with_name(f"{out.stem}.fp32{out.suffix}").unlink(missing_ok=True)
     return out
 
 
