@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.step_timing import time_step_calls
-from benchmarks.uie_model import NAME, SCHEMAS, TRAINED, bench_texts, build_model, load_step
+from benchmarks.uie_model import NAME, SCHEMAS, SHAPE, bench_texts, build_model, load_step
+from benchmarks.uie_paddle import TASKFLOW_BATCH, TaskflowEngine
 from ernie_deploy.bench.load import PreparedRequest, run_load
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
 from ernie_deploy.bench.rows import percentile
@@ -45,12 +46,14 @@ from ernie_deploy.core.errors import FailedRequestsError, ParityError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.server.process import TritonServer
+from ernie_deploy.serving.buckets import Padding
 
 BATCHES = (1, 8)  # requests per in-process call: one alone, and the most that concurrency 8 can merge
 CONCURRENCY = (1, 8)
 # Each cell keeps its best round: on a shared host a 3-second window of the same cell moved by 2x, so the best of a
 # few short rounds, alternating in-process and served, is steadier than one long cell.
 ROUNDS, DURATION_S = 3, 5.0
+TASKFLOW = "taskflow"  # the way of Taskflow's engine's cells (benchmarks/uie_paddle.py)
 CHECKED = 20  # texts whose served answers are compared with the in-process step's, per schema
 
 
@@ -133,9 +136,32 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
 
 
 def time_in_process(step, texts: list[str], schema: str, batch: int, duration_s: float, warmup_s: float) -> dict:
-    """`batch` one-text requests per call of the step, back to back over `texts` (cycling), for `duration_s`."""
+    """`batch` one-text requests per call of the step, back to back over `texts` (cycling), for `duration_s`; with
+    the pad ratio of its model calls (tokens run over real tokens: serving.buckets) when the step counts it."""
     requests = [_request(t, schema) for t in texts]
-    return _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
+    inner = _extraction(step)
+    inner.padding = Padding()
+    cell = _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
+    return {**cell, "pad_ratio": inner.padding.ratio}
+
+
+def time_taskflow(engine: TaskflowEngine, texts: list[str], schema: str, duration_s: float, warmup_s: float) -> dict:
+    """Taskflow's engine given TASKFLOW_BATCH texts a call (as a user hands Taskflow a list; fewer when `texts` are
+    fewer), over `texts`."""
+    requests = [_request(t, schema) for t in texts]
+    return _cell(*time_step_calls(engine, requests, min(TASKFLOW_BATCH, len(texts)), duration_s, warmup_s))
+
+
+def taskflow_agrees(engine: TaskflowEngine, step, texts: list[str], schema: str) -> dict:
+    """How many of `texts` Taskflow's engine (Paddle Inference) answers with the served step's spans: the baseline
+    computes what is served, up to the two runtimes' float error."""
+    ours = step.run_requests([_request(t, schema) for t in texts])
+    theirs = engine.run_requests([_request(t, schema) for t in texts])
+    same = sum(
+        [a[:3] for a in _spans(json.loads(o["result"][0][0]))] == [b[:3] for b in _spans(t["result"])]
+        for o, t in zip(ours, theirs)
+    )
+    return {"texts": len(texts), "same_spans": same}
 
 
 def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
@@ -166,16 +192,21 @@ def served_requests(texts: list[str], schema: str) -> list:
     return out
 
 
-def measure(repo: Path, texts: list[str], *, rounds: int, duration_s: float, warmup_s: float, log: Path) -> dict:
-    """Every cell's rounds, in-process and served, and the span facts per schema."""
+def measure(
+    repo: Path, texts: list[str], *, rounds: int, duration_s: float, warmup_s: float, log: Path, static: Path
+) -> dict:
+    """Every cell's rounds, in-process, Taskflow's engine and served, and the span facts per schema."""
 
     model = ModelSpec.read(repo / NAME / "1")
     schemas = {key: json.dumps(s, ensure_ascii=False) for key, s in SCHEMAS.items()}
     step = load_step(repo)
+    engine = TaskflowEngine(static, _extraction(step))
     try:
         facts = {key: answer_facts(step, texts, s) for key, s in schemas.items()}
+        for key, s in schemas.items():
+            facts[key]["taskflow_agrees"] = taskflow_agrees(engine, step, texts[:CHECKED], s)
         rows, compared = _cells(
-            repo, model, step, texts, schemas, rounds=rounds, duration_s=duration_s, warmup_s=warmup_s, log=log
+            repo, model, step, engine, texts, schemas, rounds=rounds, duration_s=duration_s, warmup_s=warmup_s, log=log
         )
         for key, spans in compared.items():
             facts[key]["served_spans_checked"] = spans
@@ -184,7 +215,7 @@ def measure(repo: Path, texts: list[str], *, rounds: int, duration_s: float, war
     return {"rows": rows, "facts": facts}
 
 
-def _cells(repo, model, step, texts, schemas, *, rounds, duration_s, warmup_s, log) -> tuple[list[dict], dict]:
+def _cells(repo, model, step, engine, texts, schemas, *, rounds, duration_s, warmup_s, log) -> tuple[list[dict], dict]:
 
     rows: list[dict] = []
     with TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=log) as server:
@@ -196,6 +227,9 @@ def _cells(repo, model, step, texts, schemas, *, rounds, duration_s, warmup_s, l
                     cell = time_in_process(step, texts, schema, batch, duration_s, warmup_s)
                     rows.append({"schema": key, "way": "in-process", "batch": batch, "round": round_, **cell})
                     _print(rows[-1])
+                cell = time_taskflow(engine, texts, schema, duration_s, warmup_s)
+                rows.append({"schema": key, "way": TASKFLOW, "batch": TASKFLOW_BATCH, "round": round_, **cell})
+                _print(rows[-1])
                 for concurrency in CONCURRENCY:
                     got = run_load(
                         server.grpc_url,
@@ -234,17 +268,24 @@ def ratios(best_rows: list[dict]) -> dict:
     for key in SCHEMAS:
         mine = [r for r in best_rows if r["schema"] == key]
         limit = max((r for r in mine if r["way"] == "in-process"), key=lambda r: r["texts_per_s"])
-        out[key] = {"limit_batch": limit["batch"], "limit_texts_per_s": limit["texts_per_s"]}
+        taskflow = next(r for r in mine if r["way"] == TASKFLOW)
+        out[key] = {
+            "limit_batch": limit["batch"],
+            "limit_texts_per_s": limit["texts_per_s"],
+            "limit_over_taskflow": limit["texts_per_s"] / taskflow["texts_per_s"],
+        }
         for r in mine:
             if r["way"] == "served":
                 out[key][f"served_c{r['concurrency']}_over_limit"] = r["texts_per_s"] / limit["texts_per_s"]
+                out[key][f"served_c{r['concurrency']}_over_taskflow"] = r["texts_per_s"] / taskflow["texts_per_s"]
     return out
 
 
 def render(best_rows: list[dict], facts: dict, ratio: dict) -> str:
     by = {_cell_key(r): r for r in best_rows}
-    head = ["schema", "rows/text", "spans/text", *(f"in-process b{b}" for b in BATCHES)]
-    head += [f"served c{c}" for c in CONCURRENCY] + [f"c{c} / limit" for c in CONCURRENCY] + ["served c1 p50 ms"]
+    head = ["schema", "rows/text", "spans/text", *(f"in-process b{b}" for b in BATCHES), "pad b8"]
+    head += [f"served c{c}" for c in CONCURRENCY] + [f"c{c} / limit" for c in CONCURRENCY]
+    head += ["Taskflow's engine", "c8 / Taskflow", "served c1 p50 ms"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for key in SCHEMAS:
         f = facts[key]
@@ -253,15 +294,18 @@ def render(best_rows: list[dict], facts: dict, ratio: dict) -> str:
             spans += f" + {f['relation_spans_per_text']:.1f} in relations"
         cells = [key, f"{f['rows_per_text']:.1f}", spans]
         cells += [f"{by[(key, 'in-process', b, None)]['texts_per_s']:.1f}" for b in BATCHES]
+        cells.append(f"{by[(key, 'in-process', BATCHES[-1], None)]['pad_ratio']:.2f}")
         cells += [f"{by[(key, 'served', None, c)]['texts_per_s']:.1f}" for c in CONCURRENCY]
         cells += [f"{ratio[key][f'served_c{c}_over_limit']:.2f}x" for c in CONCURRENCY]
+        cells.append(f"{by[(key, TASKFLOW, TASKFLOW_BATCH, None)]['texts_per_s']:.1f}")
+        cells.append(f"{ratio[key][f'served_c{CONCURRENCY[-1]}_over_taskflow']:.2f}x")
         cells.append(f"{by[(key, 'served', None, 1)]['p50_ms']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _print(r: dict) -> None:
-    where = f"b{r['batch']}" if r["way"] == "in-process" else f"c{r['concurrency']}"
+    where = f"c{r['concurrency']}" if r["way"] == "served" else f"b{r['batch']}"
     print(
         f"round {r['round']} {r['schema']:<8} {r['way']:<10} {where:<3}: {r['texts_per_s']:8.1f} texts/s, "
         f"p50 {r['p50_ms']:7.2f} ms, load average {r['load_average']}",
@@ -277,6 +321,7 @@ def run(
     warmup_s: float = 1.0,
     texts: list[str] | None = None,
     checkpoint: Path | None = None,
+    shape: str = SHAPE,
 ) -> dict:
     """The whole benchmark: model, cells, table printed, record written to `out` (None: not written)."""
 
@@ -285,13 +330,17 @@ def run(
     source = "given"
     if texts is None:
         texts, source = bench_texts()
-    if checkpoint is None and (TRAINED / "model_state.pdparams").exists():
-        checkpoint = TRAINED
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-uie-") as work:
-        repo, model = build_model(Path(work), texts, checkpoint)
+        repo, model = build_model(Path(work), texts, checkpoint, shape)
         measured = measure(
-            repo, texts, rounds=rounds, duration_s=duration_s, warmup_s=warmup_s, log=Path(work) / "server.log"
+            repo,
+            texts,
+            rounds=rounds,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            log=Path(work) / "server.log",
+            static=Path(work) / "artifacts" / "static" / NAME,
         )
     kept = best(measured["rows"])
     ratio = ratios(kept)
@@ -322,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="docs/uie.json", help="the results file (default docs/uie.json)")
     p.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of every cell (default {ROUNDS})")
     p.add_argument("--duration", type=float, default=DURATION_S, help=f"seconds per cell (default {DURATION_S})")
-    p.add_argument("--checkpoint", type=Path, help=f"a UIE checkpoint (default {TRAINED} when it exists)")
+    p.add_argument("--checkpoint", type=Path, help="a UIE checkpoint, e.g. demo/uie (default: random weights)")
+    p.add_argument(
+        "--shape", default=SHAPE, help=f"the ERNIE 3.0 shape of the random model, e.g. nano, base (default {SHAPE})"
+    )
     args = p.parse_args(argv)
-    run(Path(args.out), rounds=args.rounds, duration_s=args.duration, checkpoint=args.checkpoint)
+    run(Path(args.out), rounds=args.rounds, duration_s=args.duration, checkpoint=args.checkpoint, shape=args.shape)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The model and texts of the UIE bench (benchmarks/uie.py): the trained checkpoint at artifacts/checkpoints/uie when
-there is one, else UIE over ERNIE 3.0 nano's configuration with random weights and its pointer heads scaled and
+"""The model and texts of the UIE bench (benchmarks/uie.py): a checkpoint given (such as the demo's, demo/uie), else
+UIE over an ERNIE 3.0 shape's configuration (nano unless told) with random weights and its pointer heads scaled and
 biased, taken through `ernie-deploy export`, `convert` and `build --runtime python` with the commands users run; the
 step the server runs, built in-process from the built model; MSRA NER's test sentences or a fixed list."""
 
@@ -24,7 +24,7 @@ SCHEMAS = {
     "3 types": ["人物", "地点", "机构"],
     "relation": {"人物": ["机构", "地点"]},
 }
-TRAINED = Path("artifacts/checkpoints/uie")
+SHAPE = "nano"  # the ERNIE 3.0 shape of the random model (fetch.shapes), unless a checkpoint is given
 TEXTS = 400  # distinct texts the cells cycle through
 # Scale and bias of the random heads. Unscaled, a random head answers about 0.5 for every token, so whether a token
 # passes 0.5 is noise; scaled by 10 its logits spread far from 0, and these biases keep about the top 6% of start and
@@ -63,14 +63,15 @@ def schema_names() -> list[str]:
     return names
 
 
-def biased_checkpoint(folder: Path, texts: list[str]) -> dict:
-    """A PaddleNLP UIE checkpoint in `folder`: ERNIE 3.0 nano's configuration, random weights (seeded), heads scaled
-    and biased (HEAD_SCALE, START_BIAS, END_BIAS); its vocabulary holds the characters of `texts` and the schemas'
-    names (with 的, the relation prompts' joint), one token each. Returns what the record says of it."""
+def biased_checkpoint(folder: Path, texts: list[str], shape: str = SHAPE) -> dict:
+    """A PaddleNLP UIE checkpoint in `folder`: an ERNIE 3.0 shape's configuration (`shape`), random weights
+    (seeded), heads scaled and biased (HEAD_SCALE, START_BIAS, END_BIAS); its vocabulary holds the characters of
+    `texts` and the schemas' names (with 的, the relation prompts' joint), one token each. Returns what the record
+    says of it."""
     import paddle
     from paddlenlp.transformers import ErnieTokenizer
 
-    config = shape_config(get_shape("nano"))
+    config = shape_config(get_shape(shape))
     chars = sorted(set("".join(texts) + "".join(schema_names()) + "的") - set(" \t\n"))
     latin = list("abcdefghijklmnopqrstuvwxyz0123456789")
     tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *chars, *(f"##{c}" for c in latin)]
@@ -83,7 +84,8 @@ def biased_checkpoint(folder: Path, texts: list[str]) -> dict:
     model.save_pretrained(str(folder))
     ErnieTokenizer(str(folder / "vocab.txt")).save_pretrained(str(folder))
     return {
-        "checkpoint": "ERNIE 3.0 nano shape, random weights (seeded), pointer heads scaled and biased",
+        "checkpoint": f"ERNIE 3.0 {shape} shape, random weights (seeded), pointer heads scaled and biased",
+        "shape": shape,
         "layers": config["num_hidden_layers"],
         "hidden": config["hidden_size"],
         "params": sum(int(p.size) for p in model.parameters()),
@@ -106,14 +108,16 @@ def _artifacts_at(folder: Path):
             os.environ["ERNIE_DEPLOY_ARTIFACTS"] = before
 
 
-def build_model(workdir: Path, texts: list[str], checkpoint: Path | None = None) -> tuple[Path, dict]:
-    """(repository, model facts): the checkpoint (`checkpoint`, else the biased nano one made in `workdir`) through
-    the commands users run, into `workdir`/models."""
+def build_model(
+    workdir: Path, texts: list[str], checkpoint: Path | None = None, shape: str = SHAPE
+) -> tuple[Path, dict]:
+    """(repository, model facts): the checkpoint (`checkpoint`, else the biased one of `shape` made in `workdir`)
+    through the commands users run, into `workdir`/models."""
     from ernie_deploy.cli import main
 
     if checkpoint is None:
         checkpoint = workdir / "checkpoint"
-        facts = biased_checkpoint(checkpoint, texts)
+        facts = biased_checkpoint(checkpoint, texts, shape)
     else:
         facts = {"checkpoint": f"trained, {checkpoint}"}
     repo = workdir / "models"

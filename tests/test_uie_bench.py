@@ -10,8 +10,10 @@ import pytest
 
 @pytest.mark.integration
 def test_the_uie_bench_smoke_runs(tmp_path, capsys):
-    from benchmarks.uie import BATCHES, CONCURRENCY, run
+    from benchmarks.uie import BATCHES, CONCURRENCY, TASKFLOW, run
+    from benchmarks.uie_paddle import TASKFLOW_BATCH
     from benchmarks.uie_model import FALLBACK_TEXTS, SCHEMAS
+    from ernie_deploy.serving.buckets import MAX_PAD
 
     out = tmp_path / "uie.json"
     record = run(out, rounds=1, duration_s=0.3, warmup_s=0.1, texts=FALLBACK_TEXTS)
@@ -19,7 +21,15 @@ def test_the_uie_bench_smoke_runs(tmp_path, capsys):
     for key in SCHEMAS:
         assert {(key, "in-process", b, None) for b in BATCHES} <= cells
         assert {(key, "served", None, c) for c in CONCURRENCY} <= cells
+        assert (key, TASKFLOW, TASKFLOW_BATCH, None) in cells
         assert record["ratios"][key]["served_c8_over_limit"] > 0
+        assert record["ratios"][key]["served_c8_over_taskflow"] > 0
+        # Taskflow's engine (Paddle Inference) finds the served spans: the baseline computes what is served.
+        agrees = record["facts"][key]["taskflow_agrees"]
+        assert agrees["same_spans"] == agrees["texts"] > 0
+    for r in record["best"]:
+        if r["way"] == "in-process":  # rows in length buckets: each call pads within serving.buckets.MAX_PAD
+            assert 1.0 <= r["pad_ratio"] <= MAX_PAD
     assert all(r["texts"] > 0 and r["texts_per_s"] > 0 for r in record["best"])
     facts = record["facts"]
     # The biased heads find spans, and the relation schema runs its second stage on them: the bench times both stages.

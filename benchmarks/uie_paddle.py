@@ -1,0 +1,77 @@
+"""The baseline of the UIE bench (benchmarks/uie.py): the same exported static model run the way Taskflow runs it on a
+CPU, in process. What Taskflow does there (paddlenlp 2.8.1, taskflow/task.py and taskflow/information_extraction.py,
+read for its settings): Paddle Inference with MKL-DNN on; every (prompt, text window) row
+padded to max_seq_len; rows in batches of 16. Taskflow gives Paddle half the machine's cores by default; here it gets
+as many as onnxruntime does (bench.machine.usable_cores), so the baseline is not handicapped.
+
+The stages, windows and span decoding are this project's (serving.spans.extract, which reads spans as Taskflow
+does: tests/test_spans.py), so the two sides differ only in how the model rows run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ernie_deploy.bench.machine import usable_cores
+from ernie_deploy.export.static import StaticModel
+from ernie_deploy.serving.schema import parse_schema
+from ernie_deploy.serving.spans import extract
+
+# Taskflow's UIE batch size (rows a Paddle Inference run) and that every row is padded to max_seq_len.
+TASKFLOW_BATCH = 16
+
+
+class TaskflowEngine:
+    """`run_requests` as a served step's (bench step_timing.time_step_calls drives it): one-text requests of text
+    and schema, answered by extract() over Paddle Inference runs of TASKFLOW_BATCH rows of max_seq_len tokens."""
+
+    def __init__(self, static_root, step, threads: int | None = None):
+        from paddle import inference
+
+        static = StaticModel.load(static_root)
+        config = inference.Config(str(static.model_file), str(static.params_file))
+        config.disable_gpu()
+        config.enable_mkldnn()
+        config.set_cpu_math_library_num_threads(threads or usable_cores())
+        config.disable_glog_info()
+        # Not enable_memory_optim(), which Taskflow also sets: paddle 3.3.1's predictor over a PIR model
+        # (inference.json) refuses it ("Not find ... memory_optimize_pass"); it saves memory, not time.
+        self.predictor = inference.create_predictor(config)
+        self.step = step  # the served step: its tokenizer, row width, stride and threshold, read not run
+        self.threads = threads or usable_cores()
+        self.rows = 0
+
+    def _run(self, rows):
+        width = self.step.row_tokens
+        ids = np.zeros((len(rows), width), dtype=np.int64)  # the vocabulary's [PAD] is id 0, as the rows pad
+        types = np.zeros((len(rows), width), dtype=np.int64)
+        ids[:, : rows.input_ids.shape[1]] = rows.input_ids
+        types[:, : rows.token_type_ids.shape[1]] = rows.token_type_ids
+        starts, ends = [], []
+        for i in range(0, len(rows), TASKFLOW_BATCH):
+            feeds = {"input_ids": ids[i : i + TASKFLOW_BATCH], "token_type_ids": types[i : i + TASKFLOW_BATCH]}
+            for name in self.predictor.get_input_names():
+                handle = self.predictor.get_input_handle(name)
+                handle.reshape(feeds[name].shape)
+                handle.copy_from_cpu(np.ascontiguousarray(feeds[name]))
+            self.predictor.run()
+            start, end = (self.predictor.get_output_handle(n).copy_to_cpu() for n in self.predictor.get_output_names())
+            starts.append(start)
+            ends.append(end)
+        self.rows += len(rows)
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def run_requests(self, requests: list[dict]) -> list[dict]:
+        texts = [r["text"].reshape(-1)[0].decode("utf-8") for r in requests]
+        schemas = [parse_schema(json.loads(r["schema"].reshape(-1)[0])) for r in requests]
+        answers = extract(
+            self.step.tokenizer,
+            texts,
+            schemas,
+            self._run,
+            max_seq_len=self.step.row_tokens,
+            stride=self.step.stride,
+            position_prob=self.step.position_prob,
+        )
+        return [{"result": a} for a in answers]
