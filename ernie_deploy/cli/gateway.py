@@ -11,6 +11,7 @@ from ernie_deploy.core.endpoints import DEFAULT_GRPC_URL, LOOPBACK
 from ernie_deploy.core.errors import BadOptionsError
 from ernie_deploy.core.tls import add_tls_arguments, tls_from_args
 from ernie_deploy.gateway.defaults import (
+    DEFAULT_COALESCE_MS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CLIENT_BATCH_SIZE,
     DEFAULT_MAX_CONCURRENT,
@@ -52,6 +53,15 @@ def register(sub) -> None:
         help="texts one inference request may hold (TEI's max_client_batch_size; a rerank query's texts, a "
         "similarity's sentences and its source); more are refused by name with 413 (400 on /v1/embeddings) "
         "(default %(default)s)",
+    )
+    p.add_argument(
+        "--coalesce-ms",
+        type=float,
+        default=DEFAULT_COALESCE_MS,
+        metavar="MS",
+        help="while a call to a model is in flight, merge the requests to it that come within this window into one "
+        "Triton call, at most its max_batch_size texts (a lone request never waits it; 0: never merge; "
+        "default %(default)s)",
     )
     p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECONDS", help="per Triton request (default %(default)s)"
@@ -97,5 +107,6 @@ def run(args) -> None:
         max_concurrent_requests=args.max_concurrent_requests,
         max_client_batch_size=args.max_client_batch_size,
         timeout_s=args.timeout,
+        coalesce_ms=args.coalesce_ms,
     )
     serve(settings, host=args.host, port=args.port, https=_https(args), log_level=args.log_level)

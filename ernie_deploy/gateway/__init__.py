@@ -9,10 +9,10 @@ kinds' `gateway` modules; Starlette, uvicorn, tritonclient and prometheus_client
 beside Triton on a machine that may hold nothing else of the pipeline. Nothing imports the gateway but the CLI.
 
 Modules: app (the routes, create_app), listen (serve: uvicorn, HTTPS), bodies (reading requests, the texts cap),
-errors (each contract's error shape), models (what is served), triton (the gRPC side), retrieval (TEI's embed,
-similarity and rerank bodies and answers), openai (OpenAI's embeddings body and answer), retrieval_routes (those
-routes over Triton), tokenize (TEI's /tokenize), metrics, parameters (checks the kinds share), process
-(GatewayProcess).
+errors (each contract's error shape), models (what is served), triton (the gRPC side), coalesce (concurrent
+requests of a model merged into one Triton call), retrieval (TEI's embed, similarity and rerank bodies and answers),
+openai (OpenAI's embeddings body and answer), retrieval_routes (those routes over Triton), tokenize (TEI's
+/tokenize), metrics, parameters (checks the kinds share), process (GatewayProcess).
 """
 
 from __future__ import annotations

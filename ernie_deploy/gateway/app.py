@@ -30,9 +30,11 @@ from ernie_deploy.core.errors import BadOptionsError, BadRequest
 from ernie_deploy.core.tls import Tls
 from ernie_deploy.gateway import bodies, retrieval
 from ernie_deploy.gateway.defaults import (
+    DEFAULT_COALESCE_MS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CLIENT_BATCH_SIZE,
     DEFAULT_MAX_CONCURRENT,
+    MAX_COALESCE_MS,
 )
 from ernie_deploy.gateway.errors import (
     GatewayError,
@@ -94,6 +96,7 @@ class GatewaySettings:
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # texts per inference request
     timeout_s: float = 60.0  # per Triton request
+    coalesce_ms: float = DEFAULT_COALESCE_MS  # concurrent requests of a model merged into one call (0: never)
 
 
 class Gateway:
@@ -111,11 +114,19 @@ class Gateway:
                 ", ".join(f"{flag} {value}" for flag, value in bounds.items()) + ": each must be at least 1",
                 "pass positive numbers, or leave them out for the defaults",
             )
+        if not 0 <= settings.coalesce_ms <= MAX_COALESCE_MS:
+            raise BadOptionsError(
+                f"--coalesce-ms {settings.coalesce_ms}: the window must be 0 (off) to {MAX_COALESCE_MS:g} ms",
+                f"pass a window from 0 to {MAX_COALESCE_MS:g}, or leave it out for the default "
+                f"({DEFAULT_COALESCE_MS:g} ms)",
+            )
         self.settings = settings
         self.models = ModelTable(settings.repository)
         self.tokenizers = Tokenizers(settings.repository)
-        self.triton = Triton(settings.grpc_url, settings.tls, settings.timeout_s)
         self.metrics = Metrics()
+        self.triton = Triton(
+            settings.grpc_url, settings.tls, settings.timeout_s, settings.coalesce_ms / 1000, self.metrics
+        )
         self.retrieval = RetrievalRoutes(self, KIND_JSON)
         self.in_flight = 0
         self.metrics.count_in_flight(lambda: self.in_flight)
@@ -338,6 +349,7 @@ class Gateway:
             "max_body_bytes": self.settings.max_body_bytes,
             "max_concurrent_requests": self.settings.max_concurrent_requests,
             "max_client_batch_size": self.settings.max_client_batch_size,
+            "coalesce_ms": self.settings.coalesce_ms,
             "models": [
                 {**model.info(), "hugging_face_task": KIND_JSON[model.record.kind].hf_task}
                 for model in (await self.models.refreshed()).values()

@@ -19,3 +19,9 @@ DEFAULT_PORT = 8080
 # comes back), as --max-concurrent-requests bounds how many run: at both defaults 64 x 32 = 2,048 texts in flight.
 # A batch client splits its list; a deployment that wants larger requests raises it.
 DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
+# The window in which concurrent requests of one model are merged into one Triton call (--coalesce-ms;
+# gateway.coalesce), taken only while another call to the model is in flight: a lone request never waits it. The
+# issue's bound is 1 ms; uvloop's timers count whole milliseconds (a 0.5 ms window fires on the loop's next turn).
+DEFAULT_COALESCE_MS = 1.0
+# The longest window taken: a request waits at most this long for others to merge with.
+MAX_COALESCE_MS = 100.0

@@ -5,7 +5,8 @@ each; a request's texts go out in the model's wire (core.io) and its answers com
 
 A request of more texts than the model's max_batch_size goes out as several Triton requests at once; the request's
 character limit (max_request_chars), which Triton checks per Triton request, is then checked here for the whole
-request, in the tokenizer's own words."""
+request, in the tokenizer's own words. One that fits one Triton request is merged with the concurrent requests of
+its model into one call (gateway.coalesce, `--coalesce-ms`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ernie_deploy.client.grpc_client import grpc_client, input_columns, wire_inp
 from ernie_deploy.client.wire import native_answers
 from ernie_deploy.core.errors import ErnieDeployError
 from ernie_deploy.core.tls import Tls
+from ernie_deploy.gateway.coalesce import Coalescer
 from ernie_deploy.gateway.errors import GatewayError
 from ernie_deploy.gateway.models import ServedModel
 
@@ -31,11 +33,15 @@ STEP_FIX = "\n  fix: "
 class Triton:
     """One tritonserver's gRPC endpoint, reached with one asyncio client (made on the serving loop by `open`)."""
 
-    def __init__(self, url: str, tls: Tls | None = None, timeout_s: float = 60.0):
+    def __init__(
+        self, url: str, tls: Tls | None = None, timeout_s: float = 60.0, coalesce_s: float = 0.0, metrics=None
+    ):
         self.url = url
         self.tls = tls
         self.timeout_s = timeout_s
         self.client = None
+        # Concurrent requests of one model merged into one call within coalesce_s seconds (0: each its own call).
+        self.coalescer = Coalescer(self._infer, coalesce_s, metrics) if coalesce_s > 0 else None
         # (id of a model record, asked) -> (the record, its wire, answered specs, requested outputs): Triton._outputs.
         self._requested: dict[tuple, tuple] = {}
 
@@ -76,6 +82,8 @@ class Triton:
             if problem:
                 raise GatewayError(413, "validation", problem, fix=model.limits.request_fix)
         if len(items) <= size:
+            if self.coalescer is not None and size > 1:
+                return await self.coalescer.infer(model, items, tuple(asked))
             # One Triton request: awaited as it is, without gather's task and the concatenation of one part (0.033 ms
             # of a lone request's wall time: docs/gateway-profile.json, benchmarks/gateway_profile.py).
             return await self._infer(model, items, asked)
