@@ -56,10 +56,11 @@ class PipelineStep(Step):
         # `tokens`, and the raw logits from the model.
         answered = {n: own for n, own in self.outputs.items() if requested is None or n in requested}
         posts = self.post.run(post_items, set(answered.values()))
-        return [
-            {name: {**t, **out, **post}[own] for name, own in answered.items()}
-            for t, out, post in zip(tokens, logits, posts)
-        ]
+        results = []
+        for t, out, post in zip(tokens, logits, posts):
+            merged = {**t, **out, **post}  # once a request, not once an output
+            results.append({name: merged[own] for name, own in answered.items()})
+        return results
 
     def close(self) -> None:
         self.post.close()

@@ -91,5 +91,10 @@ class Step:
 
 def split_rows(counts: list[int]) -> list[slice]:
     """The rows of each request in a merged batch, from the requests' row counts."""
-    bounds = np.cumsum([0, *counts])
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    # Summed in Python: numpy's cumsum and the int() of each bound took 4.5 us a call for one request (timeit, best
+    # of 5), this 0.3 us; a fused step calls it two to four times an execute (benchmarks/lone_request.py).
+    out, start = [], 0
+    for count in counts:
+        out.append(slice(start, start + int(count)))
+        start += int(count)
+    return out
