@@ -53,6 +53,8 @@ CONCURRENCY = (1, 8)
 # Each cell keeps its best round: on a shared host a 3-second window of the same cell moved by 2x, so the best of a
 # few short rounds, alternating in-process and served, is steadier than one long cell.
 ROUNDS, DURATION_S = 3, 5.0
+# What the served model must reach at concurrency 8: its in-process limit's share, and Taskflow's engine's multiple.
+TARGETS = {"served_c8_over_limit": 0.8, "served_c8_over_taskflow": 2.0}
 TASKFLOW = "taskflow"  # the way of Taskflow's engine's cells (benchmarks/uie_paddle.py)
 CHECKED = 20  # texts whose served answers are compared with the in-process step's, per schema
 

@@ -5,6 +5,7 @@ step the server runs, built in-process from the built model; MSRA NER's test sen
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,7 +120,12 @@ def build_model(
         checkpoint = workdir / "checkpoint"
         facts = biased_checkpoint(checkpoint, texts, shape)
     else:
-        facts = {"checkpoint": f"trained, {checkpoint}"}
+        config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+        facts = {
+            "checkpoint": f"trained, {checkpoint}",
+            "layers": config.get("num_hidden_layers"),
+            "hidden": config.get("hidden_size"),
+        }
     repo = workdir / "models"
     with _artifacts_at(workdir / "artifacts"):
         for argv in (
