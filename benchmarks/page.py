@@ -13,6 +13,7 @@ later file of the same command, is named at the end (ELSEWHERE, SUPERSEDED) so t
     page_gateway.py  the HTTP gateway, pinned, on the tiny classifier, its phases, refused bodies
     page_served.py   extraction, monitoring, every label's probability, shadow evaluation, the load generators
     page_embed.py    embed models against their in-process limit and against infinity-emb
+    page_uie_int8.py the demo UIE in static INT8 against FP32
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from benchmarks import page_embed, page_gateway, page_levers, page_run, page_served
+from benchmarks import page_embed, page_gateway, page_levers, page_run, page_served, page_uie_int8
 from benchmarks.page_parts import Results, anchor, table, wrap
 from ernie_deploy.core.files import atomic_path
 
@@ -46,6 +47,7 @@ SECTIONS = (
     ("Where a lone request's time goes", 3, page_gateway.profile),
     ("Refused bodies", 3, page_gateway.refused_bodies),
     ("Information extraction (UIE)", 2, page_served.information_extraction),
+    ("UIE in INT8", 3, page_uie_int8.uie_int8),
     ("Embeddings", 2, page_embed.embeddings),
     ("Monitoring", 2, page_served.monitoring),
     ("Every label's probability: its cost to clients that do not ask", 2, page_served.scores_cost),

@@ -47,7 +47,8 @@ def register(sub) -> None:
         'and logit drift go to parity.json under "int8". int8 is int8-static: activation scales fixed once, '
         "calibrated on --calibration-data, so a text's answer does not depend on the texts the server batches it "
         "with. int8-dynamic scales each batch by its own range (no calibration; a near tie's answer can then "
-        "depend on its batch companions)",
+        "depend on its batch companions). An extraction (uie) model takes int8 only: calibrated on its prompted "
+        "rows, gated on the spans it extracts (docs/CONVERT.md)",
     )
     p.add_argument(
         "--calibration-data",
@@ -66,7 +67,8 @@ def register(sub) -> None:
         type=float,
         default=DEFAULTS.int8_min_agree,
         help="with --quantize int8: least fraction of parity texts (token tasks: of tokens) on which "
-        "INT8 and FP32 labels must agree",
+        "INT8 and FP32 labels must agree (extraction models: least span F1 of the INT8 model's spans against the "
+        "FP32 model's)",
     )
     p.add_argument(
         "--fp16",
