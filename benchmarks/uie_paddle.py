@@ -1,11 +1,15 @@
 """The baseline of the UIE bench (benchmarks/uie.py): the same exported static model run the way Taskflow runs it on a
 CPU, in process. What Taskflow does there (paddlenlp 2.8.1, taskflow/task.py and taskflow/information_extraction.py,
-read for its settings): Paddle Inference with MKL-DNN on; every (prompt, text window) row
-padded to max_seq_len; rows in batches of 16. Taskflow gives Paddle half the machine's cores by default; here it gets
-as many as onnxruntime does (bench.machine.usable_cores), so the baseline is not handicapped.
+read for its settings): Paddle Inference with MKL-DNN on; a text longer than a row cut into pieces that fill rows of
+max_seq_len tokens (one row for any text that fits), every row padded to max_seq_len; rows in batches of 16. Taskflow
+gives Paddle half the machine's cores by default; here it gets as many as onnxruntime does
+(bench.machine.usable_cores), so the baseline is not handicapped.
 
-The stages, windows and span decoding are this project's (serving.spans.extract, which reads spans as Taskflow
-does: tests/test_spans.py), so the two sides differ only in how the model rows run."""
+The stages and span decoding are this project's (serving.spans.extract, which reads spans as Taskflow does:
+tests/test_spans.py), so the two sides differ only in how the texts become model rows and how the rows run: the served
+step reads a text in the windows its record names (at most max_seq_len, often shorter for a model trained on short
+texts), packed in length buckets. paddlenlp 2.8.1's Taskflow itself cannot run here: it loads a static model as
+inference.pdmodel, and paddle 3.3.1 exports inference.json."""
 
 from __future__ import annotations
 
@@ -38,12 +42,13 @@ class TaskflowEngine:
         # Not enable_memory_optim(), which Taskflow also sets: paddle 3.3.1's predictor over a PIR model
         # (inference.json) refuses it ("Not find ... memory_optimize_pass"); it saves memory, not time.
         self.predictor = inference.create_predictor(config)
-        self.step = step  # the served step: its tokenizer, row width, stride and threshold, read not run
+        self.step = step  # the served step: its tokenizer and threshold, read not run
+        self.max_seq_len = static.max_seq_len
         self.threads = threads or usable_cores()
         self.rows = 0
 
     def _run(self, rows):
-        width = self.step.row_tokens
+        width = self.max_seq_len
         ids = np.zeros((len(rows), width), dtype=np.int64)  # the vocabulary's [PAD] is id 0, as the rows pad
         types = np.zeros((len(rows), width), dtype=np.int64)
         ids[:, : rows.input_ids.shape[1]] = rows.input_ids
@@ -70,8 +75,10 @@ class TaskflowEngine:
             texts,
             schemas,
             self._run,
-            max_seq_len=self.step.row_tokens,
-            stride=self.step.stride,
+            max_seq_len=self.max_seq_len,
+            # Pieces one after another, not overlapping windows: a stride past a row's text part is read as the text
+            # part (serving.spans.prompt_rows).
+            stride=self.max_seq_len,
             position_prob=self.step.position_prob,
         )
         return [{"result": a} for a in answers]
