@@ -67,7 +67,7 @@ VARIANTS = {
     "before": ("before", ()),
     "after": ("after", ()),
     "after, --ort-spinning run": ("after", ("--ort-spinning", "run")),
-    "after, --ort-threads 1": ("after", ("--ort-threads", "1")),
+    "after, --instances 2": ("after", ("--instances", "2")),
     "after, --instances 2 --ort-threads 1": ("after", ("--instances", "2", "--ort-threads", "1")),
 }
 
@@ -294,6 +294,7 @@ def loaded_cells(server, item: ModelInputs, workdir: Path, variant: str, duratio
             "p50_ms": row.p50_ms,
             "p99_ms": row.p99_ms,
             "server_cpu_ms_per_text": row.server_cpu_ms,
+            "client_cpu_ms_per_request": row.client_cpu_ms,
             "texts_per_execute": next(iter((row.steps or {}).values()), {}).get("texts_per_execution"),
             "load_average": [round(v, 2) for v in os.getloadavg()],
         }
@@ -471,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             steps = in_process_steps(measured["trees"], measured["repos"], item, workdir, args.requests, args.rounds)
             print(f"in-process steps: {steps}", flush=True)
     record = run_record([])
+    record["machine"]["loadavg_start"] = load_start  # run_record reads the load as it writes: the run's end
     result = {"date": record["date"], "machine": record["machine"], "command": record["command"]}
     result |= {
         "model": item.model.artifact_name,

@@ -10,6 +10,7 @@ later file of the same command, is named at the end (ELSEWHERE, SUPERSEDED) so t
     page_parts.py    the results files read, a run's command, machine and load, tables
     page_run.py      the main run (docs/bench.json): its marked block, the targets, the layout, sizes, INT8, tune
     page_levers.py   levers, overload, the response cache
+    page_lone.py     a lone request's path through the fused classifier, part by part, before and after
     page_gateway.py  the HTTP gateway, pinned, on the tiny classifier, its phases, refused bodies
     page_served.py   extraction, monitoring, every label's probability, shadow evaluation, the load generators
     page_embed.py    embed models against their in-process limit and against infinity-emb
@@ -23,7 +24,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from benchmarks import page_embed, page_gateway, page_levers, page_run, page_served, page_uie_int8
+from benchmarks import page_embed, page_gateway, page_levers, page_lone, page_run, page_served, page_uie_int8
 from benchmarks.page_parts import Results, anchor, table, wrap
 from ernie_deploy.core.files import atomic_path
 
@@ -39,6 +40,7 @@ SECTIONS = (
     ("INT8: static vs dynamic scales", 2, page_run.int8),
     ("Tune a model on your machine", 2, page_run.tune),
     ("Levers", 2, page_levers.levers),
+    ("A lone request's path", 2, page_lone.lone_request),
     ("Overload", 2, page_levers.overload),
     ("Response cache", 2, page_levers.cache),
     ("HTTP gateway", 2, page_gateway.gateway),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 # The benchmarks that are a module of their own (`python -m benchmarks.NAME`) rather than a subcommand of
 # `python -m benchmarks`: a results file names them by their file.
-MODULES = ("uie", "embed", "refused_bodies", "gateway_profile", "shadow_cost")
+MODULES = ("uie", "embed", "refused_bodies", "gateway_profile", "shadow_cost", "lone_request")
 # The modes a results file may name as `ernie-deploy bench` flags (the spelling of the runs that wrote it), each the
 # subcommand of `bash scripts/bench.sh` that makes the same file.
 MODE_FLAGS = {"--levers": "levers", "--overload": "overload", "--cache": "cache", "--input-cost": "input-cost"}

@@ -165,3 +165,46 @@ def test_every_variant_is_built_by_one_of_the_two_trees():
 
     assert {"before", "after"} <= set(VARIANTS)
     assert all(tree in ("before", "after") for tree, _ in VARIANTS.values())
+
+
+def _record(c1_p50: float, c8: float, load: float) -> dict:
+    parts = {
+        "grpc": 0.3, "triton": 0.01, "queue": 0.04, "compute_input": 0.02, "compute_infer": 1.5, "compute_output": 0.2,
+        "ipc": 0.4, "inputs": 0.01, "check": 0.02, "tokenize": 0.15, "model": 0.95, "post": 0.05, "watch": 0.05,
+        "step_other": 0.03, "response": 0.07,
+    }  # fmt: skip
+    lone = {"parts_ms": parts, "client_ms": 2.0, "client_p50_ms": 1.9}
+    cells = {"1": {"p50_ms": c1_p50, "load_average": [load, 1, 1]}, "8": {"texts_per_s": c8, "load_average": [load]}}
+    summary = {
+        variant: {
+            "lone": lone, "c1_p50_ms": c1_p50, "c1_added_ms": c1_p50 - 0.7, "c1_load_average": [load, 1, 1],
+            "c8_texts_per_s": c8, "c8_ratio": c8 / 1600, "c8_p50_ms": 9.0, "c8_texts_per_execute": 4.5,
+            "c8_load_average": [load, 1, 1],
+        }
+        for variant in ("before", "after")
+    }  # fmt: skip
+    phases = {p: parts[p] for p in (*timing.STEP_PHASES, "step_other")}
+    step = {"p50_ms": 1.0, "mean_ms": 1.05, "phases_ms": phases}
+    return {
+        "summary": summary,
+        "in_process_limit": {"b1_p50_ms": 0.7, "best_batch": 32, "best_texts_per_s": 1600.0},
+        "in_process_step": {"before": step, "after": step},
+        "rounds": [{"variant": v, "round": 0, "lone": lone, "cells": cells} for v in ("before", "after")],
+    }
+
+
+@pytest.mark.parametrize(
+    ("c1_p50", "c8", "load", "verdicts"),
+    [
+        (1.6, 900.0, 0.5, ("+1.0 ms on a quiet host", "met.**", "at least 0.5×: met")),
+        (2.1, 700.0, 0.5, ("+1.0 ms on a quiet host", "not met.**", "at least 0.5×: not met")),
+        (2.1, 700.0, 3.0, ("+1.5 ms on a slow host", "met.**", "at least 0.5×: not met")),
+    ],
+)
+def test_the_page_reads_each_target_from_the_run(c1_p50, c8, load, verdicts):
+    from benchmarks.page_lone import _reading
+
+    text = _reading(_record(c1_p50, c8, load))
+    first, second = text.splitlines()[:2]
+    assert verdicts[0] in first and first.endswith(verdicts[1]) and verdicts[2] in second
+    assert f"{1000 / c8 - 1000 / 1600:.2f} ms more" in text  # c8's cost a text beyond the limit's best batch
