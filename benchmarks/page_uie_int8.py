@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from benchmarks.page_parts import ratio, run_lines, wrap
+from benchmarks.page_parts import ratio, run_lines, spread, wrap
 from benchmarks.page_parts import table as markdown_table
 
 COMMAND = "python -m benchmarks.uie_int8"
@@ -60,23 +60,37 @@ def uie_int8(results) -> list[str]:
     worst_static = max(c["max_abs_probability_diff"] for c in static.values())
     differ_static = sum(c["texts_with_other_spans"] for c in static.values())
     dyn = dynamic["alone_vs_16_a_request"]
+    model = record.get("model_ratios")
+    batches = record["cells"]["batches"]
+    names = " / ".join(f"b{b}" for b in batches)
+    if model:  # the step's seconds inside its onnxruntime runs were clocked
+        by = {(r["model"], r["batch"]): r for r in record["best"]}
+        share = [by[("fp32", b)]["model_s"] / by[("fp32", b)]["seconds"] for b in batches]
+        why = (
+            f"; its onnxruntime runs alone, on the same rows with the same session options, run at "
+            f"{', '.join(ratio(v) for v in model.values())} FP32's ({names}). INT8 shortens only those runs: the FP32 "
+            f"step spends {', '.join(f'{v:.0%}' for v in share)} of its time in them ({names}), the rest in what both "
+            "steps do alike (tokenizing, building the rows, decoding the spans, the answer's JSON)"
+        )
+    else:
+        why = ""
+    worst = "bit-identical probabilities" if worst_static == 0 else f"probabilities within {worst_static:.1e}"
     read = [
         f"- **Span F1 {'holds' if record['f1_drop_points'] <= targets['f1_drop_points'] else 'drops'}**: INT8 "
         f"{record['span_f1']['int8']['span_f1']:.4f} against FP32 {record['span_f1']['fp32']['span_f1']:.4f} on the "
         f"test split (the target: within {targets['f1_drop_points']:g} point).",
-        f"- **INT8 runs at {ratio(min(q.values()))} to {ratio(max(q.values()))} FP32's texts/s** in the step the "
-        f"server runs (the target: {ratio(targets['speed_ratio'], 1)}); the tokenizer, the span decoding and the "
-        "python around them cost the same in both, so the step gains less than the model's own run.",
+        f"- **The step runs INT8 at {spread(list(q.values()), ratio)} FP32's texts/s** ({names}: "
+        f"{', '.join(ratio(v) for v in q.values())}; the target: {ratio(targets['speed_ratio'], 1)}){why}.",
         f"- **The gate**: {cal['rows']:,} calibration rows ({cal['n']} texts × {len(cal['prompts'])} types, in the "
         f"model's windows); on its {gate['n']} test texts the INT8 spans scored span F1 {gate['span_f1']:.4f} against "
         f"FP32's (the gate: {gate['min_span_f1']:g}), {gate['spans_agree']:.2%} of the {gate['pairs']} (text, type) "
         f"pairs kept every span, and the largest token probability moved by {gate['max_abs_diff']:.3f}.",
         f"- **A text's answer does not depend on its batch**: the INT8 step answered the first "
         f"{static['alone_vs_16_a_request']['texts']} test texts one a request, 16 a request, 16 a request in reverse "
-        f"order and as 8 merged requests: {differ_static} texts with other spans, probabilities within "
-        f"{worst_static:.1e}. A dynamic-INT8 copy of the same FP32 model (which `convert` refuses for extraction) "
-        f"answered {dyn['texts_with_other_spans']} of {dyn['texts']} texts with other spans alone than in a request "
-        f"of 16, probabilities moving by up to {dyn['max_abs_probability_diff']:.3f}.",
+        f"order and as 8 merged requests: {differ_static} texts with other spans, {worst}. A dynamic-INT8 copy of the "
+        f"same FP32 model (which `convert` refuses for extraction) answered {dyn['texts_with_other_spans']} of "
+        f"{dyn['texts']} texts with other spans alone than in a request of 16, probabilities moving by up to "
+        f"{dyn['max_abs_probability_diff']:.3f}.",
     ]
     cells = record["cells"]
     return [
@@ -92,5 +106,5 @@ def uie_int8(results) -> list[str]:
         "",
         table(record),
         "",
-        *read,
+        wrap("\n".join(read)),
     ]
