@@ -28,6 +28,13 @@ def add_comparisons(sub) -> None:
         help="the server and the load generator on one core, the gateway on another (gateway-pinned.json): what "
         "the gateway costs when its CPU is not taken from the server's",
     )
+    p.add_argument(
+        "--coalesce-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="the merging gateway's window (default: the gateway's own); a second gateway beside it merges nothing",
+    )
     add_out(p, "gateway.json")
     p.set_defaults(func=_gateway)
     p = sub.add_parser(
@@ -81,7 +88,8 @@ def _classifier(args):
 def _gateway(args) -> None:
 
     inputs, timing = _classifier(args)
-    run_gateway(inputs, out_folder(args), **timing, peer=not args.no_peer, pin=args.pin)
+    window = {} if args.coalesce_ms is None else {"coalesce_ms": args.coalesce_ms}
+    run_gateway(inputs, out_folder(args), **timing, peer=not args.no_peer, pin=args.pin, **window)
 
 
 def _monitoring(args) -> None:

@@ -6,7 +6,9 @@ the same way (the closed loop of bench.load: `concurrency` workers sending back 
 once up front, one text per request unless a row says otherwise):
 - grpc: the asyncio gRPC load generator straight to Triton (what `ernie-deploy bench` measures);
 - gateway simple: SimpleServing's body (`{"data": {"text": [...]}}`) to the gateway's `/models/<name>`;
-- gateway hf: Hugging Face's body (`{"inputs": text}`) to the gateway's `/hf/<name>`.
+- gateway hf: Hugging Face's body (`{"inputs": text}`) to the gateway's `/hf/<name>`;
+- the same two routes of a second gateway beside the first that merges no requests (`--coalesce-ms 0`; the first
+  runs with the default window, or `--coalesce-ms`): what merging concurrent requests into one Triton call gives.
 The variants alternate within each round and each cell keeps its best round (the least disturbed by other work on a
 shared host); the ratios are read from those. Then the gateway and Triton stop and PaddleNLP's SimpleServing serves
 the same static model, loaded with the same SimpleServing bodies (benchmarks/peer).
@@ -31,14 +33,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.http_load import _Connection, _request_bytes, run_http_load  # noqa: F401 (benchmarks.embed, gateway_profile)
 from benchmarks.peer.server import PeerServer
 from benchmarks.peer_rows import PeerRequest, prepare_peer_requests
-from ernie_deploy.bench.load import LoadResult, closed_loop, prepare_requests, run_load
+from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import run_record
 from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import BadOptionsError, FailedRequestsError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.evaluate.inputs import ModelInputs
+from ernie_deploy.gateway.defaults import DEFAULT_COALESCE_MS
 from ernie_deploy.gateway.process import GatewayProcess
 from ernie_deploy.repository.options import BuildOptions
 from ernie_deploy.server.process import TritonServer
@@ -48,104 +52,15 @@ NAME = "gw_news"
 CONCURRENCY = (1, 8)
 ROUNDS = 3
 BATCH = 32  # the texts per request of the batched SimpleServing rows (what its clients send as a list)
-# The targets the rows are read against: p50 at c1 over gRPC, throughput at c8 against gRPC, and the SimpleServing
-# route against SimpleServing itself.
-TARGETS = {"c1_p50_added_ms": 1.0, "c8_throughput_ratio": 0.95, "simple_over_peer": 5.0}
+# The targets the rows are read against: p50 at c1 over gRPC, throughput at c8 against gRPC (the gateway as it runs
+# by default, merging concurrent requests: --coalesce-ms), and the SimpleServing route against SimpleServing itself.
+TARGETS = {"c1_p50_added_ms": 1.0, "c8_throughput_ratio": 1.0, "simple_over_peer": 5.0}
+# The variants of a second gateway beside the first, which merges no requests (--coalesce-ms 0).
+UNMERGED = ", --coalesce-ms 0"
 
 
 def _hf_requests(texts: list[str]) -> list[PeerRequest]:
     return [PeerRequest(json.dumps({"inputs": t}, ensure_ascii=False).encode("utf-8"), 1) for t in texts]
-
-
-class _Connection:
-    """One keep-alive HTTP/1.1 connection that posts prebuilt request bytes and reads the answer by its
-    Content-Length: what a C load generator (wrk) does per connection, so that the client's own cost is as small
-    for the HTTP rows as the asyncio gRPC client's is for the gRPC rows (an aiohttp session was measured to add about
-    1 ms a request on this machine)."""
-
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self.reader = self.writer = None
-
-    async def post(self, request: bytes) -> tuple[int, bytes]:
-        import asyncio
-
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(request)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        body = await self.reader.readexactly(length)
-        if b"connection: close" in head.lower():
-            self.writer.close()
-            self.reader = self.writer = None
-        return status, body
-
-
-def _request_bytes(url: str, body: bytes) -> tuple[str, int, bytes]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    head = (
-        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return parts.hostname, parts.port, head.encode("ascii") + body
-
-
-def run_http_load(url: str, requests: list[PeerRequest], concurrency: int, check, **kw) -> LoadResult:
-    """`requests` (their JSON bodies) posted to `url` back to back by `concurrency` workers (bench.load.closed_loop),
-    each on its own keep-alive connection; `check(answer, request)` says what is wrong with a 200 answer, or None."""
-    import asyncio
-
-    host, port, _ = _request_bytes(url, b"")
-    prepared = [_Prepared(_request_bytes(url, r.body)[2], r.size) for r in requests]
-    return asyncio.run(_drive(host, port, prepared, concurrency, check, kw))
-
-
-class _Prepared:
-    """A request's bytes on the wire, and the texts in it."""
-
-    def __init__(self, raw: bytes, size: int):
-        self.raw, self.size = raw, size
-
-
-async def _drive(host: str, port: int, requests: list, concurrency: int, check, kw: dict) -> LoadResult:
-    import asyncio
-
-    free = [_Connection(host, port) for _ in range(concurrency)]
-
-    async def send(request: _Prepared) -> str | None:
-        connection = free.pop()
-        try:
-            status, payload = await connection.post(request.raw)
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            connection.reader = connection.writer = None
-            return f"{type(exc).__name__}: {exc}"
-        finally:
-            free.append(connection)
-        if status != 200:
-            return f"HTTP {status}: {payload[:160].decode(errors='replace')}"
-        return check(json.loads(payload), request)
-
-    result = await closed_loop(
-        send,
-        requests,
-        concurrency,
-        kw.get("warmup_s", 1.0),
-        kw.get("duration_s", 10.0),
-        kw.get("count"),
-        kw.get("server_pgid"),
-    )
-    for connection in free:
-        if connection.writer is not None:
-            connection.writer.close()
-    return result
 
 
 def simple_serving_answer(answer, request) -> str | None:
@@ -233,6 +148,7 @@ def measure_gateway(
     warmup_s: float,
     peer: bool = True,
     pin: bool = False,
+    coalesce_ms: float = DEFAULT_COALESCE_MS,
 ) -> dict:
 
     repo, model = build_classifier(item, workdir, NAME)
@@ -245,40 +161,43 @@ def measure_gateway(
     with (
         _pinned(pin) as cores,
         TritonServer(repo, http_port=0, grpc_port=0, metrics_port=0, log_file=workdir / "server.log") as server,
+        GatewayProcess(
+            repo, server.grpc_url, args=["--coalesce-ms", f"{coalesce_ms:g}"], log_file=workdir / "gateway.log"
+        ) as gateway,
+        GatewayProcess(repo, server.grpc_url, args=["--coalesce-ms", "0"], log_file=workdir / "unmerged.log") as alone,
     ):
-        with GatewayProcess(repo, server.grpc_url, log_file=workdir / "gateway.log") as gateway:
-            if cores is not None:
-                # The server's threads too, once its models are loaded: onnxruntime sets each of its intra-op
-                # threads' affinity itself, which a child's inherited one does not hold.
-                _pin_group(server.pid, cores[0])
-                _pin_group(gateway.pid, cores[1])
-            drivers = {
-                "grpc": lambda c: run_load(server.grpc_url, model, grpc_requests, c, server_pgid=server.pid, **timing),
-                "gateway simple": lambda c: run_http_load(
-                    f"{gateway.url}/models/{NAME}",
-                    simple[1],
-                    c,
-                    simple_serving_answer,
-                    server_pgid=server.pid,
-                    **timing,
-                ),
-                "gateway hf": lambda c: run_http_load(
-                    f"{gateway.url}/hf/{NAME}", hf, c, hugging_face_answer, server_pgid=server.pid, **timing
-                ),
-            }
-            for round_ in range(rounds):
-                for concurrency in CONCURRENCY:
-                    for variant, drive in drivers.items():
-                        gateway0 = group_cpu_seconds(gateway.pid)
-                        got = drive(concurrency)
-                        gateway1 = group_cpu_seconds(gateway.pid)
-                        spent = gateway1 - gateway0 if gateway0 is not None and gateway1 is not None else None
-                        rows.append({**_row(variant, 1, concurrency, got, spent), "round": round_})
-                        _print(rows[-1])
-                url = f"{gateway.url}/models/{NAME}"
-                got = run_http_load(url, simple[BATCH], 8, simple_serving_answer, server_pgid=server.pid, **timing)
-                rows.append({**_row("gateway simple", BATCH, 8, got, None), "round": round_})
-                _print(rows[-1])
+        gateways = (gateway, alone)
+        if cores is not None:
+            # The server's threads too, once its models are loaded: onnxruntime sets each of its intra-op threads'
+            # affinity itself, which a child's inherited one does not hold.
+            _pin_group(server.pid, cores[0])
+            for each in gateways:
+                _pin_group(each.pid, cores[1])
+
+        def http(url: str, requests: list, check):
+            return lambda c: run_http_load(url, requests, c, check, server_pgid=server.pid, **timing)
+
+        drivers = {
+            "grpc": lambda c: run_load(server.grpc_url, model, grpc_requests, c, server_pgid=server.pid, **timing),
+            "gateway simple": http(f"{gateway.url}/models/{NAME}", simple[1], simple_serving_answer),
+            "gateway hf": http(f"{gateway.url}/hf/{NAME}", hf, hugging_face_answer),
+            "gateway simple" + UNMERGED: http(f"{alone.url}/models/{NAME}", simple[1], simple_serving_answer),
+            "gateway hf" + UNMERGED: http(f"{alone.url}/hf/{NAME}", hf, hugging_face_answer),
+        }
+        for round_ in range(rounds):
+            for concurrency in CONCURRENCY:
+                for variant, drive in drivers.items():
+                    before = [group_cpu_seconds(each.pid) for each in gateways]
+                    got = drive(concurrency)
+                    after = [group_cpu_seconds(each.pid) for each in gateways]
+                    known = None not in before and None not in after
+                    spent = sum(after) - sum(before) if known else None  # the idle gateway's share is ~0
+                    rows.append({**_row(variant, 1, concurrency, got, spent), "round": round_})
+                    _print(rows[-1])
+            url = f"{gateway.url}/models/{NAME}"
+            got = run_http_load(url, simple[BATCH], 8, simple_serving_answer, server_pgid=server.pid, **timing)
+            rows.append({**_row("gateway simple", BATCH, 8, got, None), "round": round_})
+            _print(rows[-1])
     if peer:
         rows += measure_peer(item, workdir, rounds=rounds, timing=timing)
     return {"rows": rows, "best": _best(rows)}
@@ -313,13 +232,27 @@ def _print(r: dict) -> None:
 
 
 def ratios(best: list[dict]) -> dict:
+    """The rows read against each other: each gateway route (`_hf`: Hugging Face's; `_unmerged`: the gateway that
+    merges no requests) over direct gRPC, the merging gateway over the other, and the SimpleServing route over
+    SimpleServing itself."""
     by = {(r["variant"], r["batch"], r["concurrency"]): r for r in best}
-    out = {
-        "c1_p50_added_ms": by[("gateway simple", 1, 1)]["p50_ms"] - by[("grpc", 1, 1)]["p50_ms"],
-        "c1_p50_added_ms_hf": by[("gateway hf", 1, 1)]["p50_ms"] - by[("grpc", 1, 1)]["p50_ms"],
-        "c8_throughput_ratio": by[("gateway simple", 1, 8)]["texts_per_s"] / by[("grpc", 1, 8)]["texts_per_s"],
-        "c8_throughput_ratio_hf": by[("gateway hf", 1, 8)]["texts_per_s"] / by[("grpc", 1, 8)]["texts_per_s"],
-    }
+    out = {}
+    for route, suffix in (("simple", ""), ("hf", "_hf")):
+        for gateway, more in ((f"gateway {route}", ""), (f"gateway {route}{UNMERGED}", "_unmerged")):
+            if (gateway, 1, 1) not in by:
+                continue
+            out[f"c1_p50_added_ms{suffix}{more}"] = by[(gateway, 1, 1)]["p50_ms"] - by[("grpc", 1, 1)]["p50_ms"]
+            out[f"c8_throughput_ratio{suffix}{more}"] = (
+                by[(gateway, 1, 8)]["texts_per_s"] / by[("grpc", 1, 8)]["texts_per_s"]
+            )
+        unmerged = (f"gateway {route}{UNMERGED}", 1, 8)
+        if unmerged in by:
+            out[f"c8_merged_over_unmerged{suffix}"] = (
+                by[(f"gateway {route}", 1, 8)]["texts_per_s"] / by[unmerged]["texts_per_s"]
+            )
+            out[f"c1_p50_merged_minus_unmerged_ms{suffix}"] = (
+                by[(f"gateway {route}", 1, 1)]["p50_ms"] - by[(f"gateway {route}{UNMERGED}", 1, 1)]["p50_ms"]
+            )
     if ("simpleserving", 1, 8) in by:
         out["simple_over_peer"] = (
             by[("gateway simple", 1, 8)]["texts_per_s"] / by[("simpleserving", 1, 8)]["texts_per_s"]
@@ -352,6 +285,13 @@ def render(best: list[dict], ratio: dict) -> str:
         f"x{ratio['c8_throughput_ratio']:.2f} (Hugging Face route x{ratio['c8_throughput_ratio_hf']:.2f}; target at "
         f"least x{TARGETS['c8_throughput_ratio']})"
     )
+    if "c8_merged_over_unmerged" in ratio:
+        lines.append(
+            f"merging (--coalesce-ms) over not: c8 throughput x{ratio['c8_merged_over_unmerged']:.2f} (Hugging Face "
+            f"route x{ratio['c8_merged_over_unmerged_hf']:.2f}), c1 p50 "
+            f"{ratio['c1_p50_merged_minus_unmerged_ms']:+.2f} ms "
+            f"({ratio['c1_p50_merged_minus_unmerged_ms_hf']:+.2f} ms)"
+        )
     if "simple_over_peer" in ratio:
         lines.append(
             f"SimpleServing route over SimpleServing itself: x{ratio['simple_over_peer']:.1f} at c8, "
@@ -370,6 +310,7 @@ def run_gateway(
     warmup_s: float = 1.0,
     peer: bool = True,
     pin: bool = False,
+    coalesce_ms: float = DEFAULT_COALESCE_MS,
 ) -> dict:
     """`bash scripts/bench.sh gateway`: the classifier's rows, printed, and written to `out`/gateway.json (with
     `pin`: gateway-pinned.json)."""
@@ -379,7 +320,14 @@ def run_gateway(
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ernie-deploy-gateway-") as work:
         measured = measure_gateway(
-            item, Path(work), rounds=rounds, duration_s=duration_s, warmup_s=warmup_s, peer=peer, pin=pin
+            item,
+            Path(work),
+            rounds=rounds,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            peer=peer,
+            pin=pin,
+            coalesce_ms=coalesce_ms,
         )
     ratio = ratios(measured["best"])
     record = {
@@ -389,6 +337,7 @@ def run_gateway(
         "ratios": ratio,
         "targets": TARGETS,
         "pinned": pin,
+        "coalesce_ms": coalesce_ms,
         "seconds": time.perf_counter() - t0,
     }
     write_json(record, out / ("gateway-pinned.json" if pin else "gateway.json"))

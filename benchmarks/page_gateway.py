@@ -4,7 +4,7 @@ pinned (docs/gateway-pinned.json), on the tiny classifier (docs/gateway-tiny.jso
 
 from __future__ import annotations
 
-from benchmarks.gateway import BATCH, TARGETS
+from benchmarks.gateway import BATCH, TARGETS, UNMERGED
 from benchmarks.page_parts import ratio, run_lines, shown_command, signed, spread, table, wrap
 
 GATEWAY = """\
@@ -13,19 +13,22 @@ tritonserver with `ernie-deploy gateway` in front. In rounds it drives each vari
 `bench/load.py`, one text a request unless the row says more, 1 s warm-up and `--duration` measured a cell),
 alternating within a round, and keeps each cell's best round: **grpc**, the asyncio gRPC load generator straight to
 Triton; **gateway simple**, SimpleServing's body to the gateway's `POST /models/<name>`; **gateway hf**, Hugging
-Face's body to `POST /hf/<name>`. Then the gateway and Triton stop and PaddleNLP's SimpleServing serves the same
-static model and is sent the same SimpleServing bodies. Every HTTP row is sent by one generator (prebuilt requests on
-one keep-alive HTTP/1.1 connection per worker, as wrk sends them). The load generator shares the machine's cores with
-the server and the gateway; the CPU seconds of each are in the table. The targets are `TARGETS` in
-benchmarks/gateway.py."""
+Face's body to `POST /hf/<name>`. These two go to a gateway that merges concurrent requests of a model into one
+Triton call (`--coalesce-ms`, its default window unless the command names one), and the same two bodies, the rows
+marked `--coalesce-ms 0`, to a second gateway beside it on the same server that merges none. Then the gateways and
+Triton stop and PaddleNLP's SimpleServing serves the same static model and is sent the same SimpleServing bodies.
+Every HTTP row is sent by one generator (prebuilt requests on one keep-alive HTTP/1.1 connection per worker, as wrk
+sends them). The load generator shares the machine's cores with the server and the gateway; the CPU seconds of each
+are in the table. The targets are `TARGETS` in benchmarks/gateway.py."""
 
 GATEWAY_WHY = """\
 What bounds concurrency 8 is the cores the gateway shares: the server's, the gateway's and the load generator's CPU
 a request add up on two cores, so a model that costs the server less CPU a text leaves the gateway a larger share
-([the tiny classifier](#the-test-suites-tiny-classifier) shows the bound). SimpleServing answers one request at a
-time (Paddle Inference in its own process, no second hop), so it does about as much at concurrency 8 as at 1, while
-Triton batches. The gateway is for clients that speak HTTP JSON and cannot change; a client that can speak gRPC saves
-the hop."""
+([the tiny classifier](#the-test-suites-tiny-classifier) shows the bound). Merging concurrent requests into one
+Triton call pays the costs of a call once for its parts: the gateway's gRPC client and HTTP/2 stream, and the
+server's request handling. SimpleServing answers one request at a time (Paddle Inference in its own process, no
+second hop), so it does about as much at concurrency 8 as at 1, while Triton batches. The gateway is for clients
+that speak HTTP JSON and cannot change; a client that can speak gRPC saves the hop."""
 
 PINNED = """\
 `--pin` puts the load generator and the server's threads on one core and gives the gateway the other: what the
@@ -96,11 +99,17 @@ limit of {limit} MiB; one client (`http.client`, a connection a request, loopbac
 with a Content-Length and chunked."""
 
 
-def _rows_table(best: list[dict]) -> list[str]:
+def _merges(record: dict) -> bool:
+    """Whether the record's gateway rows were sent to a gateway that merges requests (its `coalesce_ms`); the rows of
+    a file without it were sent to one that merges none, what `--coalesce-ms 0` runs."""
+    return bool(record.get("coalesce_ms"))
+
+
+def _rows_table(best: list[dict], merges: bool = True) -> list[str]:
     head = ["variant", "texts/request", "concurrency", "texts/s", "p50 ms", "p99 ms", "server CPU s", "gateway CPU s"]
     rows = [
         [
-            r["variant"],
+            r["variant"] + ("" if merges or not r["variant"].startswith("gateway") else UNMERGED),
             r["batch"],
             r["concurrency"],
             f"{r['texts_per_s']:.1f}",
@@ -133,17 +142,28 @@ def _targets(record: dict) -> list[str]:
     ]
     worst = max(q["c1_p50_added_ms"], q["c1_p50_added_ms_hf"])
     low = min(q["c8_throughput_ratio"], q["c8_throughput_ratio_hf"])
+    how = "" if _merges(record) else f" (`{UNMERGED[2:]}`)"
     lines = [
-        f"- **c1 p50 over direct gRPC: {signed(q['c1_p50_added_ms'])} (SimpleServing route), "
+        f"- **c1 p50 over direct gRPC{how}: {signed(q['c1_p50_added_ms'])} (SimpleServing route), "
         f"{signed(q['c1_p50_added_ms_hf'])} (Hugging Face route); target at most +{TARGETS['c1_p50_added_ms']:g} ms: "
         f"{_met(worst <= TARGETS['c1_p50_added_ms'])}.** Paired within each round: "
         f"{spread(added[0], lambda v: f'{v:+.2f}')} ms and {spread(added[1], lambda v: f'{v:+.2f}')} ms.",
-        f"- **c8 throughput: {ratio(q['c8_throughput_ratio'])} direct gRPC (SimpleServing route), "
+        f"- **c8 throughput{how}: {ratio(q['c8_throughput_ratio'])} direct gRPC (SimpleServing route), "
         f"{ratio(q['c8_throughput_ratio_hf'])} (Hugging Face route); target at least "
         f"{TARGETS['c8_throughput_ratio']:g}×: {_met(low >= TARGETS['c8_throughput_ratio'])}**, on each cell's best "
         f"round; paired within each round {', '.join(ratio(v) for v in through[0])} (SimpleServing) and "
         f"{', '.join(ratio(v) for v in through[1])} (Hugging Face).",
     ]
+    if "c8_merged_over_unmerged" in q:
+        lines.append(
+            f"- **Merging (`--coalesce-ms {record['coalesce_ms']:g}`) over merging none (`{UNMERGED[2:]}`), the "
+            f"same routes on the same server: c8 throughput {ratio(q['c8_merged_over_unmerged'])} (SimpleServing "
+            f"route), {ratio(q['c8_merged_over_unmerged_hf'])} (Hugging Face route); c1 p50 "
+            f"{signed(q['c1_p50_merged_minus_unmerged_ms'])} and {signed(q['c1_p50_merged_minus_unmerged_ms_hf'])}.** "
+            f"Merging none, the gateway answered {ratio(q['c8_throughput_ratio_unmerged'])} and "
+            f"{ratio(q['c8_throughput_ratio_hf_unmerged'])} of direct gRPC at c8, and its c1 p50 was "
+            f"{signed(q['c1_p50_added_ms_unmerged'])} and {signed(q['c1_p50_added_ms_hf_unmerged'])} over it."
+        )
     if "simple_over_peer" in q:
         target = TARGETS["simple_over_peer"]
         lines.append(
@@ -180,7 +200,7 @@ def gateway(results) -> list[str]:
         "",
         *run_lines(record, during=during, kept_as="gateway.json"),
         "",
-        *_rows_table(best),
+        *_rows_table(best, _merges(record)),
         "",
         wrap("\n".join([*_targets(record), cpu])),
         "",
@@ -191,12 +211,18 @@ def gateway(results) -> list[str]:
 def pinned(results) -> list[str]:
     record = results("gateway-pinned.json")
     q, best = record["ratios"], record["best"]
+    how = f"merging (`--coalesce-ms {record['coalesce_ms']:g}`)" if _merges(record) else f"`{UNMERGED[2:]}`"
     read = (
-        f"At c8 the gateway routes answered {ratio(q['c8_throughput_ratio'])} (SimpleServing) and "
+        f"At c8 the gateway routes ({how}) answered {ratio(q['c8_throughput_ratio'])} (SimpleServing) and "
         f"{ratio(q['c8_throughput_ratio_hf'])} (Hugging Face) of direct gRPC, whose load generator shares the "
         f"server's core here ({_cpu_per_request(best, 'grpc', 'client_cpu_s'):.2f} ms of CPU a request against the "
         f"HTTP generator's {_cpu_per_request(best, 'gateway simple', 'client_cpu_s'):.2f} ms)."
     )
+    if "c8_merged_over_unmerged" in q:
+        read += (
+            f" Merging over merging none: {ratio(q['c8_merged_over_unmerged'])} (SimpleServing) and "
+            f"{ratio(q['c8_merged_over_unmerged_hf'])} (Hugging Face)."
+        )
     during = [r["load_average"] for r in record["rows"]]
     return [
         "### Pinned",
@@ -205,26 +231,40 @@ def pinned(results) -> list[str]:
         "",
         *run_lines(record, during=during, kept_as="gateway-pinned.json"),
         "",
-        *_rows_table(best),
+        *_rows_table(best, _merges(record)),
         "",
         wrap(read),
     ]
 
 
-def tiny(results) -> list[str]:
-    record, bound = results("gateway-tiny.json"), results("gateway-profile.json")["c8_bound"]
-    through = bound["gateway_c8_cpu_ms_per_request"]
-    needed = bound[f"gateway_cpu_ms_per_request_for_{TARGETS['c8_throughput_ratio']:g}x"]
-    read = (
-        f"- **What bounds c8** (`c8_bound` in docs/gateway-profile.json, from these rows: throughput is at most the "
-        f"cores over the server's, the gateway's and the load generator's CPU a request): through the gateway the "
-        f"{bound['cores']} cores were {bound['gateway_c8_cores_busy']:.2f} busy (server {through['server_ms']:.2f}, "
-        f"gateway {through['gateway_ms']:.2f}, load generator {through['client_ms']:.2f} ms a request), direct "
-        f"{bound['grpc_c8_cores_busy']:.2f}. {TARGETS['c8_throughput_ratio']:g}× would need the gateway at "
-        f"{needed:.2f} ms of CPU a request, of "
-        f"which {bound['grpc_c8_cpu_ms_per_request']['client_ms']:.2f} ms is what the asyncio gRPC client spends on "
-        "the same call."
+def _c8_bound(record: dict) -> str:
+    """What bounds c8, from a record's c8 rows: throughput is at most the cores over the server's, the gateway's and
+    the load generator's CPU a request."""
+    best, cores, target = record["best"], record["machine"]["cores"], TARGETS["c8_throughput_ratio"]
+    keys = {"server": "server_cpu_s", "gateway": "gateway_cpu_s", "load generator": "client_cpu_s"}
+    through = {name: _cpu_per_request(best, "gateway simple", key) for name, key in keys.items()}
+    direct = {name: _cpu_per_request(best, "grpc", key) for name, key in keys.items()}
+    speed = {v: next(r["texts_per_s"] for r in best if (r["variant"], r["batch"], r["concurrency"]) == (v, 1, 8))
+             for v in ("gateway simple", "grpc")}  # fmt: skip
+    busy = {v: speed[v] * sum(ms.values()) / 1000 for v, ms in (("gateway simple", through), ("grpc", direct))}
+    text = (
+        f"- **What bounds c8** (from these rows: throughput is at most the cores over the server's, the gateway's and "
+        f"the load generator's CPU a request): through the gateway the {cores} cores were "
+        f"{busy['gateway simple']:.2f} busy ("
+        + ", ".join(f"{name} {ms:.2f}" for name, ms in through.items())
+        + f" ms a request), direct {busy['grpc']:.2f}."
     )
+    if speed["gateway simple"] < target * speed["grpc"]:
+        needed = 1000 * cores / (target * speed["grpc"]) - through["server"] - through["load generator"]
+        text += (
+            f" {target:g}× would need the gateway at {needed:.2f} ms of CPU a request, of which "
+            f"{direct['load generator']:.2f} ms is what the asyncio gRPC client spends on the same call."
+        )
+    return text
+
+
+def tiny(results) -> list[str]:
+    record = results("gateway-tiny.json")
     during = [r["load_average"] for r in record["rows"]]
     return [
         "### The test suite's tiny classifier",
@@ -233,9 +273,9 @@ def tiny(results) -> list[str]:
         "",
         *run_lines(record, during=during, kept_as="gateway-tiny.json"),
         "",
-        *_rows_table(record["best"]),
+        *_rows_table(record["best"], _merges(record)),
         "",
-        wrap("\n".join([*_targets(record), read])),
+        wrap("\n".join([*_targets(record), _c8_bound(record)])),
     ]
 
 
