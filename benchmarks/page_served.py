@@ -154,6 +154,21 @@ def _uie_model(record: dict) -> str:
     )
 
 
+def _uie_windows(facts: dict, keys: list[str]) -> list[str]:
+    """How each side cut the texts into rows, where the run recorded it (benchmarks/uie.py taskflow_agrees)."""
+    agrees = facts[keys[0]]["taskflow_agrees"]
+    if "window_tokens" not in agrees:
+        return []
+    first = facts[keys[0]]
+    return [
+        f"- **Rows a text ({keys[0]}):** the served model reads a text in windows of {agrees['window_tokens']} "
+        f"tokens, the length its record names (a trained model's: the length it was trained on, which "
+        f"[LONG_TEXTS.md](LONG_TEXTS.md) measures against F1), {first['rows_per_text']:.1f} rows a text; Taskflow's "
+        f"engine reads it in rows of max_seq_len ({agrees['max_seq_len']} tokens), "
+        f"{agrees['taskflow_rows_per_text']:.1f} a text, each padded to its full length."
+    ]
+
+
 def _uie_run(record: dict, title: str) -> list[str]:
     best, facts, q = record["best"], record["facts"], record["ratios"]
     by = {(r["schema"], r["way"], r.get("batch"), r.get("concurrency")): r for r in best}
@@ -185,6 +200,7 @@ def _uie_run(record: dict, title: str) -> list[str]:
         f"target at least {uie.TARGETS['served_c8_over_limit']:g}×: {verdict(c8, uie.TARGETS['served_c8_over_limit'])}"
         f".** Over Taskflow's engine: {', '.join(ratio(v) for v in engine)}; target at least "
         f"{uie.TARGETS['served_c8_over_taskflow']:g}×: {verdict(engine, uie.TARGETS['served_c8_over_taskflow'])}.",
+        *_uie_windows(facts, keys),
         f"- **Rows in length buckets:** the batch-8 calls ran {spread(pads, lambda v: f'{v:.2f}', '-')}× the rows' "
         f"real tokens, and in-process batch 8 runs at {', '.join(ratio(v) for v in merged)} of batch 1.",
         f"- **A lone request pays the gRPC hop and the python backend's stub on top of the step**: served c1 p50 over "

@@ -156,14 +156,23 @@ def time_taskflow(engine: TaskflowEngine, texts: list[str], schema: str, duratio
 
 def taskflow_agrees(engine: TaskflowEngine, step, texts: list[str], schema: str) -> dict:
     """How many of `texts` Taskflow's engine (Paddle Inference) answers with the served step's spans: the baseline
-    computes what is served, up to the two runtimes' float error."""
+    computes what is served, up to the two runtimes' float error; and the rows a text each reads them in (the served
+    step in its record's windows, Taskflow's engine in rows of max_seq_len)."""
     ours = step.run_requests([_request(t, schema) for t in texts])
+    before = engine.rows
     theirs = engine.run_requests([_request(t, schema) for t in texts])
     same = sum(
         [a[:3] for a in _spans(json.loads(o["result"][0][0]))] == [b[:3] for b in _spans(t["result"])]
         for o, t in zip(ours, theirs)
     )
-    return {"texts": len(texts), "same_spans": same}
+    inner = _extraction(step)
+    return {
+        "texts": len(texts),
+        "same_spans": same,
+        "taskflow_rows_per_text": (engine.rows - before) / len(texts),
+        "window_tokens": inner.row_tokens,
+        "max_seq_len": engine.max_seq_len,
+    }
 
 
 def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
