@@ -10,7 +10,9 @@ same tokenizer, row buckets, onnxruntime session options and chunking, handed B 
 dynamic batcher hands them (`Step.run_requests`), each text with the schema the model was built with (its three entity
 types), B = 1 and 8. Rounds alternate the two models cell by cell, and each cell keeps its best round (on a shared
 host the same cell moves by up to 2x between rounds; the best is the least disturbed). The ratio is INT8's texts/s
-over FP32's at the same B.
+over FP32's at the same B; the seconds the step spends inside its onnxruntime runs are clocked too (the model's `run`
+wrapped), which gives the model's own texts/s on the same rows with the same session options, and its share of the
+step.
 
 Span F1: each model's step answers the whole test split (5,000 sentences, 16 texts a request), scored as `ernie-deploy
 eval` scores it (kinds/uie/evaluate.py). Batch independence: the INT8 step answers the test split's first 400 texts
@@ -172,17 +174,41 @@ def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
     }
 
 
+class ModelClock:
+    """The seconds the step spends in its onnxruntime runs (the model's `run`, wrapped): the model's own share of the
+    step, on the rows the step builds, with the session options the server uses."""
+
+    def __init__(self, step):
+        while not hasattr(step, "_run"):  # the extraction step itself, or the one a watch wraps
+            step = step.step
+        self.seconds, run = 0.0, step.model.run
+
+        def timed(*args):
+            started = time.perf_counter()
+            try:
+                return run(*args)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        step.model.run = timed
+
+
 def speed(steps: dict, texts: list[str], *, rounds: int, duration_s: float, warmup_s: float) -> list[dict]:
     requests = [_request([t]) for t in texts]
+    clocks = {name: ModelClock(step) for name, step in steps.items()}
     rows = []
     for round_ in range(rounds):
         for batch in BATCHES:
             for name, step in steps.items():
-                cell = _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
+                time_step_calls(step, requests, batch, warmup_s, 0.0)  # the warm-up, outside the model's clock
+                clocks[name].seconds = 0.0
+                cell = _cell(*time_step_calls(step, requests, batch, duration_s, 0.0))
+                cell["model_s"] = clocks[name].seconds
+                cell["model_texts_per_s"] = cell["texts"] / cell["model_s"]
                 rows.append({"model": name, "batch": batch, "round": round_, **cell})
                 print(
                     f"round {round_} {name} b{batch}: {cell['texts_per_s']:7.1f} texts/s, p50 {cell['p50_ms']:.2f} "
-                    f"ms, load average {cell['load_average']}",
+                    f"ms, in the model {cell['model_s'] / cell['seconds']:.0%}, load average {cell['load_average']}",
                     flush=True,
                 )
     return rows
@@ -197,8 +223,9 @@ def best(rows: list[dict]) -> list[dict]:
     return list(kept.values())
 
 
-def ratios(kept: list[dict]) -> dict:
-    by = {(r["model"], r["batch"]): r["texts_per_s"] for r in kept}
+def ratios(kept: list[dict], key: str = "texts_per_s") -> dict:
+    """INT8's `key` over FP32's at each B (texts_per_s: the step's; model_texts_per_s: its onnxruntime runs')."""
+    by = {(r["model"], r["batch"]): r[key] for r in kept}
     return {f"b{b}": by[("int8", b)] / by[("fp32", b)] for b in BATCHES}
 
 
@@ -236,6 +263,7 @@ def run(out: Path | None, *, rounds: int = ROUNDS, duration_s: float = DURATION_
         "int8_gate": conversion["int8"]["int8"],
         "best": kept,
         "ratios": ratios(kept),
+        "model_ratios": ratios(kept, "model_texts_per_s"),
         "span_f1": scores,
         "f1_drop_points": 100 * (scores["fp32"]["span_f1"] - scores["int8"]["span_f1"]),
         "batch_independence": independence,
