@@ -37,7 +37,6 @@ the same texts are counted against them. The targets (`TARGETS` in benchmarks/ui
 UIE_RUNS = (
     ("uie-demo.json", "The demo model"),
     ("uie.json", "ERNIE 3.0 nano shape"),
-    ("uie-base.json", "ERNIE 3.0 base shape"),
 )
 
 
