@@ -184,9 +184,13 @@ def measure_gateway(
             "gateway simple" + UNMERGED: http(f"{alone.url}/models/{NAME}", simple[1], simple_serving_answer),
             "gateway hf" + UNMERGED: http(f"{alone.url}/hf/{NAME}", hf, hugging_face_answer),
         }
+        order = list(drivers.items())
         for round_ in range(rounds):
+            # The order turns by one each round: the first cell after a switch of process ran slowest (a merging and
+            # a non-merging gateway alternated at c1 gave the same p50 once neither always followed direct gRPC).
+            turned = order[round_ % len(order) :] + order[: round_ % len(order)]
             for concurrency in CONCURRENCY:
-                for variant, drive in drivers.items():
+                for variant, drive in turned:
                     before = [group_cpu_seconds(each.pid) for each in gateways]
                     got = drive(concurrency)
                     after = [group_cpu_seconds(each.pid) for each in gateways]

@@ -12,7 +12,8 @@ later file of the same command, is named at the end (ELSEWHERE, SUPERSEDED) so t
     page_levers.py   levers, overload, the response cache
     page_lone.py     a lone request's path through the fused classifier, part by part, before and after
     page_gateway.py  the HTTP gateway, pinned, on the tiny classifier, its phases, refused bodies
-    page_served.py   extraction, monitoring, every label's probability, shadow evaluation, the load generators
+    page_uie.py      information extraction (UIE): the demo and nano runs
+    page_served.py   monitoring, every label's probability, shadow evaluation, the load generators
     page_embed.py    embed models against their in-process limit and against infinity-emb
     page_uie_int8.py the demo UIE in static INT8 against FP32
 """
@@ -24,7 +25,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from benchmarks import page_embed, page_gateway, page_levers, page_lone, page_run, page_served, page_uie_int8
+from benchmarks import page_embed, page_gateway, page_levers, page_lone, page_run, page_served, page_uie, page_uie_int8
 from benchmarks.page_parts import Results, anchor, table, wrap
 from ernie_deploy.core.files import atomic_path
 
@@ -48,7 +49,7 @@ SECTIONS = (
     ("The test suite's tiny classifier", 3, page_gateway.tiny),
     ("Where a lone request's time goes", 3, page_gateway.profile),
     ("Refused bodies", 3, page_gateway.refused_bodies),
-    ("Information extraction (UIE)", 2, page_served.information_extraction),
+    ("Information extraction (UIE)", 2, page_uie.information_extraction),
     ("UIE in INT8", 3, page_uie_int8.uie_int8),
     ("Embeddings", 2, page_embed.embeddings),
     ("Monitoring", 2, page_served.monitoring),

@@ -3,7 +3,10 @@ batcher hands them (`Step.run_requests`), back to back, no server (benchmarks/ui
 
 from __future__ import annotations
 
+import os
 import time
+
+from ernie_deploy.bench.rows import percentile
 
 
 def time_step_calls(step, requests: list, batch: int, duration_s: float, warmup_s: float) -> tuple[int, float, list]:
@@ -31,3 +34,16 @@ def time_step_calls(step, requests: list, batch: int, duration_s: float, warmup_
         if t1 - start >= duration_s:
             break
     return len(latencies) * batch, t1 - start, latencies
+
+
+def cell_of(texts: int, seconds: float, latencies_s: list[float]) -> dict:
+    """A cell's figures from time_step_calls' (texts, seconds, latencies): texts/s, p50 and p99 ms, the load."""
+    ms = sorted(1000 * s for s in latencies_s)
+    return {
+        "texts": texts,
+        "seconds": seconds,
+        "texts_per_s": texts / seconds,
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+    }

@@ -28,20 +28,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.step_timing import time_step_calls
-from benchmarks.uie_model import NAME, SCHEMAS, SHAPE, TEXTS, bench_texts, build_model, load_step
-from benchmarks.uie_paddle import TASKFLOW_BATCH, TaskflowEngine
+from benchmarks.step_timing import cell_of, time_step_calls
+from benchmarks.uie_model import (
+    NAME,
+    SCHEMAS,
+    SHAPE,
+    TEXTS,
+    bench_texts,
+    build_model,
+    extraction_step,
+    load_step,
+    request,
+    spans_of,
+)
+from benchmarks.uie_paddle import TASKFLOW, TASKFLOW_BATCH, TaskflowEngine, taskflow_agrees, time_taskflow
 from ernie_deploy.bench.load import PreparedRequest, run_load
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
-from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import FailedRequestsError, ParityError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
@@ -55,28 +62,13 @@ CONCURRENCY = (1, 8)
 ROUNDS, DURATION_S = 3, 5.0
 # What the served model must reach at concurrency 8: its in-process limit's share, and Taskflow's engine's multiple.
 TARGETS = {"served_c8_over_limit": 0.8, "served_c8_over_taskflow": 2.0}
-TASKFLOW = "taskflow"  # the way of Taskflow's engine's cells (benchmarks/uie_paddle.py)
 CHECKED = 20  # texts whose served answers are compared with the in-process step's, per schema
-
-
-def _request(text: str, schema: str) -> dict[str, np.ndarray]:
-    return {
-        "text": np.array([[text.encode("utf-8")]], dtype=np.object_),
-        "schema": np.array([[schema.encode("utf-8")]], dtype=np.object_),
-    }
-
-
-def _extraction(step):
-    """The ExtractionStep inside `step` (itself, or the one a watch wraps)."""
-    while not hasattr(step, "_run"):
-        step = step.step
-    return step
 
 
 def answer_facts(step, texts: list[str], schema: str) -> dict:
     """What the model finds on `texts` with `schema`, one text a request: spans per text (top level and in
     relations) and model rows per text (every stage's)."""
-    inner = _extraction(step)
+    inner = extraction_step(step)
     rows = [0]
     run = inner._run
 
@@ -86,7 +78,7 @@ def answer_facts(step, texts: list[str], schema: str) -> dict:
 
     inner._run = counting
     try:
-        answers = [json.loads(out["result"][0][0]) for out in step.run_requests([_request(t, schema) for t in texts])]
+        answers = [json.loads(out["result"][0][0]) for out in step.run_requests([request(t, schema) for t in texts])]
     finally:
         inner._run = run
     top = sum(len(spans) for a in answers for spans in a.values())
@@ -95,17 +87,6 @@ def answer_facts(step, texts: list[str], schema: str) -> dict:
     )
     n = len(texts)
     return {"spans_per_text": top / n, "relation_spans_per_text": related / n, "rows_per_text": rows[0] / n}
-
-
-def _spans(answer: dict, above: str = "") -> list[tuple]:
-    """Every span of an answer, relations included, as (types from the top, start, end, probability), sorted."""
-    out = []
-    for name, spans in answer.items():
-        path = f"{above}/{name}"
-        for span in spans:
-            out.append((path, span["start"], span["end"], span["probability"]))
-            out += _spans(span.get("relations", {}), f"{path}@{span['start']}")
-    return sorted(out)
 
 
 def check_served(url: str, step, texts: list[str], schema: str) -> int:
@@ -117,14 +98,14 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
     compared = 0
     try:
         for text in texts:
-            request = _request(text, schema)
+            asked = request(text, schema)
             inputs = []
-            for name, value in request.items():
+            for name, value in asked.items():
                 inputs.append(grpcclient.InferInput(name, list(value.shape), "BYTES"))
                 inputs[-1].set_data_from_numpy(value)
             served = client.infer(NAME, inputs, outputs=[grpcclient.InferRequestedOutput("result")])
-            ours = _spans(json.loads(step.run_requests([request])[0]["result"][0][0]))
-            theirs = _spans(json.loads(served.as_numpy("result")[0][0]))
+            ours = spans_of(json.loads(step.run_requests([asked])[0]["result"][0][0]))
+            theirs = spans_of(json.loads(served.as_numpy("result")[0][0]))
             same = [a[:3] for a in ours] == [b[:3] for b in theirs]
             if not same or any(abs(a[3] - b[3]) > 1e-4 for a, b in zip(ours, theirs)):
                 raise ParityError(
@@ -140,52 +121,11 @@ def check_served(url: str, step, texts: list[str], schema: str) -> int:
 def time_in_process(step, texts: list[str], schema: str, batch: int, duration_s: float, warmup_s: float) -> dict:
     """`batch` one-text requests per call of the step, back to back over `texts` (cycling), for `duration_s`; with
     the pad ratio of its model calls (tokens run over real tokens: serving.buckets) when the step counts it."""
-    requests = [_request(t, schema) for t in texts]
-    inner = _extraction(step)
+    requests = [request(t, schema) for t in texts]
+    inner = extraction_step(step)
     inner.padding = Padding()
-    cell = _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
+    cell = cell_of(*time_step_calls(step, requests, batch, duration_s, warmup_s))
     return {**cell, "pad_ratio": inner.padding.ratio}
-
-
-def time_taskflow(engine: TaskflowEngine, texts: list[str], schema: str, duration_s: float, warmup_s: float) -> dict:
-    """Taskflow's engine given TASKFLOW_BATCH texts a call (as a user hands Taskflow a list; fewer when `texts` are
-    fewer), over `texts`."""
-    requests = [_request(t, schema) for t in texts]
-    return _cell(*time_step_calls(engine, requests, min(TASKFLOW_BATCH, len(texts)), duration_s, warmup_s))
-
-
-def taskflow_agrees(engine: TaskflowEngine, step, texts: list[str], schema: str) -> dict:
-    """How many of `texts` Taskflow's engine (Paddle Inference) answers with the served step's spans: the baseline
-    computes what is served, up to the two runtimes' float error; and the rows a text each reads them in (the served
-    step in its record's windows, Taskflow's engine in rows of max_seq_len)."""
-    ours = step.run_requests([_request(t, schema) for t in texts])
-    before = engine.rows
-    theirs = engine.run_requests([_request(t, schema) for t in texts])
-    same = sum(
-        [a[:3] for a in _spans(json.loads(o["result"][0][0]))] == [b[:3] for b in _spans(t["result"])]
-        for o, t in zip(ours, theirs)
-    )
-    inner = _extraction(step)
-    return {
-        "texts": len(texts),
-        "same_spans": same,
-        "taskflow_rows_per_text": (engine.rows - before) / len(texts),
-        "window_tokens": inner.row_tokens,
-        "max_seq_len": engine.max_seq_len,
-    }
-
-
-def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
-
-    ms = sorted(1000 * s for s in latencies_s)
-    return {
-        "texts": texts,
-        "seconds": seconds,
-        "texts_per_s": texts / seconds,
-        "p50_ms": percentile(ms, 50),
-        "p99_ms": percentile(ms, 99),
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-    }
 
 
 def served_requests(texts: list[str], schema: str) -> list:
@@ -195,7 +135,7 @@ def served_requests(texts: list[str], schema: str) -> list:
     out = []
     for text in texts:
         tensors = []
-        for name, value in _request(text, schema).items():
+        for name, value in request(text, schema).items():
             tensor = InferInput(name, list(value.shape), "BYTES")
             tensor.set_data_from_numpy(value)
             tensors.append(tensor)
@@ -211,7 +151,7 @@ def measure(
     model = ModelSpec.read(repo / NAME / "1")
     schemas = {key: json.dumps(s, ensure_ascii=False) for key, s in SCHEMAS.items()}
     step = load_step(repo)
-    engine = TaskflowEngine(static, _extraction(step))
+    engine = TaskflowEngine(static, extraction_step(step))
     try:
         facts = {key: answer_facts(step, texts, s) for key, s in schemas.items()}
         for key, s in schemas.items():
@@ -253,7 +193,7 @@ def _cells(repo, model, step, engine, texts, schemas, *, rounds, duration_s, war
                     )
                     if got.errors:
                         raise FailedRequestsError(f"{key} c{concurrency}: {got.error_messages}", f"read {log}")
-                    cell = _cell(got.sequences, got.seconds, got.latencies_s)
+                    cell = cell_of(got.sequences, got.seconds, got.latencies_s)
                     cell["server_cpu_s"] = got.server_cpu_s
                     rows.append({"schema": key, "way": "served", "concurrency": concurrency, "round": round_, **cell})
                     _print(rows[-1])

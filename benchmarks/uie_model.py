@@ -10,6 +10,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.scores_in_process import step_config
 from ernie_deploy.core.errors import BadCheckpointError, BadDataError
 from ernie_deploy.core.spec import ModelSpec
@@ -146,3 +148,29 @@ def load_step(repo: Path):
     model = ModelSpec.read(repo / NAME / "1")
     name = get_layout(model.layout).python_steps(model, TOKENIZER_STEP, "python")[NAME]
     return STEPS[name](step_config(repo / NAME), repo / NAME / "1")
+
+
+def request(text: str, schema: str) -> dict[str, np.ndarray]:
+    """One text and its schema as a request's tensors ([1, 1] BYTES each)."""
+    return {
+        "text": np.array([[text.encode("utf-8")]], dtype=np.object_),
+        "schema": np.array([[schema.encode("utf-8")]], dtype=np.object_),
+    }
+
+
+def extraction_step(step):
+    """The ExtractionStep inside `step` (itself, or the one a watch wraps)."""
+    while not hasattr(step, "_run"):
+        step = step.step
+    return step
+
+
+def spans_of(answer: dict, above: str = "") -> list[tuple]:
+    """Every span of an answer, relations included, as (types from the top, start, end, probability), sorted."""
+    out = []
+    for name, spans in answer.items():
+        path = f"{above}/{name}"
+        for span in spans:
+            out.append((path, span["start"], span["end"], span["probability"]))
+            out += spans_of(span.get("relations", {}), f"{path}@{span['start']}")
+    return sorted(out)

@@ -17,11 +17,15 @@ import json
 
 import numpy as np
 
+from benchmarks.step_timing import cell_of, time_step_calls
+from benchmarks.uie_model import extraction_step, request, spans_of
 from ernie_deploy.bench.machine import usable_cores
 from ernie_deploy.export.static import StaticModel
 from ernie_deploy.serving.schema import parse_schema
 from ernie_deploy.serving.spans import extract
 
+# The way of Taskflow's engine's cells in the bench's rows.
+TASKFLOW = "taskflow"
 # Taskflow's UIE batch size (rows a Paddle Inference run) and that every row is padded to max_seq_len.
 TASKFLOW_BATCH = 16
 
@@ -82,3 +86,31 @@ class TaskflowEngine:
             position_prob=self.step.position_prob,
         )
         return [{"result": a} for a in answers]
+
+
+def time_taskflow(engine: TaskflowEngine, texts: list[str], schema: str, duration_s: float, warmup_s: float) -> dict:
+    """Taskflow's engine given TASKFLOW_BATCH texts a call (as a user hands Taskflow a list; fewer when `texts` are
+    fewer), over `texts`."""
+    requests = [request(t, schema) for t in texts]
+    return cell_of(*time_step_calls(engine, requests, min(TASKFLOW_BATCH, len(texts)), duration_s, warmup_s))
+
+
+def taskflow_agrees(engine: TaskflowEngine, step, texts: list[str], schema: str) -> dict:
+    """How many of `texts` Taskflow's engine (Paddle Inference) answers with the served step's spans: the baseline
+    computes what is served, up to the two runtimes' float error; and the rows a text each reads them in (the served
+    step in its record's windows, Taskflow's engine in rows of max_seq_len)."""
+    ours = step.run_requests([request(t, schema) for t in texts])
+    before = engine.rows
+    theirs = engine.run_requests([request(t, schema) for t in texts])
+    same = sum(
+        [a[:3] for a in spans_of(json.loads(o["result"][0][0]))] == [b[:3] for b in spans_of(t["result"])]
+        for o, t in zip(ours, theirs)
+    )
+    inner = extraction_step(step)
+    return {
+        "texts": len(texts),
+        "same_spans": same,
+        "taskflow_rows_per_text": (engine.rows - before) / len(texts),
+        "window_tokens": inner.row_tokens,
+        "max_seq_len": engine.max_seq_len,
+    }
