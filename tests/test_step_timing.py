@@ -1,5 +1,5 @@
 """The opt-in timing of a python step's phases (serving.timing): off without its environment variable, each phase
-reported with it, and the lone-request benchmark's arithmetic over what it writes (benchmarks/lone_request.py)."""
+reported with it, and the lone-request benchmark's arithmetic over what it writes (benchmarks/lone_request_parts.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from benchmarks.lone_request import breakdown, match, read_timings
+from benchmarks.lone_request_parts import breakdown, match, read_timings
 from ernie_deploy.core.errors import FailedRequestsError
 from ernie_deploy.server.stats import ModelTimes
 from ernie_deploy.serving import timing
