@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.page_uie_int8 import table
 from benchmarks.scores_in_process import step_config
 from benchmarks.step_timing import time_step_calls
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
@@ -42,8 +43,14 @@ from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
 from ernie_deploy.core.tasks import TOKENIZER_STEP, UIE
+from ernie_deploy.export.precision import quantize_int8
+from ernie_deploy.export.uie_int8 import Reading, chunked
 from ernie_deploy.fetch.data import data_dir, read_split
+from ernie_deploy.kinds.uie.evaluate import score
+from ernie_deploy.serving.runtime import OnnxModel
+from ernie_deploy.serving.spans import extract
 from ernie_deploy.serving.steps import STEPS
+from ernie_deploy.serving.tokenizer import build_tokenizer
 
 MODELS = {"fp32": [], "int8": ["--quantize", "int8"]}  # name -> convert flags
 BATCHES = (1, 8)
@@ -131,11 +138,6 @@ def batch_independence(step, texts: list[str]) -> dict:
 
 def dynamic_contrast(folder: Path, texts: list[str], work: Path) -> dict:
     """The same check on a dynamic-INT8 copy of the FP32 model, in process (serving.spans.extract)."""
-    from ernie_deploy.export.precision import quantize_int8
-    from ernie_deploy.export.uie_int8 import Reading, chunked
-    from ernie_deploy.serving.runtime import OnnxModel
-    from ernie_deploy.serving.spans import extract
-    from ernie_deploy.serving.tokenizer import build_tokenizer
 
     spec = ModelSpec.read(folder)
     reading = Reading.of(spec)
@@ -153,8 +155,6 @@ def dynamic_contrast(folder: Path, texts: list[str], work: Path) -> dict:
 
 
 def span_f1(step, texts: list[str], gold: list, labels: list[str]) -> dict:
-    from ernie_deploy.kinds.uie.evaluate import score
-
     started = time.perf_counter()
     report = score(texts, gold, answers(step, texts, PER_REQUEST), labels)
     return {k: report[k] for k in ("span_f1", "precision", "recall", "n", "spans")} | {
@@ -278,8 +278,6 @@ def run(out: Path | None, *, rounds: int = ROUNDS, duration_s: float = DURATION_
 
 def render(record: dict) -> str:
     """The page's table (benchmarks/page_uie_int8.py renders the same from the results file)."""
-    from benchmarks.page_uie_int8 import table
-
     return table(record)
 
 

@@ -11,8 +11,8 @@ import pytest
 @pytest.mark.integration
 def test_the_uie_bench_smoke_runs(tmp_path, capsys):
     from benchmarks.uie import BATCHES, CONCURRENCY, TASKFLOW, run
-    from benchmarks.uie_paddle import TASKFLOW_BATCH
     from benchmarks.uie_model import FALLBACK_TEXTS, SCHEMAS
+    from benchmarks.uie_paddle import TASKFLOW_BATCH
     from ernie_deploy.serving.buckets import MAX_PAD
 
     out = tmp_path / "uie.json"
