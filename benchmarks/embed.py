@@ -73,10 +73,9 @@ from benchmarks.embed_model import (
 )
 from benchmarks.gateway import run_http_load
 from benchmarks.peer_rows import PeerRequest
-from benchmarks.step_timing import time_step_calls
+from benchmarks.step_timing import cell_of, time_step_calls
 from ernie_deploy.bench.load import LoadResult, prepare_requests, run_load
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record, server_version
-from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import FailedRequestsError, ServerNotReadyError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
@@ -101,26 +100,13 @@ OURS = {"grpc": "gRPC", "grpc_mbs1": "gRPC (max batch size 1)", "gateway": "gate
 def time_in_process(step, texts: list[str], batch: int, duration_s: float, warmup_s: float) -> dict:
     """`batch` one-text requests per call of the step, back to back over `texts` (cycling), for `duration_s`."""
     requests = [step_request(t) for t in texts]
-    return _cell(*time_step_calls(step, requests, batch, duration_s, warmup_s))
-
-
-def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
-    ms = sorted(1000 * s for s in latencies_s)
-    return {
-        "texts": texts,
-        "seconds": seconds,
-        "texts_per_s": texts / seconds,
-        "p50_ms": percentile(ms, 50),
-        "p90_ms": percentile(ms, 90),
-        "p99_ms": percentile(ms, 99),
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-    }
+    return cell_of(*time_step_calls(step, requests, batch, duration_s, warmup_s))
 
 
 def _served(got: LoadResult, what: str, log: Path, **cpu) -> dict:
     if got.errors:
         raise FailedRequestsError(f"{what}: {got.error_messages}", f"read {log}")
-    cell = _cell(got.sequences, got.seconds, got.latencies_s)
+    cell = cell_of(got.sequences, got.seconds, got.latencies_s)
     return {**cell, "server_cpu_s": got.server_cpu_s, "client_cpu_s": got.client_cpu_s, **cpu}
 
 

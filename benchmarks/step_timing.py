@@ -37,13 +37,15 @@ def time_step_calls(step, requests: list, batch: int, duration_s: float, warmup_
 
 
 def cell_of(texts: int, seconds: float, latencies_s: list[float]) -> dict:
-    """A cell's figures from time_step_calls' (texts, seconds, latencies): texts/s, p50 and p99 ms, the load."""
+    """A cell's figures from its (texts, seconds, latencies) (time_step_calls', or a load generator's): texts/s,
+    p50, p90 and p99 ms, and the load average at its end."""
     ms = sorted(1000 * s for s in latencies_s)
     return {
         "texts": texts,
         "seconds": seconds,
         "texts_per_s": texts / seconds,
         "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
         "p99_ms": percentile(ms, 99),
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }

@@ -36,9 +36,8 @@ import numpy as np
 
 from benchmarks.page_uie_int8 import table
 from benchmarks.scores_in_process import step_config
-from benchmarks.step_timing import time_step_calls
+from benchmarks.step_timing import cell_of, time_step_calls
 from ernie_deploy.bench.machine import loadavg, machine_info, package_versions, run_record
-from ernie_deploy.bench.rows import percentile
 from ernie_deploy.core.errors import BadCheckpointError
 from ernie_deploy.core.files import write_json
 from ernie_deploy.core.spec import ModelSpec
@@ -162,18 +161,6 @@ def span_f1(step, texts: list[str], gold: list, labels: list[str]) -> dict:
     }
 
 
-def _cell(texts: int, seconds: float, latencies_s: list[float]) -> dict:
-    ms = sorted(1000 * s for s in latencies_s)
-    return {
-        "texts": texts,
-        "seconds": seconds,
-        "texts_per_s": texts / seconds,
-        "p50_ms": percentile(ms, 50),
-        "p99_ms": percentile(ms, 99),
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-    }
-
-
 class ModelClock:
     """The seconds the step spends in its onnxruntime runs (the model's `run`, wrapped): the model's own share of the
     step, on the rows the step builds, with the session options the server uses."""
@@ -202,7 +189,7 @@ def speed(steps: dict, texts: list[str], *, rounds: int, duration_s: float, warm
             for name, step in steps.items():
                 time_step_calls(step, requests, batch, warmup_s, 0.0)  # the warm-up, outside the model's clock
                 clocks[name].seconds = 0.0
-                cell = _cell(*time_step_calls(step, requests, batch, duration_s, 0.0))
+                cell = cell_of(*time_step_calls(step, requests, batch, duration_s, 0.0))
                 cell["model_s"] = clocks[name].seconds
                 cell["model_texts_per_s"] = cell["texts"] / cell["model_s"]
                 rows.append({"model": name, "batch": batch, "round": round_, **cell})
