@@ -378,6 +378,7 @@ def _less(after: dict, before: dict) -> dict:
     return {key: after[key] - before[key] for key in after}
 
 
+ATTEMPTS = 5  # concurrent sends of the same requests, until the bad one is merged with good ones
 TEXTS = ["国足公布世预赛名单", "股市大涨", "新闻 game", "体育教育科技社会", "中国美元亿新闻", "明天多云", "北京大学"]
 
 
@@ -422,11 +423,20 @@ def test_a_bad_request_among_concurrent_good_ones_fails_alone_with_its_usual_ans
         requests = [*good[:2], refused, *good[2:]]
         expected = _one_by_one(alone.url, requests)
         assert expected[2][0] in (413, 422) and all(status == 200 for status, _ in expected[:2] + expected[3:])
-        before = _merged(merging)
-        got = _together(merging.url, requests)
-        merged = _less(_merged(merging), before)
-        # Only a call holding the bad request is refused: one resent means it was merged with good ones.
-        assert merged["resent"] == 1, f"the bad request was not merged with good ones: {merged}"
-        assert got[2] == expected[2], f"refused as {got[2]}, alone as {expected[2]}"
-        for (status, answer), (_, unmerged) in zip(got[:2] + got[3:], expected[:2] + expected[3:]):
-            assert status == 200 and _close(answer, unmerged), (answer, unmerged)
+        # Whether the bad request lands in a merged call depends on when the gateway reads it (on a loaded host the
+        # requests before it may be answered first): every attempt must answer each request as alone, and some
+        # attempt must have merged it with good ones.
+        resent = []
+        for _ in range(ATTEMPTS):
+            before = _merged(merging)
+            got = _together(merging.url, requests)
+            merged = _less(_merged(merging), before)
+            assert got[2] == expected[2], f"refused as {got[2]}, alone as {expected[2]}"
+            for (status, answer), (_, unmerged) in zip(got[:2] + got[3:], expected[:2] + expected[3:]):
+                assert status == 200 and _close(answer, unmerged), (answer, unmerged)
+            # Only a call holding the bad request is refused: one resent means it was merged with good ones.
+            assert merged["resent"] <= 1, merged
+            resent.append(merged["resent"])
+            if merged["resent"] == 1:
+                break
+        assert 1 in resent, f"the bad request was never merged with good ones in {ATTEMPTS} attempts: {resent}"
