@@ -22,8 +22,8 @@ DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
 # The window in which concurrent requests of one model are merged into one Triton call (--coalesce-ms;
 # gateway.coalesce), taken only while another call to the model is in flight: a lone request never waits it.
 # Measured on the demo classifier at concurrency 8, one text a request, on a shared 2-core host (docs/gateway.json):
-# 1.11x direct gRPC's throughput merging within 1 ms against 0.88x merging none, the gateway's CPU a request 0.43 ms
-# against 0.69 ms and the server's 1.57 ms against 2.01 ms. A 2 ms window, in a shorter run (one round of 4 s cells,
+# 1.08x direct gRPC's throughput merging within 1 ms against 0.94x merging none (1.15x and 0.93x on the Hugging Face
+# route), the gateway's CPU a request 0.37 ms. A 2 ms window, in a shorter run (one round of 4 s cells,
 # --coalesce-ms 2), gave 1.25x and 1.02x (SimpleServing, Hugging Face) over merging none, within the spread between
 # rounds, so the shorter wait is the default. uvloop's timers count whole milliseconds: a window under 1 ms fires on
 # the loop's next turn.
