@@ -22,7 +22,7 @@ Each schema is measured in rounds, every cell once a round, and each cell keeps 
   Inference with MKL-DNN, a text read in rows of `max_seq_len` tokens, each padded to its full length, rows in batches
   of 16; `benchmarks/uie_paddle.py`), with as many math threads as onnxruntime gets, given 16 texts a call; the stages
   and span reading are this project's, so the two differ only in how texts become rows and how the rows run
-  (paddlenlp 2.8.1's Taskflow itself opens `inference.pdmodel`, which paddle 3.3.1 no longer writes);
+  (paddlenlp 2.8.1's Taskflow itself opens `inference.pdmodel`, and paddle 3.3.1 writes `inference.json`);
 - **served**: gRPC to one tritonserver, the closed loop of `bench/load.py` at concurrency 1 and 8.
 
 Before the cells, the server's answers to the first texts of each schema are compared with the in-process step's
