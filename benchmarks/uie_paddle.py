@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks.step_timing import cell_of, time_step_calls
 from benchmarks.uie_model import extraction_step, request, spans_of
 from ernie_deploy.bench.machine import usable_cores
-from ernie_deploy.export.static import StaticModel
+from ernie_deploy.export.static import PaddlePredictor, StaticModel
 from ernie_deploy.serving.schema import parse_schema
 from ernie_deploy.serving.spans import extract
 
@@ -35,20 +35,13 @@ class TaskflowEngine:
     and schema, answered by extract() over Paddle Inference runs of TASKFLOW_BATCH rows of max_seq_len tokens."""
 
     def __init__(self, static_root, step, threads: int | None = None):
-        from paddle import inference
-
         static = StaticModel.load(static_root)
-        config = inference.Config(str(static.model_file), str(static.params_file))
-        config.disable_gpu()
-        config.enable_mkldnn()
-        config.set_cpu_math_library_num_threads(threads or usable_cores())
-        config.disable_glog_info()
+        self.threads = threads or usable_cores()
         # Not enable_memory_optim(), which Taskflow also sets: paddle 3.3.1's predictor over a PIR model
         # (inference.json) refuses it ("Not find ... memory_optimize_pass"); it saves memory, not time.
-        self.predictor = inference.create_predictor(config)
+        self.predictor = PaddlePredictor(static, threads=self.threads, mkldnn=True)
         self.step = step  # the served step: its tokenizer and threshold, read not run
         self.max_seq_len = static.max_seq_len
-        self.threads = threads or usable_cores()
         self.rows = 0
 
     def _run(self, rows):
@@ -57,19 +50,12 @@ class TaskflowEngine:
         types = np.zeros((len(rows), width), dtype=np.int64)
         ids[:, : rows.input_ids.shape[1]] = rows.input_ids
         types[:, : rows.token_type_ids.shape[1]] = rows.token_type_ids
-        starts, ends = [], []
-        for i in range(0, len(rows), TASKFLOW_BATCH):
-            feeds = {"input_ids": ids[i : i + TASKFLOW_BATCH], "token_type_ids": types[i : i + TASKFLOW_BATCH]}
-            for name in self.predictor.get_input_names():
-                handle = self.predictor.get_input_handle(name)
-                handle.reshape(feeds[name].shape)
-                handle.copy_from_cpu(np.ascontiguousarray(feeds[name]))
-            self.predictor.run()
-            start, end = (self.predictor.get_output_handle(n).copy_to_cpu() for n in self.predictor.get_output_names())
-            starts.append(start)
-            ends.append(end)
+        runs = [
+            self.predictor.run(ids[i : i + TASKFLOW_BATCH], types[i : i + TASKFLOW_BATCH])
+            for i in range(0, len(rows), TASKFLOW_BATCH)
+        ]
         self.rows += len(rows)
-        return np.concatenate(starts), np.concatenate(ends)
+        return np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
 
     def run_requests(self, requests: list[dict]) -> list[dict]:
         texts = [r["text"].reshape(-1)[0].decode("utf-8") for r in requests]

@@ -229,11 +229,14 @@ def _save_static(root: Path, task: TaskSpec, prefix: Path, facts: dict) -> str:
 class PaddlePredictor:
     """Paddle Inference over a static model: the Paddle-native reference for parity and accuracy."""
 
-    def __init__(self, static: StaticModel, threads: int = 0):
+    def __init__(self, static: StaticModel, threads: int = 0, mkldnn: bool = False):
+        """mkldnn: Paddle's oneDNN kernels on, as PaddleNLP's Taskflow runs on a CPU (benchmarks/uie_paddle.py)."""
         from paddle import inference
 
         config = inference.Config(str(static.model_file), str(static.params_file))
         config.disable_gpu()
+        if mkldnn:
+            config.enable_mkldnn()
         if threads:
             config.set_cpu_math_library_num_threads(threads)
         config.disable_glog_info()
@@ -241,6 +244,11 @@ class PaddlePredictor:
         self.inputs = self.predictor.get_input_names()
 
     def __call__(self, input_ids, token_type_ids):
+        """The first output (the logits, for a classifier)."""
+        return self.run(input_ids, token_type_ids)[0]
+
+    def run(self, input_ids, token_type_ids) -> list:
+        """Every output, in the model's order."""
         import numpy as np
 
         feeds = {"input_ids": input_ids, "token_type_ids": token_type_ids}
@@ -250,4 +258,4 @@ class PaddlePredictor:
             handle.reshape(array.shape)
             handle.copy_from_cpu(array)
         self.predictor.run()
-        return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
+        return [self.predictor.get_output_handle(n).copy_to_cpu() for n in self.predictor.get_output_names()]
